@@ -1,0 +1,203 @@
+"""Process configuration, read once from the environment (SPEC §2)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+
+DEFAULT_API_URL = "https://api.github.com"
+DEFAULT_CLAUDE_MODEL = "claude-sonnet-4-5"
+DEFAULT_CODEX_MODEL = "gpt-5-codex"
+PROVIDERS = ("claude", "codex")
+
+
+class ConfigError(Exception):
+    """A missing or malformed setting; the message names the variable."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+        self.problem = problem
+
+
+class Secret:
+    """A string that never shows itself in repr, str or logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    host: str = "0.0.0.0"  # noqa: S104 - a container listens on all interfaces
+    port: int = 8080
+    api_url: str = DEFAULT_API_URL
+    app_id: str | None = None
+    private_key: Secret | None = field(default=None, repr=False)
+    webhook_secret: Secret | None = field(default=None, repr=False)
+    app_slug: str | None = None
+    provider: str = "claude"
+    claude_model: str = DEFAULT_CLAUDE_MODEL
+    codex_model: str = DEFAULT_CODEX_MODEL
+    max_concurrent_reviews: int = 2
+    review_max_usd: float | None = None
+    command_prefix: str = "/cockpit"
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "cockpit.sqlite3"
+
+    def secrets(self) -> list[str]:
+        """Every secret value this process knows, for log redaction."""
+        return [s.reveal() for s in (self.private_key, self.webhook_secret) if s]
+
+
+def _private_key(env: Mapping[str, str]) -> Secret:
+    text = env.get("GITHUB_PRIVATE_KEY")
+    variable = "GITHUB_PRIVATE_KEY"
+    if not text:
+        path = env.get("GITHUB_PRIVATE_KEY_PATH")
+        variable = "GITHUB_PRIVATE_KEY_PATH"
+        if not path:
+            raise ConfigError(
+                "GITHUB_PRIVATE_KEY", "not set (set it, or GITHUB_PRIVATE_KEY_PATH to a PEM file)"
+            )
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.__class__.__name__
+            raise ConfigError(variable, f"cannot read {path!r} ({reason})") from None
+    text = text.replace("\\n", "\n").strip() + "\n"
+    try:
+        key = serialization.load_pem_private_key(text.encode(), password=None)
+    except (ValueError, TypeError):
+        raise ConfigError(variable, "not a PEM private key without a passphrase") from None
+    if not isinstance(key, RSAPrivateKey):
+        raise ConfigError(variable, "GitHub App keys are RSA; this key is not")
+    return Secret(text)
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, f"expected a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(name, f"expected a number from {low} to {high}, got {value}")
+    return value
+
+
+def _usd(env: Mapping[str, str]) -> float | None:
+    raw = env.get("COCKPIT_REVIEW_MAX_USD")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError("COCKPIT_REVIEW_MAX_USD", f"expected dollars, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError("COCKPIT_REVIEW_MAX_USD", "expected a positive amount")
+    return value
+
+
+def _api_url(env: Mapping[str, str]) -> str:
+    url = (env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
+    if not url.startswith(("https://", "http://")):
+        raise ConfigError("GITHUB_API_URL", f"expected an http(s) URL, got {url!r}")
+    return url
+
+
+def _provider(env: Mapping[str, str]) -> str:
+    provider = env.get("COCKPIT_PROVIDER") or "claude"
+    if provider not in PROVIDERS:
+        raise ConfigError("COCKPIT_PROVIDER", f"expected one of {', '.join(PROVIDERS)}")
+    return provider
+
+
+def _prefix(env: Mapping[str, str]) -> str:
+    prefix = (env.get("COCKPIT_COMMAND_PREFIX") or "/cockpit").strip()
+    if not prefix or any(c.isspace() for c in prefix):
+        raise ConfigError("COCKPIT_COMMAND_PREFIX", "expected one word such as /cockpit")
+    return prefix
+
+
+_GENERAL = {
+    "data_dir": lambda env: Path(env.get("COCKPIT_DATA_DIR") or "./data"),
+    "host": lambda env: env.get("COCKPIT_HOST") or "0.0.0.0",  # noqa: S104
+    "port": lambda env: _int(env, "COCKPIT_PORT", 8080, low=0, high=65535),
+    "api_url": _api_url,
+    "app_slug": lambda env: env.get("GITHUB_APP_SLUG") or None,
+    "provider": _provider,
+    "claude_model": lambda env: env.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL,
+    "codex_model": lambda env: env.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL,
+    "max_concurrent_reviews": lambda env: _int(
+        env, "COCKPIT_MAX_CONCURRENT_REVIEWS", 2, low=1, high=64
+    ),
+    "review_max_usd": _usd,
+    "command_prefix": _prefix,
+}
+_GITHUB = {
+    "app_id": lambda env: (
+        env.get("GITHUB_APP_ID", "").strip() or _raise(ConfigError("GITHUB_APP_ID", "not set"))
+    ),
+    "private_key": _private_key,
+    "webhook_secret": lambda env: (
+        Secret(env.get("GITHUB_WEBHOOK_SECRET") or "")
+        if env.get("GITHUB_WEBHOOK_SECRET")
+        else _raise(
+            ConfigError("GITHUB_WEBHOOK_SECRET", "not set; the server refuses unsigned webhooks")
+        )
+    ),
+}
+
+
+def load_settings(env: Mapping[str, str] | None = None, *, github: bool = True) -> Settings:
+    """Read settings; raise ConfigError on the first bad value.
+
+    `github=False` skips the App credentials (for commands that never talk to GitHub).
+    """
+    env = os.environ if env is None else env
+    parsers = _GENERAL | _GITHUB if github else _GENERAL
+    return Settings(**{name: parse(env) for name, parse in parsers.items()})
+
+
+def check_settings(env: Mapping[str, str] | None = None) -> list[ConfigError]:
+    """Every problem with the environment, not just the first (for `cockpit check-config`)."""
+    env = os.environ if env is None else env
+    problems: list[ConfigError] = []
+    for parse in (_GENERAL | _GITHUB).values():
+        try:
+            parse(env)
+        except ConfigError as exc:
+            problems.append(exc)
+    return problems
+
+
+def _raise(exc: Exception) -> NoReturn:
+    raise exc

@@ -1,0 +1,238 @@
+"""GitHub App client: JWT, cached installation tokens, ETag cache, rate-limit aware retries."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import cachetools
+import gidgethub
+import gidgethub.aiohttp
+from gidgethub import apps
+
+from bot.config import Secret, Settings
+from bot.logs import register_secret
+from bot.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "pr-cockpit"
+TOKEN_REFRESH_MARGIN = 300.0  # renew installation tokens ~5 minutes before they expire
+MAX_RATE_LIMIT_WAIT = 60.0  # wait this long in-process; longer waits fail the job for a retry
+MAX_ATTEMPTS = 4
+
+
+class AbsoluteURLError(ValueError):
+    """A URL from a payload would bypass GITHUB_API_URL; the bot only calls relative paths."""
+
+
+@dataclass(frozen=True)
+class InstallationToken:
+    token: str
+    expires_at: float
+
+    def __repr__(self) -> str:
+        return f"InstallationToken(expires_at={self.expires_at})"
+
+
+def retry_delay(exc: gidgethub.HTTPException, attempt: int, now: float) -> float | None:
+    """Seconds to wait before retrying a failed GitHub call, or None to give up.
+
+    Secondary limits send `retry-after`; primary limits send `x-ratelimit-remaining: 0`
+    and `x-ratelimit-reset`; 5xx get exponential backoff.
+    """
+    if attempt >= MAX_ATTEMPTS:
+        return None
+    status = int(exc.status_code)
+    headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+    if status in (403, 429):
+        if "retry-after" in headers:
+            try:
+                return max(0.0, float(headers["retry-after"]))
+            except ValueError:
+                return 60.0
+        if headers.get("x-ratelimit-remaining") == "0" and "x-ratelimit-reset" in headers:
+            try:
+                return max(0.0, float(headers["x-ratelimit-reset"]) - now + 1)
+            except ValueError:
+                return 60.0
+        return 60.0 * attempt if status == 429 else None
+    if status >= 500:
+        return min(8.0, 0.5 * 2 ** (attempt - 1))
+    return None
+
+
+class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
+    """gidgethub client that only calls relative URLs, retries limits, and counts calls."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        base_url: str,
+        metrics: Metrics | None = None,
+        token_source: Callable[[], Awaitable[str]] | None = None,
+        app_id: str | None = None,
+        private_key: str | None = None,
+        cache: Any = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        super().__init__(
+            session,
+            USER_AGENT,
+            base_url=base_url,
+            cache=cache,
+            app_id=app_id,
+            private_key=private_key,
+        )
+        self._token_source = token_source
+        self._metrics = metrics
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"CockpitGitHubAPI(base_url={self.base_url!r})"
+
+    async def sleep(self, seconds: float) -> None:
+        await self._sleep(seconds)
+
+    async def _make_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if "://" in url:
+            raise AbsoluteURLError(f"refusing to call an absolute URL ({method})")
+        if self._token_source and kwargs.get("jwt") is None and kwargs.get("oauth_token") is None:
+            kwargs["oauth_token"] = await self._token_source()
+        return await super()._make_request(method, url, *args, **kwargs)
+
+    async def _request(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        status, response_headers, data = await super()._request(method, url, headers, body)
+        if self._metrics:
+            self._metrics.github_calls.labels(method=method, status=str(status)).inc()
+            remaining = response_headers.get("x-ratelimit-remaining")
+            if remaining and remaining.isdigit():
+                self._metrics.github_rate_limit_remaining.set(int(remaining))
+        return status, response_headers, data
+
+    async def handle_rate_limit_error(
+        self, *, method: str, url: str, exception: gidgethub.HTTPException, attempt: int
+    ) -> bool:
+        delay = retry_delay(exception, attempt, time.time())
+        if delay is None or delay > MAX_RATE_LIMIT_WAIT:
+            return False
+        log.warning(
+            "GitHub call failed, retrying",
+            extra={
+                "fields": {
+                    "status": int(exception.status_code),
+                    "delay": delay,
+                    "method": method,
+                    "attempt": attempt,
+                }
+            },
+        )
+        await self.sleep(delay)
+        return True
+
+
+class GitHubApp:
+    """Builds API clients for the App and its installations; owns the token and ETag caches."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        session: aiohttp.ClientSession,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.settings = settings
+        self.session = session
+        self.metrics = metrics
+        self.clock = clock
+        self._sleep = sleep
+        self._tokens: cachetools.TLRUCache = cachetools.TLRUCache(
+            maxsize=4096,
+            ttu=lambda _key, value, _now: value.expires_at - TOKEN_REFRESH_MARGIN,
+            timer=clock,
+        )
+        self._inflight: dict[int, asyncio.Future[InstallationToken]] = {}
+        self._etags: cachetools.LRUCache = cachetools.LRUCache(maxsize=256)
+        self._slug: str | None = settings.app_slug
+
+    def _private_key(self) -> str:
+        key = self.settings.private_key
+        if not isinstance(key, Secret):
+            raise RuntimeError("GITHUB_PRIVATE_KEY is not configured")
+        return key.reveal()
+
+    def app_api(self) -> CockpitGitHubAPI:
+        """Client authenticated as the App itself (JWT)."""
+        return CockpitGitHubAPI(
+            self.session,
+            base_url=self.settings.api_url,
+            metrics=self.metrics,
+            app_id=self.settings.app_id,
+            private_key=self._private_key(),
+            sleep=self._sleep,
+        )
+
+    def installation_api(self, installation_id: int) -> CockpitGitHubAPI:
+        """Client for one installation; the token is fetched (or reused) on first call."""
+        cache = self._etags.get(installation_id)
+        if cache is None:
+            cache = self._etags[installation_id] = cachetools.LRUCache(maxsize=512)
+        return CockpitGitHubAPI(
+            self.session,
+            base_url=self.settings.api_url,
+            metrics=self.metrics,
+            token_source=lambda: self.installation_token(installation_id),
+            cache=cache,
+            sleep=self._sleep,
+        )
+
+    async def installation_token(self, installation_id: int) -> str:
+        cached = self._tokens.get(installation_id)
+        if cached is not None:
+            return cached.token
+        pending = self._inflight.get(installation_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._fetch_token(installation_id))
+            self._inflight[installation_id] = pending
+            pending.add_done_callback(lambda _f: self._inflight.pop(installation_id, None))
+        return (await asyncio.shield(pending)).token
+
+    async def _fetch_token(self, installation_id: int) -> InstallationToken:
+        response = await apps.get_installation_access_token(
+            self.app_api(),
+            installation_id=str(installation_id),
+            app_id=str(self.settings.app_id),
+            private_key=self._private_key(),
+        )
+        token = InstallationToken(
+            token=response["token"], expires_at=_parse_time(response["expires_at"])
+        )
+        register_secret(token.token)
+        self._tokens[installation_id] = token
+        return token
+
+    def forget_installation(self, installation_id: int) -> None:
+        self._tokens.pop(installation_id, None)
+        self._etags.pop(installation_id, None)
+
+    async def bot_login(self) -> str:
+        """`<slug>[bot]`: GITHUB_APP_SLUG, or looked up once with GET /app."""
+        if self._slug is None:
+            app = await self.app_api().getitem("/app")
+            self._slug = app["slug"]
+        return f"{self._slug}[bot]"
+
+
+def _parse_time(value: str) -> float:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

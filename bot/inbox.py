@@ -1,0 +1,218 @@
+"""Durable inbox: verified deliveries are committed (with their processing job) before the ack.
+
+Concurrent requests are written in one transaction (group commit), so each acknowledgement
+is durable without paying one fsync per delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gidgethub import routing, sansio
+
+from bot.logs import log_context
+from bot.queue import Job, Jobs
+from bot.storage import Database
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+log = logging.getLogger(__name__)
+
+EVENTS_QUEUE = "events"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: str
+    event: str
+    body: bytes
+    payload: dict[str, Any]
+
+    @property
+    def action(self) -> str | None:
+        action = self.payload.get("action")
+        return action if isinstance(action, str) else None
+
+    @property
+    def installation_id(self) -> int | None:
+        installation = self.payload.get("installation")
+        if isinstance(installation, dict) and isinstance(installation.get("id"), int):
+            return installation["id"]
+        return None
+
+    @property
+    def repo(self) -> str | None:
+        repository = self.payload.get("repository")
+        if isinstance(repository, dict) and isinstance(repository.get("full_name"), str):
+            return repository["full_name"]
+        return None
+
+    @property
+    def pr_number(self) -> int | None:
+        for holder in (self.payload.get("pull_request"), self.payload.get("issue")):
+            if isinstance(holder, dict) and isinstance(holder.get("number"), int):
+                return holder["number"]
+        return None
+
+    @property
+    def key(self) -> str:
+        """Deliveries about one PR are processed one at a time, in arrival order."""
+        if self.repo and self.pr_number is not None:
+            return f"events:{self.repo}#{self.pr_number}"
+        return f"delivery:{self.id}"
+
+
+class Inbox:
+    def __init__(self, db: Database, jobs: Jobs) -> None:
+        self.db = db
+        self.jobs = jobs
+        self._pending: list[tuple[Delivery, asyncio.Future[bool]]] = []
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._writer = asyncio.create_task(self._write_loop(), name="inbox-writer")
+
+    async def stop(self) -> None:
+        if self._writer:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+        for _delivery, future in self._pending:
+            if not future.done():
+                future.set_exception(RuntimeError("inbox stopped"))
+        self._pending.clear()
+
+    @property
+    def alive(self) -> bool:
+        return self._writer is not None and not self._writer.done()
+
+    async def store(self, delivery: Delivery) -> bool:
+        """Commit the delivery; True if it is new, False if this id was stored before."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.append((delivery, future))
+        self._wake.set()
+        return await future
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                continue
+            try:
+                results = await self._commit([d for d, _ in batch])
+            except Exception as exc:
+                log.exception("inbox commit failed", extra={"fields": {"batch": len(batch)}})
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), is_new in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(is_new)
+            if any(results):
+                self.jobs.wake(EVENTS_QUEUE)
+
+    async def _commit(self, batch: list[Delivery]) -> list[bool]:
+        now = time.time()
+        ids = list({d.id for d in batch})
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                f"SELECT id FROM deliveries WHERE id IN ({','.join('?' * len(ids))})", ids
+            )
+            seen = {row[0] for row in await cursor.fetchall()}
+            results = []
+            for delivery in batch:
+                if delivery.id in seen:
+                    results.append(False)
+                    continue
+                seen.add(delivery.id)
+                results.append(True)
+                await conn.execute(
+                    "INSERT INTO deliveries (id, event, action, installation_id, repo, body,"
+                    " received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        delivery.id,
+                        delivery.event,
+                        delivery.action,
+                        delivery.installation_id,
+                        delivery.repo,
+                        delivery.body,
+                        now,
+                    ),
+                )
+                await self.jobs.insert(
+                    conn,
+                    "delivery",
+                    delivery.key,
+                    {"delivery_id": delivery.id},
+                    queue=EVENTS_QUEUE,
+                    max_attempts=5,
+                )
+        return results
+
+
+def ignore_reason(event: sansio.Event, bot_login: str | None) -> str | None:
+    """Why an event must not start work (bots, including this app, never trigger anything)."""
+    sender = event.data.get("sender")
+    if not isinstance(sender, dict):
+        return None
+    login = sender.get("login")
+    if sender.get("type") == "Bot" or (isinstance(login, str) and login.endswith("[bot]")):
+        return "sender is a bot"
+    if bot_login and login == bot_login:
+        return "sender is this app"
+    return None
+
+
+async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> None:
+    delivery_id = job.payload["delivery_id"]
+    row = await ctx.db.fetchone(
+        "SELECT id, event, body, status FROM deliveries WHERE id = ?", (delivery_id,)
+    )
+    if row is None or row["status"] != "queued":
+        return
+    event = sansio.Event(json.loads(row["body"]), event=row["event"], delivery_id=row["id"])
+    delivery = Delivery(row["id"], row["event"], row["body"], event.data)
+    with log_context(
+        delivery=delivery.id, gh_event=delivery.event, repo=delivery.repo, pr=delivery.pr_number
+    ):
+        await ctx.db.execute(
+            "UPDATE deliveries SET attempts = attempts + 1 WHERE id = ?", (delivery.id,)
+        )
+        reason = ignore_reason(event, ctx.settings.app_slug and f"{ctx.settings.app_slug}[bot]")
+        if reason is None and not router.fetch(event):
+            reason = "no handler"
+        if reason:
+            await _record(ctx, delivery, "ignored", reason)
+            return
+        gh = (
+            ctx.github.installation_api(delivery.installation_id)
+            if (delivery.installation_id)
+            else None
+        )
+        try:
+            await router.dispatch(event, gh, ctx=ctx)
+        except Exception as exc:
+            if job.attempts >= job.max_attempts:
+                await _record(ctx, delivery, "failed", f"{exc.__class__.__name__}: {exc}")
+            raise
+        await _record(ctx, delivery, "done", "processed")
+        log.info("delivery processed")
+
+
+async def _record(ctx: Context, delivery: Delivery, status: str, outcome: str) -> None:
+    await ctx.db.execute(
+        "UPDATE deliveries SET status = ?, outcome = ?, processed_at = ? WHERE id = ?",
+        (status, outcome[:1000], time.time(), delivery.id),
+    )
+    ctx.metrics.deliveries.labels(event=delivery.event, outcome=status).inc()

@@ -1,0 +1,325 @@
+"""Durable job queue in SQLite and the worker pools that run it.
+
+Jobs have a kind, a serialisation key (one running job per key), attempts with backoff,
+a lease renewed while they run, and cancellation: a newer job may supersede older ones
+with the same key and kind. Jobs left `running` by a crash are re-queued at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiosqlite
+
+from bot.logs import log_context
+from bot.storage import Database
+
+log = logging.getLogger(__name__)
+
+LEASE_SECONDS = 60.0
+POLL_SECONDS = 0.5
+BACKOFF_BASE = 2.0
+BACKOFF_CAP = 300.0
+
+
+class PermanentError(Exception):
+    """A job failure that retrying cannot fix (bad input, refused by policy)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    kind: str
+    queue: str
+    key: str
+    payload: dict[str, Any]
+    attempts: int
+    max_attempts: int
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Job:
+        return cls(
+            id=row["id"],
+            kind=row["kind"],
+            queue=row["queue"],
+            key=row["key"],
+            payload=json.loads(row["payload"]),
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+        )
+
+
+JobHandler = Callable[[Job], Awaitable[None]]
+
+
+def backoff_seconds(attempts: int) -> float:
+    return min(BACKOFF_CAP, BACKOFF_BASE ** max(attempts, 1))
+
+
+class Jobs:
+    """The queue (rows in `jobs`) plus the asyncio workers that drain it."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
+        self.db = db
+        self.clock = clock
+        self.handlers: dict[str, JobHandler] = {}
+        self.on_finished: Callable[[Job, str, float], None] | None = None
+        self._wake: dict[str, asyncio.Event] = {}
+        self._workers: list[asyncio.Task] = []
+        self._running: dict[int, asyncio.Task] = {}
+        self._stopping = False
+
+    # -- queue operations -------------------------------------------------
+
+    async def insert(
+        self,
+        conn: aiosqlite.Connection,
+        kind: str,
+        key: str,
+        payload: dict[str, Any],
+        *,
+        queue: str,
+        max_attempts: int = 3,
+        delay: float = 0.0,
+    ) -> int:
+        """Insert inside the caller's transaction."""
+        now = self.clock()
+        cursor = await conn.execute(
+            "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (kind, queue, key, json.dumps(payload), max_attempts, now + delay, now),
+        )
+        return int(cursor.lastrowid or 0)
+
+    async def enqueue(
+        self,
+        kind: str,
+        key: str,
+        payload: dict[str, Any],
+        *,
+        queue: str,
+        supersede: bool = False,
+        max_attempts: int = 3,
+        delay: float = 0.0,
+        prepare: Callable[[aiosqlite.Connection], Awaitable[dict[str, Any]]] | None = None,
+    ) -> int:
+        """Add a job; with `supersede`, older jobs of this kind and key are cancelled.
+
+        `prepare` runs in the same transaction (e.g. to create the row the job works on)
+        and its result is merged into the payload, so both commit or neither does.
+        """
+        async with self.db.transaction() as conn:
+            running: list[int] = []
+            if supersede:
+                running = await self._cancel_in(conn, key, kind)
+            if prepare is not None:
+                payload = {**payload, **await prepare(conn)}
+            job_id = await self.insert(
+                conn, kind, key, payload, queue=queue, max_attempts=max_attempts, delay=delay
+            )
+        self._interrupt(running)
+        self.wake(queue)
+        return job_id
+
+    async def cancel(self, key: str, kind: str | None = None) -> int:
+        """Cancel queued and running jobs for a key; return how many were affected."""
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "SELECT COUNT(*) FROM jobs WHERE key = ? AND state IN ('queued', 'running')"
+                + (" AND kind = ?" if kind else ""),
+                (key, kind) if kind else (key,),
+            )
+            count = (await cursor.fetchone())[0]
+            running = await self._cancel_in(conn, key, kind)
+        self._interrupt(running)
+        return count
+
+    async def _cancel_in(self, conn: aiosqlite.Connection, key: str, kind: str | None) -> list[int]:
+        kind_clause = " AND kind = ?" if kind else ""
+        args: tuple = (key, kind) if kind else (key,)
+        now = self.clock()
+        await conn.execute(
+            "UPDATE jobs SET state = 'cancelled', finished_at = ?, error = 'superseded'"
+            f" WHERE key = ? AND state = 'queued'{kind_clause}",
+            (now, *args),
+        )
+        cursor = await conn.execute(
+            "UPDATE jobs SET cancel_requested = 1"
+            f" WHERE key = ? AND state = 'running'{kind_clause} RETURNING id",
+            args,
+        )
+        return [row[0] for row in await cursor.fetchall()]
+
+    def _interrupt(self, job_ids: list[int]) -> None:
+        for job_id in job_ids:
+            task = self._running.get(job_id)
+            if task is not None:
+                task.cancel()
+
+    async def claim(self, queue: str) -> Job | None:
+        now = self.clock()
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
+                " started_at = ?, lease_until = ?"
+                " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
+                "   AND j.run_after <= ? AND NOT EXISTS (SELECT 1 FROM jobs r"
+                "   WHERE r.key = j.key AND r.state = 'running')"
+                "   ORDER BY j.run_after, j.id LIMIT 1)"
+                " RETURNING *",
+                (now, now + LEASE_SECONDS, queue, now),
+            )
+            row = await cursor.fetchone()
+        return Job.from_row(row) if row else None
+
+    async def _finish(self, job: Job, state: str, error: str | None = None) -> None:
+        await self.db.execute(
+            "UPDATE jobs SET state = ?, error = ?, finished_at = ?, lease_until = NULL"
+            " WHERE id = ? AND state = 'running'",
+            (state, error, self.clock(), job.id),
+        )
+
+    async def _retry_or_fail(self, job: Job, error: str, *, permanent: bool) -> str:
+        if permanent or job.attempts >= job.max_attempts:
+            await self._finish(job, "failed", error)
+            return "failed"
+        await self.db.execute(
+            "UPDATE jobs SET state = 'queued', error = ?, run_after = ?, lease_until = NULL"
+            " WHERE id = ? AND state = 'running'",
+            (error, self.clock() + backoff_seconds(job.attempts), job.id),
+        )
+        return "retrying"
+
+    async def recover(self) -> int:
+        """Re-queue jobs a crashed process left running (their attempt stays counted)."""
+        return await self.db.execute(
+            "UPDATE jobs SET state = 'queued', lease_until = NULL, run_after = ?"
+            " WHERE state = 'running'",
+            (self.clock(),),
+        )
+
+    async def reap_expired_leases(self) -> int:
+        alive = list(self._running)  # still running here: a late heartbeat, not a lost job
+        return await self.db.execute(
+            "UPDATE jobs SET state = 'queued', lease_until = NULL"
+            " WHERE state = 'running' AND lease_until < ?"
+            f" AND id NOT IN ({','.join('?' * len(alive))})",
+            (self.clock(), *alive),
+        )
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self.db.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+        return {row["state"]: row["n"] for row in rows}
+
+    async def is_cancel_requested(self, job_id: int) -> bool:
+        row = await self.db.fetchone("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,))
+        return bool(row and row[0])
+
+    # -- workers ----------------------------------------------------------
+
+    def wake(self, queue: str) -> None:
+        event = self._wake.get(queue)
+        if event is not None:
+            event.set()
+
+    def start(self, pools: dict[str, int]) -> None:
+        self._stopping = False
+        for queue, size in pools.items():
+            self._wake[queue] = asyncio.Event()
+            for n in range(size):
+                self._workers.append(asyncio.create_task(self._worker(queue), name=f"{queue}-{n}"))
+        self._workers.append(asyncio.create_task(self._reaper(), name="lease-reaper"))
+
+    @property
+    def workers_alive(self) -> int:
+        return sum(1 for task in self._workers if not task.done())
+
+    @property
+    def workers_total(self) -> int:
+        return len(self._workers)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._workers:
+            task.cancel()
+        for task in self._workers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._workers.clear()
+
+    async def _worker(self, queue: str) -> None:
+        wake = self._wake[queue]
+        while not self._stopping:
+            try:
+                job = await self.claim(queue)
+            except (sqlite3.Error, ValueError):
+                log.exception("claiming a job failed", extra={"fields": {"queue": queue}})
+                job = None
+            if job is None:
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), POLL_SECONDS)
+                continue
+            await self._run(job)
+
+    async def _run(self, job: Job) -> None:
+        handler = self.handlers.get(job.kind)
+        started = time.monotonic()
+        with log_context(job=job.id, job_kind=job.kind, key=job.key):
+            if handler is None:
+                log.error("no handler for job kind")
+                await self._finish(job, "failed", f"no handler for {job.kind!r}")
+                return
+            task = asyncio.create_task(handler(job))
+            self._running[job.id] = task
+            heartbeat = asyncio.create_task(self._heartbeat(job))
+            try:
+                await asyncio.shield(task)
+                outcome = "done"
+                await self._finish(job, "done")
+            except asyncio.CancelledError:
+                if not task.done():  # the worker itself is being stopped
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+                    raise
+                outcome = "cancelled"
+                await self._finish(job, "cancelled", "cancelled")
+            except Exception as exc:
+                error = f"{exc.__class__.__name__}: {exc}"[:2000]
+                log.warning("job raised", exc_info=True)
+                outcome = await self._retry_or_fail(
+                    job, error, permanent=isinstance(exc, PermanentError)
+                )
+            finally:
+                heartbeat.cancel()
+                self._running.pop(job.id, None)
+            if self.on_finished:
+                self.on_finished(job, outcome, time.monotonic() - started)
+
+    async def _reaper(self) -> None:
+        """Re-queue jobs whose worker stopped renewing their lease."""
+        while not self._stopping:
+            await asyncio.sleep(LEASE_SECONDS / 2)
+            try:
+                if await self.reap_expired_leases():
+                    for event in self._wake.values():
+                        event.set()
+            except (sqlite3.Error, ValueError):
+                log.exception("reaping expired leases failed")
+
+    async def _heartbeat(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(LEASE_SECONDS / 3)
+            await self.db.execute(
+                "UPDATE jobs SET lease_until = ? WHERE id = ? AND state = 'running'",
+                (self.clock() + LEASE_SECONDS, job.id),
+            )

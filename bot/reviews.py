@@ -1,0 +1,140 @@
+"""Review requests and their lifecycle in the database (queued → running → draft → posted)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import aiosqlite
+
+from bot.storage import Database
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+REVIEWS_QUEUE = "reviews"
+ACTIVE_STATES = ("queued", "running")
+DRAFT_STATES = ("draft", "posting", "posted")
+
+
+def review_key(pull_id: int) -> str:
+    """Serialisation key: one running review per PR."""
+    return f"review:{pull_id}"
+
+
+async def enqueue_review(
+    ctx: Context,
+    pull_id: int,
+    head_sha: str,
+    *,
+    provider: str | None,
+    verify: bool,
+    reason: str,
+    requested_by: str | None = None,
+) -> int:
+    """Queue a review of `head_sha`, superseding any queued or running review of the PR."""
+    provider = provider or ctx.settings.provider
+
+    async def create_review(conn: aiosqlite.Connection) -> dict:
+        now = time.time()
+        await conn.execute(
+            "UPDATE reviews SET state = 'superseded', updated_at = ?"
+            " WHERE pull_id = ? AND state IN ('queued', 'running')",
+            (now, pull_id),
+        )
+        cursor = await conn.execute(
+            "INSERT INTO reviews (pull_id, head_sha, state, provider, progress, created_at,"
+            " updated_at) VALUES (?, ?, 'queued', ?, 'queued', ?, ?)",
+            (pull_id, head_sha, provider, now, now),
+        )
+        return {"review_id": cursor.lastrowid}
+
+    return await ctx.jobs.enqueue(
+        "review",
+        review_key(pull_id),
+        {
+            "pull_id": pull_id,
+            "head_sha": head_sha,
+            "provider": provider,
+            "verify": verify,
+            "reason": reason,
+            "requested_by": requested_by,
+        },
+        queue=REVIEWS_QUEUE,
+        supersede=True,
+        max_attempts=2,
+        prepare=create_review,
+    )
+
+
+async def has_draft_for(db: Database, pull_id: int, head_sha: str) -> bool:
+    """A head that is already reviewed (or being reviewed) is not reviewed again unasked."""
+    row = await db.fetchone(
+        "SELECT 1 FROM reviews WHERE pull_id = ? AND head_sha = ? AND state IN"
+        " ('queued', 'running', 'draft', 'posting', 'posted') LIMIT 1",
+        (pull_id, head_sha),
+    )
+    return row is not None
+
+
+async def mark_older_drafts_stale(ctx: Context, pull_id: int, head_sha: str) -> int:
+    return await ctx.db.execute(
+        "UPDATE reviews SET stale = 1, updated_at = ?"
+        " WHERE pull_id = ? AND head_sha != ? AND state = 'draft' AND stale = 0",
+        (time.time(), pull_id, head_sha),
+    )
+
+
+async def cancel_pull_work(ctx: Context, pull_id: int) -> None:
+    """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
+    await ctx.jobs.cancel(review_key(pull_id))
+    now = time.time()
+    await ctx.db.execute(
+        "UPDATE reviews SET state = 'cancelled', progress = 'cancelled: PR closed',"
+        " updated_at = ? WHERE pull_id = ? AND state IN ('queued', 'running')",
+        (now, pull_id),
+    )
+    await ctx.db.execute(
+        "UPDATE sessions SET status = 'ended', updated_at = ?"
+        " WHERE pull_id = ? AND status != 'ended'",
+        (now, pull_id),
+    )
+    await ctx.db.execute(
+        "UPDATE session_reviews SET ended_at = ? WHERE ended_at IS NULL AND parent_session_id IN"
+        " (SELECT id FROM sessions WHERE pull_id = ?)",
+        (now, pull_id),
+    )
+    await ctx.jobs.enqueue(
+        "cleanup_pull", f"cleanup:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS_QUEUE
+    )
+
+
+async def forget_installation(ctx: Context, installation_id: int) -> None:
+    """App uninstalled: cancel its work, delete its rows, and queue removal of its mirrors."""
+    rows = await ctx.db.fetchall(
+        "SELECT id, repo FROM pulls WHERE installation_id = ?", (installation_id,)
+    )
+    for row in rows:
+        await ctx.jobs.cancel(review_key(row["id"]))
+    repos = sorted({row["repo"] for row in rows})
+    async with ctx.db.transaction() as conn:
+        pulls = "SELECT id FROM pulls WHERE installation_id = ?"
+        reviews = f"SELECT id FROM reviews WHERE pull_id IN ({pulls})"
+        sessions = f"SELECT id FROM sessions WHERE pull_id IN ({pulls})"
+        for statement in (
+            f"DELETE FROM findings WHERE review_id IN ({reviews})",
+            f"DELETE FROM messages WHERE session_id IN ({sessions})",
+            f"DELETE FROM session_reviews WHERE parent_session_id IN ({sessions})",
+            f"DELETE FROM sessions WHERE pull_id IN ({pulls})",
+            f"DELETE FROM reviews WHERE pull_id IN ({pulls})",
+            "DELETE FROM pulls WHERE installation_id = ?",
+            "DELETE FROM deliveries WHERE installation_id = ? AND status != 'queued'",
+        ):
+            await conn.execute(statement, (installation_id,))
+    ctx.github.forget_installation(installation_id)
+    await ctx.jobs.enqueue(
+        "cleanup_installation",
+        f"cleanup-installation:{installation_id}",
+        {"installation_id": installation_id, "repos": repos},
+        queue=REVIEWS_QUEUE,
+    )

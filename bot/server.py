@@ -1,0 +1,199 @@
+"""The aiohttp app: webhook ingress, health and metrics. Built by `make_app`, never at import."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+from aiohttp import web
+from gidgethub import routing
+
+from bot.config import Settings
+from bot.context import Context
+from bot.github import GitHubApp
+from bot.inbox import EVENTS_QUEUE, Delivery, Inbox, process_delivery
+from bot.logs import log_context, register_secret
+from bot.metrics import Metrics
+from bot.queue import Jobs
+from bot.storage import Database
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 25 * 1024 * 1024
+EVENT_WORKERS = 4
+REVIEWS_QUEUE = "reviews"
+
+CONTEXT = web.AppKey("context", Context)
+METRICS = web.AppKey("metrics", Metrics)
+
+# Extra start-up work (job handlers for later capabilities) registered by the caller.
+Setup = Callable[[Context], None]
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def signature_matches(body: bytes, header: str, secret: str) -> bool:
+    """`X-Hub-Signature-256` check over the exact raw bytes, in constant time (sha256 only)."""
+    if not header.startswith("sha256="):
+        return False
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(header.encode(), expected.encode())
+
+
+def valid_delivery_id(value: str) -> bool:
+    return 0 < len(value) <= 128 and value.isprintable() and value.isascii()
+
+
+async def read_limited(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _reply(status: int, message: str) -> web.Response:
+    return web.json_response({"message": message}, status=status)
+
+
+async def webhook(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    metrics = request.app[METRICS]
+    try:
+        body = await read_limited(request, MAX_BODY_BYTES)
+    except BodyTooLarge:
+        metrics.deliveries.labels(event="unknown", outcome="too_large").inc()
+        return _reply(413, "body over 25 MiB")
+    secret = ctx.settings.webhook_secret
+    signature = request.headers.get("X-Hub-Signature-256", "")
+    if secret is None or not signature_matches(body, signature, secret.reveal()):
+        metrics.deliveries.labels(event="unknown", outcome="bad_signature").inc()
+        return _reply(401, "missing or invalid X-Hub-Signature-256")
+    event = request.headers.get("X-GitHub-Event", "")
+    delivery_id = request.headers.get("X-GitHub-Delivery", "")
+    if not event or not valid_delivery_id(delivery_id):
+        metrics.deliveries.labels(event=event or "unknown", outcome="bad_request").inc()
+        return _reply(400, "missing X-GitHub-Event or X-GitHub-Delivery")
+    try:
+        payload = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        payload = None
+    if not isinstance(payload, dict):
+        metrics.deliveries.labels(event=event, outcome="bad_request").inc()
+        return _reply(400, "body is not a JSON object")
+    if event == "ping":
+        metrics.deliveries.labels(event=event, outcome="pong").inc()
+        return _reply(200, "pong")
+    with log_context(delivery=delivery_id, gh_event=event):
+        is_new = await ctx.inbox.store(Delivery(delivery_id, event, body, payload))
+    metrics.deliveries.labels(event=event, outcome="accepted" if is_new else "duplicate").inc()
+    if not is_new:
+        return _reply(200, "already received")
+    return _reply(202, "accepted")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    db_ok = await ctx.db.ping()
+    counts = await ctx.jobs.counts() if db_ok else {}
+    workers_ok = ctx.jobs.workers_alive == ctx.jobs.workers_total > 0
+    healthy = db_ok and workers_ok and ctx.inbox.alive
+    body = {
+        "status": "ok" if healthy else "unhealthy",
+        "db": db_ok,
+        "inbox": ctx.inbox.alive,
+        "queue_depth": counts.get("queued", 0),
+        "running": counts.get("running", 0),
+        "workers": {"alive": ctx.jobs.workers_alive, "total": ctx.jobs.workers_total},
+    }
+    return web.json_response(body, status=200 if healthy else 503)
+
+
+async def metrics_view(request: web.Request) -> web.Response:
+    ctx = request.app[CONTEXT]
+    metrics = request.app[METRICS]
+    if await ctx.db.ping():
+        metrics.set_job_counts(await ctx.jobs.counts())
+    return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Callable) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("request failed", extra={"fields": {"path": request.path}})
+        return _reply(500, "internal error")
+
+
+def make_app(
+    settings: Settings,
+    *,
+    router: routing.Router | None = None,
+    setup: Setup | None = None,
+) -> web.Application:
+    """Build the server; databases, sessions and workers start with the app, not here."""
+    if router is None:
+        from handlers import router as default_router
+
+        router = default_router
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[errors_middleware])
+    app[METRICS] = Metrics()
+    app.router.add_post("/webhooks/github", webhook)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics_view)
+    app.cleanup_ctx.append(functools.partial(_lifecycle, settings, router, setup))
+    return app
+
+
+async def _lifecycle(
+    settings: Settings, router: routing.Router, setup: Setup | None, app: web.Application
+) -> AsyncIterator[None]:
+    for secret in settings.secrets():
+        register_secret(secret)
+    metrics = app[METRICS]
+    db = await Database.open(settings.db_path)
+    http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+    jobs = Jobs(db)
+    inbox = Inbox(db, jobs)
+    ctx = Context(
+        settings=settings,
+        db=db,
+        jobs=jobs,
+        inbox=inbox,
+        github=GitHubApp(settings, http, metrics=metrics),
+        metrics=metrics,
+        http=http,
+    )
+    app[CONTEXT] = ctx
+    jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
+    jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(
+        kind=job.kind, outcome=outcome
+    ).observe(seconds)
+    if setup is not None:
+        setup(ctx)
+    recovered = await jobs.recover()
+    if recovered:
+        log.info("re-queued jobs left running", extra={"fields": {"count": recovered}})
+    inbox.start()
+    jobs.start({EVENTS_QUEUE: EVENT_WORKERS, REVIEWS_QUEUE: settings.max_concurrent_reviews})
+    try:
+        yield
+    finally:
+        await inbox.stop()
+        await jobs.stop()
+        await http.close()
+        await db.close()

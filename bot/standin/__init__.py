@@ -1,0 +1,1 @@
+"""Local stand-ins for the services the bot talks to (tests and `cockpit demo`)."""

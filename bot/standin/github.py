@@ -1,0 +1,477 @@
+"""A local GitHub REST stand-in (aiohttp on 127.0.0.1) speaking the subset the bot uses.
+
+It behaves like GitHub where the bot depends on it: App JWTs are verified with the public
+key, installation tokens are issued and required on repository calls, a user may hold only
+one pending review per PR, review comments must sit on lines of the diff, and request bodies
+can be validated against GitHub's OpenAPI description. Used by the tests and `cockpit demo`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import itertools
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+from aiohttp import web
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from bot.standin.openapi import OpenAPIValidator
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def commentable_lines(diff: str) -> dict[str, dict[str, dict[int, int]]]:
+    """path → side → {line: hunk number}, the lines GitHub lets a review comment on."""
+    result: dict[str, dict[str, dict[int, int]]] = {}
+    path = None
+    old = new = 0
+    hunk = 0
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            path = None
+        elif line.startswith("+++ "):
+            target = line[4:]
+            path = target[2:] if target.startswith("b/") else None
+            if path is not None:
+                result.setdefault(path, {"LEFT": {}, "RIGHT": {}})
+        elif line.startswith("--- ") and path is None:
+            source = line[4:]
+            if source.startswith("a/"):
+                result.setdefault(source[2:], {"LEFT": {}, "RIGHT": {}})
+                path = source[2:]
+        elif (match := _HUNK.match(line)) and path is not None:
+            old, new = int(match.group(1)), int(match.group(3))
+            hunk += 1
+        elif path is not None and hunk and line[:1] in (" ", "+", "-"):
+            sides = result[path]
+            if line[0] == " ":
+                sides["LEFT"][old] = hunk
+                sides["RIGHT"][new] = hunk
+                old, new = old + 1, new + 1
+            elif line[0] == "+":
+                sides["RIGHT"][new] = hunk
+                new += 1
+            else:
+                sides["LEFT"][old] = hunk
+                old += 1
+    return result
+
+
+@dataclass
+class StandinRepo:
+    owner: str
+    name: str
+    clone_url: str
+    installation_id: int
+    default_branch: str = "main"
+    files: dict[str, str] = field(default_factory=dict)  # on the default branch (contents API)
+    permissions: dict[str, str] = field(default_factory=dict)
+    id: int = 0
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.owner}/{self.name}"
+
+
+@dataclass
+class StandinPull:
+    repo: StandinRepo
+    number: int
+    head_sha: str
+    base_sha: str
+    diff: str
+    title: str = "A change"
+
+    @property
+    def lines(self) -> dict[str, dict[str, dict[int, int]]]:
+        return commentable_lines(self.diff)
+
+
+@dataclass
+class Failure:
+    method: str
+    pattern: re.Pattern
+    status: int
+    body: dict
+    headers: dict[str, str]
+    times: int
+
+
+class GitHubStandin:
+    def __init__(self, *, app_id: str = "4242", slug: str = "pr-cockpit",
+                 validator: OpenAPIValidator | None = None) -> None:
+        self.app_id = app_id
+        self.slug = slug
+        self.validator = validator
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.private_key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        ).decode()
+        self._public_key = key.public_key()
+        self.repos: dict[str, StandinRepo] = {}
+        self.pulls: dict[tuple[str, int], StandinPull] = {}
+        self.tokens: dict[str, tuple[int, float]] = {}
+        self.token_requests = 0
+        self.issue_comments: dict[int, dict] = {}
+        self.review_comments: dict[int, dict] = {}
+        self.reviews: dict[int, dict] = {}
+        self.check_runs: dict[int, dict] = {}
+        self.reactions: list[dict] = []
+        self.requests: list[dict] = []
+        self.violations: list[str] = []
+        self.failures: list[Failure] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self._ids = itertools.count(1000)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    @property
+    def bot_login(self) -> str:
+        return f"{self.slug}[bot]"
+
+    # -- set-up -------------------------------------------------------------
+
+    def add_repo(self, owner: str, name: str, *, clone_url: str, installation_id: int = 1,
+                 files: dict[str, str] | None = None,
+                 permissions: dict[str, str] | None = None) -> StandinRepo:
+        repo = StandinRepo(owner, name, clone_url, installation_id, files=dict(files or {}),
+                           permissions=dict(permissions or {}), id=next(self._ids))
+        self.repos[repo.full_name] = repo
+        return repo
+
+    def add_pull(self, repo: StandinRepo, number: int, *, head_sha: str, base_sha: str,
+                 diff: str, title: str = "A change") -> StandinPull:
+        pull = StandinPull(repo, number, head_sha, base_sha, diff, title)
+        self.pulls[(repo.full_name, number)] = pull
+        return pull
+
+    def fail_next(self, method: str, path_regex: str, status: int, *, times: int = 1,
+                  body: dict | None = None, headers: dict[str, str] | None = None) -> None:
+        self.failures.append(Failure(method, re.compile(path_regex), status,
+                                     body or {"message": "stand-in failure"}, headers or {}, times))
+
+    def calls(self, method: str | None = None, path_regex: str = "") -> list[dict]:
+        pattern = re.compile(path_regex)
+        return [r for r in self.requests
+                if (method is None or r["method"] == method) and pattern.search(r["path"])]
+
+    def status_comments(self, repo: str, number: int) -> list[dict]:
+        return [c for c in self.issue_comments.values()
+                if c["repo"] == repo and c["number"] == number
+                and "<!-- pr-cockpit:status -->" in c["body"]]
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def start(self, port: int = 0) -> str:
+        app = web.Application(client_max_size=50 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        sockets = site._server.sockets  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    # -- request handling -------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = await request.json() if raw else None
+        except ValueError:
+            return _error(400, "Problems parsing JSON")
+        record = {"method": request.method, "path": request.path, "body": body,
+                  "headers": dict(request.headers), "query": dict(request.query)}
+        self.requests.append(record)
+        await self.gate.wait()
+        if self.validator is not None:
+            self.violations.extend(self.validator.check_request(request.method, request.path, body))
+        for failure in self.failures:
+            if failure.times > 0 and failure.method == request.method and \
+                    failure.pattern.search(request.path):
+                failure.times -= 1
+                return web.json_response(failure.body, status=failure.status,
+                                         headers=failure.headers)
+        for method, pattern, handler in self._routes():
+            match = pattern.match(request.path)
+            if match and method == request.method:
+                auth = self._authorise(request, handler, match.groupdict())
+                if auth is not None:
+                    return auth
+                return await handler(request, body or {}, **match.groupdict())
+        return _error(404, "Not Found")
+
+    def _routes(self) -> list[tuple[str, re.Pattern, Callable]]:
+        repo = r"^/repos/(?P<owner>[^/]+)/(?P<name>[^/]+)"
+        table = [
+            ("POST", r"^/app/installations/(?P<installation>\d+)/access_tokens$", self._token),
+            ("GET", r"^/app$", self._app),
+            ("GET", repo + r"$", self._get_repo),
+            ("GET", repo + r"/pulls/(?P<number>\d+)$", self._get_pull),
+            ("GET", repo + r"/pulls/(?P<number>\d+)/reviews$", self._list_reviews),
+            ("POST", repo + r"/pulls/(?P<number>\d+)/reviews$", self._create_review),
+            ("GET", repo + r"/pulls/(?P<number>\d+)/reviews/(?P<rid>\d+)$", self._get_review),
+            ("DELETE", repo + r"/pulls/(?P<number>\d+)/reviews/(?P<rid>\d+)$",
+             self._delete_review),
+            ("POST", repo + r"/pulls/(?P<number>\d+)/reviews/(?P<rid>\d+)/events$",
+             self._submit_review),
+            ("GET", repo + r"/issues/(?P<number>\d+)/comments$", self._list_comments),
+            ("POST", repo + r"/issues/(?P<number>\d+)/comments$", self._create_comment),
+            ("PATCH", repo + r"/issues/comments/(?P<cid>\d+)$", self._edit_comment),
+            ("POST", repo + r"/issues/comments/(?P<cid>\d+)/reactions$", self._react),
+            ("POST", repo + r"/pulls/comments/(?P<cid>\d+)/reactions$", self._react),
+            ("GET", repo + r"/collaborators/(?P<user>[^/]+)/permission$", self._permission),
+            ("POST", repo + r"/check-runs$", self._create_check_run),
+            ("PATCH", repo + r"/check-runs/(?P<crid>\d+)$", self._update_check_run),
+            ("GET", repo + r"/contents/(?P<path>.+)$", self._contents),
+        ]
+        return [(m, re.compile(p), h) for m, p, h in table]
+
+    def _authorise(self, request: web.Request, handler: Callable,
+                   params: dict[str, str]) -> web.Response | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, credential = header.partition(" ")
+        if handler in (self._token, self._app):
+            if scheme.lower() != "bearer":
+                return _error(401, "A JSON web token could not be decoded")
+            try:
+                claims = jwt.decode(credential, self._public_key, algorithms=["RS256"],
+                                    options={"require": ["iat", "exp", "iss"]})
+            except jwt.PyJWTError as exc:
+                return _error(401, f"'Expiration time' claim ('exp') is invalid: {exc}")
+            if str(claims["iss"]) != self.app_id or claims["exp"] - claims["iat"] > 660:
+                return _error(401, "JWT issuer or lifetime is not acceptable")
+            return None
+        if scheme.lower() not in ("token", "bearer") or credential not in self.tokens:
+            return _error(401, "Bad credentials")
+        installation, expires = self.tokens[credential]
+        if expires < time.time():
+            return _error(401, "Bad credentials")
+        repo = self.repos.get(f"{params.get('owner')}/{params.get('name')}")
+        if repo is None or repo.installation_id != installation:
+            return _error(404, "Not Found")
+        return None
+
+    # -- handlers ---------------------------------------------------------------
+
+    def _repo(self, owner: str, name: str) -> StandinRepo:
+        return self.repos[f"{owner}/{name}"]
+
+    async def _token(self, request: web.Request, body: dict, installation: str) -> web.Response:
+        self.token_requests += 1
+        token = "ghs_" + secrets.token_urlsafe(27).replace("-", "a").replace("_", "b")
+        expires = time.time() + 3600
+        self.tokens[token] = (int(installation), expires)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))
+        return web.json_response({"token": token, "expires_at": stamp,
+                                  "permissions": {"pull_requests": "write"}}, status=201)
+
+    async def _app(self, request: web.Request, body: dict) -> web.Response:
+        return web.json_response({"id": int(self.app_id), "slug": self.slug,
+                                  "name": "PR Cockpit"})
+
+    async def _get_repo(self, request: web.Request, body: dict, owner: str,
+                        name: str) -> web.Response:
+        repo = self._repo(owner, name)
+        return web.json_response({"id": repo.id, "name": name, "full_name": repo.full_name,
+                                  "default_branch": repo.default_branch,
+                                  "clone_url": repo.clone_url})
+
+    async def _get_pull(self, request: web.Request, body: dict, owner: str, name: str,
+                        number: str) -> web.Response:
+        pull = self.pulls.get((f"{owner}/{name}", int(number)))
+        if pull is None:
+            return _error(404, "Not Found")
+        return web.json_response({"number": pull.number, "state": "open", "title": pull.title,
+                                  "head": {"sha": pull.head_sha}, "base": {"sha": pull.base_sha}})
+
+    def _review_json(self, review: dict) -> dict:
+        return {k: v for k, v in review.items() if k not in ("repo", "number", "comments")} | {
+            "user": {"login": self.bot_login, "type": "Bot"}}
+
+    async def _list_reviews(self, request: web.Request, body: dict, owner: str, name: str,
+                            number: str) -> web.Response:
+        found = [self._review_json(r) for r in self.reviews.values()
+                 if r["repo"] == f"{owner}/{name}" and r["number"] == int(number)]
+        return web.json_response(found)
+
+    async def _create_review(self, request: web.Request, body: dict, owner: str, name: str,
+                             number: str) -> web.Response:
+        full = f"{owner}/{name}"
+        pull = self.pulls.get((full, int(number)))
+        if pull is None:
+            return _error(404, "Not Found")
+        event = body.get("event")
+        if event is None and any(r["state"] == "PENDING" and r["repo"] == full
+                                 and r["number"] == int(number) for r in self.reviews.values()):
+            return _error(422, "Unprocessable Entity",
+                          ["User can only have one pending review per pull request"])
+        lines = pull.lines
+        for comment in body.get("comments") or []:
+            problem = _comment_problem(comment, lines)
+            if problem:
+                return _error(422, "Unprocessable Entity", [problem])
+        review_id = next(self._ids)
+        states = {None: "PENDING", "COMMENT": "COMMENTED", "REQUEST_CHANGES": "CHANGES_REQUESTED",
+                  "APPROVE": "APPROVED"}
+        review = {"id": review_id, "repo": full, "number": int(number),
+                  "state": states[event], "body": body.get("body", ""),
+                  "commit_id": body.get("commit_id", pull.head_sha),
+                  "comments": list(body.get("comments") or []),
+                  "html_url": f"https://github.test/{full}/pull/{number}#review-{review_id}"}
+        self.reviews[review_id] = review
+        return web.json_response(self._review_json(review))
+
+    async def _get_review(self, request: web.Request, body: dict, owner: str, name: str,
+                          number: str, rid: str) -> web.Response:
+        review = self.reviews.get(int(rid))
+        if review is None:
+            return _error(404, "Not Found")
+        return web.json_response(self._review_json(review))
+
+    async def _delete_review(self, request: web.Request, body: dict, owner: str, name: str,
+                             number: str, rid: str) -> web.Response:
+        review = self.reviews.get(int(rid))
+        if review is None:
+            return _error(404, "Not Found")
+        if review["state"] != "PENDING":
+            return _error(422, "Unprocessable Entity", ["Can not delete a non-pending review"])
+        del self.reviews[int(rid)]
+        return web.json_response(self._review_json(review))
+
+    async def _submit_review(self, request: web.Request, body: dict, owner: str, name: str,
+                             number: str, rid: str) -> web.Response:
+        review = self.reviews.get(int(rid))
+        if review is None:
+            return _error(404, "Not Found")
+        if review["state"] != "PENDING":
+            return _error(422, "Unprocessable Entity", ["Can not submit a non-pending review"])
+        states = {"COMMENT": "COMMENTED", "REQUEST_CHANGES": "CHANGES_REQUESTED",
+                  "APPROVE": "APPROVED"}
+        review["state"] = states[body["event"]]
+        if body.get("body"):
+            review["body"] = body["body"]
+        return web.json_response(self._review_json(review))
+
+    async def _list_comments(self, request: web.Request, body: dict, owner: str, name: str,
+                             number: str) -> web.Response:
+        found = [c for c in self.issue_comments.values()
+                 if c["repo"] == f"{owner}/{name}" and c["number"] == int(number)]
+        return web.json_response([_comment_json(c) for c in found])
+
+    async def _create_comment(self, request: web.Request, body: dict, owner: str, name: str,
+                              number: str) -> web.Response:
+        comment_id = next(self._ids)
+        comment = {"id": comment_id, "repo": f"{owner}/{name}", "number": int(number),
+                   "body": body["body"], "user": {"login": self.bot_login, "type": "Bot"}}
+        self.issue_comments[comment_id] = comment
+        return web.json_response(_comment_json(comment), status=201)
+
+    async def _edit_comment(self, request: web.Request, body: dict, owner: str, name: str,
+                            cid: str) -> web.Response:
+        comment = self.issue_comments.get(int(cid))
+        if comment is None:
+            return _error(404, "Not Found")
+        comment["body"] = body["body"]
+        return web.json_response(_comment_json(comment))
+
+    async def _react(self, request: web.Request, body: dict, owner: str, name: str,
+                     cid: str) -> web.Response:
+        kind = "review_comment" if "/pulls/comments/" in request.path else "issue_comment"
+        reaction = {"id": next(self._ids), "comment_id": int(cid), "kind": kind,
+                    "content": body["content"]}
+        self.reactions.append(reaction)
+        return web.json_response(reaction, status=201)
+
+    async def _permission(self, request: web.Request, body: dict, owner: str, name: str,
+                          user: str) -> web.Response:
+        permission = self._repo(owner, name).permissions.get(user, "none")
+        if permission == "outside":
+            return _error(404, "Not Found")
+        return web.json_response({"permission": permission, "role_name": permission,
+                                  "user": {"login": user}})
+
+    async def _create_check_run(self, request: web.Request, body: dict, owner: str,
+                                name: str) -> web.Response:
+        check_id = next(self._ids)
+        run = {"id": check_id, "repo": f"{owner}/{name}", "annotations": [], **body}
+        run["annotations"] = list((body.get("output") or {}).get("annotations") or [])
+        self.check_runs[check_id] = run
+        return web.json_response(run, status=201)
+
+    async def _update_check_run(self, request: web.Request, body: dict, owner: str, name: str,
+                                crid: str) -> web.Response:
+        run = self.check_runs.get(int(crid))
+        if run is None:
+            return _error(404, "Not Found")
+        annotations = (body.get("output") or {}).get("annotations") or []
+        if len(annotations) > 50:
+            return _error(422, "Unprocessable Entity", ["annotations: at most 50 per request"])
+        run.update({k: v for k, v in body.items() if k != "output"})
+        if "output" in body:
+            run["output"] = {**run.get("output", {}), **body["output"]}
+            run["annotations"].extend(annotations)
+        return web.json_response(run)
+
+    async def _contents(self, request: web.Request, body: dict, owner: str, name: str,
+                        path: str) -> web.Response:
+        repo = self._repo(owner, name)
+        ref = request.query.get("ref", repo.default_branch)
+        if ref != repo.default_branch or path not in repo.files:
+            return _error(404, "Not Found")
+        content = repo.files[path].encode()
+        etag = '"' + hashlib.sha1(content, usedforsecurity=False).hexdigest() + '"'
+        if request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304, headers={"ETag": etag})
+        return web.json_response(
+            {"type": "file", "name": path.rsplit("/", 1)[-1], "path": path,
+             "encoding": "base64", "size": len(content),
+             "content": base64.b64encode(content).decode()},
+            headers={"ETag": etag},
+        )
+
+
+def _comment_problem(comment: dict, lines: dict[str, dict[str, dict[int, int]]]) -> str | None:
+    sides = lines.get(comment.get("path", ""))
+    if sides is None:
+        return "Path could not be resolved"
+    side = comment.get("side", "RIGHT")
+    line = comment.get("line")
+    if line not in sides.get(side, {}):
+        return "Pull request review thread line must be part of the diff"
+    if "start_line" in comment:
+        start_side = comment.get("start_side", side)
+        start_hunk = sides.get(start_side, {}).get(comment["start_line"])
+        if start_hunk is None or start_hunk != sides[side][line] or comment["start_line"] > line:
+            return "Pull request review thread start line must be part of the same hunk"
+    return None
+
+
+def _comment_json(comment: dict) -> dict:
+    return {"id": comment["id"], "body": comment["body"], "user": comment["user"],
+            "html_url": f"https://github.test/{comment['repo']}/pull/{comment['number']}"
+                        f"#issuecomment-{comment['id']}"}
+
+
+def _error(status: int, message: str, errors: list[str] | None = None) -> web.Response:
+    body: dict[str, Any] = {"message": message,
+                            "documentation_url": "https://docs.github.com/rest"}
+    if errors:
+        body["errors"] = errors
+    return web.json_response(body, status=status)

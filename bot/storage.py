@@ -1,0 +1,293 @@
+"""SQLite storage (aiosqlite, WAL) and the idempotent schema of SPEC §10."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    id TEXT PRIMARY KEY,
+    event TEXT NOT NULL,
+    action TEXT,
+    installation_id INTEGER,
+    repo TEXT,
+    body BLOB NOT NULL,
+    received_at REAL NOT NULL,
+    status TEXT NOT NULL DEFAULT 'queued',
+    outcome TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    processed_at REAL
+);
+CREATE INDEX IF NOT EXISTS deliveries_status ON deliveries(status);
+
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    key TEXT NOT NULL,
+    payload TEXT NOT NULL DEFAULT '{}',
+    state TEXT NOT NULL DEFAULT 'queued',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL DEFAULT 3,
+    run_after REAL NOT NULL,
+    lease_until REAL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, state, run_after);
+CREATE INDEX IF NOT EXISTS jobs_key ON jobs(key, state);
+
+CREATE TABLE IF NOT EXISTS pulls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    installation_id INTEGER,
+    repo TEXT NOT NULL,
+    number INTEGER NOT NULL,
+    head_sha TEXT,
+    base_ref TEXT,
+    clone_url TEXT,
+    title TEXT,
+    body TEXT,
+    author TEXT,
+    state TEXT NOT NULL DEFAULT 'open',
+    draft INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL,
+    UNIQUE (repo, number)
+);
+
+CREATE TABLE IF NOT EXISTS skill_versions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    sha256 TEXT NOT NULL UNIQUE,
+    body TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    subkind TEXT,
+    session_id INTEGER,
+    review_id INTEGER,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    skill_version_id INTEGER,
+    status TEXT NOT NULL DEFAULT 'running',
+    error TEXT,
+    tool_calls INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL,
+    started_at REAL NOT NULL,
+    finished_at REAL
+);
+
+CREATE TABLE IF NOT EXISTS run_usage (
+    run_id INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL,
+    PRIMARY KEY (run_id, model)
+);
+
+CREATE TABLE IF NOT EXISTS reviews (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    pull_id INTEGER NOT NULL,
+    head_sha TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'queued',
+    stale INTEGER NOT NULL DEFAULT 0,
+    provider TEXT,
+    verdict TEXT,
+    summary TEXT,
+    error TEXT,
+    progress TEXT,
+    pending_review_id INTEGER,
+    check_run_id INTEGER,
+    status_comment_id INTEGER,
+    skill_version_id INTEGER,
+    run_id INTEGER,
+    posted_by TEXT,
+    posted_event TEXT,
+    not_reviewed TEXT NOT NULL DEFAULT '[]',
+    config_error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    posted_at REAL
+);
+CREATE INDEX IF NOT EXISTS reviews_pull ON reviews(pull_id, id);
+
+CREATE TABLE IF NOT EXISTS findings (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    review_id INTEGER NOT NULL,
+    ordinal INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    line INTEGER,
+    end_line INTEGER,
+    side TEXT NOT NULL DEFAULT 'RIGHT',
+    severity TEXT NOT NULL,
+    title TEXT NOT NULL,
+    body TEXT NOT NULL DEFAULT '',
+    suggestion TEXT,
+    in_diff INTEGER NOT NULL DEFAULT 0,
+    verify_status TEXT,
+    verify_note TEXT,
+    state TEXT NOT NULL DEFAULT 'kept',
+    checked_by TEXT,
+    UNIQUE (review_id, ordinal)
+);
+
+CREATE TABLE IF NOT EXISTS sessions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    pull_id INTEGER,
+    review_id INTEGER,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    role TEXT NOT NULL DEFAULT 'primary',
+    status TEXT NOT NULL DEFAULT 'active',
+    parent_session_id INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS messages (
+    session_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    github_comment_id INTEGER,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+
+CREATE TABLE IF NOT EXISTS session_reviews (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    parent_session_id INTEGER NOT NULL,
+    child_session_id INTEGER NOT NULL,
+    child_adapter TEXT NOT NULL,
+    anchor_message_id TEXT,
+    anchor_comment_id INTEGER,
+    review_prompt TEXT,
+    review_title TEXT,
+    message_count INTEGER NOT NULL DEFAULT 0,
+    started_at REAL NOT NULL,
+    ended_at REAL
+);
+
+CREATE TABLE IF NOT EXISTS eval_runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    golden TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    verify INTEGER NOT NULL DEFAULT 0,
+    precision REAL, recall REAL, f1 REAL, cost_usd REAL,
+    wall_seconds REAL,
+    started_at REAL NOT NULL,
+    finished_at REAL
+);
+
+CREATE TABLE IF NOT EXISTS eval_cases (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    eval_run_id INTEGER NOT NULL,
+    pr INTEGER NOT NULL,
+    head_sha TEXT NOT NULL,
+    true_positives INTEGER, false_positives INTEGER, false_negatives INTEGER,
+    precision REAL, recall REAL, f1 REAL, cost_usd REAL, wall_seconds REAL,
+    error TEXT
+);
+
+CREATE TABLE IF NOT EXISTS eval_findings (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    eval_case_id INTEGER NOT NULL,
+    path TEXT, line INTEGER, severity TEXT, title TEXT, body TEXT,
+    matched_label INTEGER,
+    verify_status TEXT
+);
+"""
+
+# Columns added after a table first shipped: (table, column, declaration).
+# ensure_schema adds any that are missing, so old databases upgrade in place.
+MIGRATIONS: tuple[tuple[str, str, str], ...] = ()
+
+
+class Database:
+    """One aiosqlite connection; writes and multi-statement work go through `transaction()`."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path | str) -> Database:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = await aiosqlite.connect(str(path), isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        await conn.execute("PRAGMA journal_mode=WAL")
+        # FULL: a delivery acknowledged with 202 survives power loss, not just a crash.
+        # Group commit in the inbox keeps this cheap.
+        await conn.execute("PRAGMA synchronous=FULL")
+        await conn.execute("PRAGMA busy_timeout=5000")
+        await conn.execute("PRAGMA foreign_keys=ON")
+        db = cls(conn)
+        await db.ensure_schema()
+        return db
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    async def ensure_schema(self) -> None:
+        async with self._lock:
+            await self.conn.executescript(SCHEMA)
+            for table, column, declaration in MIGRATIONS:
+                cursor = await self.conn.execute(f"PRAGMA table_info({table})")
+                if column not in {row["name"] for row in await cursor.fetchall()}:
+                    await self.conn.execute(
+                        f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+                    )
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            await self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                await self.conn.execute("ROLLBACK")
+                raise
+            await self.conn.execute("COMMIT")
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        """Run one statement; return rowcount (or lastrowid for an INSERT)."""
+        async with self._lock:
+            cursor = await self.conn.execute(sql, args)
+            if sql.lstrip().upper().startswith("INSERT"):
+                return cursor.lastrowid or 0
+            return cursor.rowcount
+
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Row | None:
+        async with self._lock:
+            cursor = await self.conn.execute(sql, args)
+            return await cursor.fetchone()
+
+    async def fetchall(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        async with self._lock:
+            cursor = await self.conn.execute(sql, tuple(args))
+            return list(await cursor.fetchall())
+
+    async def ping(self) -> bool:
+        try:
+            await self.fetchone("SELECT 1")
+        except (sqlite3.Error, ValueError):
+            return False
+        return True

@@ -1,0 +1,9 @@
+"""gidgethub routers, one module per event family, combined into one `router`."""
+
+from gidgethub import routing
+
+from handlers import comments, installation, pull_request
+
+router = routing.Router(pull_request.router, comments.router, installation.router)
+
+__all__ = ["router"]

@@ -1,0 +1,54 @@
+"""`pull_request` events: review new heads, mark stale drafts, clean up on close."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gidgethub import routing, sansio
+
+from bot.context import Context
+from bot.pulls import upsert_pull
+from bot.repo_config import fetch_repo_config
+from bot.reviews import cancel_pull_work, enqueue_review, has_draft_for, mark_older_drafts_stale
+
+router = routing.Router()
+
+
+@router.register("pull_request", action="opened")
+@router.register("pull_request", action="reopened")
+@router.register("pull_request", action="ready_for_review")
+@router.register("pull_request", action="synchronize")
+async def review_new_head(
+    event: sansio.Event, gh: Any, *args: Any, ctx: Context, **kwargs: Any
+) -> None:
+    pr = event.data["pull_request"]
+    repo = event.data["repository"]
+    installation_id = event.data.get("installation", {}).get("id")
+    pull_id = await upsert_pull(ctx.db, installation_id, repo, pr)
+    head_sha = pr["head"]["sha"]
+    await mark_older_drafts_stale(ctx, pull_id, head_sha)
+    config = await fetch_repo_config(gh, repo["owner"]["login"], repo["name"])
+    if not config.auto_review:
+        return
+    if pr.get("draft") and not config.review_drafts:
+        return
+    if await has_draft_for(ctx.db, pull_id, head_sha):
+        return
+    await enqueue_review(
+        ctx,
+        pull_id,
+        head_sha,
+        provider=config.provider,
+        verify=config.verify,
+        reason=event.data["action"],
+    )
+
+
+@router.register("pull_request", action="closed")
+async def clean_up_closed(
+    event: sansio.Event, gh: Any, *args: Any, ctx: Context, **kwargs: Any
+) -> None:
+    pr = event.data["pull_request"]
+    repo = event.data["repository"]
+    pull_id = await upsert_pull(ctx.db, event.data.get("installation", {}).get("id"), repo, pr)
+    await cancel_pull_work(ctx, pull_id)
