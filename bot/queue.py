@@ -79,9 +79,13 @@ class Jobs:
 
     # -- queue operations -------------------------------------------------
 
-    async def insert(
+    INSERT_SQL = (
+        "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    )
+
+    def row(
         self,
-        conn: aiosqlite.Connection,
         kind: str,
         key: str,
         payload: dict[str, Any],
@@ -89,15 +93,10 @@ class Jobs:
         queue: str,
         max_attempts: int = 3,
         delay: float = 0.0,
-    ) -> int:
-        """Insert inside the caller's transaction."""
+    ) -> tuple:
+        """Values for INSERT_SQL, for callers that insert jobs in their own transaction."""
         now = self.clock()
-        cursor = await conn.execute(
-            "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (kind, queue, key, json.dumps(payload), max_attempts, now + delay, now),
-        )
-        return int(cursor.lastrowid or 0)
+        return (kind, queue, key, json.dumps(payload), max_attempts, now + delay, now)
 
     async def enqueue(
         self,
@@ -122,9 +121,11 @@ class Jobs:
                 running = await self._cancel_in(conn, key, kind)
             if prepare is not None:
                 payload = {**payload, **await prepare(conn)}
-            job_id = await self.insert(
-                conn, kind, key, payload, queue=queue, max_attempts=max_attempts, delay=delay
+            cursor = await conn.execute(
+                self.INSERT_SQL,
+                self.row(kind, key, payload, queue=queue, max_attempts=max_attempts, delay=delay),
             )
+            job_id = int(cursor.lastrowid or 0)
         self._interrupt(running)
         self.wake(queue)
         return job_id
@@ -166,18 +167,16 @@ class Jobs:
 
     async def claim(self, queue: str) -> Job | None:
         now = self.clock()
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
-                " started_at = ?, lease_until = ?"
-                " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
-                "   AND j.run_after <= ? AND NOT EXISTS (SELECT 1 FROM jobs r"
-                "   WHERE r.key = j.key AND r.state = 'running')"
-                "   ORDER BY j.run_after, j.id LIMIT 1)"
-                " RETURNING *",
-                (now, now + LEASE_SECONDS, queue, now),
-            )
-            row = await cursor.fetchone()
+        row = await self.db.fetchone(
+            "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
+            " started_at = ?, lease_until = ?"
+            " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
+            "   AND j.run_after <= ? AND NOT EXISTS (SELECT 1 FROM jobs r"
+            "   WHERE r.key = j.key AND r.state = 'running')"
+            "   ORDER BY j.run_after, j.id LIMIT 1)"
+            " RETURNING *",
+            (now, now + LEASE_SECONDS, queue, now),
+        )
         return Job.from_row(row) if row else None
 
     async def _finish(self, job: Job, state: str, error: str | None = None) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
+import orjson
 from aiohttp import web
 from gidgethub import routing
 
@@ -86,8 +86,8 @@ async def webhook(request: web.Request) -> web.Response:
         metrics.deliveries.labels(event=event or "unknown", outcome="bad_request").inc()
         return _reply(400, "missing X-GitHub-Event or X-GitHub-Delivery")
     try:
-        payload = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        payload = orjson.loads(body)  # also rejects invalid UTF-8
+    except orjson.JSONDecodeError:
         payload = None
     if not isinstance(payload, dict):
         metrics.deliveries.labels(event=event, outcome="bad_request").inc()
@@ -168,7 +168,7 @@ async def _lifecycle(
     db = await Database.open(settings.db_path)
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
     jobs = Jobs(db)
-    inbox = Inbox(db, jobs)
+    inbox = Inbox(settings.db_path, jobs)
     ctx = Context(
         settings=settings,
         db=db,
@@ -188,7 +188,7 @@ async def _lifecycle(
     recovered = await jobs.recover()
     if recovered:
         log.info("re-queued jobs left running", extra={"fields": {"count": recovered}})
-    inbox.start()
+    await inbox.start()
     jobs.start({EVENTS_QUEUE: EVENT_WORKERS, REVIEWS_QUEUE: settings.max_concurrent_reviews})
     try:
         yield

@@ -44,19 +44,27 @@ Poster = Callable[..., Awaitable]
 def deliver(client_factory=None) -> Callable:
     """`await deliver(client, event, data)` posts a signed delivery; returns the response."""
 
-    async def post(client, event: str, data: dict | bytes, *, delivery_id: str | None = None,
-                   secret: str = WEBHOOK_SECRET):
+    async def post(
+        client,
+        event: str,
+        data: dict | bytes,
+        *,
+        delivery_id: str | None = None,
+        secret: str = WEBHOOK_SECRET,
+    ):
         body = data if isinstance(data, bytes) else json.dumps(data).encode()
         return await client.post(
-            "/webhooks/github", data=body,
+            "/webhooks/github",
+            data=body,
             headers=deliveries.headers(event, body, secret, delivery_id),
         )
 
     return post
 
 
-async def wait_for(predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 10.0,
-                   interval: float = 0.02) -> None:
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 10.0, interval: float = 0.02
+) -> None:
     """Poll until `predicate` is true; fail the test with a clear message on timeout."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:

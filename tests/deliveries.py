@@ -48,13 +48,17 @@ def as_pr_comment(data: dict[str, Any], pr_number: int) -> dict[str, Any]:
     return data
 
 
-def retarget(data: dict[str, Any], *, owner: str, name: str, clone_url: str,
-             installation_id: int) -> dict[str, Any]:
+def retarget(
+    data: dict[str, Any], *, owner: str, name: str, clone_url: str, installation_id: int
+) -> dict[str, Any]:
     """Point a published payload at a stand-in repository and installation."""
     repo = data["repository"]
     repo["name"] = name
     repo["full_name"] = f"{owner}/{name}"
     repo["owner"]["login"] = owner
     repo["clone_url"] = clone_url
-    data["installation"] = {"id": installation_id, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ=="}
+    data["installation"] = {
+        "id": installation_id,
+        "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ==",
+    }
     return data

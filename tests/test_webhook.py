@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 
 import pytest
 
@@ -24,13 +25,30 @@ def signed(body: bytes, event: str = "pull_request", delivery: str = "d-1") -> d
 
 BAD_REQUESTS = [
     ("no signature", BODY, lambda h: h.pop("X-Hub-Signature-256"), 401),
-    ("wrong signature", BODY, lambda h: h.update({"X-Hub-Signature-256": "sha256=" + "0" * 64}), 401),
-    ("signature for another body", BODY,
-     lambda h: h.update({"X-Hub-Signature-256": deliveries.sign(b"{}", WEBHOOK_SECRET)}), 401),
-    ("sha1 only", BODY, lambda h: h.update({"X-Hub-Signature-256": "",
-                                             "X-Hub-Signature": "sha1=" + "0" * 40}), 401),
-    ("sha1 in the sha256 header", BODY,
-     lambda h: h.update({"X-Hub-Signature-256": "sha1=" + "0" * 40}), 401),
+    (
+        "wrong signature",
+        BODY,
+        lambda h: h.update({"X-Hub-Signature-256": "sha256=" + "0" * 64}),
+        401,
+    ),
+    (
+        "signature for another body",
+        BODY,
+        lambda h: h.update({"X-Hub-Signature-256": deliveries.sign(b"{}", WEBHOOK_SECRET)}),
+        401,
+    ),
+    (
+        "sha1 only",
+        BODY,
+        lambda h: h.update({"X-Hub-Signature-256": "", "X-Hub-Signature": "sha1=" + "0" * 40}),
+        401,
+    ),
+    (
+        "sha1 in the sha256 header",
+        BODY,
+        lambda h: h.update({"X-Hub-Signature-256": "sha1=" + "0" * 40}),
+        401,
+    ),
     ("missing event header", BODY, lambda h: h.pop("X-GitHub-Event"), 400),
     ("missing delivery header", BODY, lambda h: h.pop("X-GitHub-Delivery"), 400),
     ("non-JSON body", b"action=opened&number=1", None, 400),
@@ -41,8 +59,9 @@ BAD_REQUESTS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "body", "tamper", "status"), BAD_REQUESTS,
-                         ids=[case[0] for case in BAD_REQUESTS])
+@pytest.mark.parametrize(
+    ("name", "body", "tamper", "status"), BAD_REQUESTS, ids=[case[0] for case in BAD_REQUESTS]
+)
 async def test_bad_delivery_is_refused_and_stores_nothing(
     aiohttp_client, settings, name, body, tamper, status
 ):
@@ -60,9 +79,11 @@ async def test_verified_delivery_is_stored_before_the_202(aiohttp_client, settin
     client = await aiohttp_client(make_app(settings))
     response = await client.post("/webhooks/github", data=BODY, headers=signed(BODY))
     assert response.status == 202
-    row = await client.app[CONTEXT].db.fetchone("SELECT event, body FROM deliveries WHERE id = 'd-1'")
+    row = await client.app[CONTEXT].db.fetchone(
+        "SELECT event, body FROM deliveries WHERE id = 'd-1'"
+    )
     assert row["event"] == "pull_request"
-    assert bytes(row["body"]) == BODY  # the exact raw bytes, as signed
+    assert zlib.decompress(row["body"]) == BODY  # the exact raw bytes, as signed
 
 
 async def test_redelivery_is_acknowledged_and_not_processed_again(aiohttp_client, settings):
@@ -80,10 +101,12 @@ async def test_concurrent_duplicates_store_one_row(aiohttp_client, settings):
     import asyncio
 
     client = await aiohttp_client(make_app(settings))
-    responses = await asyncio.gather(*[
-        client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="racy"))
-        for _ in range(10)
-    ])
+    responses = await asyncio.gather(
+        *[
+            client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="racy"))
+            for _ in range(10)
+        ]
+    )
     assert sorted(r.status for r in responses) == [200] * 9 + [202]
     assert await delivery_rows(client) == 1
 

@@ -107,14 +107,20 @@ class Failure:
 
 
 class GitHubStandin:
-    def __init__(self, *, app_id: str = "4242", slug: str = "pr-cockpit",
-                 validator: OpenAPIValidator | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        app_id: str = "4242",
+        slug: str = "pr-cockpit",
+        validator: OpenAPIValidator | None = None,
+    ) -> None:
         self.app_id = app_id
         self.slug = slug
         self.validator = validator
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.private_key_pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
             serialization.NoEncryption(),
         ).decode()
         self._public_key = key.public_key()
@@ -142,34 +148,79 @@ class GitHubStandin:
 
     # -- set-up -------------------------------------------------------------
 
-    def add_repo(self, owner: str, name: str, *, clone_url: str, installation_id: int = 1,
-                 files: dict[str, str] | None = None,
-                 permissions: dict[str, str] | None = None) -> StandinRepo:
-        repo = StandinRepo(owner, name, clone_url, installation_id, files=dict(files or {}),
-                           permissions=dict(permissions or {}), id=next(self._ids))
+    def add_repo(
+        self,
+        owner: str,
+        name: str,
+        *,
+        clone_url: str,
+        installation_id: int = 1,
+        files: dict[str, str] | None = None,
+        permissions: dict[str, str] | None = None,
+    ) -> StandinRepo:
+        repo = StandinRepo(
+            owner,
+            name,
+            clone_url,
+            installation_id,
+            files=dict(files or {}),
+            permissions=dict(permissions or {}),
+            id=next(self._ids),
+        )
         self.repos[repo.full_name] = repo
         return repo
 
-    def add_pull(self, repo: StandinRepo, number: int, *, head_sha: str, base_sha: str,
-                 diff: str, title: str = "A change") -> StandinPull:
+    def add_pull(
+        self,
+        repo: StandinRepo,
+        number: int,
+        *,
+        head_sha: str,
+        base_sha: str,
+        diff: str,
+        title: str = "A change",
+    ) -> StandinPull:
         pull = StandinPull(repo, number, head_sha, base_sha, diff, title)
         self.pulls[(repo.full_name, number)] = pull
         return pull
 
-    def fail_next(self, method: str, path_regex: str, status: int, *, times: int = 1,
-                  body: dict | None = None, headers: dict[str, str] | None = None) -> None:
-        self.failures.append(Failure(method, re.compile(path_regex), status,
-                                     body or {"message": "stand-in failure"}, headers or {}, times))
+    def fail_next(
+        self,
+        method: str,
+        path_regex: str,
+        status: int,
+        *,
+        times: int = 1,
+        body: dict | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.failures.append(
+            Failure(
+                method,
+                re.compile(path_regex),
+                status,
+                body or {"message": "stand-in failure"},
+                headers or {},
+                times,
+            )
+        )
 
     def calls(self, method: str | None = None, path_regex: str = "") -> list[dict]:
         pattern = re.compile(path_regex)
-        return [r for r in self.requests
-                if (method is None or r["method"] == method) and pattern.search(r["path"])]
+        return [
+            r
+            for r in self.requests
+            if (method is None or r["method"] == method) and pattern.search(r["path"])
+        ]
 
     def status_comments(self, repo: str, number: int) -> list[dict]:
-        return [c for c in self.issue_comments.values()
-                if c["repo"] == repo and c["number"] == number
-                and "<!-- pr-cockpit:status -->" in c["body"]]
+        return [
+            c
+            for c in self.issue_comments.values()
+            if c["repo"] == repo
+            and c["number"] == number
+            and "<!-- pr-cockpit:status -->" in c["body"]
+        ]
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -196,18 +247,27 @@ class GitHubStandin:
             body = await request.json() if raw else None
         except ValueError:
             return _error(400, "Problems parsing JSON")
-        record = {"method": request.method, "path": request.path, "body": body,
-                  "headers": dict(request.headers), "query": dict(request.query)}
+        record = {
+            "method": request.method,
+            "path": request.path,
+            "body": body,
+            "headers": dict(request.headers),
+            "query": dict(request.query),
+        }
         self.requests.append(record)
         await self.gate.wait()
         if self.validator is not None:
             self.violations.extend(self.validator.check_request(request.method, request.path, body))
         for failure in self.failures:
-            if failure.times > 0 and failure.method == request.method and \
-                    failure.pattern.search(request.path):
+            if (
+                failure.times > 0
+                and failure.method == request.method
+                and failure.pattern.search(request.path)
+            ):
                 failure.times -= 1
-                return web.json_response(failure.body, status=failure.status,
-                                         headers=failure.headers)
+                return web.json_response(
+                    failure.body, status=failure.status, headers=failure.headers
+                )
         for method, pattern, handler in self._routes():
             match = pattern.match(request.path)
             if match and method == request.method:
@@ -227,10 +287,12 @@ class GitHubStandin:
             ("GET", repo + r"/pulls/(?P<number>\d+)/reviews$", self._list_reviews),
             ("POST", repo + r"/pulls/(?P<number>\d+)/reviews$", self._create_review),
             ("GET", repo + r"/pulls/(?P<number>\d+)/reviews/(?P<rid>\d+)$", self._get_review),
-            ("DELETE", repo + r"/pulls/(?P<number>\d+)/reviews/(?P<rid>\d+)$",
-             self._delete_review),
-            ("POST", repo + r"/pulls/(?P<number>\d+)/reviews/(?P<rid>\d+)/events$",
-             self._submit_review),
+            ("DELETE", repo + r"/pulls/(?P<number>\d+)/reviews/(?P<rid>\d+)$", self._delete_review),
+            (
+                "POST",
+                repo + r"/pulls/(?P<number>\d+)/reviews/(?P<rid>\d+)/events$",
+                self._submit_review,
+            ),
             ("GET", repo + r"/issues/(?P<number>\d+)/comments$", self._list_comments),
             ("POST", repo + r"/issues/(?P<number>\d+)/comments$", self._create_comment),
             ("PATCH", repo + r"/issues/comments/(?P<cid>\d+)$", self._edit_comment),
@@ -243,16 +305,21 @@ class GitHubStandin:
         ]
         return [(m, re.compile(p), h) for m, p, h in table]
 
-    def _authorise(self, request: web.Request, handler: Callable,
-                   params: dict[str, str]) -> web.Response | None:
+    def _authorise(
+        self, request: web.Request, handler: Callable, params: dict[str, str]
+    ) -> web.Response | None:
         header = request.headers.get("Authorization", "")
         scheme, _, credential = header.partition(" ")
         if handler in (self._token, self._app):
             if scheme.lower() != "bearer":
                 return _error(401, "A JSON web token could not be decoded")
             try:
-                claims = jwt.decode(credential, self._public_key, algorithms=["RS256"],
-                                    options={"require": ["iat", "exp", "iss"]})
+                claims = jwt.decode(
+                    credential,
+                    self._public_key,
+                    algorithms=["RS256"],
+                    options={"require": ["iat", "exp", "iss"]},
+                )
             except jwt.PyJWTError as exc:
                 return _error(401, f"'Expiration time' claim ('exp') is invalid: {exc}")
             if str(claims["iss"]) != self.app_id or claims["exp"] - claims["iat"] > 660:
@@ -279,74 +346,112 @@ class GitHubStandin:
         expires = time.time() + 3600
         self.tokens[token] = (int(installation), expires)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))
-        return web.json_response({"token": token, "expires_at": stamp,
-                                  "permissions": {"pull_requests": "write"}}, status=201)
+        return web.json_response(
+            {"token": token, "expires_at": stamp, "permissions": {"pull_requests": "write"}},
+            status=201,
+        )
 
     async def _app(self, request: web.Request, body: dict) -> web.Response:
-        return web.json_response({"id": int(self.app_id), "slug": self.slug,
-                                  "name": "PR Cockpit"})
+        return web.json_response({"id": int(self.app_id), "slug": self.slug, "name": "PR Cockpit"})
 
-    async def _get_repo(self, request: web.Request, body: dict, owner: str,
-                        name: str) -> web.Response:
+    async def _get_repo(
+        self, request: web.Request, body: dict, owner: str, name: str
+    ) -> web.Response:
         repo = self._repo(owner, name)
-        return web.json_response({"id": repo.id, "name": name, "full_name": repo.full_name,
-                                  "default_branch": repo.default_branch,
-                                  "clone_url": repo.clone_url})
+        return web.json_response(
+            {
+                "id": repo.id,
+                "name": name,
+                "full_name": repo.full_name,
+                "default_branch": repo.default_branch,
+                "clone_url": repo.clone_url,
+            }
+        )
 
-    async def _get_pull(self, request: web.Request, body: dict, owner: str, name: str,
-                        number: str) -> web.Response:
+    async def _get_pull(
+        self, request: web.Request, body: dict, owner: str, name: str, number: str
+    ) -> web.Response:
         pull = self.pulls.get((f"{owner}/{name}", int(number)))
         if pull is None:
             return _error(404, "Not Found")
-        return web.json_response({"number": pull.number, "state": "open", "title": pull.title,
-                                  "head": {"sha": pull.head_sha}, "base": {"sha": pull.base_sha}})
+        return web.json_response(
+            {
+                "number": pull.number,
+                "state": "open",
+                "title": pull.title,
+                "head": {"sha": pull.head_sha},
+                "base": {"sha": pull.base_sha},
+            }
+        )
 
     def _review_json(self, review: dict) -> dict:
         return {k: v for k, v in review.items() if k not in ("repo", "number", "comments")} | {
-            "user": {"login": self.bot_login, "type": "Bot"}}
+            "user": {"login": self.bot_login, "type": "Bot"}
+        }
 
-    async def _list_reviews(self, request: web.Request, body: dict, owner: str, name: str,
-                            number: str) -> web.Response:
-        found = [self._review_json(r) for r in self.reviews.values()
-                 if r["repo"] == f"{owner}/{name}" and r["number"] == int(number)]
+    async def _list_reviews(
+        self, request: web.Request, body: dict, owner: str, name: str, number: str
+    ) -> web.Response:
+        found = [
+            self._review_json(r)
+            for r in self.reviews.values()
+            if r["repo"] == f"{owner}/{name}" and r["number"] == int(number)
+        ]
         return web.json_response(found)
 
-    async def _create_review(self, request: web.Request, body: dict, owner: str, name: str,
-                             number: str) -> web.Response:
+    async def _create_review(
+        self, request: web.Request, body: dict, owner: str, name: str, number: str
+    ) -> web.Response:
         full = f"{owner}/{name}"
         pull = self.pulls.get((full, int(number)))
         if pull is None:
             return _error(404, "Not Found")
         event = body.get("event")
-        if event is None and any(r["state"] == "PENDING" and r["repo"] == full
-                                 and r["number"] == int(number) for r in self.reviews.values()):
-            return _error(422, "Unprocessable Entity",
-                          ["User can only have one pending review per pull request"])
+        if event is None and any(
+            r["state"] == "PENDING" and r["repo"] == full and r["number"] == int(number)
+            for r in self.reviews.values()
+        ):
+            return _error(
+                422,
+                "Unprocessable Entity",
+                ["User can only have one pending review per pull request"],
+            )
         lines = pull.lines
         for comment in body.get("comments") or []:
             problem = _comment_problem(comment, lines)
             if problem:
                 return _error(422, "Unprocessable Entity", [problem])
         review_id = next(self._ids)
-        states = {None: "PENDING", "COMMENT": "COMMENTED", "REQUEST_CHANGES": "CHANGES_REQUESTED",
-                  "APPROVE": "APPROVED"}
-        review = {"id": review_id, "repo": full, "number": int(number),
-                  "state": states[event], "body": body.get("body", ""),
-                  "commit_id": body.get("commit_id", pull.head_sha),
-                  "comments": list(body.get("comments") or []),
-                  "html_url": f"https://github.test/{full}/pull/{number}#review-{review_id}"}
+        states = {
+            None: "PENDING",
+            "COMMENT": "COMMENTED",
+            "REQUEST_CHANGES": "CHANGES_REQUESTED",
+            "APPROVE": "APPROVED",
+        }
+        review = {
+            "id": review_id,
+            "repo": full,
+            "number": int(number),
+            "state": states[event],
+            "body": body.get("body", ""),
+            "commit_id": body.get("commit_id", pull.head_sha),
+            "comments": list(body.get("comments") or []),
+            "html_url": f"https://github.test/{full}/pull/{number}#review-{review_id}",
+        }
         self.reviews[review_id] = review
         return web.json_response(self._review_json(review))
 
-    async def _get_review(self, request: web.Request, body: dict, owner: str, name: str,
-                          number: str, rid: str) -> web.Response:
+    async def _get_review(
+        self, request: web.Request, body: dict, owner: str, name: str, number: str, rid: str
+    ) -> web.Response:
         review = self.reviews.get(int(rid))
         if review is None:
             return _error(404, "Not Found")
         return web.json_response(self._review_json(review))
 
-    async def _delete_review(self, request: web.Request, body: dict, owner: str, name: str,
-                             number: str, rid: str) -> web.Response:
+    async def _delete_review(
+        self, request: web.Request, body: dict, owner: str, name: str, number: str, rid: str
+    ) -> web.Response:
         review = self.reviews.get(int(rid))
         if review is None:
             return _error(404, "Not Found")
@@ -355,68 +460,92 @@ class GitHubStandin:
         del self.reviews[int(rid)]
         return web.json_response(self._review_json(review))
 
-    async def _submit_review(self, request: web.Request, body: dict, owner: str, name: str,
-                             number: str, rid: str) -> web.Response:
+    async def _submit_review(
+        self, request: web.Request, body: dict, owner: str, name: str, number: str, rid: str
+    ) -> web.Response:
         review = self.reviews.get(int(rid))
         if review is None:
             return _error(404, "Not Found")
         if review["state"] != "PENDING":
             return _error(422, "Unprocessable Entity", ["Can not submit a non-pending review"])
-        states = {"COMMENT": "COMMENTED", "REQUEST_CHANGES": "CHANGES_REQUESTED",
-                  "APPROVE": "APPROVED"}
+        states = {
+            "COMMENT": "COMMENTED",
+            "REQUEST_CHANGES": "CHANGES_REQUESTED",
+            "APPROVE": "APPROVED",
+        }
         review["state"] = states[body["event"]]
         if body.get("body"):
             review["body"] = body["body"]
         return web.json_response(self._review_json(review))
 
-    async def _list_comments(self, request: web.Request, body: dict, owner: str, name: str,
-                             number: str) -> web.Response:
-        found = [c for c in self.issue_comments.values()
-                 if c["repo"] == f"{owner}/{name}" and c["number"] == int(number)]
+    async def _list_comments(
+        self, request: web.Request, body: dict, owner: str, name: str, number: str
+    ) -> web.Response:
+        found = [
+            c
+            for c in self.issue_comments.values()
+            if c["repo"] == f"{owner}/{name}" and c["number"] == int(number)
+        ]
         return web.json_response([_comment_json(c) for c in found])
 
-    async def _create_comment(self, request: web.Request, body: dict, owner: str, name: str,
-                              number: str) -> web.Response:
+    async def _create_comment(
+        self, request: web.Request, body: dict, owner: str, name: str, number: str
+    ) -> web.Response:
         comment_id = next(self._ids)
-        comment = {"id": comment_id, "repo": f"{owner}/{name}", "number": int(number),
-                   "body": body["body"], "user": {"login": self.bot_login, "type": "Bot"}}
+        comment = {
+            "id": comment_id,
+            "repo": f"{owner}/{name}",
+            "number": int(number),
+            "body": body["body"],
+            "user": {"login": self.bot_login, "type": "Bot"},
+        }
         self.issue_comments[comment_id] = comment
         return web.json_response(_comment_json(comment), status=201)
 
-    async def _edit_comment(self, request: web.Request, body: dict, owner: str, name: str,
-                            cid: str) -> web.Response:
+    async def _edit_comment(
+        self, request: web.Request, body: dict, owner: str, name: str, cid: str
+    ) -> web.Response:
         comment = self.issue_comments.get(int(cid))
         if comment is None:
             return _error(404, "Not Found")
         comment["body"] = body["body"]
         return web.json_response(_comment_json(comment))
 
-    async def _react(self, request: web.Request, body: dict, owner: str, name: str,
-                     cid: str) -> web.Response:
+    async def _react(
+        self, request: web.Request, body: dict, owner: str, name: str, cid: str
+    ) -> web.Response:
         kind = "review_comment" if "/pulls/comments/" in request.path else "issue_comment"
-        reaction = {"id": next(self._ids), "comment_id": int(cid), "kind": kind,
-                    "content": body["content"]}
+        reaction = {
+            "id": next(self._ids),
+            "comment_id": int(cid),
+            "kind": kind,
+            "content": body["content"],
+        }
         self.reactions.append(reaction)
         return web.json_response(reaction, status=201)
 
-    async def _permission(self, request: web.Request, body: dict, owner: str, name: str,
-                          user: str) -> web.Response:
+    async def _permission(
+        self, request: web.Request, body: dict, owner: str, name: str, user: str
+    ) -> web.Response:
         permission = self._repo(owner, name).permissions.get(user, "none")
         if permission == "outside":
             return _error(404, "Not Found")
-        return web.json_response({"permission": permission, "role_name": permission,
-                                  "user": {"login": user}})
+        return web.json_response(
+            {"permission": permission, "role_name": permission, "user": {"login": user}}
+        )
 
-    async def _create_check_run(self, request: web.Request, body: dict, owner: str,
-                                name: str) -> web.Response:
+    async def _create_check_run(
+        self, request: web.Request, body: dict, owner: str, name: str
+    ) -> web.Response:
         check_id = next(self._ids)
         run = {"id": check_id, "repo": f"{owner}/{name}", "annotations": [], **body}
         run["annotations"] = list((body.get("output") or {}).get("annotations") or [])
         self.check_runs[check_id] = run
         return web.json_response(run, status=201)
 
-    async def _update_check_run(self, request: web.Request, body: dict, owner: str, name: str,
-                                crid: str) -> web.Response:
+    async def _update_check_run(
+        self, request: web.Request, body: dict, owner: str, name: str, crid: str
+    ) -> web.Response:
         run = self.check_runs.get(int(crid))
         if run is None:
             return _error(404, "Not Found")
@@ -429,8 +558,9 @@ class GitHubStandin:
             run["annotations"].extend(annotations)
         return web.json_response(run)
 
-    async def _contents(self, request: web.Request, body: dict, owner: str, name: str,
-                        path: str) -> web.Response:
+    async def _contents(
+        self, request: web.Request, body: dict, owner: str, name: str, path: str
+    ) -> web.Response:
         repo = self._repo(owner, name)
         ref = request.query.get("ref", repo.default_branch)
         if ref != repo.default_branch or path not in repo.files:
@@ -440,9 +570,14 @@ class GitHubStandin:
         if request.headers.get("If-None-Match") == etag:
             return web.Response(status=304, headers={"ETag": etag})
         return web.json_response(
-            {"type": "file", "name": path.rsplit("/", 1)[-1], "path": path,
-             "encoding": "base64", "size": len(content),
-             "content": base64.b64encode(content).decode()},
+            {
+                "type": "file",
+                "name": path.rsplit("/", 1)[-1],
+                "path": path,
+                "encoding": "base64",
+                "size": len(content),
+                "content": base64.b64encode(content).decode(),
+            },
             headers={"ETag": etag},
         )
 
@@ -464,14 +599,17 @@ def _comment_problem(comment: dict, lines: dict[str, dict[str, dict[int, int]]])
 
 
 def _comment_json(comment: dict) -> dict:
-    return {"id": comment["id"], "body": comment["body"], "user": comment["user"],
-            "html_url": f"https://github.test/{comment['repo']}/pull/{comment['number']}"
-                        f"#issuecomment-{comment['id']}"}
+    return {
+        "id": comment["id"],
+        "body": comment["body"],
+        "user": comment["user"],
+        "html_url": f"https://github.test/{comment['repo']}/pull/{comment['number']}"
+        f"#issuecomment-{comment['id']}",
+    }
 
 
 def _error(status: int, message: str, errors: list[str] | None = None) -> web.Response:
-    body: dict[str, Any] = {"message": message,
-                            "documentation_url": "https://docs.github.com/rest"}
+    body: dict[str, Any] = {"message": message, "documentation_url": "https://docs.github.com/rest"}
     if errors:
         body["errors"] = errors
     return web.json_response(body, status=status)

@@ -1,0 +1,67 @@
+"""Run `cockpit serve` as a real subprocess (for crash tests and benchmarks)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, env: dict[str, str], data_dir: Path, log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")},
+            **env,
+            "COCKPIT_DATA_DIR": str(data_dir),
+            "COCKPIT_HOST": "127.0.0.1",
+            "COCKPIT_PORT": str(self.port),
+        }
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    async def start(self, timeout: float = 20.0) -> None:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bot", "serve"], env=self.env, stdout=log, stderr=log
+        )
+        deadline = asyncio.get_running_loop().time() + timeout
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
+                try:
+                    async with session.get(f"{self.url}/healthz") as response:
+                        if response.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                if asyncio.get_running_loop().time() > deadline:
+                    raise TimeoutError("server did not become healthy")
+                await asyncio.sleep(0.05)
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def terminate(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)

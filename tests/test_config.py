@@ -1,0 +1,108 @@
+"""Configuration from the environment: fail fast, name the variable, never show secrets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from bot.config import ConfigError, check_settings, load_settings
+
+
+def pem(key) -> str:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+RSA_KEY = pem(rsa.generate_private_key(public_exponent=65537, key_size=2048))
+EC_KEY = pem(ec.generate_private_key(ec.SECP256R1()))
+GOOD = {"GITHUB_APP_ID": "12", "GITHUB_PRIVATE_KEY": RSA_KEY, "GITHUB_WEBHOOK_SECRET": "s3cret!"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "variable"),
+    [
+        ({"GITHUB_APP_ID": ""}, "GITHUB_APP_ID"),
+        ({"GITHUB_WEBHOOK_SECRET": ""}, "GITHUB_WEBHOOK_SECRET"),
+        ({"GITHUB_PRIVATE_KEY": ""}, "GITHUB_PRIVATE_KEY"),
+        ({"GITHUB_PRIVATE_KEY": "not a key"}, "GITHUB_PRIVATE_KEY"),
+        ({"GITHUB_PRIVATE_KEY": EC_KEY}, "GITHUB_PRIVATE_KEY"),
+        (
+            {"GITHUB_PRIVATE_KEY": "", "GITHUB_PRIVATE_KEY_PATH": "/no/such.pem"},
+            "GITHUB_PRIVATE_KEY_PATH",
+        ),
+        ({"COCKPIT_PORT": "eighty"}, "COCKPIT_PORT"),
+        ({"COCKPIT_PORT": "70000"}, "COCKPIT_PORT"),
+        ({"COCKPIT_MAX_CONCURRENT_REVIEWS": "0"}, "COCKPIT_MAX_CONCURRENT_REVIEWS"),
+        ({"COCKPIT_REVIEW_MAX_USD": "lots"}, "COCKPIT_REVIEW_MAX_USD"),
+        ({"COCKPIT_REVIEW_MAX_USD": "-1"}, "COCKPIT_REVIEW_MAX_USD"),
+        ({"COCKPIT_PROVIDER": "gemini"}, "COCKPIT_PROVIDER"),
+        ({"GITHUB_API_URL": "ftp://example"}, "GITHUB_API_URL"),
+        ({"COCKPIT_COMMAND_PREFIX": "/two words"}, "COCKPIT_COMMAND_PREFIX"),
+    ],
+)
+def test_bad_value_names_the_variable(overrides, variable):
+    with pytest.raises(ConfigError) as caught:
+        load_settings({**GOOD, **overrides})
+    assert caught.value.variable == variable
+    assert str(caught.value).startswith(variable)
+
+
+def test_key_from_file_and_escaped_newlines(tmp_path):
+    path = tmp_path / "key.pem"
+    path.write_text(RSA_KEY)
+    from_file = load_settings(
+        {**GOOD, "GITHUB_PRIVATE_KEY": "", "GITHUB_PRIVATE_KEY_PATH": str(path)}
+    )
+    escaped = load_settings({**GOOD, "GITHUB_PRIVATE_KEY": RSA_KEY.replace("\n", "\\n")})
+    assert from_file.private_key == escaped.private_key
+
+
+def test_secrets_never_appear_in_repr():
+    settings = load_settings(GOOD)
+    text = repr(settings) + str(settings.private_key) + repr(settings.webhook_secret)
+    assert "s3cret!" not in text and "PRIVATE KEY" not in text
+
+
+def test_check_settings_lists_every_problem():
+    problems = check_settings({"COCKPIT_PORT": "x"})
+    assert {p.variable for p in problems} == {
+        "COCKPIT_PORT",
+        "GITHUB_APP_ID",
+        "GITHUB_PRIVATE_KEY",
+        "GITHUB_WEBHOOK_SECRET",
+    }
+
+
+def run_cli(*args, env):
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_serve_refuses_to_start_without_webhook_secret(tmp_path):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        **GOOD,
+        "GITHUB_WEBHOOK_SECRET": "",
+        "COCKPIT_DATA_DIR": str(tmp_path),
+    }
+    result = run_cli("serve", env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "cockpit: configuration error: GITHUB_WEBHOOK_SECRET: not set; "
+        "the server refuses unsigned webhooks"
+    ]
+
+
+def test_check_config_exit_codes(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "COCKPIT_DATA_DIR": str(tmp_path)}
+    bad = run_cli("check-config", env=env)
+    assert bad.returncode == 2 and "GITHUB_APP_ID" in bad.stdout
+    good = run_cli("check-config", env={**env, **GOOD})
+    assert good.returncode == 0, good.stdout
+    assert "s3cret!" not in good.stdout + bad.stdout

@@ -1,0 +1,38 @@
+"""Log lines are JSON with context, and never carry secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from bot.logs import JsonFormatter, log_context, redact, register_secret
+
+
+@pytest.mark.parametrize(
+    "secret_text",
+    [
+        "ghs_16C7e42F292c6912E7710c838347Ae178B4a",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345",
+        "Authorization: token ghu_abcdefghijklmnopqrstuvwxyz0123",
+        "Bearer eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiIxMiJ9.c2lnbmF0dXJl",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+    ],
+)
+def test_token_shapes_are_redacted(secret_text):
+    out = redact(f"request failed: {secret_text} (retrying)")
+    assert "***" in out
+    assert secret_text.split()[-1][-12:] not in out
+
+
+def test_registered_secret_is_redacted_from_formatted_records():
+    register_secret("plain-webhook-secret")
+    record = logging.LogRecord(
+        "x", logging.INFO, __file__, 1, "secret is %s", ("plain-webhook-secret",), None
+    )
+    with log_context(delivery="abc", repo="o/r", pr=5, job=9):
+        line = json.loads(JsonFormatter().format(record))
+    assert line["msg"] == "secret is ***"
+    assert (line["delivery"], line["repo"], line["pr"], line["job"]) == ("abc", "o/r", 5, 9)

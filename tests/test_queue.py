@@ -1,0 +1,172 @@
+"""The durable job queue: serialisation keys, supersede, retries, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bot.queue import Jobs, PermanentError, backoff_seconds
+from bot.storage import Database
+from tests.conftest import wait_for
+
+
+@pytest.fixture
+async def db(tmp_path):
+    database = await Database.open(tmp_path / "q.sqlite3")
+    yield database
+    await database.close()
+
+
+async def states(db) -> dict[int, str]:
+    return {r["id"]: r["state"] for r in await db.fetchall("SELECT id, state FROM jobs")}
+
+
+async def test_one_running_job_per_key_in_order(db):
+    jobs = Jobs(db)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def work(job):
+        order.append(f"start {job.payload['n']}")
+        await release.wait()
+        order.append(f"end {job.payload['n']}")
+
+    jobs.handlers["w"] = work
+    for n in range(3):
+        await jobs.enqueue("w", "pr-1", {"n": n}, queue="q")
+    jobs.start({"q": 3})
+    await wait_for(lambda: order == ["start 0"])
+    await asyncio.sleep(0.1)
+    assert order == ["start 0"]  # the same key waits even with idle workers
+    release.set()
+    await wait_for(lambda: len(order) == 6)
+    await jobs.stop()
+    assert order == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+
+
+async def test_different_keys_run_concurrently(db):
+    jobs = Jobs(db)
+    running = set()
+    peak = 0
+
+    async def work(job):
+        nonlocal peak
+        running.add(job.key)
+        peak = max(peak, len(running))
+        await asyncio.sleep(0.1)
+        running.discard(job.key)
+
+    jobs.handlers["w"] = work
+    for n in range(4):
+        await jobs.enqueue("w", f"pr-{n}", {}, queue="q")
+    jobs.start({"q": 2})
+    await wait_for(lambda: peak >= 2)
+    await asyncio.sleep(0.3)
+    await jobs.stop()
+    assert peak == 2  # bounded by the pool size
+
+
+async def test_supersede_cancels_queued_and_running_older_jobs(db):
+    jobs = Jobs(db)
+    started = asyncio.Event()
+    cancelled = []
+
+    async def work(job):
+        if job.payload["sha"] == "old":
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(job.id)
+                raise
+
+    jobs.handlers["review"] = work
+    jobs.start({"q": 2})
+    old = await jobs.enqueue("review", "pr-1", {"sha": "old"}, queue="q")
+    await asyncio.wait_for(started.wait(), 5)
+    new = await jobs.enqueue("review", "pr-1", {"sha": "new"}, queue="q", supersede=True)
+
+    async def settled():
+        s = await states(db)
+        return s[old] == "cancelled" and s[new] == "done"
+
+    await wait_for(settled)
+    await jobs.stop()
+    assert cancelled == [old]
+
+
+async def test_failures_retry_with_backoff_then_fail(db):
+    now = [100.0]
+    jobs = Jobs(db, clock=lambda: now[0])
+    attempts = []
+
+    async def flaky(job):
+        attempts.append(job.attempts)
+        raise RuntimeError("boom")
+
+    jobs.handlers["f"] = flaky
+    job_id = await jobs.enqueue("f", "k", {}, queue="q", max_attempts=3)
+    for expected_attempt in (1, 2, 3):
+        job = await jobs.claim("q")
+        assert job is not None and job.attempts == expected_attempt
+        await jobs._run(job)
+        row = await db.fetchone("SELECT state, run_after FROM jobs WHERE id = ?", (job_id,))
+        if expected_attempt < 3:
+            assert row["state"] == "queued"
+            assert row["run_after"] == now[0] + backoff_seconds(expected_attempt)
+            assert await jobs.claim("q") is None  # not before its backoff
+            now[0] = row["run_after"]
+    assert (await states(db))[job_id] == "failed"
+    assert attempts == [1, 2, 3]
+
+
+async def test_permanent_errors_are_not_retried(db):
+    jobs = Jobs(db)
+
+    async def refuse(job):
+        raise PermanentError("bad input")
+
+    jobs.handlers["p"] = refuse
+    job_id = await jobs.enqueue("p", "k", {}, queue="q", max_attempts=5)
+    await jobs._run(await jobs.claim("q"))
+    row = await db.fetchone("SELECT state, error FROM jobs WHERE id = ?", (job_id,))
+    assert row["state"] == "failed" and "bad input" in row["error"]
+
+
+async def test_jobs_left_running_are_requeued_at_start_up(tmp_path):
+    db = await Database.open(tmp_path / "r.sqlite3")
+    jobs = Jobs(db)
+    job_id = await jobs.enqueue("w", "k", {}, queue="q")
+    assert (await jobs.claim("q")).id == job_id
+    await db.close()  # the process dies with the job running
+
+    db = await Database.open(tmp_path / "r.sqlite3")
+    jobs = Jobs(db)
+    assert await jobs.recover() == 1
+    job = await jobs.claim("q")
+    assert job.id == job_id and job.attempts == 2  # the lost attempt still counts
+    await db.close()
+
+
+async def test_expired_lease_of_a_dead_worker_is_reaped(db):
+    now = [0.0]
+    jobs = Jobs(db, clock=lambda: now[0])
+    job_id = await jobs.enqueue("w", "k", {}, queue="q")
+    await jobs.claim("q")
+    now[0] = 30.0
+    assert await jobs.reap_expired_leases() == 0
+    now[0] = 61.0
+    assert await jobs.reap_expired_leases() == 1
+    assert (await states(db))[job_id] == "queued"
+
+
+async def test_ensure_schema_is_idempotent(tmp_path):
+    db = await Database.open(tmp_path / "s.sqlite3")
+    await db.execute("INSERT INTO pulls (repo, number) VALUES ('a/b', 1)")
+    await db.ensure_schema()
+    await db.ensure_schema()
+    await db.close()
+    db = await Database.open(tmp_path / "s.sqlite3")
+    assert (await db.fetchone("SELECT COUNT(*) FROM pulls"))[0] == 1
+    await db.close()
