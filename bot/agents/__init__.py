@@ -1,0 +1,1 @@
+"""Review agents: providers (Claude, Codex) driving one read-only toolbox inside a session."""

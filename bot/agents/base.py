@@ -1,0 +1,126 @@
+"""What every provider shares: budgets, usage and cost, errors, and the provider interface."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+RATES_FILE = Path(__file__).with_name("rates.json")
+
+
+class AgentError(Exception):
+    """A model run failed; the message is clear and safe to show on the PR."""
+
+
+class BudgetExceeded(AgentError):
+    pass
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_tool_calls: int = 40
+    max_tokens: int = 1_500_000
+    max_seconds: float = 600.0
+    max_usd: float | None = None
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+
+    @property
+    def total(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+
+@cache
+def _rates() -> dict[str, dict[str, float]]:
+    data = json.loads(RATES_FILE.read_text())
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+def rate_for(model: str) -> dict[str, float] | None:
+    """Exact id first, then the longest known prefix (dated snapshots share a price)."""
+    rates = _rates()
+    if model in rates:
+        return rates[model]
+    matches = [k for k in rates if model.startswith(k)]
+    return rates[max(matches, key=len)] if matches else None
+
+
+def cost_usd(model: str, usage: Usage) -> float | None:
+    """USD for this usage; None (stored as NULL) when the model's rate is unknown."""
+    rate = rate_for(model)
+    if rate is None:
+        return None
+    return (
+        usage.input_tokens * rate["input"]
+        + usage.output_tokens * rate["output"]
+        + usage.cache_read_tokens * rate["cache_read"]
+        + usage.cache_write_tokens * rate["cache_write"]
+    ) / 1_000_000
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: Any  # dict (Claude) or JSON text (Codex); the toolbox accepts both
+
+
+@dataclass
+class ModelReply:
+    """One model response, normalised; `items` are the native messages to store and resend."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    usage: Usage
+    items: list[dict[str, Any]]
+    model: str = ""
+
+
+@dataclass
+class Transient:
+    retry_after: float | None = None
+
+
+@dataclass
+class ProviderRequest:
+    system: str
+    tools: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    cache_key: str
+    force_tool: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Provider(Protocol):
+    name: str
+    model: str
+
+    async def send(self, request: ProviderRequest) -> ModelReply: ...
+
+    def transient(self, exc: Exception) -> Transient | None:
+        """Retry advice for a transient failure (429, 5xx, overloaded, network), else None."""
+
+    def user_message(self, text: str) -> list[dict[str, Any]]: ...
+
+    def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
+        """Native messages answering tool calls: (call, output, is_error)."""

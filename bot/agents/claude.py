@@ -1,0 +1,112 @@
+"""`claude`: the Anthropic Messages API tool-use loop (official anthropic SDK)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+
+from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage
+
+MAX_OUTPUT_TOKENS = 8192
+REQUEST_TIMEOUT = 180.0
+
+
+class ClaudeProvider:
+    name = "claude"
+
+    def __init__(self, client: anthropic.AsyncAnthropic, model: str) -> None:
+        self.client = client
+        self.model = model
+
+    async def send(self, request: ProviderRequest) -> ModelReply:
+        tools = [
+            {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+            for t in request.tools
+        ]
+        if tools:  # cache the long, stable prefix: system prompt and tool definitions
+            tools[-1] = {**tools[-1], "cache_control": {"type": "ephemeral"}}
+        kwargs: dict[str, Any] = {}
+        if request.force_tool:
+            kwargs["tool_choice"] = {"type": "tool", "name": request.force_tool}
+        response = await self.client.messages.create(
+            model=self.model,
+            max_tokens=MAX_OUTPUT_TOKENS,
+            system=[
+                {"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}
+            ],
+            tools=tools,
+            messages=merge_roles(request.messages),
+            timeout=REQUEST_TIMEOUT,
+            **kwargs,
+        )
+        blocks = [block.to_dict() for block in response.content]
+        usage = response.usage
+        return ModelReply(
+            text="\n".join(b.get("text", "") for b in blocks if b.get("type") == "text").strip(),
+            tool_calls=[
+                ToolCall(b["id"], b["name"], b.get("input") or {})
+                for b in blocks
+                if b.get("type") == "tool_use"
+            ],
+            usage=Usage(
+                input_tokens=usage.input_tokens or 0,
+                output_tokens=usage.output_tokens or 0,
+                cache_read_tokens=usage.cache_read_input_tokens or 0,
+                cache_write_tokens=usage.cache_creation_input_tokens or 0,
+            ),
+            items=[{"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]}],
+            model=response.model or self.model,
+        )
+
+    def transient(self, exc: Exception) -> Transient | None:
+        if isinstance(exc, anthropic.APIConnectionError):  # includes timeouts
+            return Transient()
+        if isinstance(exc, anthropic.APIStatusError) and (
+            exc.status_code in (408, 409, 429) or exc.status_code >= 500
+        ):
+            return Transient(_retry_after(exc.response.headers))
+        return None
+
+    def user_message(self, text: str) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [{"type": "text", "text": text}]}]
+
+    def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
+        return [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": call.id,
+                        "content": output,
+                        **({"is_error": True} if is_error else {}),
+                    }
+                    for call, output, is_error in results
+                ],
+            }
+        ]
+
+
+def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Join consecutive messages of one role (a tool result then a person's text)."""
+    merged: list[dict[str, Any]] = []
+    for message in messages:
+        content = message["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if merged and merged[-1]["role"] == message["role"]:
+            merged[-1] = {"role": message["role"], "content": [*merged[-1]["content"], *blocks]}
+        else:
+            merged.append({"role": message["role"], "content": list(blocks)})
+    return merged
+
+
+def _retry_after(headers: Any) -> float | None:
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            try:
+                return float(value) / scale
+            except ValueError:
+                continue
+    return None

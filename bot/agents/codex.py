@@ -1,0 +1,96 @@
+"""`codex`: the OpenAI Responses API function-call loop (official openai SDK).
+
+The conversation is resent in full each turn (`store=False`); nothing relies on
+server-side state, so a session survives restarts and provider-side expiry.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+
+from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage
+from bot.agents.claude import _retry_after
+
+MAX_OUTPUT_TOKENS = 16_000
+REQUEST_TIMEOUT = 300.0
+
+
+class CodexProvider:
+    name = "codex"
+
+    def __init__(self, client: openai.AsyncOpenAI, model: str) -> None:
+        self.client = client
+        self.model = model
+
+    async def send(self, request: ProviderRequest) -> ModelReply:
+        tools = [
+            {
+                "type": "function",
+                "name": t["name"],
+                "description": t["description"],
+                "parameters": t["parameters"],
+                "strict": False,
+            }
+            for t in request.tools
+        ]
+        kwargs: dict[str, Any] = {}
+        if request.force_tool:
+            kwargs["tool_choice"] = {"type": "function", "name": request.force_tool}
+        response = await self.client.responses.create(
+            model=self.model,
+            instructions=request.system,
+            input=request.messages,
+            tools=tools,
+            store=False,
+            include=["reasoning.encrypted_content"],
+            prompt_cache_key=request.cache_key,
+            max_output_tokens=MAX_OUTPUT_TOKENS,
+            timeout=REQUEST_TIMEOUT,
+            **kwargs,
+        )
+        items = [item.to_dict() for item in response.output]
+        usage = response.usage
+        cached = 0
+        if usage and usage.input_tokens_details:
+            cached = usage.input_tokens_details.cached_tokens or 0
+        calls = [
+            ToolCall(i["call_id"], i["name"], i.get("arguments") or "{}")
+            for i in items
+            if i.get("type") == "function_call"
+        ]
+        return ModelReply(
+            text=(response.output_text or "").strip(),
+            tool_calls=calls,
+            usage=Usage(
+                input_tokens=(usage.input_tokens - cached) if usage else 0,
+                output_tokens=usage.output_tokens if usage else 0,
+                cache_read_tokens=cached,
+            ),
+            items=items,
+            model=response.model or self.model,
+        )
+
+    def transient(self, exc: Exception) -> Transient | None:
+        if isinstance(exc, openai.APIConnectionError):
+            return Transient()
+        if isinstance(exc, openai.APIStatusError) and (
+            exc.status_code in (408, 409, 429) or exc.status_code >= 500
+        ):
+            return Transient(_retry_after(exc.response.headers))
+        return None
+
+    def user_message(self, text: str) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": text}]
+
+    def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "function_call_output",
+                "call_id": call.id,
+                "output": output if not is_error else json.dumps({"error": output}),
+            }
+            for call, output, is_error in results
+        ]

@@ -1,0 +1,285 @@
+"""One agent turn, for any provider: model calls, tool calls, budgets, retries, repair.
+
+Every message is stored in the session as it happens; every execution is a `runs` row
+with per-model `run_usage`, so cost is known even when a run fails half-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.agents.base import (
+    AgentError,
+    Budget,
+    BudgetExceeded,
+    ModelReply,
+    Provider,
+    ProviderRequest,
+    Usage,
+    cost_usd,
+)
+from bot.agents.submit import SUBMIT_TOOL, InvalidReview, ReviewDraft, parse_submission
+from bot.agents.toolbox import Toolbox
+from bot.metrics import Metrics
+from bot.sessions import Session, append_messages, load_messages
+from bot.storage import Database
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+MAX_BACKOFF = 30.0
+SUBMITTED = "Review submitted. Thank you."
+NUDGE = (
+    "You ended your turn without calling submit_review. Call submit_review now with "
+    "your summary, verdict and findings (an empty findings list is fine)."
+)
+
+
+@dataclass
+class TurnResult:
+    run_id: int
+    text: str
+    draft: ReviewDraft | None
+    tool_calls: int
+    usage: dict[str, Usage] = field(default_factory=dict)
+    cost_usd: float | None = None
+
+
+@dataclass
+class AgentRun:
+    """Everything one turn needs; built by the review engine or a session command."""
+
+    db: Database
+    provider: Provider
+    session: Session
+    toolbox: Toolbox
+    system: str
+    kind: str  # review | verify | session
+    budget: Budget
+    skill_version_id: int | None = None
+    review_id: int | None = None
+    expect_submit: bool = True
+    metrics: Metrics | None = None
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    async def turn(self, user_text: str | None) -> TurnResult:
+        run_id = await self.db.execute(
+            "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
+            " skill_version_id, status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+            (
+                self.kind if self.kind != "verify" else "review",
+                self.kind if self.kind == "verify" else None,
+                self.session.id,
+                self.review_id,
+                self.provider.name,
+                self.provider.model,
+                self.skill_version_id,
+                time.time(),
+            ),
+        )
+        usage: dict[str, Usage] = {}
+        started = time.monotonic()
+        calls = 0
+        try:
+            result = await self._loop(run_id, user_text, usage, started)
+            calls = result.tool_calls
+        except asyncio.CancelledError:
+            await self._finish(run_id, usage, "cancelled", "cancelled", calls)
+            raise
+        except AgentError as exc:
+            await self._finish(run_id, usage, "failed", str(exc), self.toolbox.calls)
+            raise
+        except Exception as exc:
+            await self._finish(
+                run_id, usage, "failed", f"{exc.__class__.__name__}: {exc}", self.toolbox.calls
+            )
+            raise AgentError(f"the model run failed ({exc.__class__.__name__})") from exc
+        result.cost_usd = await self._finish(run_id, usage, "done", None, calls)
+        result.usage = usage
+        return result
+
+    async def _loop(
+        self, run_id: int, user_text: str | None, usage: dict[str, Usage], started: float
+    ) -> TurnResult:
+        if user_text is not None:
+            await append_messages(self.db, self.session.id, self.provider.user_message(user_text))
+        tools = [*self.toolbox.definitions, *([SUBMIT_TOOL] if self.expect_submit else [])]
+        repaired = False
+        tool_calls = 0
+        while True:
+            messages = await load_messages(self.db, self.session.id)
+            request = ProviderRequest(
+                system=self.system,
+                tools=tools,
+                messages=messages,
+                cache_key=f"pr-cockpit-session-{self.session.id}",
+            )
+            reply = await self._send(request, started)
+            self._count(reply, usage)
+            self._check_spend(usage)
+            await append_messages(self.db, self.session.id, reply.items)
+            if not reply.tool_calls:
+                if not self.expect_submit:
+                    return TurnResult(run_id, reply.text, None, tool_calls)
+                if repaired:
+                    raise AgentError(
+                        "the model ended without calling submit_review, even "
+                        "after being asked once more"
+                    )
+                repaired = True
+                await append_messages(self.db, self.session.id, self.provider.user_message(NUDGE))
+                continue
+            results: list[tuple[Any, str, bool]] = []
+            draft = None
+            for call in reply.tool_calls:
+                if call.name == "submit_review" and self.expect_submit:
+                    try:
+                        draft = parse_submission(_as_dict(call.arguments))
+                        results.append((call, SUBMITTED, False))
+                    except InvalidReview as exc:
+                        if repaired:
+                            raise AgentError(
+                                f"invalid submit_review output after one repair turn: {exc}"
+                            ) from None
+                        repaired = True
+                        results.append(
+                            (
+                                call,
+                                f"Invalid submit_review input: {exc}. Call "
+                                "submit_review again with corrected input.",
+                                True,
+                            )
+                        )
+                    continue
+                tool_calls += 1
+                if tool_calls > self.budget.max_tool_calls:
+                    raise BudgetExceeded(
+                        f"budget exhausted: more than {self.budget.max_tool_calls} tool calls"
+                    )
+                results.append((call, await self.toolbox.call(call.name, call.arguments), False))
+            await append_messages(self.db, self.session.id, self.provider.tool_results(results))
+            if draft is not None:
+                return TurnResult(run_id, reply.text, draft, tool_calls)
+
+    async def _send(self, request: ProviderRequest, started: float) -> ModelReply:
+        attempt = 0
+        while True:
+            remaining = self.budget.max_seconds - (time.monotonic() - started)
+            if remaining <= 0:
+                raise BudgetExceeded(
+                    f"budget exhausted: wall clock ({self.budget.max_seconds:.0f}s)"
+                )
+            attempt += 1
+            try:
+                async with asyncio.timeout(remaining):
+                    return await self.provider.send(request)
+            except TimeoutError:
+                raise BudgetExceeded(
+                    f"budget exhausted: wall clock ({self.budget.max_seconds:.0f}s)"
+                ) from None
+            except Exception as exc:
+                advice = self.provider.transient(exc)
+                if advice is None:
+                    raise AgentError(_describe(self.provider.name, exc)) from exc
+                if attempt >= MAX_ATTEMPTS:
+                    raise AgentError(
+                        f"{self.provider.name} is unavailable after {attempt} "
+                        f"attempts ({_describe(self.provider.name, exc)})"
+                    ) from exc
+                delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
+                log.warning(
+                    "transient model error, retrying",
+                    extra={
+                        "fields": {
+                            "provider": self.provider.name,
+                            "attempt": attempt,
+                            "delay": delay,
+                        }
+                    },
+                )
+                await self.sleep(min(delay, MAX_BACKOFF, max(remaining - 1, 0)))
+
+    def _count(self, reply: ModelReply, usage: dict[str, Usage]) -> None:
+        model = reply.model or self.provider.model
+        usage.setdefault(model, Usage()).add(reply.usage)
+        if self.metrics:
+            for kind, value in (
+                ("input", reply.usage.input_tokens),
+                ("output", reply.usage.output_tokens),
+                ("cache_read", reply.usage.cache_read_tokens),
+                ("cache_write", reply.usage.cache_write_tokens),
+            ):
+                self.metrics.model_tokens.labels(
+                    provider=self.provider.name, model=model, kind=kind
+                ).inc(value)
+            cost = cost_usd(model, reply.usage)
+            if cost:
+                self.metrics.model_cost.labels(provider=self.provider.name, model=model).inc(cost)
+
+    def _check_spend(self, usage: dict[str, Usage]) -> None:
+        tokens = sum(u.total for u in usage.values())
+        if tokens > self.budget.max_tokens:
+            raise BudgetExceeded(
+                f"budget exhausted: {tokens} tokens (limit {self.budget.max_tokens})"
+            )
+        if self.budget.max_usd is not None:
+            spent = sum(cost_usd(m, u) or 0.0 for m, u in usage.items())
+            if spent > self.budget.max_usd:
+                raise BudgetExceeded(
+                    f"budget exhausted: ${spent:.2f} spent (limit "
+                    f"${self.budget.max_usd:.2f}, COCKPIT_REVIEW_MAX_USD)"
+                )
+
+    async def _finish(
+        self, run_id: int, usage: dict[str, Usage], status: str, error: str | None, tool_calls: int
+    ) -> float | None:
+        costs = {model: cost_usd(model, u) for model, u in usage.items()}
+        total = None if any(c is None for c in costs.values()) else sum(costs.values())
+        async with self.db.transaction() as conn:
+            for model, u in usage.items():
+                await conn.execute(
+                    "INSERT INTO run_usage (run_id, model, input_tokens, output_tokens,"
+                    " cache_read_tokens, cache_write_tokens, cost_usd)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        model,
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.cache_read_tokens,
+                        u.cache_write_tokens,
+                        costs[model],
+                    ),
+                )
+            await conn.execute(
+                "UPDATE runs SET status = ?, error = ?, tool_calls = ?, cost_usd = ?,"
+                " finished_at = ? WHERE id = ?",
+                (status, error, tool_calls, total, time.time(), run_id),
+            )
+        return total
+
+
+def _as_dict(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return None
+    return arguments
+
+
+def _describe(provider: str, exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    if status == 401:
+        return f"{provider} rejected the API key (401); check the key in the environment"
+    if status == 400:
+        return f"{provider} rejected the request (400)"
+    if status:
+        return f"{provider} answered HTTP {status}"
+    return f"{provider} could not be reached ({exc.__class__.__name__})"

@@ -1,0 +1,158 @@
+"""`submit_review`: the reviewer's final answer — its JSON schema, validation and de-duplication."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SEVERITIES = ("critical", "major", "minor", "nit")
+VERDICTS = ("comment", "request_changes")
+
+SUBMIT_REVIEW_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string", "description": "Markdown overview of the change and risks"},
+        "verdict": {"type": "string", "enum": list(VERDICTS)},
+        "findings": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "line": {"type": "integer", "minimum": 1},
+                    "end_line": {"type": "integer", "minimum": 1},
+                    "side": {"type": "string", "enum": ["LEFT", "RIGHT"]},
+                    "severity": {"type": "string", "enum": list(SEVERITIES)},
+                    "title": {"type": "string"},
+                    "body": {"type": "string"},
+                    "suggestion": {"type": "string"},
+                },
+                "required": ["path", "severity", "title", "body"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["summary", "verdict", "findings"],
+    "additionalProperties": False,
+}
+
+SUBMIT_TOOL = {
+    "name": "submit_review",
+    "description": "Submit your finished review. Call exactly once, when you are done exploring. "
+    "Each finding points at a line of the head version (side RIGHT) or, for "
+    "removed code, the base version (side LEFT).",
+    "parameters": SUBMIT_REVIEW_SCHEMA,
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    severity: str
+    title: str
+    body: str
+    line: int | None = None
+    end_line: int | None = None
+    side: str = "RIGHT"
+    suggestion: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class ReviewDraft:
+    summary: str
+    verdict: str
+    findings: tuple[Finding, ...]
+
+
+class InvalidReview(ValueError):
+    """The model's `submit_review` input does not match the schema; the message says how."""
+
+
+def _problems(data: Any) -> list[str]:
+    if not isinstance(data, dict):
+        return ["input must be an object"]
+    problems = []
+    for key in ("summary", "verdict", "findings"):
+        if key not in data:
+            problems.append(f"missing `{key}`")
+    extra = set(data) - {"summary", "verdict", "findings"}
+    if extra:
+        problems.append(f"unexpected keys: {', '.join(sorted(extra))}")
+    if "summary" in data and not isinstance(data["summary"], str):
+        problems.append("`summary` must be a string")
+    if "verdict" in data and data["verdict"] not in VERDICTS:
+        problems.append(f"`verdict` must be one of {', '.join(VERDICTS)}")
+    findings = data.get("findings", [])
+    if not isinstance(findings, list):
+        return [*problems, "`findings` must be an array"]
+    for n, item in enumerate(findings):
+        where = f"findings[{n}]"
+        if not isinstance(item, dict):
+            problems.append(f"{where} must be an object")
+            continue
+        for key in ("path", "severity", "title", "body"):
+            if not isinstance(item.get(key), str) or not item.get(key, "").strip():
+                problems.append(f"{where}.{key} must be a non-empty string")
+        if item.get("severity") not in SEVERITIES:
+            problems.append(f"{where}.severity must be one of {', '.join(SEVERITIES)}")
+        for key in ("line", "end_line"):
+            value = item.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                problems.append(f"{where}.{key} must be a positive integer")
+        if item.get("side", "RIGHT") not in ("LEFT", "RIGHT"):
+            problems.append(f"{where}.side must be LEFT or RIGHT")
+        if "suggestion" in item and not isinstance(item["suggestion"], str):
+            problems.append(f"{where}.suggestion must be a string")
+        extra = set(item) - set(
+            SUBMIT_REVIEW_SCHEMA["properties"]["findings"]["items"]["properties"]
+        )
+        if extra:
+            problems.append(f"{where} has unexpected keys: {', '.join(sorted(extra))}")
+    return problems
+
+
+def parse_submission(data: Any) -> ReviewDraft:
+    """Validate against the schema (raise InvalidReview listing every problem), then dedupe."""
+    problems = _problems(data)
+    if problems:
+        raise InvalidReview("; ".join(problems[:20]))
+    findings = []
+    for item in data["findings"]:
+        line = item.get("line")
+        end_line = item.get("end_line")
+        if line is not None and end_line is not None and end_line < line:
+            line, end_line = end_line, line
+        if end_line == line:
+            end_line = None
+        findings.append(
+            Finding(
+                path=item["path"].strip().lstrip("/"),
+                severity=item["severity"],
+                title=" ".join(item["title"].split())[:200],
+                body=item["body"].strip(),
+                line=line,
+                end_line=end_line,
+                side=item.get("side", "RIGHT"),
+                suggestion=item.get("suggestion") or None,
+            )
+        )
+    return ReviewDraft(
+        summary=data["summary"].strip(), verdict=data["verdict"], findings=tuple(dedupe(findings))
+    )
+
+
+def dedupe(findings: list[Finding]) -> list[Finding]:
+    """Merge findings on the same place with the same title, keeping the most severe."""
+    rank = {s: n for n, s in enumerate(SEVERITIES)}
+    kept: dict[tuple, Finding] = {}
+    for finding in findings:
+        key = (finding.path, finding.line, finding.side, finding.title.casefold())
+        other = kept.get(key)
+        if other is None or rank[finding.severity] < rank[other.severity]:
+            kept[key] = finding
+    return sorted(kept.values(), key=lambda f: (rank[f.severity], f.path, f.line or 0))

@@ -1,0 +1,313 @@
+"""The reviewer's read-only tools (SPEC §2 names), reading the git object store at the head sha.
+
+There is no write, shell or network tool. Paths are looked up in the head commit's tree,
+so `..`, absolute paths and `.git` are refused before git is asked, symlinks are reported
+as links (never followed), and nothing from the PR is executed or checked out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from bot.worktrees import GitError, Worktree
+
+MAX_READ_BYTES = 256 * 1024  # read at most this much of a blob
+MAX_OUTPUT_CHARS = 24_000  # any one tool answer
+MAX_LINES = 400
+MAX_LIST_ENTRIES = 500
+MAX_PATTERN_CHARS = 300
+SEARCH_TIMEOUT = 5.0
+TRUNCATED = "\n[… truncated: output capped at {limit} characters; narrow the request]"
+
+
+class ToolError(Exception):
+    """A refused or failed tool call; its message goes back to the model."""
+
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+TOOL_DEFINITIONS: list[dict[str, Any]] = [
+    {
+        "name": "read_file",
+        "description": "Read a file of the PR's head commit, with line numbers. Optional 1-based "
+        "start_line/end_line select a range (at most 400 lines per call).",
+        "parameters": _schema(
+            {
+                "path": {"type": "string"},
+                "start_line": {"type": "integer", "minimum": 1},
+                "end_line": {"type": "integer", "minimum": 1},
+            },
+            ["path"],
+        ),
+    },
+    {
+        "name": "list_files",
+        "description": "List a directory of the PR's head commit (the repository root if no "
+        "path). Directories end with '/'.",
+        "parameters": _schema({"path": {"type": "string"}}, []),
+    },
+    {
+        "name": "search_code",
+        "description": "Search the head commit with a regular expression (POSIX extended); "
+        "returns path:line:text matches. Optional path limits the search.",
+        "parameters": _schema(
+            {"pattern": {"type": "string"}, "path": {"type": "string"}}, ["pattern"]
+        ),
+    },
+    {
+        "name": "git_diff",
+        "description": "Unified diff of the pull request (merge-base of base and head → head), "
+        "for the whole PR or one path.",
+        "parameters": _schema({"path": {"type": "string"}}, []),
+    },
+    {
+        "name": "git_log",
+        "description": "Commit history of the head (optionally of one path): short sha, author, "
+        "date, subject.",
+        "parameters": _schema(
+            {
+                "path": {"type": "string"},
+                "max_count": {"type": "integer", "minimum": 1, "maximum": 100},
+            },
+            [],
+        ),
+    },
+]
+READ_ONLY_TOOLS = frozenset(tool["name"] for tool in TOOL_DEFINITIONS)
+
+
+def clean_path(raw: Any, *, allow_root: bool = False) -> str:
+    """A repository-relative path, or ToolError. Never touches the filesystem."""
+    if raw is None or raw == "" or raw == ".":
+        if allow_root:
+            return ""
+        raise ToolError("a path is required")
+    if not isinstance(raw, str):
+        raise ToolError("path must be a string")
+    if "\x00" in raw or len(raw) > 4096:
+        raise ToolError("invalid path")
+    if raw.startswith("/") or raw.startswith("\\") or (len(raw) > 1 and raw[1] == ":"):
+        raise ToolError("absolute paths are not allowed; use a path relative to the repository")
+    parts = [p for p in PurePosixPath(raw.replace("\\", "/")).parts if p != "."]
+    if any(p == ".." for p in parts):
+        raise ToolError("'..' is not allowed: paths stay inside the repository")
+    if any(p.lower() == ".git" for p in parts):
+        raise ToolError("git internals are not readable")
+    if not parts:
+        if allow_root:
+            return ""
+        raise ToolError("a path is required")
+    return "/".join(parts)
+
+
+def cap(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + TRUNCATED.format(limit=limit)
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    mode: str
+    kind: str
+    oid: str
+    path: str
+
+
+class Toolbox:
+    """Executes the read-only tools for one review; `on_call` observes each call (progress)."""
+
+    def __init__(
+        self, tree: Worktree, *, on_call: Callable[[str], Awaitable[None]] | None = None
+    ) -> None:
+        self.tree = tree
+        self.on_call = on_call
+        self.calls = 0
+
+    @property
+    def definitions(self) -> list[dict[str, Any]]:
+        return TOOL_DEFINITIONS
+
+    async def call(self, name: str, arguments: Any) -> str:
+        """Run one tool; errors come back as text for the model, never as exceptions."""
+        self.calls += 1
+        if self.on_call is not None:
+            await self.on_call(name)
+        if name not in READ_ONLY_TOOLS:
+            return f"error: unknown tool {name!r}; available: {', '.join(sorted(READ_ONLY_TOOLS))}"
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except ValueError:
+                return "error: arguments are not valid JSON"
+        if not isinstance(arguments, dict):
+            return "error: arguments must be an object"
+        handler = getattr(self, f"_tool_{name}")
+        try:
+            return cap(await handler(**arguments))
+        except TypeError:
+            return f"error: unexpected arguments for {name}: {', '.join(sorted(arguments))}"
+        except (ToolError, GitError) as exc:
+            return f"error: {exc}"
+
+    async def _entry(self, path: str) -> TreeEntry | None:
+        out = await self.tree.git("ls-tree", "-z", "--full-tree", self.tree.head_sha, "--", path)
+        for record in out.split(b"\x00"):
+            if not record:
+                continue
+            meta, _, name = record.partition(b"\t")
+            mode, kind, oid = meta.decode().split()
+            if name.decode(errors="replace") == path:
+                return TreeEntry(mode, kind, oid, path)
+        return None
+
+    async def _tool_read_file(
+        self, path: Any = None, start_line: Any = None, end_line: Any = None
+    ) -> str:
+        path = clean_path(path)
+        entry = await self._entry(path)
+        if entry is None:
+            return f"error: {path} does not exist in the head commit"
+        if entry.kind == "tree":
+            return f"error: {path} is a directory; use list_files"
+        if entry.kind == "commit":
+            return f"{path} is a submodule at {entry.oid}; its content is not in this repository"
+        if entry.mode == "120000":
+            target = (await self.tree.git("cat-file", "blob", entry.oid, limit=4096)).decode(
+                errors="replace"
+            )
+            return f"{path} is a symbolic link to {target!r} (links are reported, not followed)"
+        size = int((await self.tree.git("cat-file", "-s", entry.oid)).decode().strip())
+        data = await self.tree.git("cat-file", "blob", entry.oid, limit=MAX_READ_BYTES)
+        if b"\x00" in data[:8192]:
+            return f"{path} is a binary file ({size} bytes); its content is not shown"
+        clipped = size > MAX_READ_BYTES
+        text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
+        lines = text.splitlines()
+        if clipped and lines:
+            lines = lines[:-1]  # the last line may be cut mid-way
+        start = _positive(start_line, 1)
+        end = _positive(end_line, start + MAX_LINES - 1)
+        end = min(end, start + MAX_LINES - 1, len(lines))
+        if start > max(len(lines), 1):
+            return f"error: {path} has {len(lines)} lines"
+        width = len(str(end))
+        body = "\n".join(f"{n:>{width}}| {lines[n - 1]}" for n in range(start, end + 1))
+        notes = []
+        if end < len(lines):
+            notes.append(f"[lines {start}-{end} of {len(lines)}; ask for more with start_line]")
+        if clipped:
+            notes.append(f"[file is {size} bytes; only the first {MAX_READ_BYTES} were read]")
+        return "\n".join([body, *notes])
+
+    async def _tool_list_files(self, path: Any = None) -> str:
+        path = clean_path(path, allow_root=True)
+        if path:
+            entry = await self._entry(path)
+            if entry is None:
+                return f"error: {path} does not exist in the head commit"
+            if entry.kind != "tree":
+                return f"error: {path} is not a directory"
+        spec = [f"{path}/"] if path else []
+        out = await self.tree.git("ls-tree", "-z", self.tree.head_sha, "--", *spec)
+        names = []
+        for record in out.split(b"\x00"):
+            if not record:
+                continue
+            meta, _, name = record.partition(b"\t")
+            kind = meta.split()[1]
+            shown = name.decode(errors="replace")
+            names.append(shown + ("/" if kind == b"tree" else ""))
+        shown_names = names[:MAX_LIST_ENTRIES]
+        more = len(names) - len(shown_names)
+        text = "\n".join(json.dumps(n)[1:-1] if not n.isprintable() else n for n in shown_names)
+        return text + (f"\n[… {more} more entries not shown]" if more else "") or "(empty)"
+
+    async def _tool_search_code(self, pattern: Any = None, path: Any = None) -> str:
+        if not isinstance(pattern, str) or not pattern:
+            raise ToolError("pattern must be a non-empty string")
+        if len(pattern) > MAX_PATTERN_CHARS or "\n" in pattern:
+            raise ToolError(f"pattern must be one line of at most {MAX_PATTERN_CHARS} characters")
+        path = clean_path(path, allow_root=True)
+        spec = [path] if path else []
+        try:
+            out = await self.tree.git(
+                "grep",
+                "-n",
+                "-I",
+                "-E",
+                "--no-color",
+                "--max-count=20",
+                "-e",
+                pattern,
+                self.tree.head_sha,
+                "--",
+                *spec,
+                timeout=SEARCH_TIMEOUT,
+                limit=MAX_OUTPUT_CHARS * 2,
+                check=False,
+            )
+        except GitError:
+            raise ToolError(
+                f"search timed out after {SEARCH_TIMEOUT:.0f}s; use a simpler "
+                "pattern or a narrower path"
+            ) from None
+        prefix = f"{self.tree.head_sha}:".encode()
+        lines = [
+            line[len(prefix) :] if line.startswith(prefix) else line for line in out.splitlines()
+        ]
+        text = "\n".join(line.decode("utf-8", errors="replace")[:500] for line in lines)
+        return text or "no matches"
+
+    async def _tool_git_diff(self, path: Any = None) -> str:
+        path = clean_path(path, allow_root=True)
+        spec = [path] if path else []
+        out = await self.tree.git(
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "-M",
+            self.tree.merge_base,
+            self.tree.head_sha,
+            "--",
+            *spec,
+            limit=MAX_OUTPUT_CHARS * 2,
+        )
+        return out.decode("utf-8", errors="replace") or "no changes"
+
+    async def _tool_git_log(self, path: Any = None, max_count: Any = None) -> str:
+        path = clean_path(path, allow_root=True)
+        count = min(_positive(max_count, 20), 100)
+        spec = [path] if path else []
+        out = await self.tree.git(
+            "log",
+            "--no-color",
+            "--no-show-signature",
+            f"--max-count={count}",
+            "--format=%h %an %ad %s",
+            "--date=short",
+            self.tree.head_sha,
+            "--",
+            *spec,
+        )
+        return out.decode("utf-8", errors="replace") or "no commits"
+
+
+def _positive(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ToolError("line numbers and counts must be positive integers")
+    return value

@@ -1,0 +1,85 @@
+"""The PR's diff (merge-base → head) as the set of lines a review comment may sit on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import unidiff
+
+SIDES = ("LEFT", "RIGHT")
+
+
+@dataclass
+class FileDiff:
+    path: str
+    old_path: str | None
+    status: str  # added | removed | modified | renamed | binary
+    patch_bytes: int = 0
+    # side → {line number: hunk index}; a range comment must stay inside one hunk
+    lines: dict[str, dict[int, int]] = field(default_factory=lambda: {"LEFT": {}, "RIGHT": {}})
+    added: int = 0
+    removed: int = 0
+
+    def commentable(self, line: int, side: str = "RIGHT") -> bool:
+        return line in self.lines.get(side, {})
+
+    def same_hunk(self, start: int, end: int, side: str = "RIGHT") -> bool:
+        hunks = self.lines.get(side, {})
+        return start in hunks and end in hunks and hunks[start] == hunks[end] and start <= end
+
+
+@dataclass
+class DiffModel:
+    files: dict[str, FileDiff]
+
+    def get(self, path: str) -> FileDiff | None:
+        return self.files.get(path)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.patch_bytes for f in self.files.values())
+
+
+def _strip_prefix(name: str | None) -> str | None:
+    if name is None or name == "/dev/null":
+        return None
+    name = name.rstrip("\t")
+    return name[2:] if name[:2] in ("a/", "b/") else name
+
+
+def parse_diff(text: str) -> DiffModel:
+    """Parse `git diff` output: renames, deletions, binaries and missing final newlines."""
+    files: dict[str, FileDiff] = {}
+    for patched in unidiff.PatchSet(text):
+        old_path = _strip_prefix(patched.source_file)
+        path = _strip_prefix(patched.target_file) or old_path or patched.path
+        if patched.is_binary_file:
+            status = "binary"
+        elif patched.is_added_file:
+            status = "added"
+        elif patched.is_removed_file:
+            status = "removed"
+            path = old_path or path
+        elif patched.is_rename:
+            status = "renamed"
+        else:
+            status = "modified"
+        diff = FileDiff(
+            path=path,
+            old_path=old_path if old_path != path else None,
+            status=status,
+            patch_bytes=len(str(patched).encode()),
+        )
+        for index, hunk in enumerate(patched):
+            for line in hunk:
+                if line.is_added:
+                    diff.lines["RIGHT"][line.target_line_no] = index
+                    diff.added += 1
+                elif line.is_removed:
+                    diff.lines["LEFT"][line.source_line_no] = index
+                    diff.removed += 1
+                elif line.is_context:
+                    diff.lines["RIGHT"][line.target_line_no] = index
+                    diff.lines["LEFT"][line.source_line_no] = index
+        files[path] = diff
+    return DiffModel(files)

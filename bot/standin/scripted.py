@@ -1,0 +1,151 @@
+"""A deterministic, offline reviewer policy for the model stand-ins.
+
+It behaves like a careful (if simple) model: reads the PR's diff, looks closer at what it
+flags, then submits findings for a fixed set of defect patterns on added lines. As a child
+session it critiques the parent's draft in prose; after `send-back` it revises its draft.
+Used by `cockpit demo`, the offline eval golden set and the tests.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from bot.standin.models import Action, Conversation, call, say
+
+MODEL = "scripted-reviewer"
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+@dataclass(frozen=True)
+class Pattern:
+    regex: re.Pattern
+    severity: str
+    title: str
+    body: str
+
+
+PATTERNS = (
+    Pattern(
+        re.compile(r"\beval\("),
+        "critical",
+        "eval() runs untrusted input",
+        "`eval` executes arbitrary code from its argument; parse the value instead "
+        "(e.g. `ast.literal_eval` or `int()`).",
+    ),
+    Pattern(
+        re.compile(r"execute\(\s*f[\"']"),
+        "critical",
+        "SQL query built with an f-string",
+        "Interpolating values into SQL allows injection; pass parameters separately.",
+    ),
+    Pattern(
+        re.compile(r"(password|secret|api_key|token)\s*=\s*[\"'][^\"']{4,}[\"']", re.I),
+        "major",
+        "Hard-coded credential",
+        "A credential in source is leaked to everyone with read access; load it from the "
+        "environment.",
+    ),
+    Pattern(
+        re.compile(r"except\s*:"),
+        "minor",
+        "Bare except hides errors",
+        "A bare `except:` also catches `KeyboardInterrupt` and `SystemExit`; catch the "
+        "specific exception.",
+    ),
+    Pattern(
+        re.compile(r"[!=]=\s*None\b"),
+        "nit",
+        "Compare with None using `is`",
+        "Use `is None` / `is not None`: `==` can be overridden.",
+    ),
+)
+
+
+def scan_diff(diff: str) -> list[dict]:
+    """Findings for added lines matching a pattern, with their line in the head version."""
+    findings = []
+    path = None
+    line_no = 0
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") else None
+        elif match := _HUNK.match(line):
+            line_no = int(match.group(1))
+        elif path and line.startswith("+"):
+            for pattern in PATTERNS:
+                if pattern.regex.search(line[1:]):
+                    finding = {
+                        "path": path,
+                        "line": line_no,
+                        "side": "RIGHT",
+                        "severity": pattern.severity,
+                        "title": pattern.title,
+                        "body": pattern.body,
+                    }
+                    findings.append(finding)
+                    break
+            line_no += 1
+        elif path and line.startswith(" "):
+            line_no += 1
+    return findings
+
+
+def scripted_reviewer(conversation: Conversation) -> Action:
+    if "submit_review" not in conversation.tools:
+        return _critique(conversation)
+    diff = conversation.result_of("git_diff")
+    if diff is None:
+        return call("git_diff")
+    findings = scan_diff(diff)
+    last_event = conversation.events[-1][0] if conversation.events else ""
+    submitted = any(name == "submit_review" for name, _ in conversation.tool_calls)
+    if submitted and last_event == "user":
+        return _revise(conversation, findings)
+    if findings and conversation.result_of("read_file") is None:
+        first = findings[0]
+        return call(
+            "read_file",
+            path=first["path"],
+            start_line=max(1, first["line"] - 5),
+            end_line=first["line"] + 5,
+        )
+    return call("submit_review", **_review(findings))
+
+
+def _review(findings: list[dict], note: str = "") -> dict:
+    if findings:
+        worst = findings[0]["severity"]
+        summary = f"Found {len(findings)} issue(s) in the added code; the most serious is {worst}."
+    else:
+        summary = "The change looks correct; no issues found in the added code."
+    verdict = (
+        "request_changes"
+        if any(f["severity"] in ("critical", "major") for f in findings)
+        else "comment"
+    )
+    return {"summary": summary + note, "verdict": verdict, "findings": findings}
+
+
+def _revise(conversation: Conversation, findings: list[dict]) -> Action:
+    """Drop findings the feedback refutes (`refute <title>`), keep the rest, say why."""
+    feedback = conversation.last_user_text.lower()
+    kept = [f for f in findings if f"refute {f['title'].lower()}" not in feedback]
+    dropped = len(findings) - len(kept)
+    note = f" Revised after cross-review feedback ({dropped} finding(s) withdrawn)."
+    return call("submit_review", **_review(kept, note))
+
+
+def _critique(conversation: Conversation) -> Action:
+    if conversation.result_of("git_diff") is None:
+        return call("git_diff")
+    context = conversation.user_texts[0] if conversation.user_texts else ""
+    titles = re.findall(r"^\| F(\d+) \| \w+ \| [^|]+ \| ([^|]+) \|", context, re.M)
+    lines = ["I checked the draft against the diff."]
+    for number, title in titles:
+        lines.append(f"- F{number} ({title.strip()}): confirmed, the added line does this.")
+    if not titles:
+        lines.append("- The draft has no findings; I found nothing it missed.")
+    if conversation.last_user_text and len(conversation.user_texts) > 1:
+        lines.append(f"On your question: {conversation.last_user_text[:200]}")
+    return say("\n".join(lines))

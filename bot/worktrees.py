@@ -1,0 +1,306 @@
+"""Bare mirrors per repository and cheap per-review worktrees, driven by safe git subprocesses.
+
+A review's worktree is registered without a checkout: the toolbox reads files from the
+object store at the head sha, so preparing a review costs a fetch, not a checkout, and
+the sandbox is structural (paths are tree lookups, symlinks are just blobs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+GIT_TIMEOUT = 300.0
+TOOL_TIMEOUT = 20.0
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class GitError(Exception):
+    """A git command failed or timed out; the message is safe to show (no secrets)."""
+
+
+def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
+    """The only environment git ever runs with: no user/system config, no hooks, no helpers.
+
+    The installation token reaches git only here, as `http.extraHeader` in this process's
+    environment (GIT_CONFIG_*): never in a URL, a file, a command line or a log.
+    """
+    config = {
+        "core.hooksPath": "/dev/null",
+        "core.fsmonitor": "false",
+        "core.untrackedCache": "false",
+        "core.quotePath": "false",
+        "core.bigFileThreshold": "1m",  # larger blobs diff as binary, never line by line
+        "core.askPass": "",
+        "credential.helper": "",
+        "protocol.ext.allow": "never",
+        "protocol.file.allow": "always",
+        "gc.auto": "0",
+        "maintenance.auto": "false",
+        "advice.detachedHead": "false",
+        "diff.noprefix": "false",
+        "log.showSignature": "false",
+    }
+    if token:
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        config["http.extraHeader"] = f"Authorization: Basic {basic}"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LC_ALL": "C",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "/bin/false",
+        "SSH_ASKPASS": "/bin/false",
+        "GIT_ALLOW_PROTOCOL": "https:http:file",
+        "GIT_NO_REPLACE_OBJECTS": "1",
+        "GIT_LITERAL_PATHSPECS": "1",
+        "GIT_OPTIONAL_LOCKS": "0",
+        "GIT_CONFIG_COUNT": str(len(config)),
+    }
+    for n, (key, value) in enumerate(config.items()):
+        env[f"GIT_CONFIG_KEY_{n}"] = key
+        env[f"GIT_CONFIG_VALUE_{n}"] = value
+    return env
+
+
+async def run_git(
+    args: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float = GIT_TIMEOUT,
+    limit: int | None = None,
+    check: bool = True,
+) -> bytes:
+    """Run `git <args>` with a fixed argv (no shell). `limit` stops reading after that many
+    bytes and ends the process (a 50 MB blob never lands in memory whole)."""
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+
+    async def read_out() -> bytes:
+        assert proc.stdout is not None
+        if limit is None:
+            return await proc.stdout.read()
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = await proc.stdout.read(min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            proc.kill()  # enough read; git must not block on a full pipe
+        return b"".join(chunks)
+
+    try:
+        out, err = await asyncio.wait_for(asyncio.gather(read_out(), proc.stderr.read()), timeout)
+        await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise GitError(f"git {args[0]} timed out after {timeout:.0f}s") from None
+    except asyncio.CancelledError:
+        proc.kill()
+        await proc.wait()
+        raise
+    finally:
+        # asyncio (3.11) has no public close for a reaped process: without this each call
+        # leaves its transport to the garbage collector and a ResourceWarning.
+        proc._transport.close()  # type: ignore[attr-defined]
+    if check and proc.returncode not in (0, -9) and not (limit and len(out) > limit):
+        message = err.decode(errors="replace").strip().splitlines()
+        raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
+    return out
+
+
+async def _rmtree(path: Path, ignore_errors: bool = True) -> None:
+    """Deleting a mirror can take a while: never on the event loop."""
+    await asyncio.to_thread(shutil.rmtree, path, ignore_errors)
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """One review's view of a repository: the mirror, the head, and the diff base."""
+
+    mirror: Path
+    path: Path
+    head_sha: str
+    base_sha: str
+    merge_base: str
+    env: dict[str, str]
+
+    async def git(
+        self,
+        *args: str,
+        timeout: float = TOOL_TIMEOUT,
+        limit: int | None = None,
+        check: bool = True,
+    ) -> bytes:
+        return await run_git(
+            list(args), cwd=self.mirror, env=self.env, timeout=timeout, limit=limit, check=check
+        )
+
+
+class Mirrors:
+    """Bare mirrors under `<data>/mirrors`, worktrees under `<data>/worktrees`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "mirrors"
+        self.trees = data_dir / "worktrees"
+        self.home = data_dir / "git-home"
+        self._locks: dict[Path, asyncio.Lock] = {}
+
+    def env(self, token: str | None = None) -> dict[str, str]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        return git_env(home=self.home, token=token)
+
+    def mirror_path(self, repo: str) -> Path:
+        owner, _, name = repo.partition("/")
+        return self.root / _SAFE_NAME.sub("_", owner) / (_SAFE_NAME.sub("_", name) + ".git")
+
+    def lock(self, mirror: Path) -> asyncio.Lock:
+        """One git operation per mirror at a time."""
+        return self._locks.setdefault(mirror, asyncio.Lock())
+
+    async def sync(
+        self, repo: str, clone_url: str, refs: list[str], token: str | None = None
+    ) -> Path:
+        """Clone the mirror once, then fetch just the named refs (`refs/pull/N/head`, …)."""
+        if not clone_url.startswith(("https://", "http://", "file://")):
+            raise GitError("clone URL must be https:// (or file:// for local repositories)")
+        mirror = self.mirror_path(repo)
+        env = self.env(token)
+        async with self.lock(mirror):
+            if not (mirror / "HEAD").exists():
+                mirror.parent.mkdir(parents=True, exist_ok=True)
+                partial = mirror.with_suffix(".partial")
+                await _rmtree(partial)
+                await run_git(
+                    ["clone", "--mirror", "--quiet", "--", clone_url, str(partial)],
+                    cwd=mirror.parent,
+                    env=env,
+                )
+                partial.rename(mirror)
+            refspecs = [f"+{ref}:{ref}" for ref in refs]
+            if refspecs:
+                await run_git(
+                    ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "origin", *refspecs],
+                    cwd=mirror,
+                    env=env,
+                )
+        return mirror
+
+    async def add_worktree(self, repo: str, *, name: str, head_sha: str, base_ref: str) -> Worktree:
+        """Register a detached, no-checkout worktree at `head_sha` (costs ~nothing)."""
+        mirror = self.mirror_path(repo)
+        env = self.env()
+        path = self.trees / _SAFE_NAME.sub("_", name)
+        if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", head_sha):
+            raise GitError("head sha is not a full commit id")
+        async with self.lock(mirror):
+            base_sha = (
+                (
+                    await run_git(
+                        ["rev-parse", "--verify", "--end-of-options", f"{base_ref}^{{commit}}"],
+                        cwd=mirror,
+                        env=env,
+                        timeout=30,
+                    )
+                )
+                .decode()
+                .strip()
+            )
+            await run_git(
+                ["cat-file", "-e", f"{head_sha}^{{commit}}"], cwd=mirror, env=env, timeout=30
+            )
+            merge_base = (
+                (await run_git(["merge-base", base_sha, head_sha], cwd=mirror, env=env, timeout=60))
+                .decode()
+                .strip()
+            )
+            if path.exists():
+                await self._remove(mirror, path, env)
+            self.trees.mkdir(parents=True, exist_ok=True)
+            await run_git(
+                [
+                    "worktree",
+                    "add",
+                    "--detach",
+                    "--no-checkout",
+                    "--quiet",
+                    "--",
+                    str(path),
+                    head_sha,
+                ],
+                cwd=mirror,
+                env=env,
+                timeout=60,
+            )
+        return Worktree(mirror, path, head_sha, base_sha, merge_base, env)
+
+    async def remove_worktree(self, repo: str, path: Path) -> None:
+        mirror = self.mirror_path(repo)
+        async with self.lock(mirror):
+            await self._remove(mirror, path, self.env())
+
+    async def _remove(self, mirror: Path, path: Path, env: dict[str, str]) -> None:
+        if mirror.exists():
+            await run_git(
+                ["worktree", "remove", "--force", "--", str(path)],
+                cwd=mirror,
+                env=env,
+                timeout=60,
+                check=False,
+            )
+        await _rmtree(path)
+
+    async def remove_repo(self, repo: str) -> None:
+        mirror = self.mirror_path(repo)
+        async with self.lock(mirror):
+            for tree in self._trees_of(mirror):
+                await _rmtree(tree)
+            await _rmtree(mirror)
+
+    def _trees_of(self, mirror: Path) -> list[Path]:
+        admin = mirror / "worktrees"
+        found = []
+        for entry in admin.glob("*/gitdir") if admin.exists() else []:
+            found.append(Path(entry.read_text().strip()).parent)
+        return found
+
+    async def prune(self, max_age_seconds: float, keep: set[Path] = frozenset()) -> int:
+        """Remove worktrees older than the TTL (and any left half-made); prune git's records."""
+        removed = 0
+        now = time.time()
+        if self.trees.exists():
+            for tree in self.trees.iterdir():
+                if tree in keep:
+                    continue
+                if now - tree.stat().st_mtime > max_age_seconds:
+                    await _rmtree(tree)
+                    removed += 1
+        for mirror in self.root.glob("*/*.git") if self.root.exists() else []:
+            async with self.lock(mirror):
+                await run_git(
+                    ["worktree", "prune"], cwd=mirror, env=self.env(), timeout=60, check=False
+                )
+        return removed

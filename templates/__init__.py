@@ -1,0 +1,1 @@
+"""Every text a person or a model reads: comment bodies (*.md.j2) and prompts (prompts/)."""

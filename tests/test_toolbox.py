@@ -1,0 +1,195 @@
+"""The read-only toolbox under hostile input: nothing outside the head tree ever leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from bot.agents.toolbox import MAX_OUTPUT_CHARS, READ_ONLY_TOOLS, Toolbox, clean_path
+from bot.standin.repo import git, make_pr
+from bot.worktrees import Mirrors
+
+SECRET_LINE = "root:x:0:0"  # what /etc/passwd starts with
+BIG = 50 * 1024 * 1024
+
+BASE = {"src/app.py": "def add(a, b):\n    return a + b\n", "README.md": "# demo\n"}
+HEAD = {
+    "src/app.py": "def add(a, b):\n    return eval(f'{a}+{b}')\n",
+    "escape": "link:/etc/passwd",
+    "escape_rel": "link:../../../../../../etc/passwd",
+    "inner_link": "link:src/app.py",
+    "big.txt": "x" * (BIG - 1) + "\n",
+    "blob.dat": b"\x00\x01\x02binary\x00" * 100,
+    "with space.txt": "spaces\n",
+    "new\nline.txt": "newline in name\n",
+    "ünïcødé.py": "print('ü')\n",
+    "-rf": "dash file\n",
+    "--output=pwned": "option-looking file\n",
+    "long.txt": "a" * 100_000 + "!\n",
+    ".gitattributes": "* filter=evil diff=evil\n",
+}
+
+
+@pytest.fixture(scope="module")
+def toolbox(tmp_path_factory):
+    """Built once (a 50 MB blob is slow to commit); the toolbox itself holds no loop state."""
+    return asyncio.run(_build_toolbox(tmp_path_factory))
+
+
+async def _build_toolbox(tmp_path_factory):
+    root = tmp_path_factory.mktemp("toolbox")
+    pr = make_pr(root / "origin", base=BASE, head=HEAD, number=3)
+    mirrors = Mirrors(root / "data")
+    mirror = await mirrors.sync(
+        "octo/widgets", pr.clone_url, ["refs/heads/main", "refs/pull/3/head"]
+    )
+    marker = root / "driver-ran"
+    # Even if drivers were configured, reading and diffing must never run them.
+    for key, value in (
+        ("filter.evil.smudge", f"sh -c 'touch {marker}; cat'"),
+        ("filter.evil.clean", f"sh -c 'touch {marker}; cat'"),
+        ("diff.evil.textconv", f"sh -c 'touch {marker}; cat'"),
+        ("diff.evil.command", f"sh -c 'touch {marker}'"),
+    ):
+        git(mirror, "config", key, value)
+    tree = await mirrors.add_worktree(
+        "octo/widgets", name="t", head_sha=pr.head_sha, base_ref="refs/heads/main"
+    )
+    box = Toolbox(tree)
+    box.marker = marker
+    return box
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("read_file", {"path": "../../etc/passwd"}),
+        ("read_file", {"path": "src/../../etc/passwd"}),
+        ("read_file", {"path": "/etc/passwd"}),
+        ("read_file", {"path": "//etc/passwd"}),
+        ("read_file", {"path": "C:\\Windows\\win.ini"}),
+        ("read_file", {"path": "escape"}),
+        ("read_file", {"path": "escape_rel"}),
+        ("read_file", {"path": ".git/config"}),
+        ("read_file", {"path": ".GIT/config"}),
+        ("read_file", {"path": "src/.git/../../.git/HEAD"}),
+        ("read_file", {"path": "src/app.py\x00/etc/passwd"}),
+        ("list_files", {"path": "../"}),
+        ("list_files", {"path": "/etc"}),
+        ("list_files", {"path": ".git"}),
+        ("search_code", {"pattern": "root", "path": "/etc"}),
+        ("search_code", {"pattern": "root", "path": "../.."}),
+        ("git_diff", {"path": "../../etc/passwd"}),
+        ("git_log", {"path": "/etc/passwd"}),
+        ("read_file", {"path": ["src/app.py"]}),
+        ("read_file", {}),
+        ("read_file", {"path": "src/app.py", "mode": "w"}),
+        ("write_file", {"path": "x", "content": "y"}),
+        ("run_shell", {"command": "cat /etc/passwd"}),
+    ],
+)
+async def test_hostile_paths_never_leak(toolbox, tool, arguments):
+    answer = await toolbox.call(tool, arguments)
+    assert SECRET_LINE not in answer
+    assert "[core]" not in answer  # .git/config content
+
+
+async def test_symlinks_are_reported_not_followed(toolbox):
+    assert "symbolic link to '/etc/passwd'" in await toolbox.call("read_file", {"path": "escape"})
+    inner = await toolbox.call("read_file", {"path": "inner_link"})
+    assert "symbolic link to 'src/app.py'" in inner and "eval" not in inner
+
+
+async def test_read_file_numbers_lines_and_ranges(toolbox):
+    answer = await toolbox.call("read_file", {"path": "src/app.py", "start_line": 2})
+    assert answer == "2|     return eval(f'{a}+{b}')"
+
+
+async def test_fifty_megabyte_file_is_capped_with_a_marker(toolbox):
+    started = time.monotonic()
+    answer = await toolbox.call("read_file", {"path": "big.txt"})
+    assert time.monotonic() - started < 5
+    assert len(answer) <= MAX_OUTPUT_CHARS + 200
+    assert "truncated" in answer or "only the first" in answer
+
+
+async def test_binary_file_is_reported_not_dumped(toolbox):
+    answer = await toolbox.call("read_file", {"path": "blob.dat"})
+    assert "binary file" in answer and "\x00" not in answer
+
+
+@pytest.mark.parametrize(
+    "name", ["with space.txt", "new\nline.txt", "ünïcødé.py", "-rf", "--output=pwned"]
+)
+async def test_awkward_names_are_read_as_names(toolbox, name, tmp_path):
+    answer = await toolbox.call("read_file", {"path": name})
+    assert not answer.startswith("error"), answer
+    assert not (tmp_path / "pwned").exists()
+
+
+async def test_list_files_shows_awkward_names_and_dirs(toolbox):
+    answer = await toolbox.call("list_files", {})
+    assert "src/" in answer and "-rf" in answer and "ünïcødé.py" in answer
+    assert "new\\nline.txt" in answer  # escaped, one entry per line
+
+
+async def test_pathological_regex_is_bounded(toolbox):
+    started = time.monotonic()
+    answer = await toolbox.call("search_code", {"pattern": "(a+)+$", "path": "long.txt"})
+    assert time.monotonic() - started < 7
+    assert SECRET_LINE not in answer
+
+
+async def test_search_finds_code_with_paths_and_lines(toolbox):
+    answer = await toolbox.call("search_code", {"pattern": "eval\\(", "path": "src"})
+    assert answer.startswith("src/app.py:2:")
+
+
+async def test_search_pattern_that_looks_like_an_option(toolbox):
+    answer = await toolbox.call("search_code", {"pattern": "--output=pwned"})
+    assert not answer.startswith("error")
+
+
+async def test_git_diff_is_merge_base_to_head_and_runs_no_drivers(toolbox):
+    answer = await toolbox.call("git_diff", {"path": "src/app.py"})
+    assert "+    return eval(f'{a}+{b}')" in answer and "-    return a + b" in answer
+    await toolbox.call("read_file", {"path": "src/app.py"})
+    await toolbox.call("git_diff", {})
+    assert not toolbox.marker.exists()
+
+
+async def test_git_log_lists_commits(toolbox):
+    answer = await toolbox.call("git_log", {"max_count": 5})
+    assert "change under review" in answer and "base" in answer
+
+
+def test_the_toolbox_offers_only_read_tools():
+    assert {"read_file", "list_files", "search_code", "git_diff", "git_log"} == READ_ONLY_TOOLS
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("src/app.py", "src/app.py"),
+        ("./src//app.py", "src/app.py"),
+        ("src/./x", "src/x"),
+        (None, None),
+        ("..", None),
+        ("a/../b", None),
+        ("/abs", None),
+        (".git", None),
+        ("x/.Git/y", None),
+        ("a\x00b", None),
+        (5, None),
+    ],
+)
+def test_clean_path(raw, expected):
+    from bot.agents.toolbox import ToolError
+
+    if expected is None:
+        with pytest.raises(ToolError):
+            clean_path(raw)
+    else:
+        assert clean_path(raw) == expected

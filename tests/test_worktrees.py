@@ -1,0 +1,152 @@
+"""Mirrors and worktrees: fork heads, cheap worktrees, safe git, tokens never on disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from bot.standin.repo import git, make_pr
+from bot.worktrees import GitError, Mirrors
+from tests.gitserver import TokenGitServer
+
+BASE = {"src/app.py": "def add(a, b):\n    return a + b\n", "README.md": "# demo\n"}
+HEAD = {"src/app.py": "def add(a, b):\n    return eval(f'{a}+{b}')\n"}
+
+
+@pytest.fixture
+def pr(tmp_path):
+    return make_pr(tmp_path / "origin", base=BASE, head=HEAD, number=7)
+
+
+async def test_fork_head_is_fetched_from_refs_pull(tmp_path, pr):
+    mirrors = Mirrors(tmp_path / "data")
+    await mirrors.sync("octo/widgets", pr.clone_url, ["refs/heads/main", "refs/pull/7/head"])
+    tree = await mirrors.add_worktree(
+        "octo/widgets", name="r1", head_sha=pr.head_sha, base_ref="refs/heads/main"
+    )
+    assert tree.merge_base == pr.base_sha
+    assert (tree.path / ".git").is_file()  # registered worktree …
+    assert not (tree.path / "src").exists()  # … without a checkout
+
+
+async def test_new_push_is_fetched_into_the_existing_mirror(tmp_path, pr):
+    mirrors = Mirrors(tmp_path / "data")
+    await mirrors.sync("octo/widgets", pr.clone_url, ["refs/pull/7/head"])
+    git(pr.path, "checkout", "-q", pr.head_sha)
+    (pr.path / "src" / "more.py").write_text("x = 1\n")
+    git(pr.path, "add", "-A")
+    git(pr.path, "commit", "-q", "-m", "second push")
+    new_head = git(pr.path, "rev-parse", "HEAD").strip()
+    git(pr.path, "update-ref", "refs/pull/7/head", new_head)
+    await mirrors.sync("octo/widgets", pr.clone_url, ["refs/heads/main", "refs/pull/7/head"])
+    tree = await mirrors.add_worktree(
+        "octo/widgets", name="r2", head_sha=new_head, base_ref="refs/heads/main"
+    )
+    assert tree.head_sha == new_head
+
+
+async def test_unknown_head_sha_fails_clearly(tmp_path, pr):
+    mirrors = Mirrors(tmp_path / "data")
+    await mirrors.sync("octo/widgets", pr.clone_url, ["refs/heads/main"])
+    with pytest.raises(GitError):
+        await mirrors.add_worktree(
+            "octo/widgets", name="r", head_sha="f" * 40, base_ref="refs/heads/main"
+        )
+
+
+@pytest.mark.parametrize("base_ref", ["-x", "--output=/tmp/pwned", "refs/heads/--upload-pack=x"])
+async def test_refs_starting_with_dashes_are_not_options(tmp_path, pr, base_ref):
+    mirrors = Mirrors(tmp_path / "data")
+    await mirrors.sync("octo/widgets", pr.clone_url, ["refs/heads/main", "refs/pull/7/head"])
+    with pytest.raises(GitError):
+        await mirrors.add_worktree(
+            "octo/widgets", name="r", head_sha=pr.head_sha, base_ref=base_ref
+        )
+    assert not os.path.exists("/tmp/pwned")
+
+
+async def test_clone_urls_other_than_https_or_file_are_refused(tmp_path):
+    mirrors = Mirrors(tmp_path / "data")
+    for url in ("ext::sh -c touch% /tmp/pwned", "ssh://git@example.test/x.git", "-u./x"):
+        with pytest.raises(GitError):
+            await mirrors.sync("octo/widgets", url, [])
+
+
+async def test_hooks_in_the_mirror_never_run(tmp_path, pr):
+    mirrors = Mirrors(tmp_path / "data")
+    mirror = await mirrors.sync("octo/widgets", pr.clone_url, ["refs/pull/7/head"])
+    marker = tmp_path / "hook-ran"
+    for hook in ("post-checkout", "reference-transaction", "pre-auto-gc"):
+        path = mirror / "hooks" / hook
+        path.write_text(f"#!/bin/sh\ntouch {marker}\n")
+        path.chmod(0o755)
+    await mirrors.sync("octo/widgets", pr.clone_url, ["refs/heads/main", "refs/pull/7/head"])
+    await mirrors.add_worktree(
+        "octo/widgets", name="r", head_sha=pr.head_sha, base_ref="refs/heads/main"
+    )
+    assert not marker.exists()
+
+
+async def test_installation_token_never_touches_disk(tmp_path, pr):
+    token = "ghs_" + "Z" * 36
+    served = tmp_path / "served"
+    served.mkdir()
+    subprocess.run(
+        ["git", "clone", "-q", "--mirror", str(pr.path), str(served / "w.git")], check=True
+    )
+    subprocess.run(["git", "update-server-info"], cwd=served / "w.git", check=True)
+    server = TokenGitServer(served, token)
+    await server.start()
+    try:
+        mirrors = Mirrors(tmp_path / "data")
+        url = f"{server.url}/w.git"
+        with pytest.raises(GitError):  # without the token GitHub refuses …
+            await mirrors.sync("octo/other", url, ["refs/heads/main"])
+        await mirrors.sync(
+            "octo/widgets", url, ["refs/heads/main", "refs/pull/7/head"], token=token
+        )
+        await mirrors.add_worktree(
+            "octo/widgets", name="r", head_sha=pr.head_sha, base_ref="refs/heads/main"
+        )
+    finally:
+        await server.stop()
+    assert server.authorised > 0  # … and with it, the token went over HTTP
+    import base64
+
+    needles = [token.encode(), base64.b64encode(f"x-access-token:{token}".encode())]
+    for root, _dirs, files in os.walk(tmp_path / "data"):
+        for name in files:
+            content = (os.path.join(root, name), open(os.path.join(root, name), "rb").read())
+            assert not any(n in content[1] for n in needles), content[0]
+    config = (mirrors.mirror_path("octo/widgets") / "config").read_text()
+    assert "x-access-token" not in config and url in config
+
+
+async def test_prune_removes_worktrees_past_their_ttl(tmp_path, pr):
+    mirrors = Mirrors(tmp_path / "data")
+    await mirrors.sync("octo/widgets", pr.clone_url, ["refs/heads/main", "refs/pull/7/head"])
+    old = await mirrors.add_worktree(
+        "octo/widgets", name="old", head_sha=pr.head_sha, base_ref="refs/heads/main"
+    )
+    fresh = await mirrors.add_worktree(
+        "octo/widgets", name="fresh", head_sha=pr.head_sha, base_ref="refs/heads/main"
+    )
+    past = time.time() - 3 * 86400
+    os.utime(old.path, (past, past))
+    assert await mirrors.prune(max_age_seconds=86400) == 1
+    assert not old.path.exists() and fresh.path.exists()
+    listed = git(mirrors.mirror_path("octo/widgets"), "worktree", "list")
+    assert "old" not in listed and "fresh" in listed
+
+
+async def test_remove_repo_deletes_mirror_and_worktrees(tmp_path, pr):
+    mirrors = Mirrors(tmp_path / "data")
+    await mirrors.sync("octo/widgets", pr.clone_url, ["refs/heads/main", "refs/pull/7/head"])
+    tree = await mirrors.add_worktree(
+        "octo/widgets", name="r", head_sha=pr.head_sha, base_ref="refs/heads/main"
+    )
+    await mirrors.remove_repo("octo/widgets")
+    assert not mirrors.mirror_path("octo/widgets").exists() and not tree.path.exists()
