@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
 DEFAULT_API_URL = "https://api.github.com"
-DEFAULT_CLAUDE_MODEL = "claude-sonnet-4-5"
-DEFAULT_CODEX_MODEL = "gpt-5-codex"
+DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
+DEFAULT_CODEX_MODEL = "gpt-5.3-codex"
 PROVIDERS = ("claude", "codex")
 
 

@@ -13,6 +13,7 @@ from bot.config import Secret, Settings
 from bot.standin.github import GitHubStandin
 from bot.standin.openapi import OpenAPIValidator
 from tests import deliveries
+from tests.models import anthropic_standin, openai_standin  # noqa: F401 - shared fixtures
 
 WEBHOOK_SECRET = "test-webhook-secret-123"
 

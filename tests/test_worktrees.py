@@ -117,10 +117,9 @@ async def test_installation_token_never_touches_disk(tmp_path, pr):
     import base64
 
     needles = [token.encode(), base64.b64encode(f"x-access-token:{token}".encode())]
-    for root, _dirs, files in os.walk(tmp_path / "data"):
-        for name in files:
-            content = (os.path.join(root, name), open(os.path.join(root, name), "rb").read())
-            assert not any(n in content[1] for n in needles), content[0]
+    for path in (tmp_path / "data").rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert not any(n in path.read_bytes() for n in needles), path
     config = (mirrors.mirror_path("octo/widgets") / "config").read_text()
     assert "x-access-token" not in config and url in config
 

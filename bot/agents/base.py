@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,13 +57,17 @@ def _rates() -> dict[str, dict[str, float]]:
     return {k: v for k, v in data.items() if not k.startswith("_")}
 
 
+_SNAPSHOT = re.compile(r"^(?P<base>.+?)-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
+
+
 def rate_for(model: str) -> dict[str, float] | None:
-    """Exact id first, then the longest known prefix (dated snapshots share a price)."""
+    """The model's rate, or its base id's for a dated snapshot; never a guess by prefix
+    (`gpt-5.5` is not priced like `gpt-5`)."""
     rates = _rates()
     if model in rates:
         return rates[model]
-    matches = [k for k in rates if model.startswith(k)]
-    return rates[max(matches, key=len)] if matches else None
+    snapshot = _SNAPSHOT.match(model)
+    return rates.get(snapshot.group("base")) if snapshot else None
 
 
 def cost_usd(model: str, usage: Usage) -> float | None:
@@ -107,8 +112,6 @@ class ProviderRequest:
     tools: list[dict[str, Any]]
     messages: list[dict[str, Any]]
     cache_key: str
-    force_tool: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Provider(Protocol):

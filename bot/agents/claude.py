@@ -26,9 +26,6 @@ class ClaudeProvider:
         ]
         if tools:  # cache the long, stable prefix: system prompt and tool definitions
             tools[-1] = {**tools[-1], "cache_control": {"type": "ephemeral"}}
-        kwargs: dict[str, Any] = {}
-        if request.force_tool:
-            kwargs["tool_choice"] = {"type": "tool", "name": request.force_tool}
         response = await self.client.messages.create(
             model=self.model,
             max_tokens=MAX_OUTPUT_TOKENS,
@@ -38,7 +35,6 @@ class ClaudeProvider:
             tools=tools,
             messages=merge_roles(request.messages),
             timeout=REQUEST_TIMEOUT,
-            **kwargs,
         )
         blocks = [block.to_dict() for block in response.content]
         usage = response.usage

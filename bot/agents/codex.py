@@ -36,9 +36,6 @@ class CodexProvider:
             }
             for t in request.tools
         ]
-        kwargs: dict[str, Any] = {}
-        if request.force_tool:
-            kwargs["tool_choice"] = {"type": "function", "name": request.force_tool}
         response = await self.client.responses.create(
             model=self.model,
             instructions=request.system,
@@ -49,7 +46,6 @@ class CodexProvider:
             prompt_cache_key=request.cache_key,
             max_output_tokens=MAX_OUTPUT_TOKENS,
             timeout=REQUEST_TIMEOUT,
-            **kwargs,
         )
         items = [item.to_dict() for item in response.output]
         usage = response.usage

@@ -1,0 +1,41 @@
+"""Fixtures for the model stand-ins: real SDK clients pointed at loopback servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.standin.models import AnthropicStandin, OpenAIStandin
+from bot.standin.scripted import scripted_reviewer
+
+
+class Scripted:
+    """A policy from a list of actions (or one callable), so a test reads like a script."""
+
+    def __init__(self, *steps):
+        self.steps = list(steps)
+        self.seen = []
+
+    def __call__(self, conversation):
+        self.seen.append(conversation)
+        step = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
+        return step(conversation) if callable(step) else step
+
+
+@pytest.fixture
+async def anthropic_standin(monkeypatch):
+    standin = AnthropicStandin(scripted_reviewer)
+    await standin.start()
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", standin.url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key-0123456789")
+    yield standin
+    await standin.stop()
+
+
+@pytest.fixture
+async def openai_standin(monkeypatch):
+    standin = OpenAIStandin(scripted_reviewer)
+    await standin.start()
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{standin.url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-0123456789")
+    yield standin
+    await standin.stop()

@@ -1,0 +1,263 @@
+"""Both providers through their official SDKs against local stand-ins: tools, submit,
+repair, budgets, retries, usage and cost, and sessions that survive a restart."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.agents.base import AgentError, Budget, BudgetExceeded
+from bot.agents.loop import AgentRun
+from bot.agents.providers import ModelClients
+from bot.agents.toolbox import Toolbox
+from bot.config import Settings
+from bot.sessions import create_session, load_messages
+from bot.skills import load_skill
+from bot.standin.models import call, fail, say
+from bot.standin.repo import make_pr
+from bot.standin.scripted import scripted_reviewer
+from bot.storage import Database
+from bot.worktrees import Mirrors
+from tests.models import Scripted
+
+BASE = {"calc.py": "def parse(text):\n    return int(text)\n"}
+HEAD = {"calc.py": "def parse(text):\n    return eval(text)\n"}
+VALID = {
+    "summary": "One problem.",
+    "verdict": "request_changes",
+    "findings": [
+        {
+            "path": "calc.py",
+            "line": 2,
+            "severity": "critical",
+            "title": "eval on input",
+            "body": "Use int().",
+        }
+    ],
+}
+
+
+@pytest.fixture
+async def env(tmp_path):
+    pr = make_pr(tmp_path / "origin", base=BASE, head=HEAD, number=1)
+    mirrors = Mirrors(tmp_path / "data")
+    await mirrors.sync("o/r", pr.clone_url, ["refs/heads/main", "refs/pull/1/head"])
+    tree = await mirrors.add_worktree(
+        "o/r", name="a", head_sha=pr.head_sha, base_ref="refs/heads/main"
+    )
+    db = await Database.open(tmp_path / "db.sqlite3")
+    clients = ModelClients(
+        Settings(data_dir=tmp_path, claude_model="claude-sonnet-5-5", codex_model="gpt-5.3-codex")
+    )
+    yield {"db": db, "tree": tree, "clients": clients}
+    await clients.close()
+    await db.close()
+
+
+async def make_run(
+    env, provider_name, *, budget=None, model=None, expect_submit=True, session=None
+):
+    db = env["db"]
+    provider = env["clients"].provider(provider_name, model)
+    skill = await load_skill(db)
+    session = session or await create_session(db, provider=provider.name, model=provider.model)
+    sleeps = []
+
+    async def no_sleep(seconds):
+        sleeps.append(seconds)
+
+    budget = budget or Budget()
+    run = AgentRun(
+        db=db,
+        provider=provider,
+        session=session,
+        toolbox=Toolbox(env["tree"]),
+        system=skill.text,
+        kind="review",
+        budget=budget,
+        skill_version_id=skill.id,
+        expect_submit=expect_submit,
+        sleep=no_sleep,
+    )
+    run.sleeps = sleeps
+    return run
+
+
+@pytest.mark.parametrize("provider", ["claude", "codex"])
+async def test_model_explores_with_tools_then_submits(
+    env, provider, anthropic_standin, openai_standin
+):
+    run = await make_run(env, provider)
+    result = await run.turn("Review this pull request.")
+    assert [f.title for f in result.draft.findings] == ["eval() runs untrusted input"]
+    assert result.draft.findings[0].line == 2
+    assert result.tool_calls == 2  # git_diff, read_file
+    standin = anthropic_standin if provider == "claude" else openai_standin
+    sent_tools = standin.normalise(standin.requests[0]).tools
+    assert sent_tools == [
+        "read_file",
+        "list_files",
+        "search_code",
+        "git_diff",
+        "git_log",
+        "submit_review",
+    ]
+    row = await env["db"].fetchone("SELECT * FROM runs WHERE id = ?", (result.run_id,))
+    assert row["status"] == "done" and row["skill_version_id"] is not None
+
+
+async def test_claude_caches_system_prompt_and_tools(env, anthropic_standin):
+    await (await make_run(env, "claude")).turn("Review.")
+    request = anthropic_standin.requests[0]
+    assert request["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert request["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in request["tools"][0]
+
+
+async def test_codex_resends_items_without_server_state(env, openai_standin):
+    await (await make_run(env, "codex")).turn("Review.")
+    second = openai_standin.requests[1]
+    assert second["store"] is False
+    assert second["prompt_cache_key"].startswith("pr-cockpit-session-")
+    types = [item.get("type", item.get("role")) for item in second["input"]]
+    assert types == ["user", "function_call", "function_call_output"]
+
+
+@pytest.mark.parametrize("provider", ["claude", "codex"])
+async def test_invalid_output_gets_one_repair_turn(
+    env, provider, anthropic_standin, openai_standin
+):
+    script = Scripted(
+        call("submit_review", summary="x", verdict="approve", findings="none"),
+        call("submit_review", **VALID),
+    )
+    (anthropic_standin if provider == "claude" else openai_standin).policy = script
+    result = await (await make_run(env, provider)).turn("Review.")
+    assert result.draft.verdict == "request_changes"
+    repair = script.seen[1].tool_results[-1]
+    assert "verdict" in repair and "findings" in repair
+
+
+async def test_invalid_output_twice_fails_clearly(env, anthropic_standin):
+    anthropic_standin.policy = Scripted(call("submit_review", summary="x"))
+    run = await make_run(env, "claude")
+    with pytest.raises(AgentError, match="invalid submit_review output after one repair"):
+        await run.turn("Review.")
+    row = await env["db"].fetchone("SELECT status, error FROM runs")
+    assert row["status"] == "failed" and "missing `verdict`" in row["error"]
+
+
+async def test_prose_without_submit_is_nudged_once(env, anthropic_standin):
+    anthropic_standin.policy = Scripted(say("Looks fine to me!"), call("submit_review", **VALID))
+    result = await (await make_run(env, "claude")).turn("Review.")
+    assert result.draft is not None
+
+
+@pytest.mark.parametrize("provider", ["claude", "codex"])
+async def test_tool_call_budget_is_enforced(env, provider, anthropic_standin, openai_standin):
+    (anthropic_standin if provider == "claude" else openai_standin).policy = Scripted(
+        call("list_files")
+    )
+    run = await make_run(env, provider, budget=Budget(max_tool_calls=5))
+    with pytest.raises(BudgetExceeded, match="more than 5 tool calls"):
+        await run.turn("Review.")
+    row = await env["db"].fetchone("SELECT status, error, tool_calls FROM runs")
+    assert row["status"] == "failed" and "budget exhausted" in row["error"]
+    usage = await env["db"].fetchone("SELECT SUM(input_tokens) FROM run_usage")
+    assert usage[0] > 0  # what the failed run cost is still recorded
+
+
+async def test_token_and_dollar_budgets(env, anthropic_standin):
+    anthropic_standin.policy = Scripted(call("list_files"))
+    with pytest.raises(BudgetExceeded, match="tokens"):
+        await (await make_run(env, "claude", budget=Budget(max_tokens=5000))).turn("Review.")
+    with pytest.raises(BudgetExceeded, match="COCKPIT_REVIEW_MAX_USD"):
+        await (await make_run(env, "claude", budget=Budget(max_usd=0.01))).turn("Review.")
+
+
+async def test_overloaded_529_is_retried_with_backoff(env, anthropic_standin):
+    anthropic_standin.policy = Scripted(
+        fail(529, headers={"retry-after": "3"}), fail(529), scripted_reviewer
+    )
+    run = await make_run(env, "claude")
+    result = await run.turn("Review.")
+    assert result.draft is not None
+    assert run.sleeps == [3.0, 2.0]  # retry-after honoured, then exponential backoff
+
+
+async def test_rate_limit_429_is_retried_for_codex(env, openai_standin):
+    openai_standin.policy = Scripted(
+        fail(429, "rate_limit_exceeded", {"retry-after-ms": "250"}), scripted_reviewer
+    )
+    run = await make_run(env, "codex")
+    assert (await run.turn("Review.")).draft is not None
+    assert run.sleeps == [0.25]
+
+
+async def test_persistent_outage_fails_clearly(env, anthropic_standin):
+    anthropic_standin.policy = Scripted(fail(503, "api_error"))
+    with pytest.raises(AgentError, match="unavailable after 5 attempts"):
+        await (await make_run(env, "claude")).turn("Review.")
+
+
+async def test_bad_key_fails_without_retry(env, anthropic_standin, monkeypatch):
+    anthropic_standin.policy = Scripted(fail(401, "authentication_error"))
+    run = await make_run(env, "claude")
+    with pytest.raises(AgentError, match="rejected the API key"):
+        await run.turn("Review.")
+    assert run.sleeps == []
+
+
+async def test_usage_and_cost_per_model(env, anthropic_standin):
+    result = await (await make_run(env, "claude")).turn("Review.")
+    rows = await env["db"].fetchall("SELECT * FROM run_usage WHERE run_id = ?", (result.run_id,))
+    assert [r["model"] for r in rows] == ["claude-sonnet-5-5"]
+    row = rows[0]
+    assert row["input_tokens"] == 3 * 1200 and row["cache_read_tokens"] == 2 * 900
+    expected = (3600 * 2.0 + 900 * 10.0 + 1800 * 0.2) / 1e6
+    assert row["cost_usd"] == pytest.approx(expected)
+
+
+async def test_unknown_model_cost_is_null_not_zero(env, anthropic_standin):
+    result = await (await make_run(env, "claude", model="claude-future-9")).turn("Review.")
+    run = await env["db"].fetchone("SELECT cost_usd FROM runs WHERE id = ?", (result.run_id,))
+    usage = await env["db"].fetchone("SELECT cost_usd, input_tokens FROM run_usage")
+    assert run["cost_usd"] is None and usage["cost_usd"] is None and usage["input_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("model", "known"),
+    [
+        ("claude-sonnet-5-5", True),
+        ("claude-sonnet-5-5-20260901", True),
+        ("gpt-5.3-codex", True),
+        ("gpt-5-2025-08-07", True),
+        ("gpt-5.5", False),
+        ("claude-sonnet-5-5-turbo", False),
+        ("unknown", False),
+    ],
+)
+def test_rates_match_exact_ids_and_dated_snapshots_only(model, known):
+    from bot.agents.base import rate_for
+
+    assert (rate_for(model) is not None) == known
+
+
+async def test_session_messages_have_stable_ids_and_survive_restart(
+    env, anthropic_standin, tmp_path
+):
+    run = await make_run(env, "claude")
+    await run.turn("Review.")
+    rows = await env["db"].fetchall("SELECT id, role FROM messages ORDER BY seq")
+    assert [r["id"] for r in rows] == [f"msg-{n}" for n in range(len(rows))]
+    assert rows[0]["role"] == "user" and rows[1]["role"] == "assistant"
+    session = run.session
+    await env["db"].close()  # the process restarts …
+    env["db"] = await Database.open(tmp_path / "db.sqlite3")
+    anthropic_standin.policy = Scripted(say("It is the eval on line 2."))
+    again = await make_run(env, "claude", session=session, expect_submit=False)
+    result = await again.turn("Which finding matters most?")
+    assert result.text == "It is the eval on line 2."
+    history = await load_messages(env["db"], session.id)
+    assert len(history) == len(rows) + 2  # … and the conversation goes on where it was
+    sent = anthropic_standin.requests[-1]["messages"]
+    assert sent[-1]["role"] == "user" and sent[-1]["content"][-1]["text"].startswith("Which")
