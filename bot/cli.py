@@ -21,7 +21,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from bot.logs import setup_logging
     from bot.server import make_app
-    from bot.workers import setup_workers
 
     try:
         settings = load_settings()
@@ -31,7 +30,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     port = settings.port if args.port is None else args.port
     setup_logging()
     web.run_app(
-        make_app(settings, setup=setup_workers),
+        make_app(settings),
         host=host,
         port=port,
         print=None,

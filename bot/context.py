@@ -6,12 +6,14 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from bot.agents.providers import ModelClients
 from bot.config import Settings
 from bot.github import GitHubApp
 from bot.inbox import Inbox
 from bot.metrics import Metrics
 from bot.queue import Jobs
 from bot.storage import Database
+from bot.worktrees import Mirrors
 
 
 @dataclass
@@ -23,3 +25,5 @@ class Context:
     github: GitHubApp
     metrics: Metrics
     http: aiohttp.ClientSession
+    mirrors: Mirrors
+    models: ModelClients

@@ -22,6 +22,7 @@ async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr:
         "head_sha": pr["head"]["sha"],
         "base_ref": pr["base"]["ref"],
         "clone_url": repo.get("clone_url"),
+        "html_url": pr.get("html_url"),
         "title": pr.get("title") or "",
         "body": pr.get("body") or "",
         "author": (pr.get("user") or {}).get("login"),
@@ -43,3 +44,7 @@ async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr:
 
 async def get_pull(db: Database, repo: str, number: int) -> sqlite3.Row | None:
     return await db.fetchone("SELECT * FROM pulls WHERE repo = ? AND number = ?", (repo, number))
+
+
+async def pull_by_id(db: Database, pull_id: int) -> sqlite3.Row | None:
+    return await db.fetchone("SELECT * FROM pulls WHERE id = ?", (pull_id,))

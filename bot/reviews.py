@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
@@ -138,3 +139,72 @@ async def forget_installation(ctx: Context, installation_id: int) -> None:
         {"installation_id": installation_id, "repos": repos},
         queue=REVIEWS_QUEUE,
     )
+
+
+async def get_review(db: Database, review_id: int) -> sqlite3.Row | None:
+    return await db.fetchone("SELECT * FROM reviews WHERE id = ?", (review_id,))
+
+
+async def latest_review(db: Database, pull_id: int) -> sqlite3.Row | None:
+    return await db.fetchone(
+        "SELECT * FROM reviews WHERE pull_id = ? ORDER BY id DESC LIMIT 1", (pull_id,)
+    )
+
+
+async def latest_draft(db: Database, pull_id: int) -> sqlite3.Row | None:
+    """The newest review that produced a draft (draft, posting or posted)."""
+    return await db.fetchone(
+        "SELECT * FROM reviews WHERE pull_id = ? AND state IN ('draft', 'posting', 'posted')"
+        " ORDER BY id DESC LIMIT 1",
+        (pull_id,),
+    )
+
+
+async def update_review(db: Database, review_id: int, **fields: Any) -> None:
+    fields["updated_at"] = time.time()
+    await db.execute(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?",
+        (*fields.values(), review_id),
+    )
+
+
+async def load_findings(db: Database, review_id: int) -> list[sqlite3.Row]:
+    return await db.fetchall(
+        "SELECT * FROM findings WHERE review_id = ? ORDER BY ordinal", (review_id,)
+    )
+
+
+async def save_findings(db: Database, review_id: int, rows: list[dict[str, Any]]) -> None:
+    """Replace the review's findings; `ordinal` numbers them F1…Fn as shown on the PR."""
+    async with db.transaction() as conn:
+        await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
+        for ordinal, row in enumerate(rows, start=1):
+            await conn.execute(
+                "INSERT INTO findings (review_id, ordinal, path, line, end_line, side, severity,"
+                " title, body, suggestion, in_diff, verify_status, verify_note, state, checked_by)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'kept', 'auto')",
+                (
+                    review_id,
+                    ordinal,
+                    row["path"],
+                    row.get("line"),
+                    row.get("end_line"),
+                    row.get("side", "RIGHT"),
+                    row["severity"],
+                    row["title"],
+                    row.get("body", ""),
+                    row.get("suggestion"),
+                    int(row.get("in_diff", 0)),
+                    row.get("verify_status"),
+                    row.get("verify_note"),
+                ),
+            )
+
+
+async def review_cost(db: Database, review_id: int) -> tuple[float | None, int]:
+    """Total USD of the review's runs (None if any run's cost is unknown) and its run count."""
+    rows = await db.fetchall("SELECT cost_usd FROM runs WHERE review_id = ?", (review_id,))
+    if not rows:
+        return 0.0, 0
+    costs = [r["cost_usd"] for r in rows]
+    return (None if any(c is None for c in costs) else sum(costs)), len(rows)

@@ -6,13 +6,14 @@ import functools
 import hashlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import orjson
 from aiohttp import web
 from gidgethub import routing
 
+from bot.agents.providers import ModelClients
 from bot.config import Settings
 from bot.context import Context
 from bot.github import GitHubApp
@@ -21,6 +22,7 @@ from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import Jobs
 from bot.storage import Database
+from bot.worktrees import Mirrors
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +33,8 @@ REVIEWS_QUEUE = "reviews"
 CONTEXT = web.AppKey("context", Context)
 METRICS = web.AppKey("metrics", Metrics)
 
-# Extra start-up work (job handlers for later capabilities) registered by the caller.
-Setup = Callable[[Context], None]
+# Start-up work given by the caller: job handlers, housekeeping jobs.
+Setup = Callable[[Context], Awaitable[None]]
 
 
 class BodyTooLarge(Exception):
@@ -150,6 +152,10 @@ def make_app(
         from handlers import router as default_router
 
         router = default_router
+    if setup is None:
+        from bot.workers import setup_workers
+
+        setup = setup_workers
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[errors_middleware])
     app[METRICS] = Metrics()
     app.router.add_post("/webhooks/github", webhook)
@@ -177,6 +183,8 @@ async def _lifecycle(
         github=GitHubApp(settings, http, metrics=metrics),
         metrics=metrics,
         http=http,
+        mirrors=Mirrors(settings.data_dir),
+        models=ModelClients(settings),
     )
     app[CONTEXT] = ctx
     jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
@@ -184,7 +192,7 @@ async def _lifecycle(
         kind=job.kind, outcome=outcome
     ).observe(seconds)
     if setup is not None:
-        setup(ctx)
+        await setup(ctx)
     recovered = await jobs.recover()
     if recovered:
         log.info("re-queued jobs left running", extra={"fields": {"count": recovered}})
@@ -195,5 +203,6 @@ async def _lifecycle(
     finally:
         await inbox.stop()
         await jobs.stop()
+        await ctx.models.close()
         await http.close()
         await db.close()

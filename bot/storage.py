@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS pulls (
     head_sha TEXT,
     base_ref TEXT,
     clone_url TEXT,
+    html_url TEXT,
     title TEXT,
     body TEXT,
     author TEXT,

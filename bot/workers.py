@@ -2,8 +2,62 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+
 from bot.context import Context
+from bot.pulls import pull_by_id
+from bot.queue import Job
+from bot.review.engine import run_review_job, worktree_name
+from bot.review.publish import Publisher
+from bot.reviews import REVIEWS_QUEUE, latest_review
+
+log = logging.getLogger(__name__)
+
+WORKTREE_TTL = 7 * 86400
 
 
-def setup_workers(ctx: Context) -> None:
-    """Attach the job kinds this build knows how to run."""
+async def refresh_status(ctx: Context, job: Job) -> None:
+    """Re-render the PR's status comment (and the check run of a stale draft)."""
+    pull = await pull_by_id(ctx.db, job.payload["pull_id"])
+    review = await latest_review(ctx.db, job.payload["pull_id"]) if pull else None
+    if review is None:
+        return
+    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
+    await publisher.status(review)
+    if review["stale"] and review["state"] == "draft":
+        await publisher.finish_check(review)
+
+
+async def cleanup_pull(ctx: Context, job: Job) -> None:
+    pull = await pull_by_id(ctx.db, job.payload["pull_id"])
+    if pull is None:
+        return
+    rows = await ctx.db.fetchall("SELECT id FROM reviews WHERE pull_id = ?", (pull["id"],))
+    for row in rows:
+        path = ctx.mirrors.tree_path(worktree_name(pull, row["id"]))
+        await ctx.mirrors.remove_worktree(pull["repo"], path)
+
+
+async def cleanup_installation(ctx: Context, job: Job) -> None:
+    for repo in job.payload["repos"]:
+        await ctx.mirrors.remove_repo(repo)
+
+
+async def maintenance(ctx: Context, job: Job) -> None:
+    """Start-up housekeeping that must not delay start-up: prune worktrees past their TTL."""
+    removed = await ctx.mirrors.prune(WORKTREE_TTL)
+    log.info("pruned worktrees", extra={"fields": {"removed": removed}})
+
+
+async def setup_workers(ctx: Context) -> None:
+    """Attach the job kinds this build knows how to run; queue start-up housekeeping."""
+    for kind, handler in {
+        "review": run_review_job,
+        "refresh_status": refresh_status,
+        "cleanup_pull": cleanup_pull,
+        "cleanup_installation": cleanup_installation,
+        "maintenance": maintenance,
+    }.items():
+        ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
+    await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS_QUEUE, supersede=True)

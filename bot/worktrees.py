@@ -177,6 +177,9 @@ class Mirrors:
         owner, _, name = repo.partition("/")
         return self.root / _SAFE_NAME.sub("_", owner) / (_SAFE_NAME.sub("_", name) + ".git")
 
+    def tree_path(self, name: str) -> Path:
+        return self.trees / _SAFE_NAME.sub("_", name)
+
     def lock(self, mirror: Path) -> asyncio.Lock:
         """One git operation per mirror at a time."""
         return self._locks.setdefault(mirror, asyncio.Lock())
@@ -213,7 +216,7 @@ class Mirrors:
         """Register a detached, no-checkout worktree at `head_sha` (costs ~nothing)."""
         mirror = self.mirror_path(repo)
         env = self.env()
-        path = self.trees / _SAFE_NAME.sub("_", name)
+        path = self.tree_path(name)
         if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", head_sha):
             raise GitError("head sha is not a full commit id")
         async with self.lock(mirror):

@@ -1,0 +1,1 @@
+"""The review engine: planning, running the reviewer, and the draft on GitHub."""

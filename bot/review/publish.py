@@ -1,0 +1,326 @@
+"""The draft on GitHub: status comment, `PR Cockpit` check run, and the pending review.
+
+Every call is built from owner, repo and number against GITHUB_API_URL; no URL from a
+payload is ever called.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gidgethub
+
+from bot.reviews import latest_draft, load_findings, review_cost, update_review
+from bot.texts import STATUS_MARKER, fit, render, usd
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+log = logging.getLogger(__name__)
+
+CHECK_NAME = "PR Cockpit"
+ANNOTATION_BATCH = 50
+LEVELS = {"critical": "failure", "major": "warning", "minor": "notice", "nit": "notice"}
+HEADLINES = {
+    "queued": "review queued",
+    "running": "reviewing",
+    "draft": "draft ready",
+    "posting": "publishing",
+    "posted": "published",
+    "failed": "review failed",
+    "cancelled": "review stopped",
+    "superseded": "superseded by a newer review",
+}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def commands_for(review: sqlite3.Row | None) -> list[str]:
+    """The commands that make sense in the PR's current state (shown on the status comment)."""
+    if review is None:
+        return ["review", "help"]
+    if review["state"] in ("queued", "running"):
+        return ["status", "stop"]
+    if review["state"] == "draft" and not review["stale"]:
+        return ["approve", "approve F1 F2 --comment", "drop F1", "review", "help"]
+    return ["review", "help"]
+
+
+@dataclass
+class Publisher:
+    ctx: Context
+    gh: Any
+    pull: sqlite3.Row
+
+    @property
+    def owner_repo(self) -> dict[str, Any]:
+        owner, name = self.pull["repo"].split("/", 1)
+        return {"owner": owner, "repo": name, "number": self.pull["number"]}
+
+    # -- status comment -------------------------------------------------------
+
+    async def status(self, review: sqlite3.Row) -> int:
+        """Create or edit the PR's one status comment to show this review's state."""
+        body = fit(await self.render_status(review))
+        comment_id = review["status_comment_id"] or await self._find_status_comment()
+        if comment_id:
+            try:
+                await self.gh.patch(
+                    "/repos/{owner}/{repo}/issues/comments/{id}",
+                    {**self.owner_repo, "id": comment_id},
+                    data={"body": body},
+                )
+            except gidgethub.BadRequest as exc:
+                if int(exc.status_code) != 404:
+                    raise
+                comment_id = None  # someone deleted it: start a new one
+        if not comment_id:
+            created = await self.gh.post(
+                "/repos/{owner}/{repo}/issues/{number}/comments",
+                self.owner_repo,
+                data={"body": body},
+            )
+            comment_id = created["id"]
+        if review["status_comment_id"] != comment_id:
+            await update_review(self.ctx.db, review["id"], status_comment_id=comment_id)
+        return int(comment_id)
+
+    async def _find_status_comment(self) -> int | None:
+        row = await self.ctx.db.fetchone(
+            "SELECT status_comment_id FROM reviews WHERE pull_id = ? AND status_comment_id"
+            " IS NOT NULL ORDER BY id DESC LIMIT 1",
+            (self.pull["id"],),
+        )
+        if row:
+            return int(row[0])
+        login = await self.ctx.github.bot_login()
+        async for comment in self.gh.getiter(
+            "/repos/{owner}/{repo}/issues/{number}/comments", self.owner_repo
+        ):
+            if (
+                STATUS_MARKER in (comment.get("body") or "")
+                and (comment.get("user") or {}).get("login") == login
+            ):
+                return int(comment["id"])
+        return None
+
+    async def render_status(self, review: sqlite3.Row) -> str:
+        db = self.ctx.db
+        findings = await load_findings(db, review["id"])
+        cost, runs = await review_cost(db, review["id"])
+        stale_sha = None
+        if review["state"] in ("queued", "running"):
+            previous = await latest_draft(db, self.pull["id"])
+            if previous is not None and previous["stale"]:
+                stale_sha = previous["head_sha"][:7]
+        cost_line = ""
+        if runs:
+            cost_line = f"{runs} model run(s) · cost {usd(cost)}"
+        return render(
+            "status.md.j2",
+            headline=HEADLINES.get(review["state"], review["state"]),
+            state=review["state"],
+            progress=review["progress"] or review["state"],
+            short_sha=review["head_sha"][:7],
+            provider=review["provider"],
+            error=review["error"],
+            stale=bool(review["stale"]),
+            stale_sha=stale_sha,
+            verdict=review["verdict"],
+            summary=review["summary"],
+            posted_by=review["posted_by"],
+            posted_event=review["posted_event"],
+            findings=[self._finding_view(f, review) for f in findings],
+            not_reviewed=[tuple(x) for x in json.loads(review["not_reviewed"] or "[]")],
+            config_error=review["config_error"],
+            cost_line=cost_line,
+            commands=commands_for(review),
+            prefix=self.ctx.settings.command_prefix,
+        )
+
+    def _finding_view(self, finding: sqlite3.Row, review: sqlite3.Row) -> dict[str, Any]:
+        where = finding["path"] + (f":{finding['line']}" if finding["line"] else "")
+        link = None
+        if self.pull["html_url"] and finding["line"]:
+            anchor = hashlib.sha256(finding["path"].encode()).hexdigest()
+            side = "L" if finding["side"] == "LEFT" else "R"
+            link = f"{self.pull['html_url']}/files#diff-{anchor}{side}{finding['line']}"
+        verify = finding["verify_status"] or "—"
+        if finding["verify_status"] == "refuted":
+            verify = "refuted (left out of approve)"
+        return {
+            "ordinal": finding["ordinal"],
+            "severity": finding["severity"],
+            "where": where,
+            "link": link,
+            "title": finding["title"],
+            "state": finding["state"],
+            "verify": verify,
+        }
+
+    # -- check run ----------------------------------------------------------------
+
+    async def start_check(self, review: sqlite3.Row) -> int:
+        created = await self.gh.post(
+            "/repos/{owner}/{repo}/check-runs",
+            self.owner_repo,
+            data={
+                "name": CHECK_NAME,
+                "head_sha": review["head_sha"],
+                "status": "in_progress",
+                "started_at": _now(),
+                "external_id": str(review["id"]),
+                "output": {"title": "Reviewing", "summary": "PR Cockpit is preparing a draft."},
+            },
+        )
+        await update_review(self.ctx.db, review["id"], check_run_id=created["id"])
+        return int(created["id"])
+
+    async def finish_check(
+        self, review: sqlite3.Row, *, conclusion: str = "neutral", error: str | None = None
+    ) -> None:
+        if not review["check_run_id"]:
+            return
+        findings = [
+            f for f in await load_findings(self.ctx.db, review["id"]) if f["state"] == "kept"
+        ]
+        annotations = [_annotation(f) for f in findings if f["line"]]
+        summary = fit(
+            render(
+                "check_run.md.j2",
+                error=error,
+                verdict=review["verdict"],
+                summary=review["summary"],
+                findings=findings,
+                stale=bool(review["stale"]),
+            ),
+            65_000,
+        )
+        if error:
+            title = "Review failed"
+        elif review["stale"]:
+            title = f"Stale draft: {len(findings)} finding(s)"
+        else:
+            title = f"Draft: {len(findings)} finding(s)"
+        url = "/repos/{owner}/{repo}/check-runs/{id}"
+        params = {**self.owner_repo, "id": review["check_run_id"]}
+        batches = [
+            annotations[n : n + ANNOTATION_BATCH]
+            for n in range(0, len(annotations), ANNOTATION_BATCH)
+        ] or [[]]
+        for index, batch in enumerate(batches):
+            data: dict[str, Any] = {
+                "output": {"title": title, "summary": summary, "annotations": batch}
+            }
+            if index == len(batches) - 1:
+                data.update(status="completed", conclusion=conclusion, completed_at=_now())
+            await self.gh.patch(url, params, data=data)
+
+    # -- pending review ---------------------------------------------------------------
+
+    async def delete_pending(self) -> None:
+        """GitHub allows one pending review per user and PR: remove the bot's old one."""
+        async for existing in self.gh.getiter(
+            "/repos/{owner}/{repo}/pulls/{number}/reviews", self.owner_repo
+        ):
+            if existing.get("state") == "PENDING":
+                await self.gh.delete(
+                    "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}",
+                    {**self.owner_repo, "id": existing["id"]},
+                )
+
+    async def pending_review(self, review: sqlite3.Row, *, only: set[int] | None = None) -> int:
+        """Create the pending review: inline comments where GitHub allows them, the rest in the
+        body. If GitHub still refuses the inline comments (422) they move to the body: the
+        draft is never lost. `only` limits it to those finding ordinals (a partial approve)."""
+        findings = [
+            f
+            for f in await load_findings(self.ctx.db, review["id"])
+            if f["state"] == "kept" and (only is None or f["ordinal"] in only)
+        ]
+        await self.delete_pending()
+        url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
+        try:
+            created = await self.gh.post(
+                url, self.owner_repo, data=self._review_payload(review, findings, inline=True)
+            )
+        except gidgethub.BadRequest as exc:
+            if int(exc.status_code) != 422:
+                raise
+            log.warning("GitHub refused inline comments; moving them to the review body")
+            created = await self.gh.post(
+                url, self.owner_repo, data=self._review_payload(review, findings, inline=False)
+            )
+        await update_review(self.ctx.db, review["id"], pending_review_id=created["id"])
+        return int(created["id"])
+
+    def _review_payload(
+        self, review: sqlite3.Row, findings: list[sqlite3.Row], *, inline: bool
+    ) -> dict[str, Any]:
+        comments, other = [], []
+        for f in findings:
+            if inline and f["in_diff"]:
+                comment: dict[str, Any] = {
+                    "path": f["path"],
+                    "line": f["end_line"] or f["line"],
+                    "side": f["side"],
+                    "body": fit(
+                        render(
+                            "inline_comment.md.j2",
+                            ordinal=f["ordinal"],
+                            severity=f["severity"],
+                            title=f["title"],
+                            body=f["body"],
+                            suggestion=f["suggestion"] if f["side"] == "RIGHT" else None,
+                        )
+                    ),
+                }
+                if f["end_line"]:
+                    comment.update(start_line=f["line"], start_side=f["side"])
+                comments.append(comment)
+            else:
+                reason = (
+                    "not on a line of the diff"
+                    if f["in_diff"] == 0
+                    else "GitHub did not accept it as an inline comment"
+                )
+                other.append(
+                    {
+                        "ordinal": f["ordinal"],
+                        "severity": f["severity"],
+                        "where": f["path"] + (f":{f['line']}" if f["line"] else ""),
+                        "title": f["title"],
+                        "body": f["body"],
+                        "reason": reason,
+                    }
+                )
+        body = fit(
+            render(
+                "review_body.md.j2",
+                provider=review["provider"],
+                verdict=review["verdict"],
+                summary=review["summary"],
+                other=other,
+            )
+        )
+        return {"commit_id": review["head_sha"], "body": body, "comments": comments}
+
+
+def _annotation(finding: sqlite3.Row) -> dict[str, Any]:
+    end = finding["end_line"] or finding["line"]
+    return {
+        "path": finding["path"],
+        "start_line": finding["line"],
+        "end_line": end,
+        "annotation_level": LEVELS.get(finding["severity"], "notice"),
+        "title": f"F{finding['ordinal']} · {finding['severity']} · {finding['title']}"[:255],
+        "message": (finding["body"] or finding["title"])[:64_000],
+    }
