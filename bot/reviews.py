@@ -86,6 +86,17 @@ async def mark_older_drafts_stale(ctx: Context, pull_id: int, head_sha: str) -> 
     )
 
 
+async def refresh_status(ctx: Context, pull_id: int) -> None:
+    """Queue a re-render of the PR's status comment (GitHub calls happen in the job)."""
+    await ctx.jobs.enqueue(
+        "refresh_status",
+        f"status:{pull_id}",
+        {"pull_id": pull_id},
+        queue=REVIEWS_QUEUE,
+        supersede=True,
+    )
+
+
 async def cancel_pull_work(ctx: Context, pull_id: int) -> None:
     """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
     await ctx.jobs.cancel(review_key(pull_id))

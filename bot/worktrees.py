@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import os
 import re
@@ -111,16 +112,17 @@ async def run_git(
             proc.kill()  # enough read; git must not block on a full pipe
         return b"".join(chunks)
 
+    reader = asyncio.ensure_future(asyncio.gather(read_out(), proc.stderr.read()))
     try:
-        out, err = await asyncio.wait_for(asyncio.gather(read_out(), proc.stderr.read()), timeout)
+        out, err = await asyncio.wait_for(asyncio.shield(reader), timeout)
         await asyncio.wait_for(proc.wait(), timeout)
-    except TimeoutError:
+    except (TimeoutError, asyncio.CancelledError) as exc:
         proc.kill()
         await proc.wait()
-        raise GitError(f"git {args[0]} timed out after {timeout:.0f}s") from None
-    except asyncio.CancelledError:
-        proc.kill()
-        await proc.wait()
+        with contextlib.suppress(BaseException):  # the pipes close with the process
+            await reader
+        if isinstance(exc, TimeoutError):
+            raise GitError(f"git {args[0]} timed out after {timeout:.0f}s") from None
         raise
     finally:
         # asyncio (3.11) has no public close for a reaped process: without this each call

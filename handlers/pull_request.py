@@ -9,7 +9,13 @@ from gidgethub import routing, sansio
 from bot.context import Context
 from bot.pulls import upsert_pull
 from bot.repo_config import fetch_repo_config
-from bot.reviews import cancel_pull_work, enqueue_review, has_draft_for, mark_older_drafts_stale
+from bot.reviews import (
+    cancel_pull_work,
+    enqueue_review,
+    has_draft_for,
+    mark_older_drafts_stale,
+    refresh_status,
+)
 
 router = routing.Router()
 
@@ -26,7 +32,8 @@ async def review_new_head(
     installation_id = event.data.get("installation", {}).get("id")
     pull_id = await upsert_pull(ctx.db, installation_id, repo, pr)
     head_sha = pr["head"]["sha"]
-    await mark_older_drafts_stale(ctx, pull_id, head_sha)
+    if await mark_older_drafts_stale(ctx, pull_id, head_sha):
+        await refresh_status(ctx, pull_id)
     config = await fetch_repo_config(gh, repo["owner"]["login"], repo["name"])
     if not config.auto_review:
         return

@@ -8,6 +8,7 @@ of the conversation so far, normalised across providers, returning the next acti
 from __future__ import annotations
 
 import abc
+import asyncio
 import itertools
 import json
 from collections.abc import Callable
@@ -81,6 +82,8 @@ class _Standin(abc.ABC):
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.gate = asyncio.Event()  # clear it to hold every answer (a slow model)
+        self.gate.set()
 
     async def start(self) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -101,6 +104,7 @@ class _Standin(abc.ABC):
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        await self.gate.wait()
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             return self._error(401, "authentication_error", {})
         action = self.policy(self.normalise(body))
