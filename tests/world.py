@@ -85,6 +85,8 @@ class World:
             return bool(rows) and rows[index]["state"] == state
 
         await wait_for(reached, timeout=timeout)
+        if state in ("draft", "failed", "posted"):
+            await self.wait_idle(timeout)  # the job still edits GitHub after the state is set
         return (await self.review_rows())[index]
 
     async def wait_idle(self, timeout: float = 20.0) -> None:
