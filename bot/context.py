@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
 from bot.agents.providers import ModelClients
+from bot.chatops import Permissions
 from bot.config import Settings
 from bot.github import GitHubApp
 from bot.inbox import Inbox
 from bot.metrics import Metrics
 from bot.queue import Jobs
+from bot.ratelimit import CommandLimits
 from bot.storage import Database
 from bot.worktrees import Mirrors
 
@@ -27,3 +29,5 @@ class Context:
     http: aiohttp.ClientSession
     mirrors: Mirrors
     models: ModelClients
+    permissions: Permissions = field(default_factory=Permissions)
+    limits: CommandLimits = field(default_factory=CommandLimits)

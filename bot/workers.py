@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from bot.chatops import recover_posting
 from bot.context import Context
 from bot.pulls import pull_by_id
 from bot.queue import Job
@@ -44,6 +45,11 @@ async def cleanup_installation(ctx: Context, job: Job) -> None:
         await ctx.mirrors.remove_repo(repo)
 
 
+async def recover_posting_job(ctx: Context, job: Job) -> None:
+    outcome = await recover_posting(ctx, job.payload["review_id"])
+    log.info("recovered an interrupted approve", extra={"fields": {"outcome": outcome}})
+
+
 async def maintenance(ctx: Context, job: Job) -> None:
     """Start-up housekeeping that must not delay start-up: prune worktrees past their TTL."""
     removed = await ctx.mirrors.prune(WORKTREE_TTL)
@@ -58,6 +64,15 @@ async def setup_workers(ctx: Context) -> None:
         "cleanup_pull": cleanup_pull,
         "cleanup_installation": cleanup_installation,
         "maintenance": maintenance,
+        "recover_posting": recover_posting_job,
     }.items():
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
     await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS_QUEUE, supersede=True)
+    for row in await ctx.db.fetchall("SELECT id FROM reviews WHERE state = 'posting'"):
+        await ctx.jobs.enqueue(
+            "recover_posting",
+            f"posting:{row['id']}",
+            {"review_id": row["id"]},
+            queue=REVIEWS_QUEUE,
+            supersede=True,
+        )

@@ -1,0 +1,92 @@
+"""Pure parsing of `/cockpit …` commands in a comment body (no I/O; table-tested)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_FINDING = re.compile(r"^[Ff](\d{1,4})$")
+# Flags that take a value (`--provider codex` or `--provider=codex`); the rest are switches.
+VALUE_FLAGS = frozenset({"provider", "with"})
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    text: str = ""  # everything after the command name, as typed (for ask / send-back notes)
+    findings: tuple[int, ...] = ()
+    flags: dict[str, str | bool] = field(default_factory=dict)
+    words: tuple[str, ...] = ()  # arguments that are neither findings nor flags
+    line: int = 0
+
+    def flag(self, name: str) -> str | bool | None:
+        return self.flags.get(name)
+
+
+def parse_commands(body: str | None, prefix: str = "/cockpit") -> list[Command]:
+    """Commands are lines that start with the prefix, outside code fences, indented code
+    and `>` quotes; several may appear in one comment and run in order."""
+    if not body:
+        return []
+    commands = []
+    fence: str | None = None
+    wanted = prefix.casefold()
+    for number, raw in enumerate(body.replace("\r\n", "\n").replace("\r", "\n").split("\n")):
+        match = _FENCE.match(raw)
+        if match:
+            marker = match.group(1)
+            if fence is None:
+                fence = marker
+            elif (
+                marker[0] == fence[0]
+                and len(marker) >= len(fence)
+                and not raw.strip()[len(marker) :].strip()
+            ):
+                fence = None
+            continue
+        if fence is not None:
+            continue
+        if raw.startswith(("    ", "\t")):  # indented code block
+            continue
+        line = raw.strip()
+        if line.startswith(">"):
+            continue
+        head, _, rest = line.partition(" ")
+        if head.casefold() != wanted:
+            continue
+        commands.append(_command(rest.strip(), number))
+    return commands
+
+
+def _command(rest: str, line: int) -> Command:
+    name, _, text = rest.partition(" ")
+    tokens = text.split()
+    findings: list[int] = []
+    flags: dict[str, str | bool] = {}
+    words: list[str] = []
+    n = 0
+    while n < len(tokens):
+        token = tokens[n]
+        n += 1
+        if token.startswith("--") and len(token) > 2:
+            key, has_value, value = token[2:].partition("=")
+            key = key.casefold()
+            if key in VALUE_FLAGS and not has_value and n < len(tokens):
+                value, has_value = tokens[n], "="
+                n += 1
+            flags[key] = value.casefold() if has_value else True
+            continue
+        refs = [_FINDING.match(part) for part in token.strip(",.;:?!()").split(",") if part]
+        if refs and all(refs):
+            findings.extend(int(m.group(1)) for m in refs if m)
+            continue
+        words.append(token)
+    return Command(
+        name=name.casefold() or "help",
+        text=text.strip(),
+        findings=tuple(dict.fromkeys(findings)),
+        flags=flags,
+        words=tuple(words),
+        line=line,
+    )
