@@ -78,6 +78,13 @@ async def run_comment(ctx: Context, gh: Any, event: sansio.Event, number: int, k
         except CommandFailed as exc:
             ok = False
             await reply(pr, "failed", command=cmd.name, reason=str(exc))
+        except Exception:
+            # One broken command must not fail the delivery: a retry would re-run the
+            # commands before it in this comment.
+            log.exception("command crashed", extra={"fields": {"command": cmd.name}})
+            ok = False
+            await reply(pr, "failed", command=cmd.name,
+                        reason="an internal error occurred; the operator's logs have details")
     await react(gh, repo, comment["id"], kind, "rocket" if ok else "confused")
 
 

@@ -31,8 +31,11 @@ async def test_opened_pr_gets_pending_review_check_run_and_status(world):
     assert "event" not in post
     by_title = {c["body"].split("\n")[0]: c for c in pending["comments"]}
     eval_comment = next(c for t, c in by_title.items() if "eval()" in t)
-    assert (eval_comment["path"], eval_comment["line"], eval_comment["side"]) == \
-        ("calc.py", 2, "RIGHT")
+    assert (eval_comment["path"], eval_comment["line"], eval_comment["side"]) == (
+        "calc.py",
+        2,
+        "RIGHT",
+    )
 
     [check] = world.github.check_runs.values()
     assert check["name"] == "PR Cockpit" and check["head_sha"] == world.pr.head_sha
@@ -52,8 +55,11 @@ async def test_pr_text_cannot_mention_or_instruct(world):
     await world.wait_review("draft")
     prompt = world.model.normalise(world.model.requests[0]).user_texts[0]
     assert "<pr_description>" in prompt and "untrusted" in prompt
-    for text in [world.status_body(), *[c["body"] for c in world.pending_reviews()[0]["comments"]],
-                 world.pending_reviews()[0]["body"]]:
+    for text in [
+        world.status_body(),
+        *[c["body"] for c in world.pending_reviews()[0]["comments"]],
+        world.pending_reviews()[0]["body"],
+    ]:
         assert "@octo" not in text
 
 
@@ -62,8 +68,7 @@ async def test_synchronize_supersedes_a_running_review(world):
     await world.send("pull_request", world.pull_request_payload("opened"))
     await world.wait_review("running", index=0)
     new_head = world.push({"calc.py": "def parse(text):\n    return eval(text)\n"})
-    await world.send("pull_request", world.pull_request_payload("synchronize",
-                                                                 head_sha=new_head))
+    await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=new_head))
     first = await world.wait_review("superseded", index=0)
     world.model.gate.set()
     second = await world.wait_review("draft", index=1)
@@ -108,8 +113,7 @@ async def test_push_after_draft_marks_it_stale(world, github):
     await world.wait_review("draft")
     github.repos["octo/widgets"].files[".github/cockpit.toml"] = "auto_review = false\n"
     new_head = world.push({"calc.py": "x = 1\n"})
-    await world.send("pull_request", world.pull_request_payload("synchronize",
-                                                                 head_sha=new_head))
+    await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=new_head))
     await world.wait_idle()
     assert (await world.review_rows())[0]["stale"] == 1
     assert "Stale draft" in world.status_body()
@@ -118,9 +122,12 @@ async def test_push_after_draft_marks_it_stale(world, github):
 
 
 async def test_422_moves_inline_comments_to_the_body(world):
-    world.github.fail_next("POST", r"/pulls/1/reviews$", 422,
-                           body={"message": "Unprocessable Entity",
-                                 "errors": ["Line could not be resolved"]})
+    world.github.fail_next(
+        "POST",
+        r"/pulls/1/reviews$",
+        422,
+        body={"message": "Unprocessable Entity", "errors": ["Line could not be resolved"]},
+    )
     await world.send("pull_request", world.pull_request_payload("opened"))
     await world.wait_review("draft")
     [pending] = world.pending_reviews()
@@ -160,7 +167,8 @@ async def test_model_failure_fails_the_check_run_with_a_reason(world):
 
 async def test_large_pr_lists_files_not_reviewed(world, github, tmp_path):
     github.repos["octo/widgets"].files[".github/cockpit.toml"] = (
-        'max_files = 1\nignore = ["docs/*"]\n')
+        'max_files = 1\nignore = ["docs/*"]\n'
+    )
     head = world.push({"README.md": "# widgets\nmore\n", "package-lock.json": "{}\n"})
     (world.pr.path / "docs").mkdir(exist_ok=True)
     head = world.push({"docs/guide.md": "hello\n"})

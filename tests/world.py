@@ -18,12 +18,12 @@ from tests.conftest import WEBHOOK_SECRET, wait_for
 OWNER, NAME, INSTALLATION = "octo", "widgets", 7
 BASE = {
     "calc.py": "def parse(text):\n    return int(text)\n\n\ndef total(values):\n"
-               "    return sum(values)\n",
+    "    return sum(values)\n",
     "README.md": "# widgets\n",
 }
 HEAD = {
     "calc.py": "def parse(text):\n    return eval(text)\n\n\ndef total(values):\n"
-               "    if values == None:\n        return 0\n    return sum(values)\n",
+    "    if values == None:\n        return 0\n    return sum(values)\n",
 }
 
 
@@ -43,15 +43,24 @@ class World:
     def full_name(self) -> str:
         return f"{OWNER}/{NAME}"
 
-    def pull_request_payload(self, action: str, *, head_sha: str | None = None,
-                             draft: bool = False, sender: str = "octocat",
-                             sender_type: str = "User") -> dict[str, Any]:
-        data = deliveries.payload(f"pull_request.{action}" if action in (
-            "opened", "synchronize", "reopened", "closed", "ready_for_review") else
-            "pull_request.opened")
+    def pull_request_payload(
+        self,
+        action: str,
+        *,
+        head_sha: str | None = None,
+        draft: bool = False,
+        sender: str = "octocat",
+        sender_type: str = "User",
+    ) -> dict[str, Any]:
+        data = deliveries.payload(
+            f"pull_request.{action}"
+            if action in ("opened", "synchronize", "reopened", "closed", "ready_for_review")
+            else "pull_request.opened"
+        )
         data["action"] = action
-        deliveries.retarget(data, owner=OWNER, name=NAME, clone_url=self.pr.clone_url,
-                            installation_id=INSTALLATION)
+        deliveries.retarget(
+            data, owner=OWNER, name=NAME, clone_url=self.pr.clone_url, installation_id=INSTALLATION
+        )
         pr = data["pull_request"]
         data["number"] = pr["number"] = self.pr.number
         pr["head"]["sha"] = head_sha or self.pr.head_sha
@@ -70,7 +79,8 @@ class World:
         delivery_id = delivery_id or f"d-{len(self.sent) + 1}"
         self.sent.append(delivery_id)
         response = await self.client.post(
-            "/webhooks/github", data=body,
+            "/webhooks/github",
+            data=body,
             headers=deliveries.headers(event, body, WEBHOOK_SECRET, delivery_id),
         )
         assert response.status in (200, 202), await response.text()
@@ -82,7 +92,8 @@ class World:
     async def wait_review(self, state: str, *, index: int = -1, timeout: float = 20.0):
         async def reached():
             rows = await self.review_rows()
-            return bool(rows) and rows[index]["state"] == state
+            present = len(rows) > index if index >= 0 else len(rows) >= -index
+            return present and rows[index]["state"] == state
 
         await wait_for(reached, timeout=timeout)
         if state in ("draft", "failed", "posted"):
@@ -92,7 +103,8 @@ class World:
     async def wait_idle(self, timeout: float = 20.0) -> None:
         async def idle():
             row = await self.ctx.db.fetchone(
-                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running')")
+                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running')"
+            )
             return row[0] == 0
 
         await wait_for(idle, timeout=timeout)
@@ -109,8 +121,9 @@ class World:
         git(path, "update-ref", f"refs/pull/{self.pr.number}/head", head)
         git(path, "checkout", "-q", self.pr.base_ref)
         diff = git(path, "diff", "--no-color", "-M", self.pr.base_sha, head)
-        self.github.add_pull(self.repo, self.pr.number, head_sha=head,
-                             base_sha=self.pr.base_sha, diff=diff)
+        self.github.add_pull(
+            self.repo, self.pr.number, head_sha=head, base_sha=self.pr.base_sha, diff=diff
+        )
         return head
 
     def pending_reviews(self) -> list[dict]:
@@ -122,15 +135,62 @@ class World:
         return comments[0]["body"]
 
 
-def build_world(github: GitHubStandin, root: Path, *, files: dict[str, str] | None = None,
-                head: dict[str, str] | None = None,
-                permissions: dict[str, str] | None = None) -> World:
+def build_world(
+    github: GitHubStandin,
+    root: Path,
+    *,
+    files: dict[str, str] | None = None,
+    head: dict[str, str] | None = None,
+    permissions: dict[str, str] | None = None,
+) -> World:
     pr = make_pr(root / "origin", base=BASE, head=head or HEAD, number=1)
-    repo = github.add_repo(OWNER, NAME, clone_url=pr.clone_url, installation_id=INSTALLATION,
-                           files=files or {}, permissions=permissions or {"octocat": "admin"})
+    repo = github.add_repo(
+        OWNER,
+        NAME,
+        clone_url=pr.clone_url,
+        installation_id=INSTALLATION,
+        files=files or {},
+        permissions=permissions or {"octocat": "admin"},
+    )
     github.add_pull(repo, pr.number, head_sha=pr.head_sha, base_sha=pr.base_sha, diff=pr.diff)
     return World(github, pr, repo)
 
 
 async def settle(seconds: float = 0.2) -> None:
     await asyncio.sleep(seconds)
+
+
+def comment_payload(
+    world: World,
+    body: str,
+    *,
+    user: str = "octocat",
+    comment_id: int = 9001,
+    action: str = "created",
+) -> dict[str, Any]:
+    """An `issue_comment` on the world's PR, from GitHub's published example."""
+    data = deliveries.payload(f"issue_comment.{action}")
+    deliveries.retarget(
+        data, owner=OWNER, name=NAME, clone_url=world.pr.clone_url, installation_id=INSTALLATION
+    )
+    deliveries.as_pr_comment(data, world.pr.number)
+    data["comment"]["id"] = comment_id
+    data["comment"]["body"] = body
+    data["comment"]["user"] = {"login": user, "id": 2, "type": "User"}
+    data["sender"] = {"login": user, "id": 2, "type": "User"}
+    return data
+
+
+def review_thread_payload(
+    world: World, body: str, *, user: str = "octocat", comment_id: int = 7001
+) -> dict[str, Any]:
+    data = deliveries.payload("pull_request_review_comment.created")
+    deliveries.retarget(
+        data, owner=OWNER, name=NAME, clone_url=world.pr.clone_url, installation_id=INSTALLATION
+    )
+    data["pull_request"]["number"] = world.pr.number
+    data["comment"]["id"] = comment_id
+    data["comment"]["body"] = body
+    data["comment"]["user"] = {"login": user, "id": 2, "type": "User"}
+    data["sender"] = {"login": user, "id": 2, "type": "User"}
+    return data

@@ -374,13 +374,18 @@ class GitHubStandin:
         pull = self.pulls.get((f"{owner}/{name}", int(number)))
         if pull is None:
             return _error(404, "Not Found")
+        repo = pull.repo
         return web.json_response(
             {
                 "number": pull.number,
                 "state": "open",
+                "draft": False,
                 "title": pull.title,
-                "head": {"sha": pull.head_sha},
-                "base": {"sha": pull.base_sha},
+                "body": "",
+                "user": {"login": "octocat", "type": "User"},
+                "html_url": f"https://github.test/{repo.full_name}/pull/{pull.number}",
+                "head": {"sha": pull.head_sha, "ref": f"pr-{pull.number}"},
+                "base": {"sha": pull.base_sha, "ref": repo.default_branch},
             }
         )
 
