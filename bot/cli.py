@@ -56,16 +56,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep=args.keep)
 
 
-def cmd_eval_run(args: argparse.Namespace) -> int:
-    from bot.evals.cli import eval_run
-
-    return eval_run(args)
-
-
-def cmd_eval_golden(args: argparse.Namespace) -> int:
-    from bot.evals.cli import golden_from_reviews
-
-    return golden_from_reviews(args)
+def cmd_eval(_args: argparse.Namespace) -> int:
+    print("cockpit eval: eval replays are not part of this build yet (README, 'Status').",
+          file=sys.stderr)
+    return EXIT_CONFIG
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,11 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model")
     run.add_argument("--verify", action="store_true")
     run.add_argument("--repo")
-    run.set_defaults(func=cmd_eval_run)
+    run.set_defaults(func=cmd_eval)
     golden = eval_sub.add_parser("golden-from-reviews", help="golden file from approved findings")
     golden.add_argument("--repo", required=True)
     golden.add_argument("--out")
-    golden.set_defaults(func=cmd_eval_golden)
+    golden.set_defaults(func=cmd_eval)
     return parser
 
 

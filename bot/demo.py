@@ -1,0 +1,245 @@
+"""`cockpit demo`: the whole flow on this machine, no GitHub account and no API key needed.
+
+It generates a repository with a pull request, starts the local GitHub stand-in, an offline
+scripted model (or uses the real Claude API when ANTHROPIC_API_KEY is set) and the real bot
+server; sends a signed `pull_request` delivery; prints the draft as the status comment shows
+it; then comments `/cockpit approve` and prints the published review. Nothing is left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from bot.config import Secret, Settings
+from bot.server import CONTEXT, make_app
+from bot.standin.github import GitHubStandin
+from bot.standin.models import AnthropicStandin
+from bot.standin.repo import make_pr
+from bot.standin.scripted import MODEL as SCRIPTED_MODEL
+from bot.standin.scripted import scripted_reviewer
+
+OWNER, NAME, NUMBER, INSTALLATION, MAINTAINER = "demo", "widgets", 1, 1, "maintainer"
+BASE = {
+    "app/db.py": "import sqlite3\n\n\ndef find_user(conn, name):\n"
+    "    return conn.execute('SELECT * FROM users WHERE name = ?', (name,))\n",
+    "app/calc.py": "def parse(text):\n    return int(text)\n",
+    "README.md": "# widgets\n",
+}
+HEAD = {
+    "app/db.py": 'import sqlite3\n\nPASSWORD = "hunter2-prod"\n\n\ndef find_user(conn, name):\n'
+    "    return conn.execute(f\"SELECT * FROM users WHERE name = '{name}'\")\n",
+    "app/calc.py": "def parse(text):\n    try:\n        return eval(text)\n    except:\n"
+    "        return None\n",
+}
+
+
+def _signed(event: str, data: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps(data).encode()
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return body, {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": secrets.token_hex(8),
+        "X-Hub-Signature-256": signature,
+        "Content-Type": "application/json",
+    }
+
+
+def _repository(clone_url: str) -> dict[str, Any]:
+    return {
+        "id": 1,
+        "name": NAME,
+        "full_name": f"{OWNER}/{NAME}",
+        "private": False,
+        "owner": {"login": OWNER, "type": "Organization"},
+        "clone_url": clone_url,
+        "default_branch": "main",
+    }
+
+
+def _pull_request_opened(pr: Any) -> dict[str, Any]:
+    return {
+        "action": "opened",
+        "number": NUMBER,
+        "installation": {"id": INSTALLATION},
+        "repository": _repository(pr.clone_url),
+        "sender": {"login": "contributor", "type": "User"},
+        "pull_request": {
+            "number": NUMBER,
+            "state": "open",
+            "draft": False,
+            "title": "Look users up by name",
+            "body": "Adds user lookup and a calculator parser.",
+            "user": {"login": "contributor", "type": "User"},
+            "html_url": f"https://github.test/{OWNER}/{NAME}/pull/{NUMBER}",
+            "head": {"sha": pr.head_sha, "ref": "feature"},
+            "base": {"sha": pr.base_sha, "ref": pr.base_ref},
+        },
+    }
+
+
+def _approve_comment(pr: Any) -> dict[str, Any]:
+    return {
+        "action": "created",
+        "installation": {"id": INSTALLATION},
+        "repository": _repository(pr.clone_url),
+        "sender": {"login": MAINTAINER, "type": "User"},
+        "issue": {
+            "number": NUMBER,
+            "title": "Look users up by name",
+            "pull_request": {"url": f"https://github.test/{OWNER}/{NAME}/pull/{NUMBER}"},
+        },
+        "comment": {
+            "id": 424242,
+            "body": "Thanks! These are real problems.\n\n/cockpit approve",
+            "user": {"login": MAINTAINER, "type": "User"},
+        },
+    }
+
+
+def _section(title: str) -> None:
+    print(f"\n{'─' * 8} {title} {'─' * max(4, 70 - len(title))}\n")
+
+
+async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def _review_state(app: web.Application) -> str | None:
+    row = await app[CONTEXT].db.fetchone("SELECT state FROM reviews ORDER BY id DESC LIMIT 1")
+    return row["state"] if row else None
+
+
+async def _idle(app: web.Application) -> bool:
+    row = await app[CONTEXT].db.fetchone(
+        "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running')"
+    )
+    return row[0] == 0
+
+
+async def demo(root: Path) -> int:
+    started = time.monotonic()
+    pr = await asyncio.to_thread(make_pr, root / "origin", base=BASE, head=HEAD, number=NUMBER)
+    github = GitHubStandin(slug="pr-cockpit")
+    await github.start()
+    repo = github.add_repo(
+        OWNER,
+        NAME,
+        clone_url=pr.clone_url,
+        installation_id=INSTALLATION,
+        permissions={MAINTAINER: "maintain"},
+    )
+    github.add_pull(
+        repo,
+        NUMBER,
+        head_sha=pr.head_sha,
+        base_sha=pr.base_sha,
+        diff=pr.diff,
+        title="Look users up by name",
+    )
+    offline = not os.environ.get("ANTHROPIC_API_KEY")
+    model_standin = None
+    if offline:
+        model_standin = AnthropicStandin(scripted_reviewer)
+        os.environ["ANTHROPIC_BASE_URL"] = await model_standin.start()
+        os.environ["ANTHROPIC_API_KEY"] = "offline-demo"
+    secret = secrets.token_hex(16)
+    settings = Settings(
+        data_dir=root / "data",
+        api_url=github.url,
+        app_id=github.app_id,
+        private_key=Secret(github.private_key_pem),
+        webhook_secret=Secret(secret),
+        app_slug=github.slug,
+        provider="claude",
+        claude_model=SCRIPTED_MODEL if offline else Settings.claude_model,
+    )
+    app = make_app(settings)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    print(
+        f"PR Cockpit demo: {OWNER}/{NAME}#{NUMBER} reviewed by "
+        f"{'an offline scripted model' if offline else settings.claude_model}"
+    )
+    try:
+        async with aiohttp.ClientSession() as http:
+            body, headers = _signed("pull_request", _pull_request_opened(pr), secret)
+            async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as resp:
+                print(f"delivery pull_request.opened → HTTP {resp.status}")
+
+            async def drafted() -> bool:
+                return await _review_state(app) in ("draft", "failed") and await _idle(app)
+
+            await _wait(drafted, "the draft")
+            _section("status comment (what people see on the PR)")
+            [status] = github.status_comments(f"{OWNER}/{NAME}", NUMBER)
+            print(status["body"])
+            if await _review_state(app) != "draft":
+                return 1
+
+            body, headers = _signed("issue_comment", _approve_comment(pr), secret)
+            async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as resp:
+                print(
+                    f'\ndelivery issue_comment "/cockpit approve" by {MAINTAINER} → '
+                    f"HTTP {resp.status}"
+                )
+
+            async def posted() -> bool:
+                return await _review_state(app) == "posted" and await _idle(app)
+
+            await _wait(posted, "the published review")
+        _section("published review")
+        [review] = github.reviews.values()
+        print(f"state: {review['state']} (commit {review['commit_id'][:7]})\n")
+        print(review["body"])
+        for comment in review["comments"]:
+            print(f"\n· inline on {comment['path']}:{comment['line']} ({comment['side']})")
+            print("  " + comment["body"].replace("\n", "\n  "))
+        reactions = [r["content"] for r in github.reactions]
+        print(f"\nreactions on the approve comment: {', '.join(reactions)}")
+        print(
+            f"done in {time.monotonic() - started:.1f}s; "
+            f"{len(github.requests)} GitHub API calls made by the bot"
+        )
+        return 0
+    finally:
+        await runner.cleanup()
+        await github.stop()
+        if model_standin is not None:
+            await model_standin.stop()
+
+
+def run_demo(keep: bool = False) -> int:
+    logging.basicConfig(level=logging.ERROR)
+    root = Path(tempfile.mkdtemp(prefix="cockpit-demo-"))
+    try:
+        return asyncio.run(demo(root))
+    except TimeoutError as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if keep:
+            print(f"(kept {root})")
+        else:
+            shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,23 @@
+"""`cockpit demo` runs offline, shows the draft, publishes on approve, and leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def test_demo_runs_offline_end_to_end(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env["TMPDIR"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "bot", "demo"], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "delivery pull_request.opened → HTTP 202" in out
+    assert "<!-- pr-cockpit:status -->" in out and "Draft ready" in out
+    assert "| F1 | critical |" in out
+    assert "state: CHANGES_REQUESTED" in out and "inline on app/db.py:7 (RIGHT)" in out
+    assert "reactions on the approve comment: eyes, rocket" in out
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # its temporary folder is gone
