@@ -57,8 +57,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(_args: argparse.Namespace) -> int:
-    print("cockpit eval: eval replays are not part of this build yet (README, 'Status').",
-          file=sys.stderr)
+    print(
+        "cockpit eval: eval replays are not part of this build yet (README, 'Status').",
+        file=sys.stderr,
+    )
     return EXIT_CONFIG
 
 

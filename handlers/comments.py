@@ -83,8 +83,12 @@ async def run_comment(ctx: Context, gh: Any, event: sansio.Event, number: int, k
             # commands before it in this comment.
             log.exception("command crashed", extra={"fields": {"command": cmd.name}})
             ok = False
-            await reply(pr, "failed", command=cmd.name,
-                        reason="an internal error occurred; the operator's logs have details")
+            await reply(
+                pr,
+                "failed",
+                command=cmd.name,
+                reason="an internal error occurred; the operator's logs have details",
+            )
     await react(gh, repo, comment["id"], kind, "rocket" if ok else "confused")
 
 

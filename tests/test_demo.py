@@ -10,8 +10,9 @@ import sys
 def test_demo_runs_offline_end_to_end(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
     env["TMPDIR"] = str(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "bot", "demo"], env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "demo"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "delivery pull_request.opened → HTTP 202" in out

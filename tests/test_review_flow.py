@@ -7,6 +7,7 @@ import pytest
 
 from bot.server import make_app
 from bot.standin.models import fail
+from tests import deliveries
 from tests.conftest import wait_for
 from tests.models import Scripted
 from tests.world import build_world, settle
@@ -190,3 +191,18 @@ async def test_bot_authored_pr_starts_nothing(world):
     await settle()
     assert await world.review_rows() == []
     assert world.github.calls("POST") == []
+
+
+async def test_uninstall_removes_the_installations_data_and_mirrors(world):
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    mirror = world.ctx.mirrors.mirror_path(world.full_name)
+    assert mirror.exists()
+    data = deliveries.payload("installation.deleted")
+    data["installation"]["id"] = 7
+    await world.send("installation", data)
+    await world.wait_idle()
+    for table in ("pulls", "reviews", "findings", "sessions", "messages"):
+        assert (await world.ctx.db.fetchone(f"SELECT COUNT(*) FROM {table}"))[0] == 0, table
+    assert not mirror.exists()
+    assert list(world.ctx.mirrors.trees.iterdir()) == []

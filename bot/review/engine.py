@@ -150,9 +150,9 @@ class Review:
             config_error=config.error,
         )
         review = await get_review(ctx.db, self.review_id)
-        await publisher.status(review)
-        await publisher.start_check(review)
         try:
+            await publisher.status(review)
+            await publisher.start_check(review)
             await self._review(review, config, publisher, progress)
         except asyncio.CancelledError:
             await self._stopped(publisher)
@@ -260,7 +260,7 @@ class Review:
             review = await get_review(self.ctx.db, self.review_id)
         try:
             await publisher.finish_check(
-                review, conclusion="cancelled", error="stopped before it finished"
+                review, conclusion="cancelled", stopped=review["progress"] or "stopped"
             )
             if review["state"] == "cancelled":
                 await publisher.status(review)

@@ -185,7 +185,12 @@ class Publisher:
         return int(created["id"])
 
     async def finish_check(
-        self, review: sqlite3.Row, *, conclusion: str = "neutral", error: str | None = None
+        self,
+        review: sqlite3.Row,
+        *,
+        conclusion: str = "neutral",
+        error: str | None = None,
+        stopped: str | None = None,
     ) -> None:
         if not review["check_run_id"]:
             return
@@ -196,6 +201,7 @@ class Publisher:
         summary = fit(
             render(
                 "check_run.md.j2",
+                stopped=stopped,
                 error=error,
                 verdict=review["verdict"],
                 summary=review["summary"],
@@ -204,7 +210,9 @@ class Publisher:
             ),
             65_000,
         )
-        if error:
+        if stopped:
+            title = "Review stopped"
+        elif error:
             title = "Review failed"
         elif review["stale"]:
             title = f"Stale draft: {len(findings)} finding(s)"
