@@ -183,6 +183,7 @@ async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
         pull["head_sha"],
         provider=str(provider),
         verify=verify,
+        config=config,
         reason="command",
         requested_by=pr.actor,
     )

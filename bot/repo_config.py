@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import gidgethub
@@ -27,6 +27,14 @@ class RepoConfig:
     max_diff_bytes: int = 400_000
     approve_permission: str = "write"
     error: str | None = field(default=None, compare=False)
+
+    def to_payload(self) -> dict[str, Any]:
+        """As plain JSON, so a job can carry the config its handler already read."""
+        return {**asdict(self), "ignore": list(self.ignore)}
+
+    @classmethod
+    def from_payload(cls, data: dict[str, Any]) -> RepoConfig:
+        return cls(**{**data, "ignore": tuple(data.get("ignore", ()))})
 
 
 _TYPES: dict[str, tuple[type, ...]] = {

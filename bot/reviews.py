@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
+from bot.repo_config import RepoConfig
 from bot.storage import Database
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ async def enqueue_review(
     *,
     provider: str | None,
     verify: bool,
+    config: RepoConfig,
     reason: str,
     requested_by: str | None = None,
 ) -> int:
@@ -58,6 +60,7 @@ async def enqueue_review(
             "head_sha": head_sha,
             "provider": provider,
             "verify": verify,
+            "config": config.to_payload(),
             "reason": reason,
             "requested_by": requested_by,
         },

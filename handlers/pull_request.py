@@ -32,23 +32,22 @@ async def review_new_head(
     installation_id = event.data.get("installation", {}).get("id")
     pull_id = await upsert_pull(ctx.db, installation_id, repo, pr)
     head_sha = pr["head"]["sha"]
-    if await mark_older_drafts_stale(ctx, pull_id, head_sha):
-        await refresh_status(ctx, pull_id)
+    went_stale = await mark_older_drafts_stale(ctx, pull_id, head_sha)
     config = await fetch_repo_config(gh, repo["owner"]["login"], repo["name"])
-    if not config.auto_review:
-        return
-    if pr.get("draft") and not config.review_drafts:
-        return
-    if await has_draft_for(ctx.db, pull_id, head_sha):
-        return
-    await enqueue_review(
-        ctx,
-        pull_id,
-        head_sha,
-        provider=config.provider,
-        verify=config.verify,
-        reason=event.data["action"],
-    )
+    wanted = config.auto_review and (not pr.get("draft") or config.review_drafts)
+    if wanted and not await has_draft_for(ctx.db, pull_id, head_sha):
+        # The new review's status comment also says the older draft went stale.
+        await enqueue_review(
+            ctx,
+            pull_id,
+            head_sha,
+            provider=config.provider,
+            verify=config.verify,
+            config=config,
+            reason=event.data["action"],
+        )
+    elif went_stale:
+        await refresh_status(ctx, pull_id)
 
 
 @router.register("pull_request", action="closed")

@@ -7,7 +7,7 @@ import json
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import gidgethub
@@ -82,7 +82,7 @@ class Progress:
     publisher: Publisher
     review_id: int
     calls: int = 0
-    last: float = 0.0
+    last: float = field(default_factory=time.monotonic)  # the start was just shown
 
     async def __call__(self, _tool: str) -> None:
         self.calls += 1
@@ -126,7 +126,9 @@ async def run_review_job(ctx: Context, job: Job) -> None:
         return
     with log_context(repo=pull["repo"], pr=pull["number"], review=review["id"]):
         gh = ctx.github.installation_api(pull["installation_id"])
-        await Review(ctx, gh, pull, review["id"]).run()
+        config = job.payload.get("config")
+        known = RepoConfig.from_payload(config) if config is not None else None
+        await Review(ctx, gh, pull, review["id"]).run(known)
 
 
 @dataclass
@@ -136,12 +138,14 @@ class Review:
     pull: sqlite3.Row
     review_id: int
 
-    async def run(self) -> None:
+    async def run(self, config: RepoConfig | None = None) -> None:
+        """Review with the config the request was made under (read again if not given)."""
         ctx = self.ctx
         owner, name = self.pull["repo"].split("/", 1)
         publisher = Publisher(ctx, self.gh, self.pull)
         progress = Progress(ctx, publisher, self.review_id)
-        config = await fetch_repo_config(self.gh, owner, name)
+        if config is None:
+            config = await fetch_repo_config(self.gh, owner, name)
         await update_review(
             ctx.db,
             self.review_id,
