@@ -25,8 +25,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bot.config import Secret, Settings
+from bot.config import DEFAULT_CLAUDE_MODEL, Secret, Settings
 from bot.server import CONTEXT, make_app
+from bot.standin import serve_local
 from bot.standin.github import GitHubStandin
 from bot.standin.models import AnthropicStandin
 from bot.standin.repo import make_pr
@@ -170,14 +171,12 @@ async def demo(root: Path) -> int:
         webhook_secret=Secret(secret),
         app_slug=github.slug,
         provider="claude",
-        claude_model=SCRIPTED_MODEL if offline else Settings.claude_model,
+        claude_model=SCRIPTED_MODEL
+        if offline
+        else os.environ.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL,
     )
     app = make_app(settings)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    runner, url = await serve_local(app)
     print(
         f"PR Cockpit demo: {OWNER}/{NAME}#{NUMBER} reviewed by "
         f"{'an offline scripted model' if offline else settings.claude_model}"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from bot.standin import serve_local
+
 
 class TokenGitServer:
     def __init__(self, repos: Path, token: str) -> None:
@@ -20,11 +22,7 @@ class TokenGitServer:
     async def start(self) -> str:
         app = web.Application()
         app.router.add_get("/{path:.+}", self._serve)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        self._runner, self.url = await serve_local(app)
         return self.url
 
     async def stop(self) -> None:

@@ -24,6 +24,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from bot.standin import serve_local
 from bot.standin.openapi import OpenAPIValidator
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -227,12 +228,7 @@ class GitHubStandin:
     async def start(self, port: int = 0) -> str:
         app = web.Application(client_max_size=50 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
-        await site.start()
-        sockets = site._server.sockets  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+        self._runner, self.url = await serve_local(app, port)
         return self.url
 
     async def stop(self) -> None:

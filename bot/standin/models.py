@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.standin import serve_local
+
 
 @dataclass
 class Conversation:
@@ -88,12 +90,7 @@ class _Standin(abc.ABC):
     async def start(self) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(self.path, self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_local(app)
         return self.url
 
     async def stop(self) -> None:
