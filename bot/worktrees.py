@@ -208,7 +208,15 @@ class Mirrors:
             refspecs = [f"+{ref}:{ref}" for ref in refs]
             if refspecs:
                 await run_git(
-                    ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "origin", *refspecs],
+                    [
+                        "fetch",
+                        "--quiet",
+                        "--no-tags",
+                        "--no-write-fetch-head",
+                        "--no-show-forced-updates",
+                        "origin",
+                        *refspecs,
+                    ],
                     cwd=mirror,
                     env=env,
                 )
@@ -233,9 +241,6 @@ class Mirrors:
                 )
                 .decode()
                 .strip()
-            )
-            await run_git(
-                ["cat-file", "-e", f"{head_sha}^{{commit}}"], cwd=mirror, env=env, timeout=30
             )
             merge_base = (
                 (await run_git(["merge-base", base_sha, head_sha], cwd=mirror, env=env, timeout=60))
