@@ -64,6 +64,7 @@ class PullRequest:
     number: int
     pull: sqlite3.Row | None
     actor: str
+    installation_id: int | None = None
 
     @property
     def owner_repo(self) -> dict[str, Any]:
@@ -76,7 +77,7 @@ class PullRequest:
     async def refresh(self) -> sqlite3.Row:
         """Read the PR from GitHub (a comment's payload has no head sha) and store it."""
         data = await self.gh.getitem("/repos/{owner}/{repo}/pulls/{number}", self.owner_repo)
-        installation = self.pull["installation_id"] if self.pull else None
+        installation = self.installation_id or (self.pull["installation_id"] if self.pull else None)
         await upsert_pull(self.ctx.db, installation, self.repo, data)
         self.pull = await get_pull(self.ctx.db, self.repo["full_name"], self.number)
         return self.pull
@@ -101,7 +102,11 @@ class Permissions:
                     "/repos/{owner}/{repo}/collaborators/{username}/permission",
                     {"owner": repo["owner"]["login"], "repo": repo["name"], "username": user},
                 )
-                self._cache[key] = data.get("permission", "none")
+                # `permission` is the legacy field (maintain shows as write, triage as
+                # read); `role_name` has the real level when it is a standard one.
+                role = data.get("role_name")
+                standard = ("read", "triage", "write", "maintain", "admin")
+                self._cache[key] = role if role in standard else data.get("permission", "none")
             except gidgethub.BadRequest as exc:
                 if int(exc.status_code) not in (403, 404):
                     raise
@@ -273,6 +278,13 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
         raise CommandFailed(f"publishing needs `{config.approve_permission}` permission here")
     findings = await load_findings(pr.ctx.db, review["id"])
     _check_refs(cmd, findings)
+    dropped = [
+        f"F{f['ordinal']}"
+        for f in findings
+        if f["ordinal"] in cmd.findings and f["state"] == "dropped"
+    ]
+    if dropped:
+        raise CommandFailed(f"{', '.join(dropped)} was dropped from the draft; list kept findings")
     chosen = select_findings(findings, cmd.findings)
     event = (
         "REQUEST_CHANGES"
@@ -281,11 +293,7 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
         if cmd.flag("comment")
         else ("REQUEST_CHANGES" if review["verdict"] == "request_changes" else "COMMENT")
     )
-    claimed = await pr.ctx.db.execute(
-        "UPDATE reviews SET state = 'posting', posted_by = ?, posted_event = ?, updated_at = ?"
-        " WHERE id = ? AND state = 'draft'",
-        (pr.actor, event, time.time(), review["id"]),
-    )
+    claimed = await claim_for_posting(pr.ctx, review["id"], pr.actor, event, chosen)
     if not claimed:  # someone else's approve won the race: publish once
         current = await get_review(pr.ctx.db, review["id"])
         return render(
@@ -294,22 +302,81 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
             state=current["state"],
             prefix=pr.ctx.settings.command_prefix,
         )
-    await pr.ctx.db.execute(
-        f"UPDATE findings SET checked_by = 'human' WHERE review_id = ?"
-        f" AND ordinal IN ({','.join('?' * len(chosen)) or 'NULL'})",
-        (review["id"], *chosen),
-    )
+    publisher = pr.publisher()
     try:
-        await publish(pr.ctx, pr.publisher(), review["id"], chosen, len(findings))
+        await publish(pr.ctx, publisher, review["id"], chosen)
     except gidgethub.GitHubException as exc:
-        await update_review(pr.ctx.db, review["id"], state="draft")
-        raise CommandFailed(f"GitHub refused to publish ({exc}); the draft is unchanged") from exc
+        if await _pending_exists(
+            publisher, (await get_review(pr.ctx.db, review["id"]))["pending_review_id"]
+        ):
+            await release_claim(pr.ctx, review["id"])  # nothing went out
+            raise CommandFailed(
+                f"GitHub refused to publish ({exc}); the draft is unchanged"
+            ) from exc
+        await queue_recovery(pr.ctx, review["id"])
+        raise CommandFailed(
+            f"GitHub answered with an error ({exc}) while publishing; PR "
+            "Cockpit is checking what was published and will finish it"
+        ) from exc
+    except Exception:
+        await queue_recovery(pr.ctx, review["id"])
+        raise
     return render(
         "reply.md.j2",
         kind="approved",
         event=event,
         count=len(chosen),
         prefix=pr.ctx.settings.command_prefix,
+    )
+
+
+async def claim_for_posting(
+    ctx: Context, review_id: int, actor: str, event: str, chosen: list[int]
+) -> bool:
+    """The compare-and-set `draft → posting`, recording who and what in the same commit
+    (so a crash at any point leaves enough to finish the job exactly once)."""
+    async with ctx.db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET state = 'posting', posted_by = ?, posted_event = ?,"
+            " updated_at = ? WHERE id = ? AND state = 'draft'",
+            (actor, event, time.time(), review_id),
+        )
+        if cursor.rowcount != 1:
+            return False
+        await conn.execute(
+            "UPDATE findings SET checked_by = CASE WHEN ordinal IN"
+            f" ({','.join('?' * len(chosen)) or 'NULL'}) THEN 'human' ELSE checked_by END"
+            " WHERE review_id = ?",
+            (*chosen, review_id),
+        )
+        await conn.execute(
+            "UPDATE findings SET state = 'skipped' WHERE review_id = ? AND state = 'kept'"
+            f" AND ordinal NOT IN ({','.join('?' * len(chosen)) or 'NULL'})",
+            (review_id, *chosen),
+        )
+    return True
+
+
+async def release_claim(ctx: Context, review_id: int) -> None:
+    """Undo a claim whose publish provably did not happen: approve may run again."""
+    async with ctx.db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET state = 'draft' WHERE id = ? AND state = 'posting'", (review_id,)
+        )
+        if cursor.rowcount == 1:
+            await conn.execute(
+                "UPDATE findings SET state = 'kept' WHERE review_id = ? AND state = 'skipped'",
+                (review_id,),
+            )
+
+
+async def queue_recovery(ctx: Context, review_id: int) -> None:
+    await ctx.jobs.enqueue(
+        "recover_posting",
+        f"posting:{review_id}",
+        {"review_id": review_id},
+        queue="reviews",
+        supersede=True,
     )
 
 
@@ -323,14 +390,13 @@ def select_findings(findings: list[sqlite3.Row], listed: tuple[int, ...]) -> lis
     ]
 
 
-async def publish(
-    ctx: Context, publisher: Publisher, review_id: int, chosen: list[int], total: int
-) -> None:
-    """Submit the pending review (recreating it first when only some findings go out)."""
+async def publish(ctx: Context, publisher: Publisher, review_id: int, chosen: list[int]) -> None:
+    """Submit the pending review (recreating it first when only some findings go out), then
+    refresh the check run and status comment (their failures are logged, never reverted)."""
     review = await get_review(ctx.db, review_id)
-    kept = [f["ordinal"] for f in await load_findings(ctx.db, review_id) if f["state"] == "kept"]
     pending_id = review["pending_review_id"]
-    if sorted(chosen) != sorted(kept) or not await _pending_exists(publisher, pending_id):
+    subset = any(f["state"] == "skipped" for f in await load_findings(ctx.db, review_id))
+    if subset or not await _pending_exists(publisher, pending_id):
         pending_id = await publisher.pending_review(review, only=set(chosen))
     await publisher.gh.post(
         "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}/events",
@@ -339,8 +405,11 @@ async def publish(
     )
     await update_review(ctx.db, review_id, state="posted", posted_at=time.time())
     review = await get_review(ctx.db, review_id)
-    await publisher.finish_check(review)
-    await publisher.status(review)
+    try:
+        await publisher.finish_check(review, with_annotations=False)
+        await publisher.status(review)
+    except gidgethub.GitHubException:
+        log.warning("published, but refreshing the check run or status failed", exc_info=True)
 
 
 async def _pending_exists(publisher: Publisher, review_id: int | None) -> bool:
@@ -381,6 +450,6 @@ async def recover_posting(ctx: Context, review_id: int) -> str:
             await publisher.status(review)
             return "already published"
     findings = await load_findings(ctx.db, review_id)
-    chosen = [f["ordinal"] for f in findings if f["checked_by"] == "human"]
-    await publish(ctx, publisher, review_id, chosen, len(findings))
+    chosen = [f["ordinal"] for f in findings if f["state"] == "kept"]
+    await publish(ctx, publisher, review_id, chosen)
     return "published"

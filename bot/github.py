@@ -41,7 +41,9 @@ class InstallationToken:
         return f"InstallationToken(expires_at={self.expires_at})"
 
 
-def retry_delay(exc: gidgethub.HTTPException, attempt: int, now: float) -> float | None:
+def retry_delay(
+    exc: gidgethub.HTTPException, attempt: int, now: float, method: str = "GET"
+) -> float | None:
     """Seconds to wait before retrying a failed GitHub call, or None to give up.
 
     Secondary limits send `retry-after`; primary limits send `x-ratelimit-remaining: 0`
@@ -63,7 +65,7 @@ def retry_delay(exc: gidgethub.HTTPException, attempt: int, now: float) -> float
             except ValueError:
                 return 60.0
         return 60.0 * attempt if status == 429 else None
-    if status >= 500:
+    if status >= 500 and method != "POST":  # a POST may have succeeded: never repeat it blind
         return min(8.0, 0.5 * 2 ** (attempt - 1))
     return None
 
@@ -103,7 +105,11 @@ class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
 
     async def _make_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         if "://" in url:
-            raise AbsoluteURLError(f"refusing to call an absolute URL ({method})")
+            # GitHub's pagination links (`Link: rel="next"`) are absolute URLs on our own
+            # API base; any other absolute URL (e.g. from a payload) is refused.
+            if not url.startswith(self.base_url.rstrip("/") + "/"):
+                raise AbsoluteURLError(f"refusing to call an absolute URL ({method})")
+            url = url[len(self.base_url.rstrip("/")) :]
         if self._token_source and kwargs.get("jwt") is None and kwargs.get("oauth_token") is None:
             kwargs["oauth_token"] = await self._token_source()
         return await super()._make_request(method, url, *args, **kwargs)
@@ -122,7 +128,7 @@ class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
     async def handle_rate_limit_error(
         self, *, method: str, url: str, exception: gidgethub.HTTPException, attempt: int
     ) -> bool:
-        delay = retry_delay(exception, attempt, time.time())
+        delay = retry_delay(exception, attempt, time.time(), method)
         if delay is None or delay > MAX_RATE_LIMIT_WAIT:
             return False
         log.warning(

@@ -172,7 +172,8 @@ class Jobs:
             " started_at = ?, lease_until = ?"
             " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
             "   AND j.run_after <= ? AND NOT EXISTS (SELECT 1 FROM jobs r"
-            "   WHERE r.key = j.key AND r.state = 'running')"
+            "   WHERE r.key = j.key AND (r.state = 'running'"
+            "   OR (r.state = 'queued' AND r.id < j.id)))"  # in order, even after a retry
             "   ORDER BY j.run_after, j.id LIMIT 1)"
             " RETURNING *",
             (now, now + LEASE_SECONDS, queue, now),

@@ -10,7 +10,7 @@ import jinja2
 
 STATUS_MARKER = "<!-- pr-cockpit:status -->"
 GITHUB_BODY_LIMIT = 65_536
-_MENTION = re.compile(r"(?<![\w`])@(?=[A-Za-z0-9][\w-]*)")
+_MENTION = re.compile(r"(?<!\w)@(?=[A-Za-z0-9][\w-]*)")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)", re.M)
 
 
@@ -27,6 +27,7 @@ def _environment() -> jinja2.Environment:
     env.filters["md"] = safe_md
     env.filters["cell"] = table_cell
     env.filters["usd"] = usd
+    env.filters["fenced"] = fenced
     return env
 
 
@@ -49,6 +50,14 @@ def safe_md(text: str | None) -> str:
     if len(_FENCE.findall(text)) % 2:
         text += "\n```"
     return text
+
+
+def fenced(code: str, info: str = "") -> str:
+    """A code block whose fence is longer than any backtick run inside it, so the content
+    can never close it (and what follows can never become live markdown)."""
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{code}\n{fence}"
 
 
 def table_cell(text: str | None) -> str:

@@ -27,7 +27,7 @@ async def refresh_status(ctx: Context, job: Job) -> None:
     publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
     await publisher.status(review)
     if review["stale"] and review["state"] == "draft":
-        await publisher.finish_check(review)
+        await publisher.finish_check(review, with_annotations=False)
 
 
 async def cleanup_pull(ctx: Context, job: Job) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import gidgethub
 from gidgethub import routing, sansio
 
 from bot.chatops import (
@@ -46,6 +47,14 @@ async def on_review_thread_comment(
 
 
 async def react(gh: Any, repo: dict, comment_id: int, kind: str, content: str) -> None:
+    """An acknowledgement; failing to add one must never fail (and so re-run) the commands."""
+    try:
+        await _react(gh, repo, comment_id, kind, content)
+    except gidgethub.GitHubException:
+        log.warning("could not add a reaction", exc_info=True)
+
+
+async def _react(gh: Any, repo: dict, comment_id: int, kind: str, content: str) -> None:
     await gh.post(
         "/repos/{owner}/{repo}/" + kind + "/comments/{id}/reactions",
         {"owner": repo["owner"]["login"], "repo": repo["name"], "id": comment_id},
@@ -62,9 +71,9 @@ async def run_comment(ctx: Context, gh: Any, event: sansio.Event, number: int, k
         return
     repo = event.data["repository"]
     actor = comment["user"]["login"]
-    pr = PullRequest(
-        ctx, gh, repo, number, await get_pull(ctx.db, repo["full_name"], number), actor
-    )
+    installation_id = (event.data.get("installation") or {}).get("id")
+    pull = await get_pull(ctx.db, repo["full_name"], number)
+    pr = PullRequest(ctx, gh, repo, number, pull, actor, installation_id)
     await react(gh, repo, comment["id"], kind, "eyes")
     level = await ctx.permissions.level(gh, repo, actor)
     if not allowed(level):
@@ -77,19 +86,26 @@ async def run_comment(ctx: Context, gh: Any, event: sansio.Event, number: int, k
             ok = await run_one(ctx, pr, cmd) and ok
         except CommandFailed as exc:
             ok = False
-            await reply(pr, "failed", command=cmd.name, reason=str(exc))
+            await safe_reply(pr, "failed", command=cmd.name, reason=str(exc))
         except Exception:
             # One broken command must not fail the delivery: a retry would re-run the
             # commands before it in this comment.
             log.exception("command crashed", extra={"fields": {"command": cmd.name}})
             ok = False
-            await reply(
+            await safe_reply(
                 pr,
                 "failed",
                 command=cmd.name,
                 reason="an internal error occurred; the operator's logs have details",
             )
     await react(gh, repo, comment["id"], kind, "rocket" if ok else "confused")
+
+
+async def safe_reply(pr: PullRequest, kind: str, **context: Any) -> None:
+    try:
+        await reply(pr, kind, **context)
+    except gidgethub.GitHubException:
+        log.warning("could not post a reply", exc_info=True)
 
 
 async def run_one(ctx: Context, pr: PullRequest, cmd: Any) -> bool:

@@ -246,3 +246,22 @@ async def test_recovery_does_not_resubmit_what_github_already_has(world, setting
     world.client = await aiohttp_client(make_app(settings))
     await world.wait_review("posted")
     assert len(submits(world)) == 1
+
+
+async def test_a_failed_submit_keeps_the_draft_and_a_retry_publishes_once(world):
+    world.github.fail_next("POST", r"/reviews/\d+/events$", 502)
+    await comment(world, "/cockpit approve")
+    [review] = await world.review_rows()
+    assert review["state"] == "draft"  # nothing went out, so approve may run again
+    assert any("GitHub refused to publish" in body for body in replies(world))
+    await comment(world, "/cockpit approve", comment_id=9010)
+    published = [r for r in world.github.reviews.values() if r["state"] != "PENDING"]
+    assert len(published) == 1 and len(published[0]["comments"]) == 2
+    assert len(submits(world)) == 2  # the refused one, then the one that published
+
+
+async def test_approving_a_dropped_finding_is_refused(world):
+    await comment(world, "/cockpit drop F2")
+    await comment(world, "/cockpit approve F2", comment_id=9011)
+    assert any("F2 was dropped" in body for body in replies(world))
+    assert all(r["state"] == "PENDING" for r in world.github.reviews.values())

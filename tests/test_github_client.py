@@ -99,13 +99,31 @@ async def test_wrong_private_key_is_rejected_by_github(settings, github):
     assert int(caught.value.status_code) == 401
 
 
-async def test_absolute_urls_from_payloads_are_never_called(app_client, github):
+async def test_urls_off_the_api_base_are_never_called(app_client, github):
     gh = app_client.installation_api(7)
-    with pytest.raises(AbsoluteURLError):
-        await gh.getitem("https://evil.example/repos/octo/widgets")
-    with pytest.raises(AbsoluteURLError):
-        await gh.post(f"{github.url}/repos/octo/widgets/issues/1/comments", data={"body": "x"})
-    assert github.calls(path_regex="evil|comments") == []
+    for url in (
+        "https://evil.example/repos/octo/widgets",
+        "http://127.0.0.1:1/repos/x/y",
+        f"{github.url}.evil.example/repos/octo/widgets",
+    ):
+        with pytest.raises(AbsoluteURLError):
+            await gh.getitem(url)
+    assert github.calls(path_regex="evil|repos") == []
+
+
+async def test_pagination_links_on_the_api_base_are_followed(app_client, github):
+    for n in range(75):
+        github.issue_comments[n] = {
+            "id": n,
+            "repo": "octo/widgets",
+            "number": 1,
+            "body": f"c{n}",
+            "user": {"login": "someone"},
+        }
+    gh = app_client.installation_api(7)
+    bodies = [c["body"] async for c in gh.getiter("/repos/octo/widgets/issues/1/comments")]
+    assert len(bodies) == 75 and bodies[-1] == "c74"
+    assert [c["query"].get("page") for c in github.calls("GET", "/comments$")] == [None, "2", "3"]
 
 
 async def test_etag_cache_revalidates_with_if_none_match(app_client, github):

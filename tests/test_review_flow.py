@@ -206,3 +206,40 @@ async def test_uninstall_removes_the_installations_data_and_mirrors(world):
         assert (await world.ctx.db.fetchone(f"SELECT COUNT(*) FROM {table}"))[0] == 0, table
     assert not mirror.exists()
     assert list(world.ctx.mirrors.trees.iterdir()) == []
+
+
+async def test_status_comment_is_found_on_a_later_page(world, github):
+    for n in range(40):  # a busy PR: the bot's status comment is on page 2
+        github.issue_comments[n + 1] = {
+            "id": n + 1,
+            "repo": "octo/widgets",
+            "number": 1,
+            "body": "lgtm",
+            "user": {"login": "someone"},
+        }
+    github.issue_comments[99] = {
+        "id": 99,
+        "repo": "octo/widgets",
+        "number": 1,
+        "body": "<!-- pr-cockpit:status -->\nold",
+        "user": {"login": "pr-cockpit[bot]", "type": "Bot"},
+    }
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    assert "Draft ready" in github.issue_comments[99]["body"]
+    assert len(world.github.status_comments("octo/widgets", 1)) == 1
+
+
+async def test_a_draft_finished_after_a_push_is_stale(world, github):
+    github.repos["octo/widgets"].files[".github/cockpit.toml"] = "auto_review = true\n"
+    world.model.gate.clear()
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await wait_for(lambda: world.model.requests)
+    github.repos["octo/widgets"].files[".github/cockpit.toml"] = "auto_review = false\n"
+    world.ctx.github._etags.clear()
+    new_head = world.push({"calc.py": "x = 1\n"})
+    await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=new_head))
+    world.model.gate.set()
+    review = await world.wait_review("draft")
+    assert review["head_sha"] == world.pr.head_sha and review["stale"] == 1
+    assert "Stale draft" in world.status_body()

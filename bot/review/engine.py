@@ -163,6 +163,11 @@ class Review:
             raise
         except (AgentError, GitError, gidgethub.GitHubException, OSError) as exc:
             await self._failed(publisher, _reason(exc))
+        except Exception:
+            log.exception("review crashed")
+            await self._failed(
+                publisher, "an internal error occurred; the operator's logs have details"
+            )
 
     async def _review(
         self, review: sqlite3.Row, config: RepoConfig, publisher: Publisher, progress: Progress
@@ -193,7 +198,11 @@ class Review:
         )
         review = await get_review(ctx.db, self.review_id)
         await publisher.pending_review(review)
-        await update_review(ctx.db, self.review_id, state="draft", progress="draft ready")
+        pull = await pull_by_id(ctx.db, self.pull["id"])
+        moved = pull is not None and pull["head_sha"] != review["head_sha"]
+        await update_review(
+            ctx.db, self.review_id, state="draft", progress="draft ready", stale=int(moved)
+        )  # a push landed while this review ran
         review = await get_review(ctx.db, self.review_id)
         await publisher.finish_check(review)
         await publisher.status(review)

@@ -169,6 +169,13 @@ class Publisher:
     # -- check run ----------------------------------------------------------------
 
     async def start_check(self, review: sqlite3.Row) -> int:
+        if review["check_run_id"]:  # a retried or recovered job: reuse its check run
+            await self.gh.patch(
+                "/repos/{owner}/{repo}/check-runs/{id}",
+                {**self.owner_repo, "id": review["check_run_id"]},
+                data={"status": "in_progress"},
+            )
+            return int(review["check_run_id"])
         created = await self.gh.post(
             "/repos/{owner}/{repo}/check-runs",
             self.owner_repo,
@@ -191,13 +198,16 @@ class Publisher:
         conclusion: str = "neutral",
         error: str | None = None,
         stopped: str | None = None,
+        with_annotations: bool = True,
     ) -> None:
+        """Complete the check run. GitHub appends annotations on every update, so they are
+        sent once, when the draft is first finished (`with_annotations=False` after that)."""
         if not review["check_run_id"]:
             return
         findings = [
             f for f in await load_findings(self.ctx.db, review["id"]) if f["state"] == "kept"
         ]
-        annotations = [_annotation(f) for f in findings if f["line"]]
+        annotations = [_annotation(f) for f in findings if f["line"]] if with_annotations else []
         summary = fit(
             render(
                 "check_run.md.j2",

@@ -385,6 +385,18 @@ class GitHubStandin:
             }
         )
 
+    def _paged(self, request: web.Request, items: list) -> web.Response:
+        """GitHub-style pages: `per_page` (≤ 100, default 30), `page`, and an absolute
+        `Link: <…>; rel="next"` while more remain."""
+        per_page = min(int(request.query.get("per_page", 30)), 100)
+        page = int(request.query.get("page", 1))
+        chunk = items[(page - 1) * per_page : page * per_page]
+        headers = {}
+        if page * per_page < len(items):
+            following = f"{self.url}{request.path}?per_page={per_page}&page={page + 1}"
+            headers["Link"] = f'<{following}>; rel="next"'
+        return web.json_response(chunk, headers=headers)
+
     def _review_json(self, review: dict) -> dict:
         return {k: v for k, v in review.items() if k not in ("repo", "number", "comments")} | {
             "user": {"login": self.bot_login, "type": "Bot"}
@@ -398,7 +410,7 @@ class GitHubStandin:
             for r in self.reviews.values()
             if r["repo"] == f"{owner}/{name}" and r["number"] == int(number)
         ]
-        return web.json_response(found)
+        return self._paged(request, found)
 
     async def _create_review(
         self, request: web.Request, body: dict, owner: str, name: str, number: str
@@ -487,7 +499,7 @@ class GitHubStandin:
             for c in self.issue_comments.values()
             if c["repo"] == f"{owner}/{name}" and c["number"] == int(number)
         ]
-        return web.json_response([_comment_json(c) for c in found])
+        return self._paged(request, [_comment_json(c) for c in found])
 
     async def _create_comment(
         self, request: web.Request, body: dict, owner: str, name: str, number: str
