@@ -35,10 +35,6 @@ class DiffModel:
     def get(self, path: str) -> FileDiff | None:
         return self.files.get(path)
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.patch_bytes for f in self.files.values())
-
 
 _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 

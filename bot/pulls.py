@@ -9,10 +9,6 @@ from typing import Any
 from bot.storage import Database
 
 
-def pr_key(repo: str, number: int) -> str:
-    return f"{repo}#{number}"
-
-
 async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr: dict) -> int:
     """Record the PR as the payload shows it; returns the `pulls.id`."""
     values: dict[str, Any] = {

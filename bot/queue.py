@@ -219,10 +219,6 @@ class Jobs:
         rows = await self.db.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
         return {row["state"]: row["n"] for row in rows}
 
-    async def is_cancel_requested(self, job_id: int) -> bool:
-        row = await self.db.fetchone("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,))
-        return bool(row and row[0])
-
     # -- workers ----------------------------------------------------------
 
     def wake(self, queue: str) -> None:
