@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, state, run_after);
+DROP INDEX IF EXISTS jobs_key_order;
 CREATE INDEX IF NOT EXISTS jobs_key ON jobs(key, state);
 
 CREATE TABLE IF NOT EXISTS pulls (

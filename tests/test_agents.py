@@ -48,9 +48,10 @@ async def env(tmp_path):
     clients = ModelClients(
         Settings(data_dir=tmp_path, claude_model="claude-sonnet-5-5", codex_model="gpt-5.3-codex")
     )
-    yield {"db": db, "tree": tree, "clients": clients}
+    env = {"db": db, "tree": tree, "clients": clients}
+    yield env
     await clients.close()
-    await db.close()
+    await env["db"].close()  # a test may have swapped in a reopened database
 
 
 async def make_run(

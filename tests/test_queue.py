@@ -170,24 +170,3 @@ async def test_ensure_schema_is_idempotent(tmp_path):
     db = await Database.open(tmp_path / "s.sqlite3")
     assert (await db.fetchone("SELECT COUNT(*) FROM pulls"))[0] == 1
     await db.close()
-
-
-async def test_a_retried_job_is_not_overtaken_by_a_newer_one_with_its_key(db):
-    now = [100.0]
-    jobs = Jobs(db, clock=lambda: now[0])
-    ran: list[str] = []
-
-    async def flaky(job):
-        ran.append(job.payload["name"])
-        if job.payload["name"] == "drop F2" and job.attempts == 1:
-            raise RuntimeError("GitHub hiccup")
-
-    jobs.handlers["delivery"] = flaky
-    await jobs.enqueue("delivery", "events:o/r#1", {"name": "drop F2"}, queue="q")
-    await jobs._run(await jobs.claim("q"))  # fails, retried after a backoff
-    await jobs.enqueue("delivery", "events:o/r#1", {"name": "approve"}, queue="q")
-    assert await jobs.claim("q") is None  # approve waits for the retry of drop
-    now[0] += backoff_seconds(1)
-    await jobs._run(await jobs.claim("q"))
-    await jobs._run(await jobs.claim("q"))
-    assert ran == ["drop F2", "drop F2", "approve"]
