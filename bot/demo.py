@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bot.config import DEFAULT_CLAUDE_MODEL, Secret, Settings
+from bot.config import DEFAULT_CLAUDE_MODEL
 from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
 from bot.standin.github import GitHubStandin
@@ -163,18 +163,12 @@ async def demo(root: Path) -> int:
         os.environ["ANTHROPIC_BASE_URL"] = await model_standin.start()
         os.environ["ANTHROPIC_API_KEY"] = "offline-demo"
     secret = secrets.token_hex(16)
-    settings = Settings(
-        data_dir=root / "data",
-        api_url=github.url,
-        app_id=github.app_id,
-        private_key=Secret(github.private_key_pem),
-        webhook_secret=Secret(secret),
-        app_slug=github.slug,
-        provider="claude",
-        claude_model=SCRIPTED_MODEL
+    model = (
+        SCRIPTED_MODEL
         if offline
-        else os.environ.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL,
+        else os.environ.get("COCKPIT_CLAUDE_MODEL") or (DEFAULT_CLAUDE_MODEL)
     )
+    settings = github.settings(root / "data", secret, provider="claude", claude_model=model)
     app = make_app(settings)
     runner, url = await serve_local(app)
     print(

@@ -34,8 +34,8 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot.config import Secret, Settings  # noqa: E402
 from bot.server import CONTEXT, make_app  # noqa: E402
+from bot.standin import serve_local  # noqa: E402
 from bot.standin.github import GitHubStandin  # noqa: E402
 from bot.standin.models import AnthropicStandin  # noqa: E402
 from bot.standin.repo import make_pr  # noqa: E402
@@ -106,22 +106,11 @@ async def bench(root: Path, runs: int, files: int) -> int:
     try:
         os.environ["ANTHROPIC_BASE_URL"] = await model.start()
         os.environ["ANTHROPIC_API_KEY"] = "sk-ant-bench-0123456789"
-        settings = Settings(
-            data_dir=root / "data",
-            api_url=github.url,
-            app_id=github.app_id,
-            private_key=Secret(github.private_key_pem),
-            webhook_secret=Secret(WEBHOOK_SECRET),
-            app_slug=github.slug,
-            provider="claude",
-            claude_model=MODEL,
+        settings = github.settings(
+            root / "data", WEBHOOK_SECRET, provider="claude", claude_model=MODEL
         )
         app = make_app(settings)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        runner, url = await serve_local(app)
         db = app[CONTEXT].db
 
         async def done(sha: str) -> bool:

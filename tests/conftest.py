@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import Secret, Settings
+from bot.config import Settings
 from bot.standin.github import GitHubStandin
 from bot.standin.openapi import OpenAPIValidator
 from tests import deliveries
@@ -28,14 +28,7 @@ async def github():
 
 @pytest.fixture
 def settings(tmp_path: Path, github: GitHubStandin) -> Settings:
-    return Settings(
-        data_dir=tmp_path / "data",
-        api_url=github.url,
-        app_id=github.app_id,
-        private_key=Secret(github.private_key_pem),
-        webhook_secret=Secret(WEBHOOK_SECRET),
-        app_slug=github.slug,
-    )
+    return github.settings(tmp_path / "data", WEBHOOK_SECRET)
 
 
 Poster = Callable[..., Awaitable]

@@ -17,6 +17,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -24,6 +25,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from bot.config import Secret, Settings
 from bot.standin import serve_local
 from bot.standin.openapi import OpenAPIValidator
 
@@ -142,6 +144,18 @@ class GitHubStandin:
         self._ids = itertools.count(1000)
         self._runner: web.AppRunner | None = None
         self.url = ""
+
+    def settings(self, data_dir: Path, webhook_secret: str, **overrides: Any) -> Settings:
+        """Bot settings that point at this stand-in as its GitHub App."""
+        return Settings(
+            data_dir=data_dir,
+            api_url=self.url,
+            app_id=self.app_id,
+            private_key=Secret(self.private_key_pem),
+            webhook_secret=Secret(webhook_secret),
+            app_slug=self.slug,
+            **overrides,
+        )
 
     @property
     def bot_login(self) -> str:
