@@ -230,42 +230,30 @@ class Mirrors:
         if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", head_sha):
             raise GitError("head sha is not a full commit id")
         async with self.lock(mirror):
-            base_sha = (
-                (
-                    await run_git(
-                        ["rev-parse", "--verify", "--end-of-options", f"{base_ref}^{{commit}}"],
-                        cwd=mirror,
-                        env=env,
-                        timeout=30,
-                    )
-                )
-                .decode()
-                .strip()
-            )
-            merge_base = (
-                (await run_git(["merge-base", base_sha, head_sha], cwd=mirror, env=env, timeout=60))
-                .decode()
-                .strip()
-            )
             if path.exists():
                 await self._remove(mirror, path, env)
             self.trees.mkdir(parents=True, exist_ok=True)
-            await run_git(
-                [
-                    "worktree",
-                    "add",
-                    "--detach",
-                    "--no-checkout",
-                    "--quiet",
-                    "--",
-                    str(path),
-                    head_sha,
-                ],
-                cwd=mirror,
-                env=env,
-                timeout=60,
+            add = ["worktree", "add", "--detach", "--no-checkout", "--quiet", "--", str(path)]
+            bases, added = await asyncio.gather(  # independent: run side by side
+                self._bases(mirror, env, base_ref, head_sha),
+                run_git([*add, head_sha], cwd=mirror, env=env, timeout=60),
+                return_exceptions=True,
             )
+            failed = [r for r in (bases, added) if isinstance(r, BaseException)]
+            if failed:
+                await self._remove(mirror, path, env)
+                raise failed[0]
+            assert isinstance(bases, list)
+            base_sha, merge_base = bases
         return Worktree(mirror, path, head_sha, base_sha, merge_base, env)
+
+    @staticmethod
+    async def _bases(mirror: Path, env: dict[str, str], base_ref: str, head: str) -> list[str]:
+        """The base branch's sha and the diff base (merge-base of base and head)."""
+        verify = ["rev-parse", "--verify", "--end-of-options", f"{base_ref}^{{commit}}"]
+        base = (await run_git(verify, cwd=mirror, env=env, timeout=30)).decode().strip()
+        merge = await run_git(["merge-base", base, head], cwd=mirror, env=env, timeout=60)
+        return [base, merge.decode().strip()]
 
     async def remove_worktree(self, repo: str, path: Path) -> None:
         mirror = self.mirror_path(repo)

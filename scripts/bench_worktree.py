@@ -108,7 +108,10 @@ def generate(origin: Path, env: dict[str, str], files: int, commits: int) -> lis
     pr = {p: module(p, versions[p] + 1) + b"\n# reviewed change\n" for p in pr_files}
     stream.commit("refs/pull/1/head", "PR #1: touch 50 modules", pr, parent="refs/heads/main")
     stream.run(origin, env)
-    git(["repack", "-a", "-d", "--quiet"], origin, env)  # packed like a hosted origin
+    # Packed like a hosted origin. fast-import deltifies each object against the one written
+    # before it, so the newest trees sit at the end of long delta chains; its manual
+    # (PACKFILE OPTIMIZATION) recommends `repack -a -d`, with -f to recompute those deltas.
+    git(["repack", "-a", "-d", "-f", "--quiet"], origin, env)
     return pr_files
 
 
@@ -196,6 +199,7 @@ def main() -> int:
         added, objects_before, objects_after = asyncio.run(second_review(mirrors, head))
 
     ratio = warm / clone
+    strict = warm / min(clones)  # the clone's time swings with disk writeback: judge on its best
     print(
         f"warm review prep (sync + worktree + first git_diff), median of {len(timings)}: "
         f"{warm * 1000:.0f} ms  [{', '.join(f'{t * 1000:.0f}' for t in timings)}]"
@@ -204,7 +208,7 @@ def main() -> int:
         f"fresh git clone with checkout, median of {len(clones)}: {clone * 1000:.0f} ms  "
         f"[{', '.join(f'{t * 1000:.0f}' for t in clones)}]"
     )
-    print(f"ratio warm/clone: {ratio:.3f} ({ratio:.1%})")
+    print(f"ratio warm/clone: {ratio:.3f} ({ratio:.1%}); against the fastest clone: {strict:.1%}")
     print(
         f"disk added by two concurrent reviews: {added} bytes ({added // 2} per review) "
         f"vs checkout {checkout} bytes ({added / 2 / checkout:.4%} of a checkout each)"
@@ -214,8 +218,8 @@ def main() -> int:
         f"mirror objects/: {objects_before} -> {objects_after} bytes: "
         + ("no new object storage" if no_new_objects else "GREW")
     )
-    ok = ratio <= 0.05 and no_new_objects
-    print("targets (warm <= 5% of clone, no new objects):", "met" if ok else "NOT met")
+    ok = strict <= 0.05 and no_new_objects
+    print("targets (warm <= 5% of the fastest clone, no new objects):", "met" if ok else "NOT met")
     return 0 if ok else 1
 
 

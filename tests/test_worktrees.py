@@ -55,6 +55,7 @@ async def test_unknown_head_sha_fails_clearly(tmp_path, pr):
         await mirrors.add_worktree(
             "octo/widgets", name="r", head_sha="f" * 40, base_ref="refs/heads/main"
         )
+    assert not mirrors.tree_path("r").exists()
 
 
 @pytest.mark.parametrize("base_ref", ["-x", "--output=/tmp/pwned", "refs/heads/--upload-pack=x"])
@@ -66,6 +67,10 @@ async def test_refs_starting_with_dashes_are_not_options(tmp_path, pr, base_ref)
             "octo/widgets", name="r", head_sha=pr.head_sha, base_ref=base_ref
         )
     assert not os.path.exists("/tmp/pwned")
+    # the worktree add ran alongside the failed base lookup: it is unregistered again
+    assert not mirrors.tree_path("r").exists()
+    listed = git(mirrors.mirror_path("octo/widgets"), "worktree", "list", "--porcelain")
+    assert str(mirrors.tree_path("r")) not in listed
 
 
 async def test_clone_urls_other_than_https_or_file_are_refused(tmp_path):
