@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
+import os
+import socket
+import sys
 import time
 import zlib
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ import msgspec
 import orjson
 from gidgethub import routing, sansio
 
+from bot import inbox_writer
 from bot.logs import log_context
 from bot.queue import Job, Jobs
 
@@ -140,135 +142,162 @@ class Delivery:
         return f"delivery:{self.id}"
 
 
-class Inbox:
-    """Group commit on a dedicated connection: one thread hop per batch, synced at commit.
+class InboxUnavailable(RuntimeError):
+    """The delivery was not committed (the server answers 503; it can be redelivered)."""
 
-    The write runs entirely in one executor call (dedupe, inserts, COMMIT with
-    `synchronous=FULL`), so a busy event loop does not stretch the commit over many
-    round-trips. Bodies are stored zlib-compressed: a commit costs the bytes it syncs.
+
+class _Replies(asyncio.Protocol):
+    def __init__(self, inbox: Inbox) -> None:
+        self.inbox = inbox
+
+    def data_received(self, data: bytes) -> None:
+        self.inbox._answered(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inbox._lost()
+
+
+class Inbox:
+    """Durable acknowledgements through the writer process (`bot.inbox_writer`).
+
+    `store` frames the delivery onto a socket and waits for the writer's answer; the writer
+    commits whatever has arrived meanwhile in one transaction (group commit). If the writer
+    dies, waiting requests fail with 503 (nothing was acknowledged) and it is started again.
     """
+
+    RESTART_DELAY = 1.0
 
     def __init__(self, path: Path, jobs: Jobs) -> None:
         self.path = path
         self.jobs = jobs
-        self._conn: sqlite3.Connection | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inbox")
-        self._pending: list[tuple[Delivery, asyncio.Future[bool]]] = []
-        self._wake = asyncio.Event()
-        self._writer: asyncio.Task | None = None
+        self._waiting: deque[asyncio.Future[bool]] = deque()
+        self._transport: asyncio.Transport | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._supervisor: asyncio.Task | None = None
+        self._stopping = False
 
     async def start(self) -> None:
-        self._conn = await self._call(self._connect)
-        self._writer = asyncio.create_task(self._write_loop(), name="inbox-writer")
+        await self._spawn()
+        self._supervisor = asyncio.create_task(self._supervise(), name="inbox-supervisor")
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")  # a 202 survives power loss, not just a crash
-        conn.execute("PRAGMA busy_timeout=5000")
-        # Checkpoints (copying the WAL into the database file) happen on the main
-        # connection, never inside an acknowledgement's commit.
-        conn.execute("PRAGMA wal_autocheckpoint=0")
-        return conn
+    async def _spawn(self) -> None:
+        ours, theirs = socket.socketpair()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bot.inbox_writer",
+                str(theirs.fileno()),
+                str(self.path),
+                pass_fds=(theirs.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL,
+                env=_writer_env(),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_accepted_socket(lambda: _Replies(self), ours)
+        self._transport = transport  # type: ignore[assignment]
 
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+    async def _supervise(self) -> None:
+        while True:
+            assert self._process is not None
+            code = await self._process.wait()
+            if self._stopping:
+                return
+            log.error("inbox writer exited; starting it again", extra={"fields": {"code": code}})
+            self._lost()
+            await asyncio.sleep(self.RESTART_DELAY)
+            try:
+                await self._spawn()
+            except Exception:
+                log.exception("inbox writer could not be started")
 
     async def stop(self) -> None:
-        if self._writer:
-            self._writer.cancel()
+        self._stopping = True
+        if self._transport is not None:
+            self._transport.close()  # the writer finishes its commit, sees EOF and exits
+        if self._process is not None and self._process.returncode is None:
+            try:
+                await asyncio.wait_for(self._process.wait(), 10)
+            except TimeoutError:
+                self._process.kill()
+                await self._process.wait()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
-        for _delivery, future in self._pending:
-            if not future.done():
-                future.set_exception(RuntimeError("inbox stopped"))
-        self._pending.clear()
-        if self._conn is not None:
-            await self._call(self._conn.close)
-        self._executor.shutdown(wait=True)
+                await self._supervisor
+        self._lost()
+
+    @property
+    def writer_pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
 
     @property
     def alive(self) -> bool:
-        return self._writer is not None and not self._writer.done()
+        return (
+            self._process is not None
+            and self._process.returncode is None
+            and self._transport is not None
+            and not self._transport.is_closing()
+        )
 
     async def store(self, delivery: Delivery) -> bool:
         """Commit the delivery; True if it is new, False if this id was stored before."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise InboxUnavailable("inbox writer is not running")
+        job = self.jobs.row(
+            "delivery",
+            delivery.key,
+            {"delivery_id": delivery.id},
+            queue=EVENTS_QUEUE,
+            max_attempts=5,
+        )
+        header = (
+            delivery.id,
+            delivery.event,
+            delivery.action,
+            delivery.installation_id,
+            delivery.repo,
+            job,
+        )
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((delivery, future))
-        self._wake.set()
+        self._waiting.append(future)
+        transport.write(inbox_writer.encode(header, delivery.body))
         return await future
 
-    async def _write_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            batch, self._pending = self._pending, []
-            if not batch:
+    def _answered(self, data: bytes) -> None:
+        stored = False
+        for answer in data:
+            future = self._waiting.popleft()  # answers come in the order frames were sent
+            stored = stored or answer == inbox_writer.STORED
+            if future.done():  # its request went away; the answer still counts
                 continue
-            job_rows = [
-                self.jobs.row(
-                    "delivery", d.key, {"delivery_id": d.id}, queue=EVENTS_QUEUE, max_attempts=5
-                )
-                for d, _ in batch
-            ]
-            try:
-                results = await self._call(self._commit, [d for d, _ in batch], job_rows)
-            except Exception as exc:
-                log.exception("inbox commit failed", extra={"fields": {"batch": len(batch)}})
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            for (_, future), is_new in zip(batch, results, strict=True):
-                if not future.done():
-                    future.set_result(is_new)
-            if any(results):
-                self.jobs.wake(EVENTS_QUEUE)
+            if answer == inbox_writer.FAILED:
+                future.set_exception(InboxUnavailable("inbox commit failed"))
+            else:
+                future.set_result(answer == inbox_writer.STORED)
+        if stored:
+            self.jobs.wake(EVENTS_QUEUE)
 
-    def _commit(self, batch: list[Delivery], job_rows: list[tuple]) -> list[bool]:
-        """Runs in the inbox thread: which ids are new, then two bulk inserts, one COMMIT."""
-        assert self._conn is not None
-        conn = self._conn
-        now = time.time()
-        ids = list({d.id for d in batch})
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            seen = {
-                row[0]
-                for row in conn.execute(
-                    f"SELECT id FROM deliveries WHERE id IN ({','.join('?' * len(ids))})", ids
-                )
-            }
-            results, fresh, fresh_jobs = [], [], []
-            for delivery, job_row in zip(batch, job_rows, strict=True):
-                is_new = delivery.id not in seen
-                seen.add(delivery.id)
-                results.append(is_new)
-                if is_new:
-                    fresh.append(delivery)
-                    fresh_jobs.append(job_row)
-            conn.executemany(
-                "INSERT INTO deliveries (id, event, action, installation_id, repo, body,"
-                " received_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        d.id,
-                        d.event,
-                        d.action,
-                        d.installation_id,
-                        d.repo,
-                        zlib.compress(d.body, 1),
-                        now,
-                    )
-                    for d in fresh
-                ],
-            )
-            conn.executemany(self.jobs.INSERT_SQL, fresh_jobs)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return results
+    def _lost(self) -> None:
+        self._transport = None
+        while self._waiting:
+            future = self._waiting.popleft()
+            if not future.done():
+                future.set_exception(InboxUnavailable("inbox writer stopped"))
+
+
+def _writer_env() -> dict[str, str]:
+    """The writer needs no secrets: only what finds Python and this package."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR")}
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    return env
 
 
 def ignore_reason(event: sansio.Event, bot_login: str | None) -> str | None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import gc
-import hashlib
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
+import orjson
 from aiohttp import web
 from gidgethub import routing
 
@@ -17,7 +17,14 @@ from bot.agents.providers import ModelClients
 from bot.config import Settings
 from bot.context import Context
 from bot.github import GitHubApp
-from bot.inbox import EVENTS_QUEUE, Delivery, Inbox, MalformedBody, process_delivery
+from bot.inbox import (
+    EVENTS_QUEUE,
+    Delivery,
+    Inbox,
+    InboxUnavailable,
+    MalformedBody,
+    process_delivery,
+)
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import Jobs
@@ -45,7 +52,7 @@ def signature_matches(body: bytes, header: str, secret: str) -> bool:
     """`X-Hub-Signature-256` check over the exact raw bytes, in constant time (sha256 only)."""
     if not header.startswith("sha256="):
         return False
-    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    expected = "sha256=" + hmac.digest(secret.encode(), body, "sha256").hex()
     return hmac.compare_digest(header.encode(), expected.encode())
 
 
@@ -66,7 +73,8 @@ async def read_limited(request: web.Request, limit: int) -> bytes:
 
 
 def _reply(status: int, message: str) -> web.Response:
-    return web.json_response({"message": message}, status=status)
+    body = orjson.dumps({"message": message})
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 async def webhook(request: web.Request) -> web.Response:
@@ -96,7 +104,12 @@ async def webhook(request: web.Request) -> web.Response:
         metrics.deliveries.labels(event=event, outcome="pong").inc()
         return _reply(200, "pong")
     with log_context(delivery=delivery_id, gh_event=event):
-        is_new = await ctx.inbox.store(delivery)
+        try:
+            is_new = await ctx.inbox.store(delivery)
+        except InboxUnavailable as exc:
+            log.error("delivery not stored", extra={"fields": {"reason": str(exc)}})
+            metrics.deliveries.labels(event=event, outcome="not_stored").inc()
+            return _reply(503, "delivery not stored; redeliver it")
     metrics.deliveries.labels(event=event, outcome="accepted" if is_new else "duplicate").inc()
     if not is_new:
         return _reply(200, "already received")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -215,3 +219,39 @@ async def test_metrics_count_deliveries_by_event_and_outcome(aiohttp_client, set
     assert 'cockpit_deliveries_total{event="pull_request",outcome="duplicate"} 1.0' in text
     assert 'cockpit_deliveries_total{event="unknown",outcome="bad_signature"} 1.0' in text
     assert "cockpit_jobs{" in text
+
+
+async def test_racing_redeliveries_are_stored_once(aiohttp_client, settings):
+    client = await aiohttp_client(make_app(settings))
+    posts = [
+        client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="race-1"))
+        for _ in range(8)
+    ]
+    statuses = sorted(r.status for r in await asyncio.gather(*posts))
+    assert statuses == [200] * 7 + [202]
+    assert await delivery_rows(client) == 1
+    jobs = await client.app[CONTEXT].db.fetchone("SELECT COUNT(*) FROM jobs WHERE kind='delivery'")
+    assert jobs[0] == 1
+
+
+async def test_the_inbox_writer_holds_no_secrets(aiohttp_client, settings):
+    client = await aiohttp_client(make_app(settings))
+    pid = client.app[CONTEXT].inbox.writer_pid
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert WEBHOOK_SECRET.encode() not in environ
+    assert b"GITHUB_" not in environ and b"PRIVATE KEY" not in environ
+
+
+async def test_a_dead_inbox_writer_fails_loudly_and_comes_back(aiohttp_client, settings):
+    client = await aiohttp_client(make_app(settings))
+    inbox = client.app[CONTEXT].inbox
+    os.kill(inbox.writer_pid, signal.SIGKILL)
+    await wait_for(lambda: not inbox.alive)
+    response = await client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="x"))
+    assert response.status == 503  # not acknowledged: nothing was stored
+    assert "redeliver" in (await response.json())["message"]
+    assert (await client.get("/healthz")).status == 503
+    await wait_for(lambda: inbox.alive, timeout=10)  # started again
+    response = await client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="x"))
+    assert response.status == 202
+    assert await delivery_rows(client) == 1
