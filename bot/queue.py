@@ -166,14 +166,19 @@ class Jobs:
                 task.cancel()
 
     async def claim(self, queue: str) -> Job | None:
-        """Take the next runnable job atomically; a key with a running job waits."""
+        """Take the next runnable job atomically.
+
+        A key runs its jobs one at a time and in order: a job waits while its key has one
+        running or an earlier one queued (e.g. waiting out a retry's backoff).
+        """
         now = self.clock()
         row = await self.db.fetchone(
             "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
             " started_at = ?, lease_until = ?"
             " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
             "   AND j.run_after <= ? AND NOT EXISTS (SELECT 1 FROM jobs r"
-            "   WHERE r.key = j.key AND r.state = 'running')"
+            "   WHERE r.key = j.key AND r.state IN ('running', 'queued')"
+            "     AND (r.state = 'running' OR r.id < j.id))"
             "   ORDER BY j.run_after, j.id LIMIT 1)"
             " RETURNING *",
             (now, now + LEASE_SECONDS, queue, now),

@@ -121,6 +121,31 @@ async def test_failures_retry_with_backoff_then_fail(db):
     assert attempts == [1, 2, 3]
 
 
+async def test_a_retrying_job_keeps_its_place_before_later_jobs_of_its_key(db):
+    now = [100.0]
+    jobs = Jobs(db, clock=lambda: now[0])
+    ran = []
+
+    async def work(job):
+        ran.append((job.payload["n"], job.attempts))
+        if job.payload["n"] == 0 and job.attempts == 1:
+            raise RuntimeError("transient")
+
+    jobs.handlers["w"] = work
+    for n in range(2):
+        await jobs.enqueue("w", "pr-1", {"n": n}, queue="q")
+    other = await jobs.enqueue("w", "pr-2", {"n": 9}, queue="q")
+    await jobs._run(await jobs.claim("q"))  # job 0 fails: queued again, after its backoff
+    job = await jobs.claim("q")
+    assert job is not None and job.id == other  # another key is not held up …
+    await jobs._run(job)
+    assert await jobs.claim("q") is None  # … but job 1 waits behind job 0's retry
+    now[0] += backoff_seconds(1)
+    for _ in range(2):
+        await jobs._run(await jobs.claim("q"))
+    assert ran == [(0, 1), (9, 1), (0, 2), (1, 1)]
+
+
 async def test_permanent_errors_are_not_retried(db):
     jobs = Jobs(db)
 
