@@ -271,17 +271,17 @@ class Inbox:
         return await future
 
     def _answered(self, data: bytes) -> None:
-        stored = False
+        runnable = False
         for answer in data:
             future = self._waiting.popleft()  # answers come in the order frames were sent
-            stored = stored or answer == inbox_writer.STORED
+            runnable = runnable or answer == inbox_writer.STORED
             if future.done():  # its request went away; the answer still counts
                 continue
             if answer == inbox_writer.FAILED:
                 future.set_exception(InboxUnavailable("inbox commit failed"))
             else:
-                future.set_result(answer == inbox_writer.STORED)
-        if stored:
+                future.set_result(answer in (inbox_writer.STORED, inbox_writer.WAITING))
+        if runnable:  # a job behind another of its PR starts when that one ends
             self.jobs.wake(EVENTS_QUEUE)
 
     def _lost(self) -> None:

@@ -11,7 +11,8 @@ server acknowledged about a third fewer deliveries per second.
 Wire format, server → writer, one frame per delivery:
     !II (header length, body length), header (JSON list), body (raw bytes)
     header = [delivery id, event, action, installation id, repo, job row (INSERT_SQL values)]
-writer → server: one byte per frame, in order: 1 stored, 0 seen before, 2 commit failed.
+writer → server: one byte per frame, in order: 1 stored and its job can run now, 3 stored and
+its job waits behind an earlier one of its PR, 0 seen before, 2 commit failed.
 
     python -m bot.inbox_writer FD DATABASE
 """
@@ -31,7 +32,7 @@ from typing import Any
 import orjson
 
 FRAME = struct.Struct("!II")
-STORED, SEEN, FAILED = 1, 0, 2
+STORED, WAITING, SEEN, FAILED = 1, 3, 0, 2
 MAX_FRAME = 26 * 1024 * 1024  # the server refuses bodies over 25 MiB before framing them
 
 DELIVERY_SQL = (
@@ -101,24 +102,37 @@ def commit(conn: sqlite3.Connection, frames: list[tuple[list[Any], bytes]]) -> l
     """Which deliveries are new; the new ones and their jobs are committed together."""
     now = time.time()
     ids = list({header[0] for header, _ in frames})
+    # Compressed before taking the write lock: the lock is held only for the inserts and
+    # the sync, which leaves the server's own writes (job claims, outcomes) room between
+    # group commits.
+    packed = [zlib.compress(body, 1) for _, body in frames]
     begin(conn)
     try:
         marks = ",".join("?" * len(ids))
         seen = {
             row[0] for row in conn.execute(f"SELECT id FROM deliveries WHERE id IN ({marks})", ids)
         }
-        results, deliveries, jobs = [], [], []
-        for (delivery_id, event, action, installation, repo, job), body in frames:
+        results, fresh, deliveries, jobs = [], [], [], []
+        for n, (((delivery_id, event, action, installation, repo, job), _), body) in enumerate(
+            zip(frames, packed, strict=True)
+        ):
             if delivery_id in seen:
                 results.append(SEEN)
                 continue
             seen.add(delivery_id)
             results.append(STORED)
-            body = zlib.compress(body, 1)
+            fresh.append(n)
             deliveries.append((delivery_id, event, action, installation, repo, body, now))
             jobs.append(tuple(job))
         conn.executemany(DELIVERY_SQL, deliveries)
+        last_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()[0]
         conn.executemany(JOB_SQL, jobs)
+        # The schema's triggers put a job behind an earlier one of its key ('waiting'): the
+        # server wakes its workers only for jobs that can run.
+        states = conn.execute("SELECT state FROM jobs WHERE id > ? ORDER BY id", (last_id,))
+        for n, (state,) in zip(fresh, states, strict=True):
+            if state == "waiting":
+                results[n] = WAITING
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -134,7 +134,8 @@ class Jobs:
         """Cancel queued and running jobs for a key; return how many were affected."""
         async with self.db.transaction() as conn:
             cursor = await conn.execute(
-                "SELECT COUNT(*) FROM jobs WHERE key = ? AND state IN ('queued', 'running')"
+                "SELECT COUNT(*) FROM jobs WHERE key = ?"
+                " AND state IN ('queued', 'running', 'waiting')"
                 + (" AND kind = ?" if kind else ""),
                 (key, kind) if kind else (key,),
             )
@@ -147,11 +148,13 @@ class Jobs:
         kind_clause = " AND kind = ?" if kind else ""
         args: tuple = (key, kind) if kind else (key,)
         now = self.clock()
-        await conn.execute(
-            "UPDATE jobs SET state = 'cancelled', finished_at = ?, error = 'superseded'"
-            f" WHERE key = ? AND state = 'queued'{kind_clause}",
-            (now, *args),
-        )
+        # The jobs in line first: the head's exit then moves up only a job that stays.
+        for state in ("waiting", "queued"):
+            await conn.execute(
+                "UPDATE jobs SET state = 'cancelled', finished_at = ?, error = 'superseded'"
+                f" WHERE key = ? AND state = '{state}'{kind_clause}",
+                (now, *args),
+            )
         cursor = await conn.execute(
             "UPDATE jobs SET cancel_requested = 1"
             f" WHERE key = ? AND state = 'running'{kind_clause} RETURNING id",
@@ -168,8 +171,9 @@ class Jobs:
     async def claim(self, queue: str) -> Job | None:
         """Take the next runnable job atomically.
 
-        A key runs its jobs one at a time and in order: a job waits while its key has one
-        running or an earlier one queued (e.g. waiting out a retry's backoff).
+        A key runs its jobs one at a time and in order: the jobs behind its oldest unfinished
+        one are 'waiting' (schema triggers move the next one up), so only heads are claimed,
+        and a retry waiting out its backoff keeps its place.
         """
         now = self.clock()
         row = await self.db.fetchone(
@@ -177,8 +181,7 @@ class Jobs:
             " started_at = ?, lease_until = ?"
             " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
             "   AND j.run_after <= ? AND NOT EXISTS (SELECT 1 FROM jobs r"
-            "   WHERE r.key = j.key AND r.state IN ('running', 'queued')"
-            "     AND (r.state = 'running' OR r.id < j.id))"
+            "   WHERE r.key = j.key AND r.state = 'running')"
             "   ORDER BY j.run_after, j.id LIMIT 1)"
             " RETURNING *",
             (now, now + LEASE_SECONDS, queue, now),

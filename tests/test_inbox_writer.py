@@ -59,6 +59,18 @@ async def test_one_commit_stores_new_deliveries_once_with_their_jobs(conn):
     assert [j[0] for j in jobs] == ["delivery:a", "delivery:b", "delivery:c"]
 
 
+async def test_deliveries_about_one_pr_line_up_behind_the_first(conn):
+    def about_pr(delivery_id: str) -> bytes:
+        job = ["delivery", "events", "events:o/r#1", "{}", 5, 1.0, 1.0]
+        return inbox_writer.encode([delivery_id, "pull_request", None, 7, "o/r", job], b"{}")
+
+    frames = inbox_writer.decode(bytearray(about_pr("a") + about_pr("b") + about_pr("c")))[0]
+    # stored, and only the first can run now: the server wakes its workers for that one
+    assert inbox_writer.commit(conn, frames) == [1, 3, 3]
+    states = [r[0] for r in conn.execute("SELECT state FROM jobs ORDER BY id")]
+    assert states == ["queued", "waiting", "waiting"]
+
+
 async def test_a_failed_commit_leaves_nothing_behind(conn):
     bad_job = ["delivery", "events", "k", "{}", 5, None, 1.0]  # run_after is NOT NULL
     frames = [

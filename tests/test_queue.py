@@ -146,6 +146,51 @@ async def test_a_retrying_job_keeps_its_place_before_later_jobs_of_its_key(db):
     assert ran == [(0, 1), (9, 1), (0, 2), (1, 1)]
 
 
+async def test_jobs_behind_a_busy_key_wait_and_move_up_in_order(db):
+    jobs = Jobs(db)
+    ids = [await jobs.enqueue("w", "pr-1", {"n": n}, queue="q") for n in range(3)]
+    other = await jobs.enqueue("w", "pr-2", {}, queue="q")
+    assert await states(db) == {ids[0]: "queued", ids[1]: "waiting", ids[2]: "waiting",
+                                other: "queued"}  # fmt: skip
+    first = await jobs.claim("q")
+    second = await jobs.claim("q")
+    assert (first.id, second.id) == (ids[0], other)
+    assert await jobs.claim("q") is None  # only heads are claimable
+    await jobs._finish(first, "done")
+    assert (await states(db))[ids[1]] == "queued"
+    await jobs._finish(await jobs.claim("q"), "failed", "boom")  # failing also moves it on
+    assert (await states(db))[ids[2]] == "queued"
+
+
+async def test_superseding_cancels_the_jobs_in_line_and_lets_other_kinds_move_up(db):
+    jobs = Jobs(db)
+    head = await jobs.enqueue("review", "pr-1", {"n": 0}, queue="q")
+    behind = await jobs.enqueue("review", "pr-1", {"n": 1}, queue="q")
+    status = await jobs.enqueue("status", "pr-1", {}, queue="q")
+    newest = await jobs.enqueue("review", "pr-1", {"n": 2}, queue="q", supersede=True)
+    found = await states(db)
+    assert (found[head], found[behind]) == ("cancelled", "cancelled")
+    assert (found[status], found[newest]) == ("queued", "waiting")
+    await jobs._finish(await jobs.claim("q"), "done")
+    assert (await states(db))[newest] == "queued"
+
+
+async def test_an_old_database_gets_its_lines_at_start_up(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    database = await Database.open(path)
+    await database.execute("DROP TRIGGER jobs_wait_behind_key")  # as before 'waiting' existed
+    jobs = Jobs(database)
+    ids = [await jobs.enqueue("w", "pr-1", {"n": n}, queue="q") for n in range(3)]
+    assert set((await states(database)).values()) == {"queued"}
+    await database.close()
+    database = await Database.open(path)
+    try:
+        assert list((await states(database)).values()) == ["queued", "waiting", "waiting"]
+        assert ids[0] == (await Jobs(database).claim("q")).id
+    finally:
+        await database.close()
+
+
 async def test_permanent_errors_are_not_retried(db):
     jobs = Jobs(db)
 

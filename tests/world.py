@@ -103,7 +103,7 @@ class World:
     async def wait_idle(self, timeout: float = 20.0) -> None:
         async def idle():
             row = await self.ctx.db.fetchone(
-                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running')"
+                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running', 'waiting')"
             )
             return row[0] == 0
 
