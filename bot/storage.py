@@ -256,6 +256,7 @@ class Database:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
         self._lock = asyncio.Lock()
+        self.busy_patience = BUSY_PATIENCE
 
     @classmethod
     async def open(cls, path: Path | str) -> Database:
@@ -300,7 +301,7 @@ class Database:
         without blocking the event loop finds them. A statement that found the database
         locked changed nothing, so trying it again is safe.
         """
-        deadline = time.monotonic() + BUSY_PATIENCE
+        deadline = time.monotonic() + self.busy_patience
         pause = 0.00025
         while True:
             try:

@@ -1,0 +1,55 @@
+"""The server's database connection next to the inbox writer's: waiting for the write lock."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+
+import pytest
+
+from bot.storage import Database
+
+
+@pytest.fixture
+async def db(tmp_path):
+    database = await Database.open(tmp_path / "s.sqlite3")
+    yield database
+    await database.close()
+
+
+def hold_write_lock(path) -> sqlite3.Connection:
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # as the inbox writer does for a group commit
+    return other
+
+
+SQL = "INSERT INTO skill_versions (name, sha256, body, created_at) VALUES ('s', ?, 'x', 0)"
+
+
+@pytest.mark.parametrize("how", ["execute", "fetchall", "transaction"])
+async def test_writes_wait_for_a_lock_held_elsewhere_then_go_through(db, tmp_path, how):
+    other = hold_write_lock(tmp_path / "s.sqlite3")
+    asyncio.get_running_loop().call_later(0.2, other.execute, "COMMIT")
+    started = time.monotonic()
+    if how == "execute":
+        await db.execute(SQL, (how,))
+    elif how == "fetchall":
+        await db.fetchall(SQL + " RETURNING id", (how,))
+    else:
+        async with db.transaction() as conn:
+            await conn.execute(SQL, (how,))
+    assert time.monotonic() - started >= 0.2
+    assert (await db.fetchone("SELECT COUNT(*) FROM skill_versions"))[0] == 1
+    other.close()
+
+
+async def test_a_lock_held_too_long_fails_clearly(db, tmp_path):
+    db.busy_patience = 0.2
+    other = hold_write_lock(tmp_path / "s.sqlite3")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            await db.execute(SQL, ("late",))
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
