@@ -17,7 +17,7 @@ import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import orjson
@@ -35,12 +35,20 @@ log = logging.getLogger(__name__)
 EVENTS_QUEUE = "events"
 
 
+MAX_ID = 2**63 - 1
+
+
 class MalformedBody(ValueError):
     """The body is not a UTF-8 JSON object."""
 
 
+# GitHub's ids and numbers are positive 64-bit integers (SQLite's INTEGER); anything else is
+# read as absent, as a full parse does (see Delivery.from_payload).
+Id = Annotated[int, msgspec.Meta(ge=0, le=MAX_ID)]
+
+
 class _Id(msgspec.Struct):
-    id: int | None = None
+    id: Id | None = None
 
 
 class _Repository(msgspec.Struct):
@@ -48,7 +56,7 @@ class _Repository(msgspec.Struct):
 
 
 class _Numbered(msgspec.Struct):
-    number: int | None = None
+    number: Id | None = None
 
 
 class _Envelope(msgspec.Struct):
@@ -84,10 +92,12 @@ class Delivery:
             envelope = _ENVELOPE.decode(body)
         except UnicodeDecodeError:
             raise MalformedBody("body is not UTF-8") from None
+        except RecursionError:
+            raise MalformedBody("body is nested too deeply") from None
         except msgspec.ValidationError:  # an object with odd field types, or not an object
             try:
                 payload = orjson.loads(body)
-            except orjson.JSONDecodeError:
+            except (orjson.JSONDecodeError, RecursionError):
                 raise MalformedBody("body is not JSON") from None
             if not isinstance(payload, dict):
                 raise MalformedBody("body is not a JSON object") from None
@@ -114,7 +124,11 @@ class Delivery:
 
         def field(holder: Any, name: str, kind: type) -> Any:
             value = holder.get(name) if isinstance(holder, dict) else None
-            return value if isinstance(value, kind) else None
+            if not isinstance(value, kind):
+                return None
+            if kind is int and (isinstance(value, bool) or not 0 <= value <= MAX_ID):
+                return None
+            return value
 
         number = next(
             (
@@ -146,15 +160,39 @@ class InboxUnavailable(RuntimeError):
     """The delivery was not committed (the server answers 503; it can be redelivered)."""
 
 
-class _Replies(asyncio.Protocol):
+class _WriterLink(asyncio.Protocol):
+    """The socket to one writer process, and the requests waiting on its answers (in order).
+
+    Each writer started gets a new link, so a late answer or close from an old one can never
+    reach the requests of the next.
+    """
+
     def __init__(self, inbox: Inbox) -> None:
         self.inbox = inbox
+        self.waiting: deque[asyncio.Future[bool]] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        self.inbox._answered(data)
+        self.inbox._answered(self, data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.inbox._lost()
+        self.fail("inbox writer stopped")
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    @property
+    def open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def fail(self, reason: str) -> None:
+        while self.waiting:
+            future = self.waiting.popleft()
+            if not future.done():
+                future.set_exception(InboxUnavailable(reason))
 
 
 class Inbox:
@@ -166,15 +204,16 @@ class Inbox:
     """
 
     RESTART_DELAY = 1.0
+    ANSWER_TIMEOUT = 8.0  # GitHub gives up on a delivery after 10 s
 
     def __init__(self, path: Path, jobs: Jobs) -> None:
         self.path = path
         self.jobs = jobs
-        self._waiting: deque[asyncio.Future[bool]] = deque()
-        self._transport: asyncio.Transport | None = None
+        self._link: _WriterLink | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._supervisor: asyncio.Task | None = None
         self._stopping = False
+        self._failing = False  # the last commit failed (e.g. disk full): unhealthy until one works
 
     async def start(self) -> None:
         await self._spawn()
@@ -185,6 +224,7 @@ class Inbox:
         try:
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable,
+                "-P",  # the working directory never shadows the package
                 "-m",
                 "bot.inbox_writer",
                 str(theirs.fileno()),
@@ -199,8 +239,13 @@ class Inbox:
         finally:
             theirs.close()
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.connect_accepted_socket(lambda: _Replies(self), ours)
-        self._transport = transport  # type: ignore[assignment]
+        try:
+            _, link = await loop.connect_accepted_socket(lambda: _WriterLink(self), ours)
+        except BaseException:
+            ours.close()
+            self._process.kill()
+            raise
+        self._link = link
 
     async def _supervise(self) -> None:
         while True:
@@ -209,7 +254,8 @@ class Inbox:
             if self._stopping:
                 return
             log.error("inbox writer exited; starting it again", extra={"fields": {"code": code}})
-            self._lost()
+            if self._link is not None:
+                self._link.fail("inbox writer stopped")
             await asyncio.sleep(self.RESTART_DELAY)
             try:
                 await self._spawn()
@@ -217,20 +263,28 @@ class Inbox:
                 log.exception("inbox writer could not be started")
 
     async def stop(self) -> None:
+        """Let the writer answer what it was sent, then end it."""
         self._stopping = True
-        if self._transport is not None:
-            self._transport.close()  # the writer finishes its commit, sees EOF and exits
+        link = self._link
+        if link is not None and link.open:
+            assert link.transport is not None
+            link.transport.write_eof()  # the writer commits what it has, answers, and exits
         if self._process is not None and self._process.returncode is None:
             try:
                 await asyncio.wait_for(self._process.wait(), 10)
             except TimeoutError:
                 self._process.kill()
                 await self._process.wait()
+        if link is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(link.closed), 5)
+            if link.transport is not None:
+                link.transport.close()
+            link.fail("inbox stopped")
         if self._supervisor is not None:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._supervisor
-        self._lost()
 
     @property
     def writer_pid(self) -> int | None:
@@ -241,15 +295,13 @@ class Inbox:
         return (
             self._process is not None
             and self._process.returncode is None
-            and self._transport is not None
-            and not self._transport.is_closing()
+            and self._link is not None
+            and self._link.open
+            and not self._failing
         )
 
     async def store(self, delivery: Delivery) -> bool:
         """Commit the delivery; True if it is new, False if this id was stored before."""
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            raise InboxUnavailable("inbox writer is not running")
         job = self.jobs.row(
             "delivery",
             delivery.key,
@@ -265,16 +317,28 @@ class Inbox:
             delivery.repo,
             job,
         )
+        try:  # before anything is queued: a frame that cannot be built must not take a slot
+            frame = inbox_writer.encode(header, delivery.body)
+        except (TypeError, ValueError) as exc:
+            raise MalformedBody(f"delivery cannot be stored: {exc}") from None
+        link = self._link
+        if link is None or not link.open:
+            raise InboxUnavailable("inbox writer is not running")
+        assert link.transport is not None
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.append(future)
-        transport.write(inbox_writer.encode(header, delivery.body))
-        return await future
+        link.waiting.append(future)
+        link.transport.write(frame)
+        try:
+            return await asyncio.wait_for(future, self.ANSWER_TIMEOUT)
+        except TimeoutError:
+            raise InboxUnavailable("inbox commit took too long") from None
 
-    def _answered(self, data: bytes) -> None:
+    def _answered(self, link: _WriterLink, data: bytes) -> None:
         runnable = False
         for answer in data:
-            future = self._waiting.popleft()  # answers come in the order frames were sent
+            future = link.waiting.popleft()  # answers come in the order frames were sent
             runnable = runnable or answer == inbox_writer.STORED
+            self._failing = answer == inbox_writer.FAILED
             if future.done():  # its request went away; the answer still counts
                 continue
             if answer == inbox_writer.FAILED:
@@ -284,17 +348,11 @@ class Inbox:
         if runnable:  # a job behind another of its PR starts when that one ends
             self.jobs.wake(EVENTS_QUEUE)
 
-    def _lost(self) -> None:
-        self._transport = None
-        while self._waiting:
-            future = self._waiting.popleft()
-            if not future.done():
-                future.set_exception(InboxUnavailable("inbox writer stopped"))
-
 
 def _writer_env() -> dict[str, str]:
     """The writer needs no secrets: only what finds Python and this package."""
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR")}
+    keep = ("PATH", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONHOME")
+    env = {k: v for k, v in os.environ.items() if k in keep}
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
     return env
@@ -321,7 +379,14 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
     if row is None or row["status"] != "queued":
         return
     body = zlib.decompress(row["body"])
-    event = sansio.Event(orjson.loads(body), event=row["event"], delivery_id=row["id"])
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:  # valid at the ack, which reads only the envelope
+        failed = Delivery(row["id"], row["event"], body)
+        await _record(ctx, failed, job, "failed", f"body cannot be parsed: {exc}")
+        log.error("delivery body cannot be parsed", extra={"fields": {"delivery": row["id"]}})
+        return
+    event = sansio.Event(data, event=row["event"], delivery_id=row["id"])
     delivery = Delivery.from_payload(row["id"], row["event"], body, event.data)
     with log_context(
         delivery=delivery.id, gh_event=delivery.event, repo=delivery.repo, pr=delivery.pr_number

@@ -48,7 +48,7 @@ class Metrics:
         )
 
     def set_job_counts(self, counts: dict[str, int]) -> None:
-        for state in ("queued", "running", "done", "failed", "cancelled"):
+        for state in ("queued", "waiting", "running", "done", "failed", "cancelled"):
             self.jobs.labels(state=state).set(counts.get(state, 0))
 
     def render(self) -> bytes:

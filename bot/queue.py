@@ -142,6 +142,8 @@ class Jobs:
             count = (await cursor.fetchone())[0]
             running = await self._cancel_in(conn, key, kind)
         self._interrupt(running)
+        for queue in self._wake:  # a job of another kind may have moved up in this key's line
+            self.wake(queue)
         return count
 
     async def _cancel_in(self, conn: aiosqlite.Connection, key: str, kind: str | None) -> list[int]:

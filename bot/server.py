@@ -93,6 +93,9 @@ async def webhook(request: web.Request) -> web.Response:
     with log_context(delivery=delivery_id, gh_event=event):
         try:
             is_new = await ctx.inbox.store(delivery)
+        except MalformedBody:
+            metrics.deliveries.labels(event=event, outcome="bad_request").inc()
+            return _reply(400, "body is not a JSON object")
         except InboxUnavailable as exc:
             log.error("delivery not stored", extra={"fields": {"reason": str(exc)}})
             metrics.deliveries.labels(event=event, outcome="not_stored").inc()
@@ -113,7 +116,7 @@ async def healthz(request: web.Request) -> web.Response:
         "status": "ok" if healthy else "unhealthy",
         "db": db_ok,
         "inbox": ctx.inbox.alive,
-        "queue_depth": counts.get("queued", 0),
+        "queue_depth": counts.get("queued", 0) + counts.get("waiting", 0),
         "running": counts.get("running", 0),
         "workers": {"alive": ctx.jobs.workers_alive, "total": ctx.jobs.workers_total},
     }

@@ -71,10 +71,15 @@ BEGIN
     AND NOT EXISTS (
         SELECT 1 FROM jobs WHERE key = NEW.key AND state IN ('queued', 'running'));
 END;
--- Databases from before 'waiting': put the jobs behind their key's oldest in line.
+-- At every start, so the lines are right whatever happened before: jobs behind their key's
+-- oldest (databases from before 'waiting') wait; a line without a head gets one.
 UPDATE jobs SET state = 'waiting' WHERE state = 'queued' AND EXISTS (
     SELECT 1 FROM jobs r WHERE r.key = jobs.key
     AND r.state IN ('queued', 'running') AND r.id < jobs.id);
+UPDATE jobs SET state = 'queued' WHERE state = 'waiting'
+    AND id IN (SELECT MIN(id) FROM jobs WHERE state = 'waiting' GROUP BY key)
+    AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.key = jobs.key
+        AND r.state IN ('queued', 'running'));
 
 CREATE TABLE IF NOT EXISTS pulls (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -337,8 +342,9 @@ class Database:
 
     async def fetchall(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
         """One statement (a `... RETURNING` write is atomic on its own), one thread hop."""
+        values = tuple(args)  # once: a generator would be empty on a second try
         async with self._lock:
-            return list(await self._retry(lambda: self.conn.execute_fetchall(sql, tuple(args))))
+            return list(await self._retry(lambda: self.conn.execute_fetchall(sql, values)))
 
     async def ping(self) -> bool:
         try:

@@ -234,14 +234,18 @@ class Mirrors:
                 await self._remove(mirror, path, env)
             self.trees.mkdir(parents=True, exist_ok=True)
             add = ["worktree", "add", "--detach", "--no-checkout", "--quiet", "--", str(path)]
-            bases, added = await asyncio.gather(  # independent: run side by side
-                self._bases(mirror, env, base_ref, head_sha),
-                run_git([*add, head_sha], cwd=mirror, env=env, timeout=60),
-                return_exceptions=True,
-            )
+            try:
+                bases, added = await asyncio.gather(  # independent: run side by side
+                    self._bases(mirror, env, base_ref, head_sha),
+                    run_git([*add, head_sha], cwd=mirror, env=env, timeout=60),
+                    return_exceptions=True,
+                )
+            except BaseException:  # cancelled (e.g. superseded): leave nothing registered
+                await asyncio.shield(self._remove_quietly(mirror, path, env))
+                raise
             failed = [r for r in (bases, added) if isinstance(r, BaseException)]
             if failed:
-                await self._remove(mirror, path, env)
+                await self._remove_quietly(mirror, path, env)
                 raise failed[0]
             assert isinstance(bases, list)
             base_sha, merge_base = bases
@@ -259,6 +263,15 @@ class Mirrors:
         mirror = self.mirror_path(repo)
         async with self.lock(mirror):
             await self._remove(mirror, path, self.env())
+
+    async def _remove_quietly(self, mirror: Path, path: Path, env: dict[str, str]) -> None:
+        """Clean-up after a failure: its own errors must not hide the failure's."""
+        try:
+            await self._remove(mirror, path, env)
+        except Exception:
+            log.warning(
+                "could not remove a half-made worktree", extra={"fields": {"path": str(path)}}
+            )
 
     async def _remove(self, mirror: Path, path: Path, env: dict[str, str]) -> None:
         if mirror.exists():

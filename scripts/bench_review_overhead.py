@@ -120,7 +120,7 @@ async def bench(root: Path, runs: int, files: int) -> int:
             if row is None or row["state"] not in ("draft", "failed"):
                 return False
             busy = await db.fetchone(
-                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running')"
+                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running', 'waiting')"
             )
             return busy[0] == 0
 

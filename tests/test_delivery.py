@@ -50,6 +50,12 @@ def test_envelope_fields_of_a_pull_request_delivery():
             (None, None, None, 8),
         ),
         (b"{}", (None, None, None, None)),
+        # ids and numbers outside GitHub's positive 64-bit range count as absent
+        (
+            b'{"installation": {"id": 18446744073709551616}, "issue": {"number": -1}}',
+            (None, None, None, None),
+        ),
+        (b'{"pull_request": {"number": true}}', (None, None, None, None)),
         (b'{"unknown": [1, {"deep": "\\u00e9"}]}', (None, None, None, None)),
     ],
 )
@@ -81,6 +87,7 @@ def test_without_a_pr_the_delivery_is_its_own_key():
         b'{"action": "opened"} trailing',
         b'{"other": "\xff\xfe"}',  # invalid UTF-8 in a field nobody reads
         b'{"action": "\xc3"}',
+        b'{"deep": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
     ],
 )
 def test_malformed_bodies_are_refused(body):

@@ -191,6 +191,22 @@ async def test_an_old_database_gets_its_lines_at_start_up(tmp_path):
         await database.close()
 
 
+async def test_a_line_left_without_a_head_gets_one_at_start_up(tmp_path):
+    path = tmp_path / "headless.sqlite3"
+    database = await Database.open(path)
+    jobs = Jobs(database)
+    ids = [await jobs.enqueue("w", "pr-1", {"n": n}, queue="q") for n in range(2)]
+    await database.execute("DROP TRIGGER jobs_next_of_key")  # a line broken by hand
+    await database.execute("UPDATE jobs SET state = 'waiting' WHERE id = ?", (ids[0],))
+    assert await jobs.claim("q") is None  # stuck: nobody would ever move it up
+    await database.close()
+    database = await Database.open(path)
+    try:
+        assert [j for j, s in (await states(database)).items() if s == "queued"] == [ids[0]]
+    finally:
+        await database.close()
+
+
 async def test_permanent_errors_are_not_retried(db):
     jobs = Jobs(db)
 

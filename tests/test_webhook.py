@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.inbox import Delivery, MalformedBody
 from bot.server import CONTEXT, MAX_BODY_BYTES, make_app
 from tests import deliveries
 from tests.conftest import WEBHOOK_SECRET, wait_for
@@ -255,3 +256,43 @@ async def test_a_dead_inbox_writer_fails_loudly_and_comes_back(aiohttp_client, s
     response = await client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="x"))
     assert response.status == 202
     assert await delivery_rows(client) == 1
+
+
+async def test_a_body_only_the_ack_could_read_fails_once_and_clearly(aiohttp_client, settings):
+    client = await aiohttp_client(make_app(settings))
+    body = b'{"action": "labeled", "size": 1e400}'  # the envelope is fine; a full parse is not
+    response = await client.post("/webhooks/github", data=body, headers=signed(body, "issues", "x"))
+    assert response.status == 202
+    db = client.app[CONTEXT].db
+
+    async def recorded():
+        row = await db.fetchone("SELECT status, outcome FROM deliveries WHERE id = 'x'")
+        return (
+            row is not None and row["status"] == "failed" and "cannot be parsed" in row["outcome"]
+        )
+
+    await wait_for(recorded)
+
+
+async def test_stopping_lets_the_writer_answer_what_it_was_sent(aiohttp_client, settings):
+    client = await aiohttp_client(make_app(settings))
+    inbox = client.app[CONTEXT].inbox
+    stores = [
+        asyncio.create_task(inbox.store(Delivery.from_body(f"s-{n}", "pull_request", BODY)))
+        for n in range(50)
+    ]
+    await asyncio.sleep(0)  # every frame is written before the stop
+    await inbox.stop()
+    assert await asyncio.gather(*stores) == [True] * 50  # answered, not failed with 503
+    assert await delivery_rows(client) == 50
+
+
+async def test_a_frame_that_cannot_be_built_takes_no_place_in_line(aiohttp_client, settings):
+    client = await aiohttp_client(make_app(settings))
+    inbox = client.app[CONTEXT].inbox
+    unencodable = Delivery("odd", "issues", b"{}", installation_id=2**64)
+    with pytest.raises(MalformedBody):
+        await inbox.store(unencodable)
+    # the next request gets its own answer, not the one meant for the request before it
+    assert await inbox.store(Delivery.from_body("next", "pull_request", BODY)) is True
+    assert await inbox.store(Delivery.from_body("next", "pull_request", BODY)) is False
