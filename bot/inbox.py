@@ -169,7 +169,7 @@ class _WriterLink(asyncio.Protocol):
 
     def __init__(self, inbox: Inbox) -> None:
         self.inbox = inbox
-        self.waiting: deque[asyncio.Future[bool]] = deque()
+        self.waiting: deque[tuple[asyncio.Future[bool], float]] = deque()  # (request, sent at)
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
 
@@ -190,9 +190,17 @@ class _WriterLink(asyncio.Protocol):
 
     def fail(self, reason: str) -> None:
         while self.waiting:
-            future = self.waiting.popleft()
+            future, _ = self.waiting.popleft()
             if not future.done():
                 future.set_exception(InboxUnavailable(reason))
+
+    def expire(self, older_than: float) -> None:
+        """Fail requests waiting since before `older_than`; their places in line stay."""
+        for future, sent_at in self.waiting:
+            if sent_at >= older_than:
+                return
+            if not future.done():
+                future.set_exception(InboxUnavailable("inbox commit took too long"))
 
 
 class Inbox:
@@ -212,12 +220,22 @@ class Inbox:
         self._link: _WriterLink | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._supervisor: asyncio.Task | None = None
+        self._watchdog: asyncio.Task | None = None
         self._stopping = False
         self._failing = False  # the last commit failed (e.g. disk full): unhealthy until one works
 
     async def start(self) -> None:
         await self._spawn()
         self._supervisor = asyncio.create_task(self._supervise(), name="inbox-supervisor")
+        self._watchdog = asyncio.create_task(self._expire_slow(), name="inbox-watchdog")
+
+    async def _expire_slow(self) -> None:
+        """One timer for all requests (a timeout per request costs the webhook path)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(1)
+            if self._link is not None:
+                self._link.expire(loop.time() - self.ANSWER_TIMEOUT)
 
     async def _spawn(self) -> None:
         ours, theirs = socket.socketpair()
@@ -281,10 +299,11 @@ class Inbox:
             if link.transport is not None:
                 link.transport.close()
             link.fail("inbox stopped")
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
+        for task in (self._supervisor, self._watchdog):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     @property
     def writer_pid(self) -> int | None:
@@ -325,18 +344,16 @@ class Inbox:
         if link is None or not link.open:
             raise InboxUnavailable("inbox writer is not running")
         assert link.transport is not None
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        link.waiting.append(future)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        link.waiting.append((future, loop.time()))
         link.transport.write(frame)
-        try:
-            return await asyncio.wait_for(future, self.ANSWER_TIMEOUT)
-        except TimeoutError:
-            raise InboxUnavailable("inbox commit took too long") from None
+        return await future
 
     def _answered(self, link: _WriterLink, data: bytes) -> None:
         runnable = False
         for answer in data:
-            future = link.waiting.popleft()  # answers come in the order frames were sent
+            future, _ = link.waiting.popleft()  # answers come in the order frames were sent
             runnable = runnable or answer == inbox_writer.STORED
             self._failing = answer == inbox_writer.FAILED
             if future.done():  # its request went away; the answer still counts

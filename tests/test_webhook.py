@@ -296,3 +296,24 @@ async def test_a_frame_that_cannot_be_built_takes_no_place_in_line(aiohttp_clien
     # the next request gets its own answer, not the one meant for the request before it
     assert await inbox.store(Delivery.from_body("next", "pull_request", BODY)) is True
     assert await inbox.store(Delivery.from_body("next", "pull_request", BODY)) is False
+
+
+async def test_a_stalled_writer_fails_requests_in_time_and_keeps_answers_in_line(
+    aiohttp_client, settings
+):
+    client = await aiohttp_client(make_app(settings))
+    inbox = client.app[CONTEXT].inbox
+    inbox.ANSWER_TIMEOUT = 0.3
+    os.kill(inbox.writer_pid, signal.SIGSTOP)  # e.g. a disk that stopped answering
+    try:
+        response = await client.post(
+            "/webhooks/github", data=BODY, headers=signed(BODY, delivery="a")
+        )
+        assert response.status == 503
+    finally:
+        os.kill(inbox.writer_pid, signal.SIGCONT)
+    # the late answer for "a" is consumed in its place; "b" gets its own answer
+    response = await client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="b"))
+    assert response.status == 202
+    response = await client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="a"))
+    assert response.status == 200  # it was committed after all: a redelivery is a no-op
