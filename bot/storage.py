@@ -268,7 +268,7 @@ class Database:
         """Open (and create) the database.
 
         WAL with `synchronous=NORMAL` survives a killed process; the inbox writes with its
-        own connection at `synchronous=FULL` (see bot.inbox).
+        own connection at `synchronous=FULL` (see bot.inbox_writer).
         """
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
