@@ -130,10 +130,7 @@ async def _review_state(app: web.Application) -> str | None:
 
 
 async def _idle(app: web.Application) -> bool:
-    row = await app[CONTEXT].db.fetchone(
-        "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running', 'waiting')"
-    )
-    return row[0] == 0
+    return await app[CONTEXT].jobs.pending() == 0
 
 
 async def demo(root: Path) -> int:

@@ -225,6 +225,16 @@ class Jobs:
             (self.clock(), *alive),
         )
 
+    async def pending(self) -> int:
+        """Jobs with work to do now: running, waiting in a line, or queued and due (a job
+        scheduled for later, like tomorrow's maintenance, does not count)."""
+        row = await self.db.fetchone(
+            "SELECT COUNT(*) FROM jobs WHERE state IN ('running', 'waiting')"
+            " OR (state = 'queued' AND run_after <= ?)",
+            (self.clock(),),
+        )
+        return row[0] if row else 0
+
     async def counts(self) -> dict[str, int]:
         rows = await self.db.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
         return {row["state"]: row["n"] for row in rows}

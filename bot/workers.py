@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
 from bot.chatops import recover_posting
 from bot.context import Context
@@ -12,10 +13,33 @@ from bot.queue import Job
 from bot.review.engine import run_review_job, worktree_name
 from bot.review.publish import Publisher
 from bot.reviews import REVIEWS_QUEUE, latest_review
+from bot.storage import Database
 
 log = logging.getLogger(__name__)
 
 WORKTREE_TTL = 7 * 86400
+# Processed deliveries and finished jobs are kept this long. GitHub redelivers only from the
+# last 3 days, so "a delivery id seen before acts once" still holds.
+HISTORY_TTL = 30 * 86400
+MAINTENANCE_EVERY = 86400
+PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against the inbox
+
+
+async def prune_history(db: Database, older_than: float) -> tuple[int, int]:
+    """Delete processed deliveries and finished jobs from before `older_than`, in chunks."""
+    removed = []
+    for sql in (
+        "DELETE FROM deliveries WHERE rowid IN (SELECT rowid FROM deliveries"
+        " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
+        "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs"
+        " WHERE state IN ('done', 'failed', 'cancelled')"
+        " AND COALESCE(finished_at, created_at) < ? LIMIT ?)",
+    ):
+        total = 0
+        while count := await db.execute(sql, (older_than, PRUNE_CHUNK)):
+            total += count
+        removed.append(total)
+    return removed[0], removed[1]
 
 
 async def refresh_status(ctx: Context, job: Job) -> None:
@@ -51,9 +75,16 @@ async def recover_posting_job(ctx: Context, job: Job) -> None:
 
 
 async def maintenance(ctx: Context, job: Job) -> None:
-    """Start-up housekeeping that must not delay start-up: prune worktrees past their TTL."""
+    """Housekeeping at start-up and then daily: worktrees past their TTL, old history."""
     removed = await ctx.mirrors.prune(WORKTREE_TTL)
-    log.info("pruned worktrees", extra={"fields": {"removed": removed}})
+    deliveries, jobs = await prune_history(ctx.db, time.time() - HISTORY_TTL)
+    log.info(
+        "pruned worktrees and history",
+        extra={"fields": {"worktrees": removed, "deliveries": deliveries, "jobs": jobs}},
+    )
+    await ctx.jobs.enqueue(  # waits behind this one, then for its time
+        "maintenance", "maintenance", {}, queue=REVIEWS_QUEUE, delay=MAINTENANCE_EVERY
+    )
 
 
 async def setup_workers(ctx: Context) -> None:

@@ -119,10 +119,7 @@ async def bench(root: Path, runs: int, files: int) -> int:
             )
             if row is None or row["state"] not in ("draft", "failed"):
                 return False
-            busy = await db.fetchone(
-                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running', 'waiting')"
-            )
-            return busy[0] == 0
+            return await app[CONTEXT].jobs.pending() == 0
 
         def pending(sha: str, since: int) -> bool:
             return any(

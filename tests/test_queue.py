@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from bot import workers
 from bot.queue import Jobs, PermanentError, backoff_seconds
 from bot.storage import Database
 from tests.conftest import wait_for
@@ -256,3 +257,35 @@ async def test_ensure_schema_is_idempotent(tmp_path):
     db = await Database.open(tmp_path / "s.sqlite3")
     assert (await db.fetchone("SELECT COUNT(*) FROM pulls"))[0] == 1
     await db.close()
+
+
+async def test_old_history_is_pruned_in_chunks_and_live_work_is_kept(db, monkeypatch):
+    monkeypatch.setattr(workers, "PRUNE_CHUNK", 2)  # several chunks with a few rows
+    jobs = Jobs(db, clock=lambda: 1000.0)
+    for n in range(5):
+        job_id = await jobs.enqueue("w", f"k{n}", {}, queue="q")
+        await db.execute(
+            "UPDATE jobs SET state = 'done', finished_at = 1000 WHERE id = ?", (job_id,)
+        )
+    live = await jobs.enqueue("w", "live", {}, queue="q")  # queued: never pruned
+    for n, (status, received) in enumerate(
+        [("done", 1000), ("ignored", 1000), ("failed", 1000), ("queued", 1000), ("done", 9000)]
+    ):
+        await db.execute(
+            "INSERT INTO deliveries (id, event, body, received_at, status)"
+            " VALUES (?, 'e', x'', ?, ?)",
+            (f"d{n}", received, status),
+        )
+    assert await workers.prune_history(db, older_than=5000) == (3, 5)
+    kept = {r["id"] for r in await db.fetchall("SELECT id FROM deliveries")}
+    assert kept == {"d3", "d4"}  # not yet processed, or recent
+    assert list(await states(db)) == [live]
+
+
+async def test_pending_ignores_jobs_scheduled_for_later(db):
+    now = [100.0]
+    jobs = Jobs(db, clock=lambda: now[0])
+    await jobs.enqueue("maintenance", "maintenance", {}, queue="q", delay=86400)
+    assert await jobs.pending() == 0
+    now[0] += 86400
+    assert await jobs.pending() == 1

@@ -102,10 +102,7 @@ class World:
 
     async def wait_idle(self, timeout: float = 20.0) -> None:
         async def idle():
-            row = await self.ctx.db.fetchone(
-                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running', 'waiting')"
-            )
-            return row[0] == 0
+            return await self.ctx.jobs.pending() == 0
 
         await wait_for(idle, timeout=timeout)
 
