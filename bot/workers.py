@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 WORKTREE_TTL = 7 * 86400
 # Processed deliveries and finished jobs are kept this long. GitHub redelivers only from the
-# last 3 days, so "a delivery id seen before acts once" still holds.
+# last 3 days (7 on GitHub Enterprise Server), so a repeated delivery id still acts once.
 HISTORY_TTL = 30 * 86400
 MAINTENANCE_EVERY = 86400
 PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against the inbox
