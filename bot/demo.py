@@ -138,19 +138,12 @@ async def demo(root: Path) -> int:
     pr = await asyncio.to_thread(make_pr, root / "origin", base=BASE, head=HEAD, number=NUMBER)
     github = GitHubStandin(slug="pr-cockpit")
     await github.start()
-    repo = github.add_repo(
+    github.add_generated_pr(
         OWNER,
         NAME,
-        clone_url=pr.clone_url,
+        pr,
         installation_id=INSTALLATION,
         permissions={MAINTAINER: "maintain"},
-    )
-    github.add_pull(
-        repo,
-        NUMBER,
-        head_sha=pr.head_sha,
-        base_sha=pr.base_sha,
-        diff=pr.diff,
         title="Look users up by name",
     )
     offline = not os.environ.get("ANTHROPIC_API_KEY")

@@ -92,14 +92,9 @@ async def bench(root: Path, runs: int, files: int) -> int:
     pr = await asyncio.to_thread(make_pr, root / "origin", base=base, head=head, number=1)
     github = GitHubStandin()
     await github.start()
-    repo = github.add_repo(
-        OWNER,
-        NAME,
-        clone_url=pr.clone_url,
-        installation_id=INSTALLATION,
-        permissions={"octocat": "admin"},
+    repo = github.add_generated_pr(
+        OWNER, NAME, pr, installation_id=INSTALLATION, permissions={"octocat": "admin"}
     )
-    github.add_pull(repo, pr.number, head_sha=pr.head_sha, base_sha=pr.base_sha, diff=pr.diff)
     world = World(github, pr, repo)
     model = AnthropicStandin(scripted_reviewer)
     runner: web.AppRunner | None = None

@@ -141,15 +141,14 @@ def build_world(
     permissions: dict[str, str] | None = None,
 ) -> World:
     pr = make_pr(root / "origin", base=BASE, head=head or HEAD, number=1)
-    repo = github.add_repo(
+    repo = github.add_generated_pr(
         OWNER,
         NAME,
-        clone_url=pr.clone_url,
+        pr,
         installation_id=INSTALLATION,
-        files=files or {},
+        files=files,
         permissions=permissions or {"octocat": "admin"},
     )
-    github.add_pull(repo, pr.number, head_sha=pr.head_sha, base_sha=pr.base_sha, diff=pr.diff)
     return World(github, pr, repo)
 
 

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from bot.config import Secret, Settings
 from bot.standin import serve_local
 from bot.standin.openapi import OpenAPIValidator
+from bot.standin.repo import GeneratedPR
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -198,6 +199,31 @@ class GitHubStandin:
         pull = StandinPull(repo, number, head_sha, base_sha, diff, title)
         self.pulls[(repo.full_name, number)] = pull
         return pull
+
+    def add_generated_pr(
+        self,
+        owner: str,
+        name: str,
+        pr: GeneratedPR,
+        *,
+        installation_id: int,
+        permissions: dict[str, str],
+        files: dict[str, str] | None = None,
+        title: str = "A change",
+    ) -> StandinRepo:
+        """A repository backed by a local PR from `make_pr`, with that PR open on it."""
+        repo = self.add_repo(
+            owner,
+            name,
+            clone_url=pr.clone_url,
+            installation_id=installation_id,
+            files=files,
+            permissions=permissions,
+        )
+        self.add_pull(
+            repo, pr.number, head_sha=pr.head_sha, base_sha=pr.base_sha, diff=pr.diff, title=title
+        )
+        return repo
 
     def fail_next(
         self,
