@@ -19,6 +19,7 @@ from typing import Any
 
 import aiosqlite
 
+from bot import inbox_writer
 from bot.logs import log_context
 from bot.storage import Database
 
@@ -79,10 +80,9 @@ class Jobs:
 
     # -- queue operations -------------------------------------------------
 
-    INSERT_SQL = (
-        "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)"
-    )
+    # The inbox writer process inserts delivery jobs too (it cannot import this module
+    # cheaply): one statement for both.
+    INSERT_SQL = inbox_writer.JOB_SQL
 
     def row(
         self,
