@@ -1,4 +1,4 @@
-"""The `cockpit` command line (SPEC §2)."""
+"""PR Cockpit: AI pull-request reviews as drafts that a person vets before they are published."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from bot.logs import setup_logging
     from bot.server import make_app
+    from handlers import router
 
     try:
         settings = load_settings()
@@ -30,7 +31,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     port = settings.port if args.port is None else args.port
     setup_logging()
     web.run_app(
-        make_app(settings),
+        make_app(settings, router),
         host=host,
         port=port,
         print=None,
@@ -56,14 +57,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep=args.keep)
 
 
-def cmd_eval(_args: argparse.Namespace) -> int:
-    print(
-        "cockpit eval: eval replays are not part of this build yet (README, 'Status').",
-        file=sys.stderr,
-    )
-    return EXIT_CONFIG
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cockpit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,19 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep", action="store_true", help="keep the demo's data folder")
     demo.set_defaults(func=cmd_demo)
 
-    evals = sub.add_parser("eval", help="replay labelled PRs and score the reviewer")
-    eval_sub = evals.add_subparsers(dest="eval_command", required=True)
-    run = eval_sub.add_parser("run", help="run a golden set")
-    run.add_argument("--golden", required=True)
-    run.add_argument("--provider", choices=["claude", "codex"])
-    run.add_argument("--model")
-    run.add_argument("--verify", action="store_true")
-    run.add_argument("--repo")
-    run.set_defaults(func=cmd_eval)
-    golden = eval_sub.add_parser("golden-from-reviews", help="golden file from approved findings")
-    golden.add_argument("--repo", required=True)
-    golden.add_argument("--out")
-    golden.set_defaults(func=cmd_eval)
     return parser
 
 

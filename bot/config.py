@@ -1,4 +1,4 @@
-"""Process configuration, read once from the environment (SPEC §2)."""
+"""Process configuration, read once from the environment."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What handlers and jobs are given to work with, passed explicitly (never a global)."""
+"""The services handlers and jobs work with, passed explicitly (never a global)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from bot.agents.providers import ModelClients
-from bot.chatops import Permissions
 from bot.config import Settings
 from bot.github import GitHubApp
-from bot.inbox import Inbox
 from bot.metrics import Metrics
 from bot.queue import Jobs
 from bot.ratelimit import CommandLimits
@@ -23,11 +21,9 @@ class Context:
     settings: Settings
     db: Database
     jobs: Jobs
-    inbox: Inbox
     github: GitHubApp
     metrics: Metrics
     http: aiohttp.ClientSession
     mirrors: Mirrors
     models: ModelClients
-    permissions: Permissions = field(default_factory=Permissions)
     limits: CommandLimits = field(default_factory=CommandLimits)

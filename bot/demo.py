@@ -33,6 +33,7 @@ from bot.standin.models import AnthropicStandin
 from bot.standin.repo import make_pr
 from bot.standin.scripted import MODEL as SCRIPTED_MODEL
 from bot.standin.scripted import scripted_reviewer
+from handlers import router
 
 OWNER, NAME, NUMBER, INSTALLATION, MAINTAINER = "demo", "widgets", 1, 1, "maintainer"
 BASE = {
@@ -159,7 +160,7 @@ async def demo(root: Path) -> int:
         else os.environ.get("COCKPIT_CLAUDE_MODEL") or (DEFAULT_CLAUDE_MODEL)
     )
     settings = github.settings(root / "data", secret, provider="claude", claude_model=model)
-    app = make_app(settings)
+    app = make_app(settings, router)
     runner, url = await serve_local(app)
     print(
         f"PR Cockpit demo: {OWNER}/{NAME}#{NUMBER} reviewed by "

@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 
 import unidiff
 
-SIDES = ("LEFT", "RIGHT")
-
 
 @dataclass
 class FileDiff:

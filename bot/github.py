@@ -26,6 +26,9 @@ USER_AGENT = "pr-cockpit"
 TOKEN_REFRESH_MARGIN = 300.0  # renew installation tokens ~5 minutes before they expire
 MAX_RATE_LIMIT_WAIT = 60.0  # wait this long in-process; longer waits fail the job for a retry
 MAX_ATTEMPTS = 4
+PERMISSION_TTL = 300.0  # a person's repository permission is trusted this long
+# Repository permission levels, lowest first ("none" = not a collaborator).
+PERMISSIONS = ("none", "read", "triage", "write", "maintain", "admin")
 
 
 class AbsoluteURLError(ValueError):
@@ -171,6 +174,9 @@ class GitHubApp:
         self._inflight: dict[int, asyncio.Future[InstallationToken]] = {}
         self._etags: cachetools.LRUCache = cachetools.LRUCache(maxsize=256)
         self._slug: str | None = settings.app_slug
+        self._permissions: cachetools.TTLCache = cachetools.TTLCache(
+            maxsize=4096, ttl=PERMISSION_TTL, timer=clock
+        )
 
     def _private_key(self) -> str:
         key = self.settings.private_key
@@ -232,12 +238,39 @@ class GitHubApp:
         self._tokens.pop(installation_id, None)
         self._etags.pop(installation_id, None)
 
+    async def permission(self, gh: Any, owner: str, repo: str, user: str) -> str:
+        """The person's permission on the repository (one of PERMISSIONS), cached a few
+        minutes. The collaborator endpoint decides; `author_association` is only a hint."""
+        key = (owner.casefold(), repo.casefold(), user.casefold())
+        if key not in self._permissions:
+            try:
+                data = await gh.getitem(
+                    "/repos/{owner}/{repo}/collaborators/{username}/permission",
+                    {"owner": owner, "repo": repo, "username": user},
+                )
+            except gidgethub.BadRequest as exc:
+                if int(exc.status_code) not in (403, 404):
+                    raise
+                data = {}  # not a collaborator at all
+            # `permission` is the legacy field (maintain shows as write, triage as read);
+            # `role_name` has the real level when it is a standard one.
+            role = data.get("role_name")
+            level = role if role in PERMISSIONS else data.get("permission", "none")
+            self._permissions[key] = level if level in PERMISSIONS else "none"
+        return self._permissions[key]
+
     async def bot_login(self) -> str:
         """`<slug>[bot]`: GITHUB_APP_SLUG, or looked up once with GET /app."""
         if self._slug is None:
             app = await self.app_api().getitem("/app")
             self._slug = app["slug"]
         return f"{self._slug}[bot]"
+
+
+def permits(level: str, required: str = "write") -> bool:
+    """Whether `level` is at least `required` (unknown levels permit nothing)."""
+    order = {name: n for n, name in enumerate(PERMISSIONS)}
+    return order.get(level, 0) >= order[required]
 
 
 def _parse_time(value: str) -> float:

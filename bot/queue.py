@@ -19,7 +19,6 @@ from typing import Any
 
 import aiosqlite
 
-from bot import inbox_writer
 from bot.logs import log_context
 from bot.storage import Database
 
@@ -29,6 +28,16 @@ LEASE_SECONDS = 60.0
 POLL_SECONDS = 0.5
 BACKOFF_BASE = 2.0
 BACKOFF_CAP = 300.0
+
+# The queues and their worker pools: deliveries are routed on EVENTS; reviews, sessions and
+# housekeeping (anything that may talk to a model or run git) on REVIEWS.
+EVENTS = "events"
+REVIEWS = "reviews"
+
+INSERT_SQL = (
+    "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 class PermanentError(Exception):
@@ -80,10 +89,6 @@ class Jobs:
 
     # -- queue operations -------------------------------------------------
 
-    # The inbox writer process inserts delivery jobs too (it cannot import this module
-    # cheaply): one statement for both.
-    INSERT_SQL = inbox_writer.JOB_SQL
-
     def row(
         self,
         kind: str,
@@ -122,7 +127,7 @@ class Jobs:
             if prepare is not None:
                 payload = {**payload, **await prepare(conn)}
             cursor = await conn.execute(
-                self.INSERT_SQL,
+                INSERT_SQL,
                 self.row(kind, key, payload, queue=queue, max_attempts=max_attempts, delay=delay),
             )
             job_id = int(cursor.lastrowid or 0)
@@ -158,9 +163,7 @@ class Jobs:
                 (now, *args),
             )
         cursor = await conn.execute(
-            "UPDATE jobs SET cancel_requested = 1"
-            f" WHERE key = ? AND state = 'running'{kind_clause} RETURNING id",
-            args,
+            f"SELECT id FROM jobs WHERE key = ? AND state = 'running'{kind_clause}", args
         )
         return [row[0] for row in await cursor.fetchall()]
 

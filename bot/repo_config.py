@@ -11,9 +11,10 @@ from typing import Any
 import gidgethub
 
 from bot.config import PROVIDERS
+from bot.github import PERMISSIONS
 
 CONFIG_PATH = ".github/cockpit.toml"
-PERMISSION_LEVELS = ("write", "maintain", "admin")
+COMMAND_LEVELS = PERMISSIONS[PERMISSIONS.index("write") :]  # who may run commands or approve
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ def parse_repo_config(text: str) -> RepoConfig:
     if "provider" in values and values["provider"] not in PROVIDERS:
         problems.append(f"`provider` must be one of {', '.join(PROVIDERS)}")
         values.pop("provider")
-    if "approve_permission" in values and values["approve_permission"] not in PERMISSION_LEVELS:
-        problems.append(f"`approve_permission` must be one of {', '.join(PERMISSION_LEVELS)}")
+    if "approve_permission" in values and values["approve_permission"] not in COMMAND_LEVELS:
+        problems.append(f"`approve_permission` must be one of {', '.join(COMMAND_LEVELS)}")
         values.pop("approve_permission")
     if "ignore" in values:
         if all(isinstance(g, str) for g in values["ignore"]):

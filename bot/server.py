@@ -17,17 +17,10 @@ from bot.agents.providers import ModelClients
 from bot.config import Settings
 from bot.context import Context
 from bot.github import GitHubApp
-from bot.inbox import (
-    EVENTS_QUEUE,
-    Delivery,
-    Inbox,
-    InboxUnavailable,
-    MalformedBody,
-    process_delivery,
-)
+from bot.inbox import Delivery, Inbox, InboxUnavailable, MalformedBody, process_delivery
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
-from bot.queue import Jobs
+from bot.queue import EVENTS, REVIEWS, Jobs
 from bot.storage import Database
 from bot.worktrees import Mirrors
 
@@ -35,9 +28,9 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 25 * 1024 * 1024
 EVENT_WORKERS = 4
-REVIEWS_QUEUE = "reviews"
 
 CONTEXT = web.AppKey("context", Context)
+INBOX = web.AppKey("inbox", Inbox)
 METRICS = web.AppKey("metrics", Metrics)
 
 # Start-up work given by the caller: job handlers, housekeeping jobs.
@@ -64,6 +57,11 @@ def _reply(status: int, message: str) -> web.Response:
 async def webhook(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     metrics = request.app[METRICS]
+    if request.headers.get("Content-Encoding"):
+        # GitHub never compresses deliveries; inflating before the signature check would let
+        # anyone make the server hash (and hold) far more than they sent.
+        metrics.deliveries.labels(event="unknown", outcome="encoded").inc()
+        return _reply(415, "compressed bodies are not accepted")
     too_large = request.content_length is not None and request.content_length > MAX_BODY_BYTES
     try:
         body = b"" if too_large else await request.read()  # aiohttp stops at client_max_size
@@ -92,10 +90,7 @@ async def webhook(request: web.Request) -> web.Response:
         return _reply(200, "pong")
     with log_context(delivery=delivery_id, gh_event=event):
         try:
-            is_new = await ctx.inbox.store(delivery)
-        except MalformedBody:
-            metrics.deliveries.labels(event=event, outcome="bad_request").inc()
-            return _reply(400, "body is not a JSON object")
+            is_new = await request.app[INBOX].store(delivery)
         except InboxUnavailable as exc:
             log.error("delivery not stored", extra={"fields": {"reason": str(exc)}})
             metrics.deliveries.labels(event=event, outcome="not_stored").inc()
@@ -111,11 +106,12 @@ async def healthz(request: web.Request) -> web.Response:
     db_ok = await ctx.db.ping()
     counts = await ctx.jobs.counts() if db_ok else {}
     workers_ok = ctx.jobs.workers_alive == ctx.jobs.workers_total > 0
-    healthy = db_ok and workers_ok and ctx.inbox.alive
+    inbox_ok = request.app[INBOX].alive
+    healthy = db_ok and workers_ok and inbox_ok
     body = {
         "status": "ok" if healthy else "unhealthy",
         "db": db_ok,
-        "inbox": ctx.inbox.alive,
+        "inbox": inbox_ok,
         "queue_depth": counts.get("queued", 0) + counts.get("waiting", 0),
         "running": counts.get("running", 0),
         "workers": {"alive": ctx.jobs.workers_alive, "total": ctx.jobs.workers_total},
@@ -143,21 +139,19 @@ async def errors_middleware(request: web.Request, handler: Callable) -> web.Stre
 
 
 def make_app(
-    settings: Settings,
-    *,
-    router: routing.Router | None = None,
-    setup: Setup | None = None,
+    settings: Settings, router: routing.Router, *, setup: Setup | None = None
 ) -> web.Application:
-    """Build the server; databases, sessions and workers start with the app, not here."""
-    if router is None:
-        from handlers import router as default_router
-
-        router = default_router
+    """Build the server around the event handlers (`handlers.router`, given by the entry
+    point); databases, sessions and workers start with the app, not here."""
     if setup is None:
         from bot.workers import setup_workers
 
         setup = setup_workers
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[errors_middleware])
+    app = web.Application(
+        client_max_size=MAX_BODY_BYTES,
+        middlewares=[errors_middleware],
+        handler_args={"auto_decompress": False},  # nothing is ever inflated (see `webhook`)
+    )
     app[METRICS] = Metrics()
     app.router.add_post("/webhooks/github", webhook)
     app.router.add_get("/healthz", healthz)
@@ -180,7 +174,6 @@ async def _lifecycle(
         settings=settings,
         db=db,
         jobs=jobs,
-        inbox=inbox,
         github=GitHubApp(settings, http, metrics=metrics),
         metrics=metrics,
         http=http,
@@ -188,6 +181,7 @@ async def _lifecycle(
         models=ModelClients(settings),
     )
     app[CONTEXT] = ctx
+    app[INBOX] = inbox
     jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
     jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(
         kind=job.kind, outcome=outcome
@@ -201,7 +195,7 @@ async def _lifecycle(
     # Everything loaded so far (SDKs, templates, schema) lives as long as the process: move it
     # out of the cyclic GC's scans, so full collections stay short on the webhook path.
     gc.freeze()
-    jobs.start({EVENTS_QUEUE: EVENT_WORKERS, REVIEWS_QUEUE: settings.max_concurrent_reviews})
+    jobs.start({EVENTS: EVENT_WORKERS, REVIEWS: settings.max_concurrent_reviews})
     try:
         yield
     finally:

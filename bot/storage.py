@@ -1,19 +1,17 @@
-"""SQLite storage (aiosqlite, WAL) and the idempotent schema of SPEC §10."""
+"""SQLite storage (aiosqlite, WAL) and the idempotent schema, applied at every start."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiosqlite
 
-T = TypeVar("T")
-BUSY_PATIENCE = 5.0  # seconds a statement may wait for the write lock
+BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -42,20 +40,18 @@ CREATE TABLE IF NOT EXISTS jobs (
     max_attempts INTEGER NOT NULL DEFAULT 3,
     run_after REAL NOT NULL,
     lease_until REAL,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
     error TEXT,
     created_at REAL NOT NULL,
     started_at REAL,
     finished_at REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, state, run_after);
-DROP INDEX IF EXISTS jobs_key_order;
 CREATE INDEX IF NOT EXISTS jobs_key ON jobs(key, state);
 
 -- A key runs its jobs one at a time, in order. Only its oldest unfinished job is 'queued' or
 -- 'running'; the ones behind it are 'waiting', so a claim never scans a long line of jobs
 -- stuck behind a busy key. These triggers keep that true whoever inserts or finishes a job
--- (the queue, the inbox writer, an older database after an upgrade).
+-- (the queue, the inbox, an older database after an upgrade).
 CREATE TRIGGER IF NOT EXISTS jobs_wait_behind_key AFTER INSERT ON jobs
 WHEN NEW.state = 'queued' AND EXISTS (
     SELECT 1 FROM jobs r WHERE r.key = NEW.key
@@ -250,38 +246,27 @@ CREATE TABLE IF NOT EXISTS eval_findings (
 );
 """
 
-# Columns added after a table first shipped: (table, column, declaration).
-# ensure_schema adds any that are missing, so old databases upgrade in place.
-MIGRATIONS: tuple[tuple[str, str, str], ...] = ()
-
-
 class Database:
     """One aiosqlite connection; writes and multi-statement work go through `transaction()`."""
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
         self._lock = asyncio.Lock()
-        self.busy_patience = BUSY_PATIENCE
 
     @classmethod
-    async def open(cls, path: Path | str) -> Database:
-        """Open (and create) the database.
-
-        WAL with `synchronous=NORMAL` survives a killed process; the inbox writes with its
-        own connection at `synchronous=FULL` (see bot.inbox_writer).
-        """
+    async def open(cls, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
+        """Open (and create) the database. WAL with `synchronous=NORMAL` survives a killed
+        process; the inbox commits deliveries on its own connection at `synchronous=FULL`."""
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         conn.row_factory = sqlite3.Row
         await conn.execute("PRAGMA journal_mode=WAL")
         await conn.execute("PRAGMA synchronous=NORMAL")
-        await conn.execute("PRAGMA busy_timeout=5000")
+        await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         await conn.execute("PRAGMA foreign_keys=ON")
         db = cls(conn)
         await db.ensure_schema()
-        # From here on a locked database is retried by `_retry` (below), not by SQLite.
-        await conn.execute("PRAGMA busy_timeout=0")
         return db
 
     async def close(self) -> None:
@@ -290,37 +275,11 @@ class Database:
     async def ensure_schema(self) -> None:
         async with self._lock:
             await self.conn.executescript(SCHEMA)
-            for table, column, declaration in MIGRATIONS:
-                cursor = await self.conn.execute(f"PRAGMA table_info({table})")
-                if column not in {row["name"] for row in await cursor.fetchall()}:
-                    await self.conn.execute(
-                        f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
-                    )
-
-    async def _retry(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """Run `attempt` (one statement, or BEGIN) until the write lock is free.
-
-        The inbox writer takes the lock for each group commit. SQLite's own busy handler
-        sleeps 1, 2, 5, 10 ... 100 ms between tries and keeps missing the gaps between those
-        commits (during a burst, job claims waited seconds); trying again every 0.25 to 5 ms
-        without blocking the event loop finds them. A statement that found the database
-        locked changed nothing, so trying it again is safe.
-        """
-        deadline = time.monotonic() + self.busy_patience
-        pause = 0.00025
-        while True:
-            try:
-                return await attempt()
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.005)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         async with self._lock:
-            await self._retry(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+            await self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self.conn
             except BaseException:
@@ -331,7 +290,7 @@ class Database:
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
         """Run one statement; return rowcount (or lastrowid for an INSERT)."""
         async with self._lock:
-            cursor = await self._retry(lambda: self.conn.execute(sql, args))
+            cursor = await self.conn.execute(sql, args)
             if sql.lstrip().upper().startswith("INSERT"):
                 return cursor.lastrowid or 0
             return cursor.rowcount
@@ -342,9 +301,8 @@ class Database:
 
     async def fetchall(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
         """One statement (a `... RETURNING` write is atomic on its own), one thread hop."""
-        values = tuple(args)  # once: a generator would be empty on a second try
         async with self._lock:
-            return list(await self._retry(lambda: self.conn.execute_fetchall(sql, values)))
+            return list(await self.conn.execute_fetchall(sql, tuple(args)))
 
     async def ping(self) -> bool:
         try:

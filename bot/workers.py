@@ -6,13 +6,10 @@ import functools
 import logging
 import time
 
-from bot.chatops import recover_posting
 from bot.context import Context
-from bot.pulls import pull_by_id
-from bot.queue import Job
-from bot.review.engine import run_review_job, worktree_name
-from bot.review.publish import Publisher
-from bot.reviews import REVIEWS_QUEUE, latest_review
+from bot.queue import REVIEWS, Job
+from bot.review.approve import queue_interrupted, recover_posting_job
+from bot.review.job import cleanup_pull_job, refresh_status_job, run_review_job
 from bot.storage import Database
 
 log = logging.getLogger(__name__)
@@ -42,36 +39,9 @@ async def prune_history(db: Database, older_than: float) -> tuple[int, int]:
     return removed[0], removed[1]
 
 
-async def refresh_status(ctx: Context, job: Job) -> None:
-    """Re-render the PR's status comment (and the check run of a stale draft)."""
-    pull = await pull_by_id(ctx.db, job.payload["pull_id"])
-    review = await latest_review(ctx.db, job.payload["pull_id"]) if pull else None
-    if review is None:
-        return
-    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
-    await publisher.status(review)
-    if review["stale"] and review["state"] == "draft":
-        await publisher.finish_check(review, with_annotations=False)
-
-
-async def cleanup_pull(ctx: Context, job: Job) -> None:
-    pull = await pull_by_id(ctx.db, job.payload["pull_id"])
-    if pull is None:
-        return
-    rows = await ctx.db.fetchall("SELECT id FROM reviews WHERE pull_id = ?", (pull["id"],))
-    for row in rows:
-        path = ctx.mirrors.tree_path(worktree_name(pull, row["id"]))
-        await ctx.mirrors.remove_worktree(pull["repo"], path)
-
-
 async def cleanup_installation(ctx: Context, job: Job) -> None:
     for repo in job.payload["repos"]:
         await ctx.mirrors.remove_repo(repo)
-
-
-async def recover_posting_job(ctx: Context, job: Job) -> None:
-    outcome = await recover_posting(ctx, job.payload["review_id"])
-    log.info("recovered an interrupted approve", extra={"fields": {"outcome": outcome}})
 
 
 async def maintenance(ctx: Context, job: Job) -> None:
@@ -83,7 +53,7 @@ async def maintenance(ctx: Context, job: Job) -> None:
         extra={"fields": {"worktrees": removed, "deliveries": deliveries, "jobs": jobs}},
     )
     await ctx.jobs.enqueue(  # waits behind this one, then for its time
-        "maintenance", "maintenance", {}, queue=REVIEWS_QUEUE, delay=MAINTENANCE_EVERY
+        "maintenance", "maintenance", {}, queue=REVIEWS, delay=MAINTENANCE_EVERY
     )
 
 
@@ -91,19 +61,12 @@ async def setup_workers(ctx: Context) -> None:
     """Attach the job kinds this build knows how to run; queue start-up housekeeping."""
     for kind, handler in {
         "review": run_review_job,
-        "refresh_status": refresh_status,
-        "cleanup_pull": cleanup_pull,
+        "refresh_status": refresh_status_job,
+        "cleanup_pull": cleanup_pull_job,
         "cleanup_installation": cleanup_installation,
         "maintenance": maintenance,
         "recover_posting": recover_posting_job,
     }.items():
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
-    await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS_QUEUE, supersede=True)
-    for row in await ctx.db.fetchall("SELECT id FROM reviews WHERE state = 'posting'"):
-        await ctx.jobs.enqueue(
-            "recover_posting",
-            f"posting:{row['id']}",
-            {"review_id": row["id"]},
-            queue=REVIEWS_QUEUE,
-            supersede=True,
-        )
+    await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS, supersede=True)
+    await queue_interrupted(ctx)

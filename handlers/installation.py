@@ -7,7 +7,7 @@ from typing import Any
 from gidgethub import routing, sansio
 
 from bot.context import Context
-from bot.reviews import forget_installation
+from bot.review.job import forget_installation
 
 router = routing.Router()
 

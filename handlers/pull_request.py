@@ -7,15 +7,10 @@ from typing import Any
 from gidgethub import routing, sansio
 
 from bot.context import Context
-from bot.pulls import upsert_pull
 from bot.repo_config import fetch_repo_config
-from bot.reviews import (
-    cancel_pull_work,
-    enqueue_review,
-    has_draft_for,
-    mark_older_drafts_stale,
-    refresh_status,
-)
+from bot.review import state
+from bot.review.job import close_pull, enqueue_review, queue_status_refresh
+from bot.review.store import has_draft_for, upsert_pull
 
 router = routing.Router()
 
@@ -32,7 +27,7 @@ async def review_new_head(
     installation_id = event.data.get("installation", {}).get("id")
     pull_id = await upsert_pull(ctx.db, installation_id, repo, pr)
     head_sha = pr["head"]["sha"]
-    went_stale = await mark_older_drafts_stale(ctx, pull_id, head_sha)
+    went_stale = await state.mark_stale(ctx.db, pull_id, head_sha)
     config = await fetch_repo_config(gh, repo["owner"]["login"], repo["name"])
     wanted = config.auto_review and (not pr.get("draft") or config.review_drafts)
     if wanted and not await has_draft_for(ctx.db, pull_id, head_sha):
@@ -47,7 +42,7 @@ async def review_new_head(
             reason=event.data["action"],
         )
     elif went_stale:
-        await refresh_status(ctx, pull_id)
+        await queue_status_refresh(ctx, pull_id)
 
 
 @router.register("pull_request", action="closed")
@@ -57,4 +52,4 @@ async def clean_up_closed(
     pr = event.data["pull_request"]
     repo = event.data["repository"]
     pull_id = await upsert_pull(ctx.db, event.data.get("installation", {}).get("id"), repo, pr)
-    await cancel_pull_work(ctx, pull_id)
+    await close_pull(ctx, pull_id)

@@ -40,6 +40,7 @@ from bot.standin.github import GitHubStandin  # noqa: E402
 from bot.standin.models import AnthropicStandin  # noqa: E402
 from bot.standin.repo import make_pr  # noqa: E402
 from bot.standin.scripted import MODEL, scripted_reviewer  # noqa: E402
+from handlers import router  # noqa: E402
 from tests import deliveries  # noqa: E402
 from tests.conftest import WEBHOOK_SECRET  # noqa: E402
 from tests.world import INSTALLATION, NAME, OWNER, World  # noqa: E402
@@ -104,7 +105,7 @@ async def bench(root: Path, runs: int, files: int) -> int:
         settings = github.settings(
             root / "data", WEBHOOK_SECRET, provider="claude", claude_model=MODEL
         )
-        app = make_app(settings)
+        app = make_app(settings, router)
         runner, url = await serve_local(app)
         db = app[CONTEXT].db
 

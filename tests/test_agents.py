@@ -10,7 +10,7 @@ from bot.agents.loop import AgentRun
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
 from bot.config import Settings
-from bot.sessions import create_session, load_messages
+from bot.sessions.store import create_session, load_messages
 from bot.skills import load_skill
 from bot.standin.models import call, fail, say
 from bot.standin.repo import make_pr

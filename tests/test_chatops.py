@@ -6,10 +6,12 @@ import asyncio
 
 import pytest
 
-from bot.chatops import PullRequest, cmd_approve
-from bot.pulls import get_pull
+from bot.commands.draft import cmd_approve
+from bot.commands.parse import parse_commands
+from bot.commands.pr import PullRequest
+from bot.review.store import get_pull
 from bot.server import CONTEXT, make_app
-from handlers.commands import parse_commands
+from handlers import router
 from tests.world import (
     build_world,
     comment_payload,
@@ -30,7 +32,7 @@ PEOPLE = {
 @pytest.fixture
 async def world(github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin):
     world = build_world(github, tmp_path, permissions=PEOPLE)
-    world.client = await aiohttp_client(make_app(settings))
+    world.client = await aiohttp_client(make_app(settings, router))
     world.model = anthropic_standin
     world.settings = settings
     await world.send("pull_request", world.pull_request_payload("opened"))
@@ -229,7 +231,7 @@ async def test_crash_between_claim_and_submit_is_recovered_once(world, settings,
     )
     await db.execute("UPDATE findings SET checked_by = 'human'")
     await world.client.close()  # the server dies after claiming, before GitHub answered
-    world.client = await aiohttp_client(make_app(settings))
+    world.client = await aiohttp_client(make_app(settings, router))
     await world.wait_review("posted")
     assert len(submits(world)) == 1
     [published] = world.github.reviews.values()
@@ -243,7 +245,7 @@ async def test_recovery_does_not_resubmit_what_github_already_has(world, setting
         "UPDATE reviews SET state = 'posting' WHERE id = ?", (review["id"],)
     )  # GitHub answered, the process died first
     await world.client.close()
-    world.client = await aiohttp_client(make_app(settings))
+    world.client = await aiohttp_client(make_app(settings, router))
     await world.wait_review("posted")
     assert len(submits(world)) == 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from handlers.commands import parse_commands
+from bot.commands.parse import parse_commands
 
 
 def names(body, prefix="/cockpit"):

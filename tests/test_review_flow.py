@@ -7,6 +7,7 @@ import pytest
 
 from bot.server import make_app
 from bot.standin.models import fail
+from handlers import router
 from tests import deliveries
 from tests.conftest import wait_for
 from tests.models import Scripted
@@ -16,7 +17,7 @@ from tests.world import build_world, settle
 @pytest.fixture
 async def world(github, settings, tmp_path, aiohttp_client, anthropic_standin):
     world = build_world(github, tmp_path)
-    world.client = await aiohttp_client(make_app(settings))
+    world.client = await aiohttp_client(make_app(settings, router))
     world.model = anthropic_standin
     return world
 

@@ -1,4 +1,4 @@
-"""The server's database connection next to the inbox writer's: waiting for the write lock."""
+"""The server's database connection next to the inbox's: waiting for the write lock."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ async def db(tmp_path):
 
 def hold_write_lock(path) -> sqlite3.Connection:
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    other.execute("BEGIN IMMEDIATE")  # as the inbox writer does for a group commit
+    other.execute("BEGIN IMMEDIATE")  # as the inbox does for a group commit
     return other
 
 
@@ -44,8 +44,8 @@ async def test_writes_wait_for_a_lock_held_elsewhere_then_go_through(db, tmp_pat
     other.close()
 
 
-async def test_a_lock_held_too_long_fails_clearly(db, tmp_path):
-    db.busy_patience = 0.2
+async def test_a_lock_held_too_long_fails_clearly(tmp_path):
+    db = await Database.open(tmp_path / "s.sqlite3", busy_timeout_ms=200)
     other = hold_write_lock(tmp_path / "s.sqlite3")
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
@@ -53,3 +53,4 @@ async def test_a_lock_held_too_long_fails_clearly(db, tmp_path):
     finally:
         other.execute("ROLLBACK")
         other.close()
+        await db.close()

@@ -27,7 +27,7 @@ from bot.agents.base import (
 from bot.agents.submit import SUBMIT_TOOL, InvalidReview, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.metrics import Metrics
-from bot.sessions import Session, append_messages, load_messages
+from bot.sessions.store import Session, append_messages, load_messages
 from bot.storage import Database
 
 log = logging.getLogger(__name__)

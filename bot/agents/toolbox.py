@@ -1,4 +1,4 @@
-"""The reviewer's read-only tools (SPEC §2 names), reading the git object store at the head sha.
+"""The reviewer's read-only tools, reading the git object store at the head sha.
 
 There is no write, shell or network tool. Paths are looked up in the head commit's tree,
 so `..`, absolute paths and `.git` are refused before git is asked, symlinks are reported

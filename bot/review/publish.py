@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import gidgethub
 
-from bot.reviews import latest_draft, load_findings, review_cost, update_review
+from bot.commands.catalog import suggested
+from bot.review.store import latest_draft, load_findings, review_cost, update_review
 from bot.texts import STATUS_MARKER, fit, render, usd
 
 if TYPE_CHECKING:
@@ -41,17 +42,6 @@ HEADLINES = {
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def commands_for(review: sqlite3.Row | None) -> list[str]:
-    """The commands that make sense in the PR's current state (shown on the status comment)."""
-    if review is None:
-        return ["review", "help"]
-    if review["state"] in ("queued", "running"):
-        return ["status", "stop"]
-    if review["state"] == "draft" and not review["stale"]:
-        return ["approve", "approve F1 F2 --comment", "drop F1", "review", "help"]
-    return ["review", "help"]
 
 
 @dataclass
@@ -142,7 +132,7 @@ class Publisher:
             not_reviewed=[tuple(x) for x in json.loads(review["not_reviewed"] or "[]")],
             config_error=review["config_error"],
             cost_line=cost_line,
-            commands=commands_for(review),
+            commands=suggested(review["state"], bool(review["stale"])),
             prefix=self.ctx.settings.command_prefix,
         )
 

@@ -1,4 +1,4 @@
-"""Model conversations (SPEC §6): sessions and their ordered messages `msg-0, msg-1, …`."""
+"""Sessions and their ordered messages `msg-0, msg-1, …`; the only writer of session status."""
 
 from __future__ import annotations
 
@@ -116,3 +116,19 @@ async def set_status(db: Database, session_id: int, status: str) -> None:
         "UPDATE sessions SET status = ?, updated_at = ? WHERE id = ?",
         (status, time.time(), session_id),
     )
+
+
+async def end_pull_sessions(db: Database, pull_id: int) -> None:
+    """The PR closed: its sessions end, and so do the cross-reviews between them."""
+    now = time.time()
+    async with db.transaction() as conn:
+        await conn.execute(
+            "UPDATE sessions SET status = 'ended', updated_at = ?"
+            " WHERE pull_id = ? AND status != 'ended'",
+            (now, pull_id),
+        )
+        await conn.execute(
+            "UPDATE session_reviews SET ended_at = ? WHERE ended_at IS NULL AND"
+            " parent_session_id IN (SELECT id FROM sessions WHERE pull_id = ?)",
+            (now, pull_id),
+        )

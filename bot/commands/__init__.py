@@ -1,0 +1,1 @@
+"""Chat-ops: `/cockpit …` commands in PR comments, from parsing to the reply."""

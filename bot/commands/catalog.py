@@ -1,0 +1,49 @@
+"""The one list of commands: help, the status comment's command line and the README's table
+are derived from it (a test holds the README to it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    args: str
+    what: str
+    starts_model: bool = False  # rate-limited per PR and per person
+
+    @property
+    def usage(self) -> str:
+        return f"{self.name} {self.args}".strip()
+
+
+COMMANDS = (
+    Spec("help", "", "the command list for this PR's current state"),
+    Spec("status", "", "refresh the status comment"),
+    Spec(
+        "review",
+        "[--provider claude|codex] [--verify]",
+        "review the current head now (supersedes older work)",
+        starts_model=True,
+    ),
+    Spec("drop", "F2 [F5 …]", "remove findings from the draft (pending review and status follow)"),
+    Spec(
+        "approve",
+        "[F1 F3 …] [--request-changes | --comment]",
+        "publish the draft, or only the listed findings",
+    ),
+    Spec("stop", "", "cancel the running review"),
+)
+BY_NAME = {spec.name: spec for spec in COMMANDS}
+
+
+def suggested(state: str | None, stale: bool = False) -> list[str]:
+    """The commands that make sense now, for a PR whose latest review is in `state`."""
+    if state is None:
+        return ["review", "help"]
+    if state in ("queued", "running"):
+        return ["status", "stop"]
+    if state == "draft" and not stale:
+        return ["approve", "approve F1 F2 --comment", "drop F1", "review", "help"]
+    return ["review", "help"]

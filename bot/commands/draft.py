@@ -1,0 +1,85 @@
+"""`drop` and `approve`: a person's decisions on the draft."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from bot.commands import gate
+from bot.commands.parse import Command
+from bot.commands.pr import CommandFailed, PullRequest
+from bot.commands.reply import text
+from bot.github import permits
+from bot.repo_config import fetch_repo_config
+from bot.review import state
+from bot.review.approve import PublishFailed, approve, select_findings
+from bot.review.store import get_review, latest_draft, load_findings
+
+
+async def current_draft(pr: PullRequest) -> sqlite3.Row:
+    pull = await pr.known()
+    review = await latest_draft(pr.ctx.db, pull["id"])
+    if review is None:
+        raise CommandFailed("there is no draft review on this PR yet")
+    return review
+
+
+def _check_refs(cmd: Command, findings: list[sqlite3.Row]) -> None:
+    known = {f["ordinal"] for f in findings}
+    missing = [f"F{n}" for n in cmd.findings if n not in known]
+    if missing:
+        raise CommandFailed(f"the draft has no {', '.join(missing)} (it has F1…F{len(known)})")
+
+
+async def cmd_drop(pr: PullRequest, cmd: Command) -> str | None:
+    review = await current_draft(pr)
+    if review["state"] != state.DRAFT:
+        raise CommandFailed("the draft is already published")
+    if not cmd.findings:
+        raise CommandFailed("say which findings to drop, e.g. `drop F2 F5`")
+    _check_refs(cmd, await load_findings(pr.ctx.db, review["id"]))
+    await state.drop_findings(pr.ctx.db, review["id"], cmd.findings)
+    publisher = pr.publisher()
+    await publisher.pending_review(review)
+    await publisher.status(await get_review(pr.ctx.db, review["id"]))
+    return text(pr, "dropped", refs=", ".join(f"F{n}" for n in cmd.findings))
+
+
+def _event(cmd: Command, verdict: str | None) -> str:
+    if cmd.flag("request-changes"):
+        return "REQUEST_CHANGES"
+    if cmd.flag("comment"):
+        return "COMMENT"
+    return "REQUEST_CHANGES" if verdict == "request_changes" else "COMMENT"
+
+
+async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
+    review = await current_draft(pr)
+    if review["state"] in (state.POSTING, state.POSTED):
+        return text(pr, "already_posted", state=review["state"])
+    if review["stale"]:
+        raise CommandFailed(
+            "this draft is stale (the PR head moved since it was written); "
+            f"run `{pr.prefix} review` first"
+        )
+    config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
+    if not permits(await gate.permission(pr), config.approve_permission):
+        raise CommandFailed(f"publishing needs `{config.approve_permission}` permission here")
+    findings = await load_findings(pr.ctx.db, review["id"])
+    _check_refs(cmd, findings)
+    dropped = [
+        f"F{f['ordinal']}"
+        for f in findings
+        if f["ordinal"] in cmd.findings and f["state"] == state.DROPPED
+    ]
+    if dropped:
+        raise CommandFailed(f"{', '.join(dropped)} was dropped from the draft; list kept findings")
+    chosen = select_findings(findings, cmd.findings)
+    event = _event(cmd, review["verdict"])
+    try:
+        published = await approve(pr.ctx, pr.publisher(), review["id"], pr.actor, event, chosen)
+    except PublishFailed as exc:
+        raise CommandFailed(str(exc)) from exc
+    if not published:  # someone else's approve won the race: publish once
+        current = await get_review(pr.ctx.db, review["id"])
+        return text(pr, "already_posted", state=current["state"])
+    return text(pr, "approved", event=event, count=len(chosen))

@@ -1,0 +1,33 @@
+"""`help` and `status`."""
+
+from __future__ import annotations
+
+from bot.commands.catalog import COMMANDS
+from bot.commands.parse import Command
+from bot.commands.pr import CommandFailed, PullRequest
+from bot.commands.reply import text
+from bot.review.store import latest_review
+
+
+async def help_text(pr: PullRequest, unknown: str | None = None) -> str:
+    review = await latest_review(pr.ctx.db, pr.pull["id"]) if pr.pull else None
+    state = (
+        "no review yet"
+        if review is None
+        else f"latest review: {review['state']}" + (", stale" if review["stale"] else "")
+    )
+    rows = [(spec.usage, spec.what) for spec in COMMANDS]
+    return text(pr, "help", unknown=unknown, state_line=state, commands=rows)
+
+
+async def cmd_help(pr: PullRequest, cmd: Command) -> str | None:
+    return await help_text(pr)
+
+
+async def cmd_status(pr: PullRequest, cmd: Command) -> str | None:
+    pull = await pr.known()
+    review = await latest_review(pr.ctx.db, pull["id"])
+    if review is None:
+        raise CommandFailed(f"there is no review yet: run `{pr.prefix} review` to start one")
+    await pr.publisher().status(review)
+    return None

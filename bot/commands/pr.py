@@ -1,0 +1,61 @@
+"""The pull request a command runs on, and how a command says it could not run."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bot.review.publish import Publisher
+from bot.review.store import get_pull, upsert_pull
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+
+class CommandFailed(Exception):
+    """A command could not do what was asked; the message is shown on the PR."""
+
+
+@dataclass
+class PullRequest:
+    ctx: Context
+    gh: Any
+    repo: dict[str, Any]
+    number: int
+    pull: sqlite3.Row | None
+    actor: str
+    installation_id: int | None = None
+
+    @property
+    def owner(self) -> str:
+        return self.repo["owner"]["login"]
+
+    @property
+    def name(self) -> str:
+        return self.repo["name"]
+
+    @property
+    def owner_repo(self) -> dict[str, Any]:
+        return {"owner": self.owner, "repo": self.name, "number": self.number}
+
+    @property
+    def prefix(self) -> str:
+        return self.ctx.settings.command_prefix
+
+    async def refresh(self) -> sqlite3.Row:
+        """Read the PR from GitHub (a comment's payload has no head sha) and store it."""
+        data = await self.gh.getitem("/repos/{owner}/{repo}/pulls/{number}", self.owner_repo)
+        installation = self.installation_id or (self.pull["installation_id"] if self.pull else None)
+        await upsert_pull(self.ctx.db, installation, self.repo, data)
+        self.pull = await get_pull(self.ctx.db, self.repo["full_name"], self.number)
+        assert self.pull is not None
+        return self.pull
+
+    async def known(self) -> sqlite3.Row:
+        """The stored PR, read from GitHub the first time a command needs it."""
+        return self.pull or await self.refresh()
+
+    def publisher(self) -> Publisher:
+        assert self.pull is not None
+        return Publisher(self.ctx, self.gh, self.pull)

@@ -1,0 +1,41 @@
+"""`review` and `stop`: start or cancel model work on the PR."""
+
+from __future__ import annotations
+
+from bot.commands.parse import Command
+from bot.commands.pr import CommandFailed, PullRequest
+from bot.commands.reply import text
+from bot.config import PROVIDERS
+from bot.repo_config import fetch_repo_config
+from bot.review.job import enqueue_review, stop_pull_work
+
+
+async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
+    pull = await pr.refresh()
+    if pull["state"] != "open":
+        raise CommandFailed("this pull request is closed")
+    provider = cmd.flag("provider")
+    if provider is not None and provider not in PROVIDERS:
+        raise CommandFailed(f"--provider must be one of {', '.join(PROVIDERS)}")
+    config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
+    provider = str(provider or config.provider or pr.ctx.settings.provider)
+    verify = bool(cmd.flag("verify")) or config.verify
+    await enqueue_review(
+        pr.ctx,
+        pull["id"],
+        pull["head_sha"],
+        provider=provider,
+        verify=verify,
+        config=config,
+        reason="command",
+        requested_by=pr.actor,
+    )
+    return text(
+        pr, "review_queued", short_sha=pull["head_sha"][:7], provider=provider, verify=verify
+    )
+
+
+async def cmd_stop(pr: PullRequest, cmd: Command) -> str | None:
+    pull = await pr.known()
+    count = await stop_pull_work(pr.ctx, pull["id"], f"stopped by {pr.actor}")
+    return text(pr, "stopped", count=count)

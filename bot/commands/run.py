@@ -1,0 +1,83 @@
+"""Running the commands of one comment: acknowledge, check permission, run each in order,
+then say how it went (`rocket`, or `confused` plus a reply)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from bot.commands import draft, gate, info, review
+from bot.commands.catalog import COMMANDS
+from bot.commands.parse import Command, parse_commands
+from bot.commands.pr import CommandFailed, PullRequest
+from bot.commands.reply import post, react, reply
+from bot.review.store import get_pull
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+log = logging.getLogger(__name__)
+
+CommandFn = Callable[[PullRequest, Command], Awaitable[str | None]]
+HANDLERS: dict[str, CommandFn] = {
+    "help": info.cmd_help,
+    "status": info.cmd_status,
+    "review": review.cmd_review,
+    "stop": review.cmd_stop,
+    "drop": draft.cmd_drop,
+    "approve": draft.cmd_approve,
+}
+assert HANDLERS.keys() == {spec.name for spec in COMMANDS}, "the catalog lists every command"
+
+
+async def run_comment(ctx: Context, gh: Any, data: dict[str, Any], number: int, kind: str) -> None:
+    """The commands in a new PR comment (`kind`: "issues" or "pulls", where it lives)."""
+    comment = data["comment"]
+    commands = parse_commands(comment.get("body"), ctx.settings.command_prefix)
+    if not commands:
+        return
+    repo = data["repository"]
+    installation_id = (data.get("installation") or {}).get("id")
+    pull = await get_pull(ctx.db, repo["full_name"], number)
+    pr = PullRequest(ctx, gh, repo, number, pull, comment["user"]["login"], installation_id)
+    await react(pr, comment["id"], kind, "eyes")
+    if not await gate.may_run(pr):
+        await react(pr, comment["id"], kind, "confused")
+        await reply(pr, "not_allowed")
+        return
+    ok = True
+    for cmd in commands:
+        ok = await run_one(pr, cmd) and ok
+    await react(pr, comment["id"], kind, "rocket" if ok else "confused")
+
+
+async def run_one(pr: PullRequest, cmd: Command) -> bool:
+    """Run one command; False (after replying) when it could not run. One broken command
+    never fails the delivery: a retry would re-run the commands before it."""
+    handler = HANDLERS.get(cmd.name)
+    if handler is None:
+        await post(pr, await info.help_text(pr, unknown=cmd.name))
+        return False
+    limited = gate.rate_limited(pr, cmd.name)
+    if limited:
+        why, wait = limited
+        await reply(pr, "rate_limited", why=why, minutes=max(1, round(wait / 60)))
+        return False
+    try:
+        answer = await handler(pr, cmd)
+        if answer:
+            await post(pr, answer)
+    except CommandFailed as exc:
+        await reply(pr, "failed", command=cmd.name, reason=str(exc))
+        return False
+    except Exception:
+        log.exception("command crashed", extra={"fields": {"command": cmd.name}})
+        await reply(
+            pr,
+            "failed",
+            command=cmd.name,
+            reason="an internal error occurred; the operator's logs have details",
+        )
+        return False
+    return True

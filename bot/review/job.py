@@ -1,0 +1,311 @@
+"""Review jobs: queue a review of a PR's head, run the pipeline with its state transitions,
+and show the result on GitHub; also the PR's status refresh and clean-up jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import gidgethub
+
+from bot.agents.base import AgentError, Budget
+from bot.logs import log_context
+from bot.queue import REVIEWS, Job
+from bot.repo_config import RepoConfig, fetch_repo_config
+from bot.review import state
+from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
+from bot.review.publish import Publisher
+from bot.review.store import (
+    delete_installation,
+    get_review,
+    latest_review,
+    pull_by_id,
+    save_findings,
+    update_review,
+)
+from bot.sessions.store import end_pull_sessions
+from bot.worktrees import GitError, Worktree
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY = 10.0  # seconds between status-comment progress edits
+INTERNAL_ERROR = "an internal error occurred; the operator's logs have details"
+
+
+def review_key(pull_id: int) -> str:
+    """Serialisation key: one running review per PR."""
+    return f"review:{pull_id}"
+
+
+def worktree_name(pull: sqlite3.Row, review_id: int) -> str:
+    return f"{pull['repo']}-{pull['number']}-r{review_id}"
+
+
+async def enqueue_review(
+    ctx: Context,
+    pull_id: int,
+    head_sha: str,
+    *,
+    provider: str | None,
+    verify: bool,
+    config: RepoConfig,
+    reason: str,
+    requested_by: str | None = None,
+) -> int:
+    """Queue a review of `head_sha`, superseding any queued or running review of the PR."""
+    provider = provider or ctx.settings.provider
+
+    async def create_review(conn: Any) -> dict:
+        return {"review_id": await state.create(conn, pull_id, head_sha, provider)}
+
+    return await ctx.jobs.enqueue(
+        "review",
+        review_key(pull_id),
+        {
+            "pull_id": pull_id,
+            "head_sha": head_sha,
+            "provider": provider,
+            "verify": verify,
+            "config": config.to_payload(),
+            "reason": reason,
+            "requested_by": requested_by,
+        },
+        queue=REVIEWS,
+        supersede=True,
+        max_attempts=2,
+        prepare=create_review,
+    )
+
+
+async def queue_status_refresh(ctx: Context, pull_id: int) -> None:
+    """Re-render the PR's status comment in a job (handlers never call GitHub for it)."""
+    await ctx.jobs.enqueue(
+        "refresh_status", f"status:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS, supersede=True
+    )
+
+
+async def stop_pull_work(ctx: Context, pull_id: int, why: str) -> int:
+    """Cancel the PR's queued or running review job; returns how many jobs were affected."""
+    count = await ctx.jobs.cancel(review_key(pull_id))
+    if count:
+        await state.cancel_pull(ctx.db, pull_id, why, queued_only=True)
+    return count
+
+
+async def close_pull(ctx: Context, pull_id: int) -> None:
+    """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
+    await ctx.jobs.cancel(review_key(pull_id))
+    await state.cancel_pull(ctx.db, pull_id, "cancelled: PR closed")
+    await end_pull_sessions(ctx.db, pull_id)
+    await ctx.jobs.enqueue(
+        "cleanup_pull", f"cleanup:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS
+    )
+
+
+async def forget_installation(ctx: Context, installation_id: int) -> None:
+    """App uninstalled: cancel its work, delete its rows, and queue removal of its mirrors."""
+    rows = await ctx.db.fetchall(
+        "SELECT id FROM pulls WHERE installation_id = ?", (installation_id,)
+    )
+    for row in rows:
+        await ctx.jobs.cancel(review_key(row["id"]))
+    repos = await delete_installation(ctx.db, installation_id)
+    ctx.github.forget_installation(installation_id)
+    await ctx.jobs.enqueue(
+        "cleanup_installation",
+        f"cleanup-installation:{installation_id}",
+        {"installation_id": installation_id, "repos": repos},
+        queue=REVIEWS,
+    )
+
+
+async def prepare_worktree(
+    ctx: Context, pull: sqlite3.Row, head_sha: str, review_id: int
+) -> Worktree:
+    """Fetch the base branch and `refs/pull/N/head` into the mirror; add the review's tree."""
+    clone_url = pull["clone_url"]
+    token = None
+    if clone_url.startswith("https://") and pull["installation_id"]:
+        token = await ctx.github.installation_token(pull["installation_id"])
+    base = f"refs/heads/{pull['base_ref']}"
+    await ctx.mirrors.sync(
+        pull["repo"], clone_url, [base, f"refs/pull/{pull['number']}/head"], token
+    )
+    return await ctx.mirrors.add_worktree(
+        pull["repo"], name=worktree_name(pull, review_id), head_sha=head_sha, base_ref=base
+    )
+
+
+@dataclass
+class Progress:
+    """Counts tool calls and edits the status comment now and then (not on every call)."""
+
+    ctx: Context
+    publisher: Publisher
+    review_id: int
+    calls: int = 0
+    last: float = field(default_factory=time.monotonic)  # the start was just shown
+
+    async def __call__(self, _tool: str) -> None:
+        self.calls += 1
+        if time.monotonic() - self.last < PROGRESS_EVERY:
+            return
+        self.last = time.monotonic()
+        await update_review(
+            self.ctx.db, self.review_id, progress=f"reviewing: {self.calls} tool call(s) so far"
+        )
+        try:
+            await self.publisher.status(await get_review(self.ctx.db, self.review_id))
+        except gidgethub.GitHubException:
+            log.warning("progress update failed", exc_info=True)
+
+
+async def run_review_job(ctx: Context, job: Job) -> None:
+    review = await get_review(ctx.db, job.payload["review_id"])
+    if review is None or review["state"] not in state.ACTIVE:
+        return
+    pull = await pull_by_id(ctx.db, review["pull_id"])
+    if pull is None or pull["state"] != "open":
+        await state.cancel(ctx.db, review["id"], "PR is closed")
+        return
+    with log_context(repo=pull["repo"], pr=pull["number"], review=review["id"]):
+        gh = ctx.github.installation_api(pull["installation_id"])
+        config = job.payload.get("config")
+        if config is not None:
+            known = RepoConfig.from_payload(config)
+        else:
+            owner, name = pull["repo"].split("/", 1)
+            known = await fetch_repo_config(gh, owner, name)
+        await ReviewJob(ctx, Publisher(ctx, gh, pull), pull, review["id"]).run(known)
+
+
+@dataclass
+class ReviewJob:
+    ctx: Context
+    publisher: Publisher
+    pull: sqlite3.Row
+    review_id: int
+
+    async def run(self, config: RepoConfig) -> None:
+        await state.start(self.ctx.db, self.review_id, config_error=config.error)
+        try:
+            review = await get_review(self.ctx.db, self.review_id)
+            await self.publisher.status(review)
+            await self.publisher.start_check(review)
+            await self._review(review, config)
+        except asyncio.CancelledError:
+            await self._stopped()
+            raise
+        except (AgentError, GitError, gidgethub.GitHubException, OSError) as exc:
+            await self._failed(_reason(exc))
+        except Exception:
+            log.exception("review crashed")
+            await self._failed(INTERNAL_ERROR)
+
+    async def _review(self, review: sqlite3.Row, config: RepoConfig) -> None:
+        ctx, review_id = self.ctx, self.review_id
+        tree = await prepare_worktree(ctx, self.pull, review["head_sha"], review_id)
+
+        async def planned(skipped: tuple[tuple[str, str], ...]) -> None:
+            await update_review(
+                ctx.db, review_id, not_reviewed=json.dumps(skipped), progress="reviewing"
+            )
+
+        request = ReviewRequest(
+            repo=self.pull["repo"],
+            number=self.pull["number"],
+            title=self.pull["title"],
+            body=self.pull["body"],
+            base_ref=self.pull["base_ref"],
+            provider=review["provider"],
+            config=config,
+            pull_id=self.pull["id"],
+            review_id=review_id,
+        )
+        reviewer = Reviewer(
+            ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
+        )
+        draft = await review_worktree(
+            reviewer,
+            tree,
+            request,
+            on_tool_call=Progress(ctx, self.publisher, review_id),
+            on_plan=planned,
+        )
+        await save_findings(ctx.db, review_id, draft.findings)
+        await update_review(
+            ctx.db,
+            review_id,
+            verdict=draft.verdict,
+            summary=draft.summary,
+            run_id=draft.run_id,
+            skill_version_id=draft.skill_version_id,
+            progress="publishing",
+        )
+        await self.publisher.pending_review(await get_review(ctx.db, review_id))
+        pull = await pull_by_id(ctx.db, self.pull["id"])
+        moved = pull is not None and pull["head_sha"] != review["head_sha"]
+        await state.to_draft(ctx.db, review_id, stale=moved)  # a push landed meanwhile
+        review = await get_review(ctx.db, review_id)
+        await self.publisher.finish_check(review)
+        await self.publisher.status(review)
+
+    async def _failed(self, reason: str) -> None:
+        log.warning("review failed", extra={"fields": {"reason": reason}})
+        await state.fail(self.ctx.db, self.review_id, reason)
+        review = await get_review(self.ctx.db, self.review_id)
+        try:
+            await self.publisher.finish_check(review, conclusion="failure", error=reason)
+            await self.publisher.status(review)
+        except gidgethub.GitHubException:
+            log.exception("could not report the failure on GitHub")
+
+    async def _stopped(self) -> None:
+        await state.cancel(self.ctx.db, self.review_id, "stopped before it finished")
+        review = await get_review(self.ctx.db, self.review_id)
+        try:
+            await self.publisher.finish_check(
+                review, conclusion="cancelled", stopped=review["progress"] or "stopped"
+            )
+            if review["state"] == state.CANCELLED:
+                await self.publisher.status(review)
+        except gidgethub.GitHubException:
+            log.exception("could not report the stop on GitHub")
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, gidgethub.HTTPException):
+        return f"GitHub answered {int(exc.status_code)} ({exc})"
+    if isinstance(exc, OSError):
+        return f"a local error occurred ({exc.__class__.__name__})"
+    return str(exc)
+
+
+async def refresh_status_job(ctx: Context, job: Job) -> None:
+    """Re-render the PR's status comment (and the check run of a stale draft)."""
+    pull = await pull_by_id(ctx.db, job.payload["pull_id"])
+    review = await latest_review(ctx.db, job.payload["pull_id"]) if pull else None
+    if pull is None or review is None:
+        return
+    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
+    await publisher.status(review)
+    if review["stale"] and review["state"] == state.DRAFT:
+        await publisher.finish_check(review, with_annotations=False)
+
+
+async def cleanup_pull_job(ctx: Context, job: Job) -> None:
+    pull = await pull_by_id(ctx.db, job.payload["pull_id"])
+    if pull is None:
+        return
+    rows = await ctx.db.fetchall("SELECT id FROM reviews WHERE pull_id = ?", (pull["id"],))
+    for row in rows:
+        path = ctx.mirrors.tree_path(worktree_name(pull, row["id"]))
+        await ctx.mirrors.remove_worktree(pull["repo"], path)

@@ -1,0 +1,159 @@
+"""The review pipeline: a prepared worktree and a request in, a `Draft` out.
+
+diff → plan (which files) → agent run → findings placed on diff lines. No GitHub call and no
+database write beyond the agent's own ledger (session messages, runs, usage): the review
+job, the verify pass and eval replays all run this same function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.agents.base import Budget
+from bot.agents.loop import AgentRun
+from bot.agents.providers import ModelClients
+from bot.agents.submit import ReviewDraft
+from bot.agents.toolbox import Toolbox
+from bot.diff import DiffModel, parse_diff
+from bot.metrics import Metrics
+from bot.repo_config import RepoConfig
+from bot.review.plan import place, plan_files
+from bot.sessions.store import create_session, set_status
+from bot.skills import load_skill
+from bot.storage import Database
+from bot.texts import render
+from bot.worktrees import Worktree
+
+MAX_DIFF_BYTES = 50 * 1024 * 1024
+NOTHING_TO_REVIEW = "Nothing to review: every changed file was left out (see below)."
+
+
+@dataclass(frozen=True)
+class ReviewRequest:
+    """What the reviewer is told about the PR, and the rules it is reviewed under."""
+
+    repo: str
+    number: int
+    title: str
+    body: str
+    base_ref: str
+    provider: str
+    config: RepoConfig
+    pull_id: int | None = None
+    review_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Draft:
+    summary: str
+    verdict: str
+    findings: list[dict[str, Any]]  # as stored: inline ones carry the lines GitHub accepts
+    skipped: tuple[tuple[str, str], ...]  # (path, why) of changed files not reviewed
+    run_id: int | None = None
+    skill_version_id: int | None = None
+    session_id: int | None = None
+
+
+@dataclass
+class Reviewer:
+    """The services a review run needs (no GitHub among them)."""
+
+    db: Database
+    models: ModelClients
+    budget: Budget = field(default_factory=Budget)
+    metrics: Metrics | None = None
+
+
+async def pr_diff(tree: Worktree) -> DiffModel:
+    """merge-base → head, as the PR's "Files changed" shows it."""
+    out = await tree.git(
+        "diff",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "-M",
+        tree.merge_base,
+        tree.head_sha,
+        timeout=300,
+        limit=MAX_DIFF_BYTES,
+    )
+    return parse_diff(out.decode("utf-8", errors="replace"))
+
+
+def finding_rows(draft: ReviewDraft, diff: DiffModel) -> list[dict[str, Any]]:
+    """Findings as stored: inline ones carry the line(s) GitHub will accept."""
+    rows = []
+    for finding in draft.findings:
+        placement = place(finding, diff)
+        row: dict[str, Any] = {**finding.to_dict(), "in_diff": placement.inline}
+        if placement.inline:
+            row.update(
+                line=placement.start_line or placement.line,
+                side=placement.side,
+                end_line=placement.line if placement.start_line else None,
+            )
+        rows.append(row)
+    return rows
+
+
+async def review_worktree(
+    reviewer: Reviewer,
+    tree: Worktree,
+    request: ReviewRequest,
+    *,
+    on_tool_call: Callable[[str], Awaitable[None]] | None = None,
+    on_plan: Callable[[tuple[tuple[str, str], ...]], Awaitable[None]] | None = None,
+) -> Draft:
+    diff = await pr_diff(tree)
+    plan = plan_files(diff, request.config)
+    if on_plan is not None:
+        await on_plan(plan.skipped)
+    if not plan.reviewed:
+        return Draft(NOTHING_TO_REVIEW, "comment", [], plan.skipped)
+    provider = reviewer.models.provider(request.provider)
+    session = await create_session(
+        reviewer.db,
+        provider=provider.name,
+        model=provider.model,
+        pull_id=request.pull_id,
+        review_id=request.review_id,
+    )
+    skill = await load_skill(reviewer.db)
+    run = AgentRun(
+        db=reviewer.db,
+        provider=provider,
+        session=session,
+        toolbox=Toolbox(tree, on_call=on_tool_call),
+        system=skill.text,
+        kind="review",
+        budget=reviewer.budget,
+        skill_version_id=skill.id,
+        review_id=request.review_id,
+        metrics=reviewer.metrics,
+    )
+    prompt = render(
+        "prompts/review_request.md.j2",
+        number=request.number,
+        repo=request.repo,
+        head_sha=tree.head_sha,
+        merge_base=tree.merge_base,
+        base_ref=request.base_ref,
+        title=request.title,
+        body=request.body,
+        reviewed=plan.reviewed,
+        skipped=plan.skipped,
+    )
+    result = await run.turn(prompt)
+    assert result.draft is not None
+    await set_status(reviewer.db, session.id, "idle")
+    return Draft(
+        result.draft.summary,
+        result.draft.verdict,
+        finding_rows(result.draft, diff),
+        plan.skipped,
+        result.run_id,
+        skill.id,
+        session.id,
+    )

@@ -1,0 +1,150 @@
+"""The review state machine: the only code that writes `reviews.state`, `reviews.stale` and
+the findings' `state`. Every transition is a compare-and-set that says whether it happened.
+
+    queued → running → draft → posting → posted
+       ↘        ↘ failed / cancelled    ↖ (release: nothing went out)
+        superseded (a newer review of the PR was queued)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import aiosqlite
+
+from bot.storage import Database
+
+QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"
+FAILED, CANCELLED, SUPERSEDED = "failed", "cancelled", "superseded"
+ACTIVE = (QUEUED, RUNNING)
+# Findings: kept (in the draft), dropped (by a person), skipped (left out of a partial approve).
+KEPT, DROPPED, SKIPPED = "kept", "dropped", "skipped"
+
+
+def _marks(values: Iterable[object]) -> str:
+    return ",".join("?" for _ in values) or "NULL"
+
+
+async def create(conn: aiosqlite.Connection, pull_id: int, head_sha: str, provider: str) -> int:
+    """A new queued review (inside the caller's transaction); the PR's older queued or running
+    review is superseded by it."""
+    now = time.time()
+    await conn.execute(
+        "UPDATE reviews SET state = 'superseded', updated_at = ?"
+        " WHERE pull_id = ? AND state IN ('queued', 'running')",
+        (now, pull_id),
+    )
+    cursor = await conn.execute(
+        "INSERT INTO reviews (pull_id, head_sha, state, provider, progress, created_at,"
+        " updated_at) VALUES (?, ?, 'queued', ?, 'queued', ?, ?)",
+        (pull_id, head_sha, provider, now, now),
+    )
+    return int(cursor.lastrowid or 0)
+
+
+async def _move(db: Database, review_id: int, to: str, sources: tuple[str, ...], **fields) -> bool:
+    fields = {"state": to, **fields, "updated_at": time.time()}
+    changed = await db.execute(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
+        f" WHERE id = ? AND state IN ({_marks(sources)})",
+        (*fields.values(), review_id, *sources),
+    )
+    return changed == 1
+
+
+async def start(db: Database, review_id: int, *, config_error: str | None) -> bool:
+    """queued → running (a retried job finds it running already)."""
+    return await _move(
+        db,
+        review_id,
+        RUNNING,
+        ACTIVE,
+        progress="preparing the worktree",
+        config_error=config_error,
+    )
+
+
+async def to_draft(db: Database, review_id: int, *, stale: bool) -> bool:
+    """running → draft; `stale` when the PR moved on while the review ran."""
+    return await _move(db, review_id, DRAFT, (RUNNING,), progress="draft ready", stale=int(stale))
+
+
+async def fail(db: Database, review_id: int, error: str) -> bool:
+    return await _move(db, review_id, FAILED, ACTIVE, error=error, progress="failed")
+
+
+async def cancel(db: Database, review_id: int, why: str) -> bool:
+    return await _move(db, review_id, CANCELLED, ACTIVE, progress=why)
+
+
+async def cancel_pull(db: Database, pull_id: int, why: str, *, queued_only: bool = False) -> int:
+    """Cancel a PR's queued (and, unless `queued_only`, running) reviews."""
+    states = (QUEUED,) if queued_only else ACTIVE
+    return await db.execute(
+        "UPDATE reviews SET state = 'cancelled', progress = ?, updated_at = ?"
+        f" WHERE pull_id = ? AND state IN ({_marks(states)})",
+        (why, time.time(), pull_id, *states),
+    )
+
+
+async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
+    """Drafts of an older head go stale when the PR moves on; returns how many did."""
+    return await db.execute(
+        "UPDATE reviews SET stale = 1, updated_at = ?"
+        " WHERE pull_id = ? AND head_sha != ? AND state = 'draft' AND stale = 0",
+        (time.time(), pull_id, head_sha),
+    )
+
+
+async def drop_findings(db: Database, review_id: int, ordinals: tuple[int, ...]) -> None:
+    await db.execute(
+        "UPDATE findings SET state = 'dropped', checked_by = 'human' WHERE review_id = ?"
+        f" AND ordinal IN ({_marks(ordinals)})",
+        (review_id, *ordinals),
+    )
+
+
+async def claim_posting(
+    db: Database, review_id: int, actor: str, event: str, chosen: list[int]
+) -> bool:
+    """draft → posting, recording who publishes what in the same commit (so a crash at any
+    point leaves enough to finish exactly once); False when someone else got there first."""
+    async with db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET state = 'posting', posted_by = ?, posted_event = ?,"
+            " updated_at = ? WHERE id = ? AND state = 'draft'",
+            (actor, event, time.time(), review_id),
+        )
+        if cursor.rowcount != 1:
+            return False
+        await conn.execute(
+            f"UPDATE findings SET checked_by = CASE WHEN ordinal IN ({_marks(chosen)})"
+            " THEN 'human' ELSE checked_by END WHERE review_id = ?",
+            (*chosen, review_id),
+        )
+        await conn.execute(
+            "UPDATE findings SET state = 'skipped' WHERE review_id = ? AND state = 'kept'"
+            f" AND ordinal NOT IN ({_marks(chosen)})",
+            (review_id, *chosen),
+        )
+    return True
+
+
+async def release(db: Database, review_id: int) -> bool:
+    """posting → draft, when the publish provably did not happen: approve may run again."""
+    async with db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET state = 'draft' WHERE id = ? AND state = 'posting'", (review_id,)
+        )
+        if cursor.rowcount != 1:
+            return False
+        await conn.execute(
+            "UPDATE findings SET state = 'kept' WHERE review_id = ? AND state = 'skipped'",
+            (review_id,),
+        )
+    return True
+
+
+async def mark_posted(db: Database, review_id: int) -> bool:
+    return await _move(db, review_id, POSTED, (POSTING,), posted_at=time.time())

@@ -1,0 +1,149 @@
+"""What the bot knows about each PR, its reviews and their findings (state lives in `state`)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+from bot.storage import Database
+
+
+async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr: dict) -> int:
+    """Record the PR as the payload shows it; returns the `pulls.id`."""
+    values: dict[str, Any] = {
+        "installation_id": installation_id,
+        "repo": repo["full_name"],
+        "number": pr["number"],
+        "head_sha": pr["head"]["sha"],
+        "base_ref": pr["base"]["ref"],
+        "clone_url": repo.get("clone_url"),
+        "html_url": pr.get("html_url"),
+        "title": pr.get("title") or "",
+        "body": pr.get("body") or "",
+        "author": (pr.get("user") or {}).get("login"),
+        "state": pr.get("state", "open"),
+        "draft": int(bool(pr.get("draft"))),
+        "updated_at": time.time(),
+    }
+    row = await db.fetchone(
+        f"INSERT INTO pulls ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})"
+        " ON CONFLICT (repo, number) DO UPDATE SET "
+        + ", ".join(f"{k} = excluded.{k}" for k in values if k not in ("repo", "number"))
+        + " RETURNING id",
+        tuple(values.values()),
+    )
+    assert row is not None
+    return int(row[0])
+
+
+async def get_pull(db: Database, repo: str, number: int) -> sqlite3.Row | None:
+    return await db.fetchone("SELECT * FROM pulls WHERE repo = ? AND number = ?", (repo, number))
+
+
+async def pull_by_id(db: Database, pull_id: int) -> sqlite3.Row | None:
+    return await db.fetchone("SELECT * FROM pulls WHERE id = ?", (pull_id,))
+
+
+async def get_review(db: Database, review_id: int) -> sqlite3.Row | None:
+    return await db.fetchone("SELECT * FROM reviews WHERE id = ?", (review_id,))
+
+
+async def latest_review(db: Database, pull_id: int) -> sqlite3.Row | None:
+    return await db.fetchone(
+        "SELECT * FROM reviews WHERE pull_id = ? ORDER BY id DESC LIMIT 1", (pull_id,)
+    )
+
+
+async def latest_draft(db: Database, pull_id: int) -> sqlite3.Row | None:
+    """The newest review that produced a draft (draft, posting or posted)."""
+    return await db.fetchone(
+        "SELECT * FROM reviews WHERE pull_id = ? AND state IN ('draft', 'posting', 'posted')"
+        " ORDER BY id DESC LIMIT 1",
+        (pull_id,),
+    )
+
+
+async def has_draft_for(db: Database, pull_id: int, head_sha: str) -> bool:
+    """A head that is already reviewed (or being reviewed) is not reviewed again unasked."""
+    row = await db.fetchone(
+        "SELECT 1 FROM reviews WHERE pull_id = ? AND head_sha = ? AND state IN"
+        " ('queued', 'running', 'draft', 'posting', 'posted') LIMIT 1",
+        (pull_id, head_sha),
+    )
+    return row is not None
+
+
+async def update_review(db: Database, review_id: int, **fields: Any) -> None:
+    """Write a review's details (progress, ids of its GitHub objects, …); its state and
+    staleness change only through `bot.review.state`."""
+    assert not {"state", "stale"} & fields.keys(), "use bot.review.state"
+    fields["updated_at"] = time.time()
+    await db.execute(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?",
+        (*fields.values(), review_id),
+    )
+
+
+async def load_findings(db: Database, review_id: int) -> list[sqlite3.Row]:
+    return await db.fetchall(
+        "SELECT * FROM findings WHERE review_id = ? ORDER BY ordinal", (review_id,)
+    )
+
+
+async def save_findings(db: Database, review_id: int, rows: list[dict[str, Any]]) -> None:
+    """Replace the review's findings; `ordinal` numbers them F1…Fn as shown on the PR."""
+    async with db.transaction() as conn:
+        await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
+        await conn.executemany(
+            "INSERT INTO findings (review_id, ordinal, path, line, end_line, side, severity,"
+            " title, body, suggestion, in_diff, verify_status, verify_note, state, checked_by)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'kept', 'auto')",
+            [
+                (
+                    review_id,
+                    ordinal,
+                    row["path"],
+                    row.get("line"),
+                    row.get("end_line"),
+                    row.get("side", "RIGHT"),
+                    row["severity"],
+                    row["title"],
+                    row.get("body", ""),
+                    row.get("suggestion"),
+                    int(row.get("in_diff", 0)),
+                    row.get("verify_status"),
+                    row.get("verify_note"),
+                )
+                for ordinal, row in enumerate(rows, start=1)
+            ],
+        )
+
+
+async def review_cost(db: Database, review_id: int) -> tuple[float | None, int]:
+    """Total USD of the review's runs (None if any run's cost is unknown) and its run count."""
+    rows = await db.fetchall("SELECT cost_usd FROM runs WHERE review_id = ?", (review_id,))
+    costs = [r["cost_usd"] for r in rows]
+    return (None if None in costs else sum(costs)), len(rows)
+
+
+async def delete_installation(db: Database, installation_id: int) -> list[str]:
+    """Delete everything kept about an installation's PRs; returns its repositories."""
+    rows = await db.fetchall(
+        "SELECT DISTINCT repo FROM pulls WHERE installation_id = ?", (installation_id,)
+    )
+    async with db.transaction() as conn:
+        pulls = "SELECT id FROM pulls WHERE installation_id = ?"
+        reviews = f"SELECT id FROM reviews WHERE pull_id IN ({pulls})"
+        sessions = f"SELECT id FROM sessions WHERE pull_id IN ({pulls})"
+        for statement in (
+            f"DELETE FROM findings WHERE review_id IN ({reviews})",
+            f"DELETE FROM messages WHERE session_id IN ({sessions})",
+            f"DELETE FROM session_reviews WHERE parent_session_id IN ({sessions})",
+            f"DELETE FROM sessions WHERE pull_id IN ({pulls})",
+            f"DELETE FROM reviews WHERE pull_id IN ({pulls})",
+            "DELETE FROM pulls WHERE installation_id = ?",
+            "DELETE FROM deliveries WHERE installation_id = ? AND status != 'queued'",
+        ):
+            await conn.execute(statement, (installation_id,))
+    return sorted(row["repo"] for row in rows)

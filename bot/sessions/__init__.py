@@ -1,0 +1,1 @@
+"""Model conversations: sessions, their messages, and cross-AI reviews between them."""

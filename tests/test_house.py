@@ -1,0 +1,38 @@
+"""The structure the code promises: one command list, one writer of review state."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bot.commands.catalog import COMMANDS
+from bot.commands.run import HANDLERS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_command_rows() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Commands") :]
+    table = section[section.index("| command | effect |") :].split("\n\n", 1)[0]
+    return table.splitlines()[2:]
+
+
+def test_the_readme_lists_exactly_the_commands_the_bot_runs():
+    expected = [
+        f"| `/cockpit {spec.usage.replace('|', chr(92) + '|')}` | {spec.what} |"
+        for spec in COMMANDS
+    ]
+    assert readme_command_rows() == expected
+    assert set(HANDLERS) == {spec.name for spec in COMMANDS}
+
+
+def test_only_the_state_machine_writes_review_state():
+    writes = re.compile(r"UPDATE reviews SET[^\"]*\b(state|stale)\s*=", re.S)
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("bot", "handlers")
+        for path in (ROOT / folder).rglob("*.py")
+        if writes.search(path.read_text()) and path.name != "state.py"
+    ]
+    assert offenders == []
