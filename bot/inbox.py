@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 MAX_ID = 2**63 - 1
 DELIVERY_SQL = (
-    "INSERT OR IGNORE INTO deliveries"
+    "INSERT INTO deliveries"
     " (id, event, action, installation_id, repo, body, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
@@ -129,24 +129,40 @@ def connect(path: Path | str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3
 
 
 def commit(conn: sqlite3.Connection, batch: list[tuple[Delivery, tuple]]) -> list[bool]:
-    """Store each delivery with its job row in one transaction; True where it was new."""
+    """Store each delivery with its job row in one transaction; True where it was new.
+
+    A fixed handful of statements per batch, whatever its size: each statement hands the
+    interpreter lock back and forth with the event loop, which is what a commit waits on."""
     now = time.time()
-    rows = [
-        (d.id, d.event, d.action, d.installation_id, d.repo, zlib.compress(d.body), now)
+    rows = {
+        d.id: (d.id, d.event, d.action, d.installation_id, d.repo, zlib.compress(d.body, 1), now)
         for d, _ in batch
-    ]  # compressed before the write lock is taken
-    stored = []
+    }  # compressed before the write lock is taken
+    ids = list(rows)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for row, (_, job) in zip(rows, batch, strict=True):
-            new = conn.execute(DELIVERY_SQL, row).rowcount == 1
-            if new:
-                conn.execute(INSERT_SQL, job)
-            stored.append(new)
+        seen = {
+            row[0]
+            for n in range(0, len(ids), 500)
+            for row in conn.execute(
+                f"SELECT id FROM deliveries WHERE id IN ({','.join('?' * len(ids[n : n + 500]))})",
+                ids[n : n + 500],
+            )
+        }
+        new = [i for i in ids if i not in seen]
+        conn.executemany(DELIVERY_SQL, [rows[i] for i in new])
+        first = {}
+        for d, job in batch:
+            first.setdefault(d.id, job)
+        conn.executemany(INSERT_SQL, [first[i] for i in new])
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    stored, fresh = [], set(new)
+    for d, _ in batch:  # a repeat within one batch is stored once, for its first request
+        stored.append(d.id in fresh)
+        fresh.discard(d.id)
     return stored
 
 
