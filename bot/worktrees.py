@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 GIT_TIMEOUT = 300.0
 TOOL_TIMEOUT = 20.0
+OUTPUT_LIMIT = 1 << 20  # bytes of stdout any git call may return unless it asks otherwise
+STDERR_LIMIT = 64 << 10
+READ_CHUNK = 1 << 16
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -81,11 +84,13 @@ async def run_git(
     cwd: Path,
     env: dict[str, str],
     timeout: float = GIT_TIMEOUT,
-    limit: int | None = None,
+    limit: int = OUTPUT_LIMIT,
     check: bool = True,
 ) -> bytes:
-    """Run `git <args>` with a fixed argv (no shell). `limit` stops reading after that many
-    bytes and ends the process (a 50 MB blob never lands in memory whole)."""
+    """Run `git <args>` with a fixed argv (no shell). Output is streamed with a byte cap:
+    past `limit` bytes git is stopped and the answer holds `limit + 1` bytes (see
+    `truncated`), so a 64 MiB commit subject or a 50 MB blob never lands in memory whole.
+    stderr keeps its first STDERR_LIMIT bytes; the rest is read and dropped."""
     proc = await asyncio.create_subprocess_exec(
         "git",
         *args,
@@ -99,20 +104,29 @@ async def run_git(
 
     async def read_out() -> bytes:
         assert proc.stdout is not None
-        if limit is None:
-            return await proc.stdout.read()
         chunks, size = [], 0
         while size <= limit:
-            chunk = await proc.stdout.read(min(1 << 16, limit + 1 - size))
+            chunk = await proc.stdout.read(min(READ_CHUNK, limit + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
             proc.kill()  # enough read; git must not block on a full pipe
+            log.warning(
+                "git output truncated",
+                extra={"fields": {"command": args[0], "limit_bytes": limit}},
+            )
         return b"".join(chunks)
 
-    reader = asyncio.ensure_future(asyncio.gather(read_out(), proc.stderr.read()))
+    async def read_err() -> bytes:
+        assert proc.stderr is not None
+        kept = bytearray()
+        while chunk := await proc.stderr.read(READ_CHUNK):
+            kept += chunk[: max(0, STDERR_LIMIT - len(kept))]
+        return bytes(kept)
+
+    reader = asyncio.ensure_future(asyncio.gather(read_out(), read_err()))
     try:
         out, err = await asyncio.wait_for(asyncio.shield(reader), timeout)
         await asyncio.wait_for(proc.wait(), timeout)
@@ -128,10 +142,15 @@ async def run_git(
         # asyncio (3.11) has no public close for a reaped process: without this each call
         # leaves its transport to the garbage collector and a ResourceWarning.
         proc._transport.close()  # type: ignore[attr-defined]
-    if check and proc.returncode not in (0, -9) and not (limit and len(out) > limit):
+    if check and proc.returncode not in (0, -9) and not truncated(out, limit):
         message = err.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
     return out
+
+
+def truncated(out: bytes, limit: int = OUTPUT_LIMIT) -> bool:
+    """Whether `run_git` stopped git at `limit` bytes (its answer then holds one more)."""
+    return len(out) > limit
 
 
 async def _rmtree(path: Path, ignore_errors: bool = True) -> None:
@@ -154,7 +173,7 @@ class Worktree:
         self,
         *args: str,
         timeout: float = TOOL_TIMEOUT,
-        limit: int | None = None,
+        limit: int = OUTPUT_LIMIT,
         check: bool = True,
     ) -> bytes:
         return await run_git(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import tracemalloc
 
 import pytest
 
 from bot.agents.toolbox import MAX_OUTPUT_CHARS, READ_ONLY_TOOLS, Toolbox, clean_path
 from bot.standin.repo import git, make_pr
-from bot.worktrees import Mirrors
+from bot.worktrees import OUTPUT_LIMIT, Mirrors, truncated
 
 SECRET_LINE = "root:x:0:0"  # what /etc/passwd starts with
 BIG = 50 * 1024 * 1024
@@ -193,3 +194,47 @@ def test_clean_path(raw, expected):
             clean_path(raw)
     else:
         assert clean_path(raw) == expected
+
+
+SUBJECT_BYTES = 8 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def huge_subjects(tmp_path_factory):
+    """A PR whose four commits have 8 MiB subjects (the audit used 64 MiB: same shape)."""
+    return asyncio.run(_build_huge_subjects(tmp_path_factory))
+
+
+async def _build_huge_subjects(tmp_path_factory):
+    root = tmp_path_factory.mktemp("subjects")
+    pr = make_pr(root / "origin", base=BASE, head={"src/app.py": "x = 1\n"}, number=4)
+    message = root / "message"
+    head = pr.head_sha
+    for n in range(4):
+        message.write_text(f"{n}" + "s" * SUBJECT_BYTES + "\n")
+        tree = git(pr.path, "rev-parse", f"{head}^{{tree}}").strip()
+        head = git(pr.path, "commit-tree", tree, "-p", head, "-F", str(message)).strip()
+    git(pr.path, "update-ref", "refs/pull/4/head", head)
+    mirrors = Mirrors(root / "data")
+    await mirrors.sync("octo/subjects", pr.clone_url, ["refs/heads/main", "refs/pull/4/head"])
+    tree = await mirrors.add_worktree(
+        "octo/subjects", name="s", head_sha=head, base_ref="refs/heads/main"
+    )
+    return tree
+
+
+async def test_git_log_streams_with_a_byte_cap(huge_subjects):
+    tracemalloc.start()
+    try:
+        answer = await Toolbox(huge_subjects).call("git_log", {"max_count": 4})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024 * 1024, f"peak {peak} bytes while reading 32 MiB of subjects"
+    assert "truncated" in answer and len(answer) <= MAX_OUTPUT_CHARS + 200
+
+
+async def test_every_git_call_has_a_byte_cap(toolbox):
+    entry = await toolbox._entry("big.txt")
+    out = await toolbox.tree.git("cat-file", "blob", entry.oid)  # no limit asked for
+    assert truncated(out) and len(out) == OUTPUT_LIMIT + 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from bot.worktrees import GitError, Worktree
+from bot.worktrees import GitError, Worktree, truncated
 
 MAX_READ_BYTES = 256 * 1024  # read at most this much of a blob
 MAX_OUTPUT_CHARS = 24_000  # any one tool answer
@@ -21,7 +21,9 @@ MAX_LINES = 400
 MAX_LIST_ENTRIES = 500
 MAX_PATTERN_CHARS = 300
 SEARCH_TIMEOUT = 5.0
+MAX_GIT_BYTES = MAX_OUTPUT_CHARS * 2  # git stops after this much (the answer is cut further)
 TRUNCATED = "\n[… truncated: output capped at {limit} characters; narrow the request]"
+GIT_TRUNCATED = "\n[… output truncated: git was stopped after {limit} bytes; narrow the request]"
 
 
 class ToolError(Exception):
@@ -220,7 +222,12 @@ class Toolbox:
             if entry.kind != "tree":
                 return f"error: {path} is not a directory"
         spec = [f"{path}/"] if path else []
-        out = await self.tree.git("ls-tree", "-z", self.tree.head_sha, "--", *spec)
+        out = await self.tree.git(
+            "ls-tree", "-z", self.tree.head_sha, "--", *spec, limit=MAX_GIT_BYTES
+        )
+        cut = truncated(out, MAX_GIT_BYTES)
+        if cut:  # the last record may be cut mid-way
+            out = out[:MAX_GIT_BYTES].rpartition(b"\x00")[0]
         names = []
         for record in out.split(b"\x00"):
             if not record:
@@ -232,7 +239,11 @@ class Toolbox:
         shown_names = names[:MAX_LIST_ENTRIES]
         more = len(names) - len(shown_names)
         text = "\n".join(json.dumps(n)[1:-1] if not n.isprintable() else n for n in shown_names)
-        return text + (f"\n[… {more} more entries not shown]" if more else "") or "(empty)"
+        if more:
+            text += f"\n[… {more} more entries not shown]"
+        if cut:
+            text += GIT_TRUNCATED.format(limit=MAX_GIT_BYTES)
+        return text or "(empty)"
 
     async def _tool_search_code(self, pattern: Any = None, path: Any = None) -> str:
         if not isinstance(pattern, str) or not pattern:
@@ -255,7 +266,7 @@ class Toolbox:
                 "--",
                 *spec,
                 timeout=SEARCH_TIMEOUT,
-                limit=MAX_OUTPUT_CHARS * 2,
+                limit=MAX_GIT_BYTES,
                 check=False,
             )
         except GitError:
@@ -265,9 +276,12 @@ class Toolbox:
             ) from None
         prefix = f"{self.tree.head_sha}:".encode()
         lines = [
-            line[len(prefix) :] if line.startswith(prefix) else line for line in out.splitlines()
+            line[len(prefix) :] if line.startswith(prefix) else line
+            for line in out[:MAX_GIT_BYTES].splitlines()
         ]
         text = "\n".join(line.decode("utf-8", errors="replace")[:500] for line in lines)
+        if truncated(out, MAX_GIT_BYTES):
+            text += GIT_TRUNCATED.format(limit=MAX_GIT_BYTES)
         return text or "no matches"
 
     async def _tool_git_diff(self, path: Any = None) -> str:
@@ -283,9 +297,9 @@ class Toolbox:
             self.tree.head_sha,
             "--",
             *spec,
-            limit=MAX_OUTPUT_CHARS * 2,
+            limit=MAX_GIT_BYTES,
         )
-        return out.decode("utf-8", errors="replace") or "no changes"
+        return _text(out) or "no changes"
 
     async def _tool_git_log(self, path: Any = None, max_count: Any = None) -> str:
         path = clean_path(path, allow_root=True)
@@ -301,8 +315,15 @@ class Toolbox:
             self.tree.head_sha,
             "--",
             *spec,
+            limit=MAX_GIT_BYTES,
         )
-        return out.decode("utf-8", errors="replace") or "no commits"
+        return _text(out) or "no commits"
+
+
+def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
+    """Git's output as text, saying so when git was stopped at the byte cap."""
+    text = out[:limit].decode("utf-8", errors="replace")
+    return text + GIT_TRUNCATED.format(limit=limit) if truncated(out, limit) else text
 
 
 def _positive(value: Any, default: int) -> int:
