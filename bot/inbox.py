@@ -289,6 +289,16 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
         log.info("delivery processed")
 
 
+async def delivery_gave_up(ctx: Context, job: Job, reason: str) -> None:
+    """A delivery's job failed for good without recording it (the process died each time)."""
+    row = await ctx.db.fetchone(
+        "SELECT event FROM deliveries WHERE id = ? AND status = 'queued'",
+        (job.payload["delivery_id"],),
+    )
+    if row is not None:
+        await _record(ctx, job.payload["delivery_id"], row["event"], job, "failed", reason)
+
+
 async def _record(
     ctx: Context, delivery_id: str, event: str, job: Job, status: str, outcome: str
 ) -> None:

@@ -2,7 +2,10 @@
 
 Jobs have a kind, a serialisation key (one running job per key), attempts with backoff,
 a lease renewed while they run, and cancellation: a newer job may supersede older ones
-with the same key and kind. Jobs left `running` by a crash are re-queued at start-up.
+with the same key and kind. Jobs left `running` by a crash are re-queued at start-up with
+that attempt counted; one past its `max_attempts` fails for good (a job that kills the
+process is never run again and again), and its kind's `on_gave_up` hook reports it. On a
+graceful stop, running jobs get a bounded grace; the rest are re-queued uncounted.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class Job:
 
 
 JobHandler = Callable[[Job], Awaitable[None]]
+# Called once when a job fails for good, with the reason (e.g. to say so on the PR).
+GaveUpHook = Callable[[Job, str], Awaitable[None]]
+INTERRUPTED = "the process stopped while this job ran ({attempts} of {max_attempts} attempts)"
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -82,9 +88,11 @@ class Jobs:
         self.clock = clock
         self.handlers: dict[str, JobHandler] = {}
         self.on_finished: Callable[[Job, str, float], None] | None = None
+        self.on_gave_up: dict[str, GaveUpHook] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._workers: list[asyncio.Task] = []
         self._running: dict[int, asyncio.Task] = {}
+        self._interrupted: set[int] = set()  # cancelled by a stop, to be re-queued uncounted
         self._stopping = False
 
     # -- queue operations -------------------------------------------------
@@ -185,8 +193,8 @@ class Jobs:
             "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
             " started_at = ?, lease_until = ?"
             " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
-            "   AND j.run_after <= ? AND NOT EXISTS (SELECT 1 FROM jobs r"
-            "   WHERE r.key = j.key AND r.state = 'running')"
+            "   AND j.run_after <= ? AND j.attempts < j.max_attempts"
+            "   AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.key = j.key AND r.state = 'running')"
             "   ORDER BY j.run_after, j.id LIMIT 1)"
             " RETURNING *",
             (now, now + LEASE_SECONDS, queue, now),
@@ -203,6 +211,7 @@ class Jobs:
     async def _retry_or_fail(self, job: Job, error: str, *, permanent: bool) -> str:
         if permanent or job.attempts >= job.max_attempts:
             await self._finish(job, "failed", error)
+            await self._gave_up(job, error)
             return "failed"
         await self.db.execute(
             "UPDATE jobs SET state = 'queued', error = ?, run_after = ?, lease_until = NULL"
@@ -212,21 +221,48 @@ class Jobs:
         return "retrying"
 
     async def recover(self) -> int:
-        """Re-queue jobs a crashed process left running (their attempt stays counted)."""
-        return await self.db.execute(
-            "UPDATE jobs SET state = 'queued', lease_until = NULL, run_after = ?"
-            " WHERE state = 'running'",
-            (self.clock(),),
-        )
+        """Re-queue jobs a crashed process left running (their attempt stays counted); those
+        already at their limit fail for good instead. Returns how many were re-queued."""
+        return await self._requeue_lost("state = 'running'", ())
 
     async def reap_expired_leases(self) -> int:
         alive = list(self._running)  # still running here: a late heartbeat, not a lost job
-        return await self.db.execute(
-            "UPDATE jobs SET state = 'queued', lease_until = NULL"
-            " WHERE state = 'running' AND lease_until < ?"
-            f" AND id NOT IN ({','.join('?' * len(alive))})",
+        return await self._requeue_lost(
+            f"state = 'running' AND lease_until < ? AND id NOT IN ({','.join('?' * len(alive))})",
             (self.clock(), *alive),
         )
+
+    async def _requeue_lost(self, where: str, args: tuple) -> int:
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "UPDATE jobs SET state = 'failed', lease_until = NULL, finished_at = ?,"
+                " error = 'the process stopped while this job ran (' || attempts || ' of '"
+                " || max_attempts || ' attempts)'"
+                f" WHERE {where} AND attempts >= max_attempts RETURNING *",
+                (self.clock(), *args),
+            )
+            exhausted = [Job.from_row(row) for row in await cursor.fetchall()]
+            cursor = await conn.execute(
+                "UPDATE jobs SET state = 'queued', lease_until = NULL, run_after = ?"
+                f" WHERE {where}",
+                (self.clock(), *args),
+            )
+            requeued = cursor.rowcount
+        for job in exhausted:
+            reason = INTERRUPTED.format(attempts=job.attempts, max_attempts=job.max_attempts)
+            with log_context(job=job.id, job_kind=job.kind, key=job.key):
+                log.error("job failed for good: interrupted at every attempt")
+            await self._gave_up(job, reason)
+        return requeued
+
+    async def _gave_up(self, job: Job, reason: str) -> None:
+        hook = self.on_gave_up.get(job.kind)
+        if hook is None:
+            return
+        try:
+            await hook(job, reason)
+        except Exception:
+            log.exception("reporting a failed job failed", extra={"fields": {"job": job.id}})
 
     async def pending(self) -> int:
         """Jobs with work to do now: running, waiting in a line, or queued and due (a job
@@ -265,10 +301,27 @@ class Jobs:
     def workers_total(self) -> int:
         return len(self._workers)
 
-    async def stop(self) -> None:
+    @property
+    def stopping(self) -> bool:
+        """True once a stop began: a handler cancelled now is interrupted, not cancelled."""
+        return self._stopping
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop claiming; let running jobs finish for up to `grace` seconds; re-queue the
+        rest without counting the attempt (they run again at the next start)."""
         self._stopping = True
+        for event in self._wake.values():
+            event.set()
+        running = list(self._running.values())
+        if running and grace > 0:
+            await asyncio.wait(running, timeout=grace)
+        for job_id, task in list(self._running.items()):
+            if not task.done():
+                self._interrupted.add(job_id)
+                task.cancel()
         for task in self._workers:
-            task.cancel()
+            if task.get_name() == "lease-reaper":
+                task.cancel()
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -282,6 +335,9 @@ class Jobs:
             except (sqlite3.Error, ValueError):
                 log.exception("claiming a job failed", extra={"fields": {"queue": queue}})
                 job = None
+            if job is not None and self._stopping:  # claimed as the stop began: not started
+                await self._requeue_uncounted(job)
+                return
             if job is None:
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -305,13 +361,18 @@ class Jobs:
                 outcome = "done"
                 await self._finish(job, "done")
             except asyncio.CancelledError:
-                if not task.done():  # the worker itself is being stopped
+                if not task.done():  # the worker itself is being cancelled
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task
                     raise
-                outcome = "cancelled"
-                await self._finish(job, "cancelled", "cancelled")
+                if job.id in self._interrupted:  # a graceful stop: it runs again next start
+                    self._interrupted.discard(job.id)
+                    outcome = "interrupted"
+                    await self._requeue_uncounted(job)
+                else:
+                    outcome = "cancelled"
+                    await self._finish(job, "cancelled", "cancelled")
             except Exception as exc:
                 error = f"{exc.__class__.__name__}: {exc}"[:2000]
                 log.warning("job raised", exc_info=True)
@@ -323,6 +384,13 @@ class Jobs:
                 self._running.pop(job.id, None)
             if self.on_finished:
                 self.on_finished(job, outcome, time.monotonic() - started)
+
+    async def _requeue_uncounted(self, job: Job) -> None:
+        await self.db.execute(
+            "UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), lease_until = NULL,"
+            " run_after = ? WHERE id = ? AND state = 'running'",
+            (self.clock(), job.id),
+        )
 
     async def _reaper(self) -> None:
         """Re-queue jobs whose worker stopped renewing their lease."""

@@ -17,7 +17,14 @@ from bot.agents.providers import ModelClients
 from bot.config import Settings
 from bot.context import Context
 from bot.github import GitHubApp
-from bot.inbox import Delivery, Inbox, InboxUnavailable, MalformedBody, process_delivery
+from bot.inbox import (
+    Delivery,
+    Inbox,
+    InboxUnavailable,
+    MalformedBody,
+    delivery_gave_up,
+    process_delivery,
+)
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS, Jobs
@@ -183,6 +190,7 @@ async def _lifecycle(
     app[CONTEXT] = ctx
     app[INBOX] = inbox
     jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
+    jobs.on_gave_up["delivery"] = functools.partial(delivery_gave_up, ctx)
     jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(
         kind=job.kind, outcome=outcome
     ).observe(seconds)

@@ -9,7 +9,13 @@ import time
 from bot.context import Context
 from bot.queue import REVIEWS, Job
 from bot.review.approve import queue_interrupted, recover_posting_job
-from bot.review.job import cleanup_pull_job, refresh_status_job, run_review_job
+from bot.review.job import (
+    cleanup_pull_job,
+    refresh_status_job,
+    report_failure_job,
+    review_gave_up,
+    run_review_job,
+)
 from bot.storage import Database
 
 log = logging.getLogger(__name__)
@@ -66,7 +72,9 @@ async def setup_workers(ctx: Context) -> None:
         "cleanup_installation": cleanup_installation,
         "maintenance": maintenance,
         "recover_posting": recover_posting_job,
+        "report_failure": report_failure_job,
     }.items():
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
+    ctx.jobs.on_gave_up["review"] = functools.partial(review_gave_up, ctx)
     await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS, supersede=True)
     await queue_interrupted(ctx)

@@ -289,3 +289,97 @@ async def test_pending_ignores_jobs_scheduled_for_later(db):
     assert await jobs.pending() == 0
     now[0] += 86400
     assert await jobs.pending() == 1
+
+
+async def test_a_job_that_kills_the_process_fails_for_good_at_its_limit(tmp_path):
+    path = tmp_path / "poison.sqlite3"
+    db = await Database.open(path)
+    job_id = await Jobs(db).enqueue("w", "k", {"n": 1}, queue="q", max_attempts=2)
+    claimed = []
+    for _ in range(2):  # each start claims it, and the job takes the process down
+        jobs = Jobs(db)
+        await jobs.recover()
+        job = await jobs.claim("q")
+        claimed.append(job.attempts)
+        await db.close()
+        db = await Database.open(path)
+    reported = []
+
+    async def report(job, reason):
+        reported.append((job.id, job.payload, reason))
+
+    jobs = Jobs(db)
+    jobs.on_gave_up["w"] = report
+    assert await jobs.recover() == 0
+    assert await jobs.claim("q") is None  # never a third time
+    row = await db.fetchone("SELECT state, attempts, error FROM jobs WHERE id = ?", (job_id,))
+    await db.close()
+    assert claimed == [1, 2]
+    assert (row["state"], row["attempts"]) == ("failed", 2)
+    assert "process stopped while this job ran (2 of 2 attempts)" in row["error"]
+    reason = "the process stopped while this job ran (2 of 2 attempts)"
+    assert reported == [(job_id, {"n": 1}, reason)]
+
+
+async def test_a_job_at_its_limit_is_never_claimed(db):
+    jobs = Jobs(db)
+    job_id = await jobs.enqueue("w", "k", {}, queue="q", max_attempts=2)
+    await db.execute("UPDATE jobs SET attempts = 2 WHERE id = ?", (job_id,))
+    assert await jobs.claim("q") is None
+
+
+async def test_an_expired_lease_at_its_limit_fails_for_good(db):
+    now = [0.0]
+    jobs = Jobs(db, clock=lambda: now[0])
+    reported = []
+
+    async def report(job, reason):
+        reported.append(reason)
+
+    jobs.on_gave_up["w"] = report
+    job_id = await jobs.enqueue("w", "k", {}, queue="q", max_attempts=1)
+    await jobs.claim("q")
+    now[0] = 61.0
+    assert await jobs.reap_expired_leases() == 0
+    assert (await states(db))[job_id] == "failed" and len(reported) == 1
+
+
+async def test_a_failure_past_the_limit_is_reported_once(db):
+    jobs = Jobs(db)
+    reported = []
+
+    async def boom(job):
+        raise RuntimeError("boom")
+
+    async def report(job, reason):
+        reported.append(reason)
+
+    jobs.handlers["w"] = boom
+    jobs.on_gave_up["w"] = report
+    await jobs.enqueue("w", "k", {}, queue="q", max_attempts=1)
+    await jobs._run(await jobs.claim("q"))
+    assert reported == ["RuntimeError: boom"]
+
+
+async def test_a_stop_lets_running_jobs_finish_within_the_grace_and_requeues_the_rest(db):
+    jobs = Jobs(db)
+    started, seen_stopping = set(), []
+
+    async def work(job):
+        started.add(job.payload["n"])
+        try:
+            await asyncio.sleep(job.payload["seconds"])
+        except asyncio.CancelledError:
+            seen_stopping.append(jobs.stopping)
+            raise
+
+    jobs.handlers["w"] = work
+    quick = await jobs.enqueue("w", "a", {"n": 0, "seconds": 0.2}, queue="q")
+    slow = await jobs.enqueue("w", "b", {"n": 1, "seconds": 60}, queue="q")
+    jobs.start({"q": 2})
+    await wait_for(lambda: started == {0, 1})
+    await jobs.stop(grace=1)
+    rows = {r["id"]: r for r in await db.fetchall("SELECT * FROM jobs")}
+    assert rows[quick]["state"] == "done"
+    assert (rows[slow]["state"], rows[slow]["attempts"]) == ("queued", 0)  # not counted
+    assert seen_stopping == [True]

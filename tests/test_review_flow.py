@@ -3,6 +3,8 @@ comment — through the real server, the GitHub stand-in and the Anthropic stand
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from bot.server import make_app
@@ -244,3 +246,27 @@ async def test_a_draft_finished_after_a_push_is_stale(world, github):
     review = await world.wait_review("draft")
     assert review["head_sha"] == world.pr.head_sha and review["stale"] == 1
     assert "Stale draft" in world.status_body()
+
+
+async def test_a_review_that_took_the_process_down_at_every_attempt_fails_on_the_pr(
+    world, settings, aiohttp_client
+):
+    world.model.gate.clear()
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await wait_for(lambda: world.model.requests)  # reviewing: the process dies right here …
+    db_path = world.ctx.settings.db_path
+    await world.client.close()
+    with sqlite3.connect(db_path) as conn:  # … at the job's last attempt
+        conn.execute(
+            "UPDATE jobs SET state = 'running', attempts = max_attempts WHERE kind = 'review'"
+        )
+    asked = len(world.model.requests)
+    world.model.gate.set()
+    world.client = await aiohttp_client(make_app(settings, router))
+    review = await world.wait_review("failed")
+    assert "did not finish in any of its attempts" in review["error"]
+    assert "2 of 2 attempts" in review["error"]
+    [check] = world.github.check_runs.values()
+    assert check["conclusion"] == "failure"
+    assert "failed" in world.status_body() and "2 of 2 attempts" in world.status_body()
+    assert len(world.model.requests) == asked  # never paid for again

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 10.0  # seconds between status-comment progress edits
 INTERNAL_ERROR = "an internal error occurred; the operator's logs have details"
+GAVE_UP = "it did not finish in any of its attempts ({reason}); it is not retried automatically"
 
 
 def review_key(pull_id: int) -> str:
@@ -202,7 +203,8 @@ class ReviewJob:
             await self.publisher.start_check(review)
             await self._review(review, config)
         except asyncio.CancelledError:
-            await self._stopped()
+            if not self.ctx.jobs.stopping:  # a graceful stop re-queues it: state stays
+                await self._stopped()
             raise
         except (AgentError, GitError, gidgethub.GitHubException, OSError) as exc:
             await self._failed(_reason(exc))
@@ -299,6 +301,31 @@ async def refresh_status_job(ctx: Context, job: Job) -> None:
     await publisher.status(review)
     if review["stale"] and review["state"] == state.DRAFT:
         await publisher.finish_check(review, with_annotations=False)
+
+
+async def review_gave_up(ctx: Context, job: Job, reason: str) -> None:
+    """A review job failed for good without reporting it (e.g. it took the process down at
+    every attempt): the review fails with the reason, and a job says so on the PR."""
+    review = await get_review(ctx.db, job.payload["review_id"])
+    if review is None or not await state.fail(ctx.db, review["id"], GAVE_UP.format(reason=reason)):
+        return  # it reported its own end already
+    await ctx.jobs.enqueue(
+        "report_failure", f"status:{review['pull_id']}", {"review_id": review["id"]}, queue=REVIEWS
+    )
+
+
+async def report_failure_job(ctx: Context, job: Job) -> None:
+    """Show a failed review on the PR: check run `failure` and the status comment."""
+    review = await get_review(ctx.db, job.payload["review_id"])
+    pull = await pull_by_id(ctx.db, review["pull_id"]) if review else None
+    if review is None or pull is None or review["state"] != state.FAILED:
+        return
+    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
+    if not review["check_run_id"]:  # it failed before its check run was made
+        await publisher.start_check(review)
+        review = await get_review(ctx.db, review["id"])
+    await publisher.finish_check(review, conclusion="failure", error=review["error"])
+    await publisher.status(review)
 
 
 async def cleanup_pull_job(ctx: Context, job: Job) -> None:
