@@ -321,9 +321,13 @@ class Toolbox:
 
 
 def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
-    """Git's output as text, saying so when git was stopped at the byte cap."""
+    """Git's output as text, saying so when git was stopped at the byte cap (the note is
+    kept within the answer's own cap)."""
     text = out[:limit].decode("utf-8", errors="replace")
-    return text + GIT_TRUNCATED.format(limit=limit) if truncated(out, limit) else text
+    if not truncated(out, limit):
+        return text
+    note = GIT_TRUNCATED.format(limit=limit)
+    return text[: MAX_OUTPUT_CHARS - len(note)] + note
 
 
 def _positive(value: Any, default: int) -> int:
