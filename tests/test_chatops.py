@@ -267,3 +267,26 @@ async def test_approving_a_dropped_finding_is_refused(world):
     await comment(world, "/cockpit approve F2", comment_id=9011)
     assert any("F2 was dropped" in body for body in replies(world))
     assert all(r["state"] == "PENDING" for r in world.github.reviews.values())
+
+
+async def test_a_failed_partial_approve_does_not_shrink_the_next_full_one(world):
+    world.github.fail_next("POST", r"/reviews/\d+/events$", 502)
+    await comment(world, "/cockpit approve F2")
+    [review] = await world.review_rows()
+    assert review["state"] == "draft"
+    await comment(world, "/cockpit approve", comment_id=9012)
+    published = [r for r in world.github.reviews.values() if r["state"] != "PENDING"]
+    assert len(published) == 1
+    assert sorted(c["body"].split(" · ")[0] for c in published[0]["comments"]) == ["**F1", "**F2"]
+    assert any("with 2 finding(s)" in body for body in replies(world))
+    assert world.pending_reviews() == []
+
+
+async def test_approve_checks_the_live_head_even_without_a_synchronize_delivery(world):
+    world.push({"calc.py": "x = 1\n"})  # GitHub has the push; its delivery never arrived
+    await comment(world, "/cockpit approve")
+    assert submits(world) == []
+    assert any("stale" in body and "/cockpit review" in body for body in replies(world))
+    [review] = await world.review_rows()
+    assert review["stale"] == 1 and review["state"] == "draft"
+    assert "Stale draft" in world.status_body()

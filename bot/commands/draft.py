@@ -12,6 +12,7 @@ from bot.github import permits
 from bot.repo_config import fetch_repo_config
 from bot.review import state
 from bot.review.approve import PublishFailed, approve, select_findings
+from bot.review.job import queue_status_refresh
 from bot.review.store import get_review, latest_draft, load_findings
 
 
@@ -56,6 +57,12 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
     review = await current_draft(pr)
     if review["state"] in (state.POSTING, state.POSTED):
         return text(pr, "already_posted", state=review["state"])
+    live = await pr.refresh()  # the PR as GitHub has it now, not as the last delivery said
+    if live["head_sha"] != review["head_sha"] and await state.mark_stale(
+        pr.ctx.db, live["id"], live["head_sha"]
+    ):
+        await queue_status_refresh(pr.ctx, live["id"])
+        review = await get_review(pr.ctx.db, review["id"])
     if review["stale"]:
         raise CommandFailed(
             "this draft is stale (the PR head moved since it was written); "
