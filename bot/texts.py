@@ -1,4 +1,11 @@
-"""Rendering what people and models read (templates/), and making model text safe to post."""
+"""Rendering what people and models read (templates/), and making model text safe to post.
+
+Model and PR text is inert on every surface: it cannot mention anyone, carry raw HTML, show
+a remote image, link outside the PR's own repository, forge our hidden marker, or open a
+code fence that swallows what the template puts after it. Each construct is broken by a
+WORD JOINER (U+2060, invisible) at the one place where markdown needs two characters to
+touch, so the text reads the same, also inside code, and nothing is deleted.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +17,28 @@ import jinja2
 
 STATUS_MARKER = "<!-- pr-cockpit:status -->"
 GITHUB_BODY_LIMIT = 65_536
-_MENTION = re.compile(r"(?<!\w)@(?=[A-Za-z0-9][\w-]*)")
-_FENCE = re.compile(r"^ {0,3}(```|~~~)", re.M)
+WJ = "\u2060"
+
+# `@name` (also after a non-ASCII letter, as GitHub reads it), emails and `user@sha` refs.
+_AT = re.compile(r"@(?=[A-Za-z0-9])")
+# Raw HTML (tags, comments, `<https://…>` autolinks) and character references (`&#64;`).
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+_ENTITY = re.compile(r"&(?=[#A-Za-z])")
+# Images, inline links, and reference or footnote definitions.
+_IMAGE = re.compile(r"!\[")
+_INLINE_LINK = re.compile(r"\]\(")
+_DEFINITION = re.compile(r"\]:")
+# `owner/repo#12` points at another repository's issue (and notifies it); `owner/repo@sha`
+# is broken by the `@` rule.
+_CROSS_REF = re.compile(r"(?<=[A-Za-z0-9_.-]/)([A-Za-z0-9_.-]+)(?=#[0-9])")
+# Bare URLs GitHub turns into links (`scheme://…`, `www.…`), up to where autolinks stop.
+_URL = re.compile(r"(?i)(?:[a-z][a-z0-9+.-]*://|www\.)[^\s<]*")
+_SCHEME = re.compile(r"(?i)(?<=:)(?=//)")
+_WWW = re.compile(r"(?i)(?<=www)(?=\.)")
+# Fences: an opener at the text's own margin is tracked (and closed at the end when left
+# open); anything fence-like nested in a container (list, quote, indent) is broken.
+_OPENER = re.compile(r"(`{3,}|~{3,})(.*)")
+_NESTED_FENCE = re.compile(r"^([ \t>*+\-0-9.)]*?)(?=`{3}|~{3})")
 
 
 @cache
@@ -24,32 +51,128 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=False,
     )
-    env.filters["md"] = safe_md
-    env.filters["cell"] = table_cell
+    env.filters["md"] = _md
+    env.filters["md_line"] = _md_line
+    env.filters["cell"] = _cell
     env.filters["usd"] = usd
     env.filters["fenced"] = fenced
     return env
 
 
+@jinja2.pass_context
+def _md(context: jinja2.runtime.Context, text: str | None) -> str:
+    return safe_md(text, repo_url=context.get("repo_url"))
+
+
+@jinja2.pass_context
+def _md_line(context: jinja2.runtime.Context, text: str | None) -> str:
+    return safe_line(text, repo_url=context.get("repo_url"))
+
+
+@jinja2.pass_context
+def _cell(context: jinja2.runtime.Context, text: str | None) -> str:
+    return table_cell(text, repo_url=context.get("repo_url"))
+
+
 def render(name: str, **context: Any) -> str:
+    """Render a template; `repo_url` (the repository's page on GitHub) is the one place model
+    text may link to."""
+    context.setdefault("repo_url", None)
     return _environment().get_template(name).render(**context).strip() + "\n"
 
 
+def repo_url_of(pull_html_url: str | None) -> str | None:
+    """`https://github.com/o/r/pull/7` → `https://github.com/o/r` (None when not a PR URL)."""
+    match = re.fullmatch(r"(https?://[^/\s]+/[^/\s]+/[^/\s]+)/pull/\d+", pull_html_url or "")
+    return match.group(1) if match else None
+
+
+def same_repository(url: str, repo_url: str | None) -> bool:
+    """Whether a link stays inside the repository's pages on GitHub (no `..`, in any
+    spelling a browser would still resolve, can leave it)."""
+    if not repo_url:
+        return False
+    base, folded = repo_url.rstrip("/").casefold(), url.casefold()
+    if folded != base and not folded.startswith((base + "/", base + "#", base + "?")):
+        return False
+    rest = folded[len(base) :]
+    return not any(bad in rest for bad in ("..", "%2e", "\\", "%5c", WJ))
+
+
 def neutralise_mentions(text: str) -> str:
-    """`@user` / `@org/team` would notify people: break the mention with a zero-width joiner."""
-    return _MENTION.sub("@\u2060", text)
+    """`@user`, `@org/team`, emails and `user@sha` stay text: a word joiner after the `@`."""
+    return _AT.sub("@" + WJ, text)
 
 
-def safe_md(text: str | None) -> str:
-    """Model or PR text made safe inside our comments: no mentions, no hidden HTML comments
-    (which could forge our markers), no unbalanced code fence swallowing what follows."""
+def _links(text: str, repo_url: str | None) -> str:
+    """Bare URLs first (a same-repository one keeps its own scheme, nothing after it), then
+    inline links by their destination as it now reads, then images and definitions."""
+
+    def breaks(found: str) -> str:
+        return _WWW.sub(WJ, _SCHEME.sub(WJ, found))
+
+    def url(match: re.Match) -> str:
+        found = match.group(0)
+        if found[:4].casefold() != "www." and same_repository(found, repo_url):
+            start = found.index("://") + 3
+            return found[:start] + breaks(found[start:])
+        return breaks(found)
+
+    def inline(match: re.Match) -> str:
+        destination = match.string[match.end() :].split(None, 1)
+        if destination and same_repository(destination[0].rstrip(")"), repo_url):
+            return match.group(0)
+        return "]" + WJ + "("
+
+    text = _URL.sub(url, text)
+    text = _INLINE_LINK.sub(inline, text)
+    text = _IMAGE.sub("!" + WJ + "[", text)
+    return _DEFINITION.sub("]" + WJ + ":", text)
+
+
+def _fences(lines: list[str]) -> tuple[list[str], str]:
+    """Track fences opened at the margin (CommonMark's rules) and break nested ones; return
+    the lines and the fence that closes one left open ("" when none is)."""
+    out, open_fence = [], ""
+    for line in lines:
+        if open_fence:
+            stripped = line.lstrip(" ")
+            rest = stripped.lstrip(open_fence[0])
+            if (
+                len(line) - len(stripped) <= 3
+                and len(stripped) - len(rest) >= len(open_fence)
+                and not rest.strip(" \t")
+            ):
+                open_fence = ""
+            out.append(line)
+            continue
+        opener = _OPENER.match(line)
+        if opener and not (opener.group(1)[0] == "`" and "`" in opener.group(2)):
+            open_fence = opener.group(1)
+            out.append(line)
+            continue
+        out.append(_NESTED_FENCE.sub(lambda m: m.group(1) + WJ, line, count=1))
+    return out, open_fence
+
+
+def safe_md(text: str | None, *, repo_url: str | None = None) -> str:
+    """Model or PR text made inert inside our comments (see the module docstring). The text
+    is placed at the start of a line; what follows it is never inside its code fence."""
     if not text:
         return ""
-    text = neutralise_mentions(str(text))
-    text = text.replace("<!--", "&lt;!--").replace("-->", "--&gt;")
-    if len(_FENCE.findall(text)) % 2:
-        text += "\n```"
-    return text
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd")
+    lines, open_fence = _fences(text.split("\n"))
+    text = _links("\n".join(lines), repo_url)
+    text = _TAG.sub("<" + WJ, text)
+    text = _ENTITY.sub("&" + WJ, text)
+    text = _CROSS_REF.sub(lambda m: m.group(1) + WJ, text)
+    text = neutralise_mentions(text)
+    return text + ("\n" + open_fence if open_fence else "")
+
+
+def safe_line(text: str | None, *, repo_url: str | None = None) -> str:
+    """One line of inert text, for places inside a sentence (errors, titles, progress)."""
+    return " ".join(safe_md(text, repo_url=repo_url).split())
 
 
 def fenced(code: str, info: str = "") -> str:
@@ -60,10 +183,9 @@ def fenced(code: str, info: str = "") -> str:
     return f"{fence}{info}\n{code}\n{fence}"
 
 
-def table_cell(text: str | None) -> str:
+def table_cell(text: str | None, *, repo_url: str | None = None) -> str:
     """One markdown table cell: a single line, pipes escaped."""
-    flat = " ".join(safe_md(text).split())
-    return flat.replace("|", "\\|")[:300]
+    return safe_line(text, repo_url=repo_url).replace("|", "\\|")[:300]
 
 
 def usd(value: float | None) -> str:

@@ -1,44 +1,245 @@
-"""Model text shown on GitHub cannot mention people, forge markers or break out of code."""
+"""Model and PR text is inert on every surface: rendered into each template and read as
+GitHub reads it (tests/inert.py), it adds no mention, raw HTML, image, outside link,
+cross-repository reference or comment marker, and never swallows what the template puts
+after it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from bot.texts import STATUS_MARKER, fenced, render, safe_md, table_cell
+from bot.texts import STATUS_MARKER, WJ, fenced, render, repo_url_of, safe_md, table_cell
+from tests.inert import read
 
-LIVE = ("@octocat", "@org/admins")
+REPO_URL = "https://github.test/octo/widgets"
+PR_URL = f"{REPO_URL}/pull/1"
+PLACEHOLDER = "PLACEHOLDER"
+
+TOKENS = [
+    "@", "@octocat", "@org/admins", "café@octocat", "naïve@octocat", "é", "ü@octo", "a@b.co",
+    "dev@example.com", "octocat@deadbeef1", "&#64;octocat", "&#x40;octocat", "&commat;octocat",
+    "&", "&amp;", "#", "o/r#1", "octo/other#12", "<", ">", "<details>", "</details>",
+    "<summary>", "<img src=x>", "<IMG SRC=x>", "<a href=https://evil.test>", "<sub>", "<!--",
+    "-->", STATUS_MARKER, "![a](https://evil.test/p.png)", "![a][r]", "[l](https://evil.test)",
+    f"[l]({REPO_URL}/blob/main/calc.py#L2)", f"[l]({REPO_URL}/../../evil)",
+    f"[l]({REPO_URL}/%2e%2e/x)", f"{REPO_URL}/pull/2", "[l](/evil)", "[r]: https://evil.test",
+    "[r]", "[^1]", "[^1]: x", "<https://evil.test>", "https://evil.test", "HTTPS://EVIL.TEST",
+    "ftp://evil.test", "www.evil.test", "xmpp:a@b.co", "mailto:a@b.co", "```", "~~~", "````",
+    "`", "``", "~", "```py", "~~~ `x`", "\n", "\n\n", "\r", "\r\n", "\x00", " ", "   ", "    ",
+    "\t", "> ", "- ", "* ", "1. ", "|", "\\", "*", "**", "_", "[", "]", "(", ")", ":", "!",
+    "a", "x", WJ, "\u00a0", "---", "===",
+]  # fmt: skip
+hostile = st.lists(
+    st.one_of(st.sampled_from(TOKENS), st.text(max_size=4)), min_size=1, max_size=30
+).map("".join)
+CHECKS = settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def status(text: dict[str, str], state: str) -> str:
+    findings = [
+        {
+            "ordinal": n,
+            "severity": "major",
+            "where": f"{text['path']}:3",
+            "link": f"{PR_URL}/files#diff-abc{n}R3" if n == 1 else None,
+            "title": text["title"],
+            "state": finding_state,
+            "verify": text["verify"],
+        }
+        for n, finding_state in ((1, "kept"), (2, "dropped"), (3, "skipped"))
+    ]
+    return render(
+        "status.md.j2",
+        headline="draft ready",
+        state=state,
+        progress=text["progress"],
+        short_sha="abc1234",
+        provider="claude",
+        error=text["error"],
+        stale=state == "draft",
+        stale_sha="def5678" if state == "running" else None,
+        verdict="request_changes",
+        summary=text["summary"],
+        posted_by="octocat",
+        posted_event="COMMENT",
+        findings=findings,
+        not_reviewed=[(text["path"], "lock file")],
+        config_error=text["config"],
+        cost_line="1 model run(s) · cost $0.0100",
+        commands=["approve", "review"],
+        prefix="/cockpit",
+        repo_url=REPO_URL,
+    )
+
+
+def check_run(text: dict[str, str], kind: str) -> str:
+    return render(
+        "check_run.md.j2",
+        stopped=text["progress"] if kind == "stopped" else None,
+        error=text["error"] if kind == "error" else None,
+        verdict="comment",
+        summary=text["summary"],
+        findings=[{}, {}],
+        stale=True,
+        repo_url=REPO_URL,
+    )
+
+
+def inline_comment(text: dict[str, str], _kind: str) -> str:
+    return render(
+        "inline_comment.md.j2",
+        ordinal=1,
+        severity="nit",
+        title=text["title"],
+        body=text["body"],
+        suggestion=text["suggestion"],
+        repo_url=REPO_URL,
+    )
+
+
+def review_body(text: dict[str, str], _kind: str) -> str:
+    other = [
+        {
+            "ordinal": n,
+            "severity": "minor",
+            "where": text["path"],
+            "title": text["title"],
+            "body": text["body"],
+            "reason": "not on a line of the diff",
+        }
+        for n in (1, 2)
+    ]
+    return render(
+        "review_body.md.j2",
+        provider="claude",
+        verdict="comment",
+        summary=text["summary"],
+        other=other,
+        repo_url=REPO_URL,
+    )
+
+
+def reply(text: dict[str, str], kind: str) -> str:
+    return render(
+        "reply.md.j2",
+        kind=kind,
+        prefix="/cockpit",
+        command="approve",
+        reason=text["error"],
+        unknown=text["title"],
+        state_line="latest review: draft",
+        commands=[("approve", "publish the draft")],
+        repo_url=REPO_URL,
+    )
+
+
+SURFACES = [
+    *[(status, state) for state in ("queued", "running", "failed", "cancelled", "draft", "posted")],
+    *[(check_run, kind) for kind in ("draft", "error", "stopped")],
+    (inline_comment, ""),
+    (review_body, ""),
+    (reply, "failed"),
+    (reply, "help"),
+]
+FIELDS = ("summary", "title", "body", "path", "verify", "progress", "error", "config")
+
+
+def landmarks(benign: str) -> list[str]:
+    """The template's own bold labels (those not holding model text)."""
+    return [s for s in read(benign, REPO_URL).strong if PLACEHOLDER not in s]
+
+
+def assert_inert(surface: Any, kind: str, text: dict[str, str]) -> None:
+    benign_text = dict.fromkeys(text, PLACEHOLDER)
+    benign = surface(benign_text, kind)
+    rendered = surface(text, kind)
+    seen = read(rendered, REPO_URL)
+    assert seen.active == read(benign, REPO_URL).active, rendered
+    labels = seen.strong
+    for label in landmarks(benign):
+        assert label in labels, f"{label!r} was swallowed:\n{rendered}"
+        labels = labels[labels.index(label) + 1 :]  # in the template's order
+    if surface is inline_comment and text["suggestion"]:  # exactly the code, line endings aside
+        code = text["suggestion"].replace("\r\n", "\n").replace("\r", "\n")
+        assert ("suggestion", code.replace("\x00", "\ufffd") + "\n") in seen.pre_langs
+
+
+@given(
+    surface=st.sampled_from(SURFACES),
+    data=st.fixed_dictionaries({name: hostile for name in (*FIELDS, "suggestion")}),
+)
+@CHECKS
+def test_generated_text_is_inert_in_every_template(surface, data):
+    assert_inert(*surface, data)
+
+
+AUDIT_CASES = [
+    "café@octocat and naïve@octocat",
+    "&#64;octocat &#x40;octocat &commat;octocat",
+    "Summary\n```\n~~~\n",
+    "~~~\n```\n",
+    "<details><summary>ok</summary>hidden</details>",
+    '<img src="https://evil.test/track.png">',
+    "![x](https://evil.test/track.png)",
+    f"{STATUS_MARKER}\nforged status",
+    "[docs](https://evil.test) and <https://evil.test> and www.evil.test",
+    "see octo/other#12 and octocat@deadbeef12",
+    "- ```\n  nested fence\n```\n",
+    "    ```\nindented\n",
+    "```a`\nnot a fence\n```",
+    "```\n````  `\nstill code\n",
+]
+
+
+@pytest.mark.parametrize("case", AUDIT_CASES)
+def test_the_audits_cases_are_inert_in_every_template(case):
+    for surface, kind in SURFACES:
+        assert_inert(surface, kind, dict.fromkeys((*FIELDS, "suggestion"), case))
+
+
+def test_links_into_the_same_repository_stay_links():
+    link = f"{REPO_URL}/blob/main/calc.py#L2"
+    out = safe_md(f"see [calc.py]({link}) and {link}", repo_url=REPO_URL)
+    assert out == f"see [calc.py]({link}) and {link}"
+    assert "https://evil" not in safe_md("[a](https://evil.test)", repo_url=REPO_URL)
 
 
 @pytest.mark.parametrize(
-    "text",
+    "url",
     [
-        "ping @octocat",
-        "cc @org/admins please",
-        "`@octocat",
-        "x`@org/admins",
-        "(@octocat)",
-        "@octocat's",
-        "**@octocat**",
-        "[@octocat](https://x)",
+        f"{REPO_URL}/../../evil",
+        f"{REPO_URL}/%2E%2E/evil",
+        f"{REPO_URL}.evil.test/x",
+        f"{REPO_URL}evil/x",
+        "https://github.test/octo/other/x",
     ],
 )
+def test_links_that_leave_the_repository_become_text(url):
+    assert read(safe_md(f"[a]({url}) {url}", repo_url=REPO_URL), REPO_URL).active == {}
+
+
+def test_repo_url_of_a_pull_request():
+    assert repo_url_of(PR_URL) == REPO_URL
+    assert repo_url_of("https://evil.test/x") is None and repo_url_of(None) is None
+
+
+@pytest.mark.parametrize(
+    "text", ["ping @octocat", "cc @org/admins", "`@octocat", "(@octocat)", "[@octocat](x)"]
+)
 def test_mentions_are_neutralised(text):
-    assert not any(live in safe_md(text) for live in LIVE)
-    assert not any(live in table_cell(text) for live in LIVE)
+    for out in (safe_md(text), table_cell(text)):
+        assert "@octocat" not in out and "@org/admins" not in out
 
 
-@pytest.mark.parametrize("text", ["mail me at dev@example.com", "a@b"])
-def test_email_addresses_are_left_alone(text):
-    assert safe_md(text) == text
-
-
-def test_markers_and_html_comments_cannot_be_forged():
-    out = safe_md(f"{STATUS_MARKER} fake <!-- hidden -->")
-    assert "<!--" not in out and "-->" not in out
-
-
-def test_unbalanced_fence_is_closed():
-    assert safe_md("```python\nx = 1").endswith("```")
+def test_emails_read_the_same_but_are_not_links_or_mentions():
+    out = safe_md("mail me at dev@example.com")
+    assert out.replace(WJ, "") == "mail me at dev@example.com"
+    assert read(out).active == {}
 
 
 def test_table_cells_stay_one_cell():
@@ -46,9 +247,14 @@ def test_table_cells_stay_one_cell():
 
 
 def test_suggestion_cannot_close_its_fence():
-    hostile = "x = 1\n```\nping @octocat\n````"
+    hostile_code = "x = 1\n```\nping @octocat\n````"
     body = render(
-        "inline_comment.md.j2", ordinal=1, severity="nit", title="t", body="b", suggestion=hostile
+        "inline_comment.md.j2",
+        ordinal=1,
+        severity="nit",
+        title="t",
+        body="b",
+        suggestion=hostile_code,
     )
     lines = body.strip().split("\n")
     assert lines[-1] == "`````" and "`````suggestion" in lines  # longer than any run inside

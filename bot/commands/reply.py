@@ -8,13 +8,14 @@ from typing import Any
 import gidgethub
 
 from bot.commands.pr import PullRequest
-from bot.texts import render
+from bot.texts import render, repo_url_of
 
 log = logging.getLogger(__name__)
 
 
 def text(pr: PullRequest, kind: str, **context: Any) -> str:
-    return render("reply.md.j2", kind=kind, prefix=pr.prefix, **context)
+    repo_url = repo_url_of(pr.pull["html_url"]) if pr.pull else None
+    return render("reply.md.j2", kind=kind, prefix=pr.prefix, repo_url=repo_url, **context)
 
 
 async def post(pr: PullRequest, body: str) -> None:

@@ -18,7 +18,7 @@ import gidgethub
 
 from bot.commands.catalog import suggested
 from bot.review.store import latest_draft, load_findings, review_cost, update_review
-from bot.texts import STATUS_MARKER, fit, render, usd
+from bot.texts import STATUS_MARKER, fit, neutralise_mentions, render, repo_url_of, usd
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -49,6 +49,11 @@ class Publisher:
     ctx: Context
     gh: Any
     pull: sqlite3.Row
+
+    @property
+    def repo_url(self) -> str | None:
+        """The repository's page on GitHub: the one place model text may link to."""
+        return repo_url_of(self.pull["html_url"])
 
     @property
     def owner_repo(self) -> dict[str, Any]:
@@ -134,6 +139,7 @@ class Publisher:
             cost_line=cost_line,
             commands=suggested(review["state"], bool(review["stale"])),
             prefix=self.ctx.settings.command_prefix,
+            repo_url=self.repo_url,
         )
 
     def _finding_view(self, finding: sqlite3.Row, review: sqlite3.Row) -> dict[str, Any]:
@@ -207,6 +213,7 @@ class Publisher:
                 summary=review["summary"],
                 findings=findings,
                 stale=bool(review["stale"]),
+                repo_url=self.repo_url,
             ),
             65_000,
         )
@@ -288,6 +295,7 @@ class Publisher:
                             title=f["title"],
                             body=f["body"],
                             suggestion=f["suggestion"] if f["side"] == "RIGHT" else None,
+                            repo_url=self.repo_url,
                         )
                     ),
                 }
@@ -317,6 +325,7 @@ class Publisher:
                 verdict=review["verdict"],
                 summary=review["summary"],
                 other=other,
+                repo_url=self.repo_url,
             )
         )
         return {"commit_id": review["head_sha"], "body": body, "comments": comments}
@@ -329,6 +338,8 @@ def _annotation(finding: sqlite3.Row) -> dict[str, Any]:
         "start_line": finding["line"],
         "end_line": end,
         "annotation_level": LEVELS.get(finding["severity"], "notice"),
-        "title": f"F{finding['ordinal']} · {finding['severity']} · {finding['title']}"[:255],
-        "message": (finding["body"] or finding["title"])[:64_000],
+        "title": neutralise_mentions(
+            f"F{finding['ordinal']} · {finding['severity']} · {finding['title']}"
+        )[:255],
+        "message": neutralise_mentions(finding["body"] or finding["title"])[:64_000],
     }
