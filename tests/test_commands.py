@@ -75,10 +75,33 @@ def test_commands_are_found(body, expected):
         "/cockpitapprove",
         "/cockpit-approve",
         "//cockpit approve",
+        "<!--\n/cockpit approve\n-->",  # an HTML comment: nobody sees it
+        "<!-- /cockpit approve -->",
+        "text <!-- hidden\n/cockpit approve\nstill hidden --> shown",
+        "<!--\n/cockpit approve",  # never closed: hidden to the end
+        "<pre>\n/cockpit approve\n</pre>",
+        "<PRE class=x>\n/cockpit approve\n</PRE>",
+        "<textarea>\n/cockpit approve\n</textarea>",
+        "<pre>/cockpit approve</pre>",
     ],
 )
 def test_text_that_is_not_a_command(body):
     assert parse_commands(body) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "<!-- note -->\n/cockpit approve",
+        "<!--\nhidden\n-->\n/cockpit approve",
+        "<pre>x</pre>\n/cockpit approve",
+        "```\n<!--\n```\n/cockpit approve",  # a comment opener inside code hides nothing
+        "<preview>\n/cockpit approve",  # not a <pre> block
+        "/cockpit approve <!-- the rest is hidden\n/cockpit drop F1",
+    ],
+)
+def test_commands_after_hidden_parts_still_run(body):
+    assert names(body) == [("approve", (), {}, "")]
 
 
 def test_unclosed_fence_hides_the_rest():

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+# Hidden from readers: HTML comments, and raw blocks shown as-is (`<pre>`, `<textarea>` …).
+_HIDDEN = re.compile(r"<!--|<(pre|textarea|script|style|xmp)(?=[\s>/])", re.I)
 _FINDING = re.compile(r"^[Ff](\d{1,4})$")
 # Flags that take a value (`--provider codex` or `--provider=codex`); the rest are switches.
 VALUE_FLAGS = frozenset({"provider", "with"})
@@ -25,14 +27,20 @@ class Command:
 
 
 def parse_commands(body: str | None, prefix: str = "/cockpit") -> list[Command]:
-    """Commands are lines that start with the prefix, outside code fences, indented code
-    and `>` quotes; several may appear in one comment and run in order."""
+    """Commands are lines that start with the prefix, outside code fences, indented code,
+    `>` quotes, HTML comments and `<pre>`-like blocks (what a reader cannot see as a command
+    never runs); several may appear in one comment and run in order."""
     if not body:
         return []
     commands = []
     fence: str | None = None
+    hidden: str | None = None  # what ends the hidden part we are in (`-->`, `</pre>` …)
     wanted = prefix.casefold()
     for number, raw in enumerate(body.replace("\r\n", "\n").replace("\r", "\n").split("\n")):
+        if hidden is not None or fence is None:
+            hidden, visible = _hidden_after(raw, hidden)
+            if not visible:
+                continue
         match = _FENCE.match(raw)
         if match:
             marker = match.group(1)
@@ -57,6 +65,25 @@ def parse_commands(body: str | None, prefix: str = "/cockpit") -> list[Command]:
             continue
         commands.append(_command(rest.strip(), number))
     return commands
+
+
+def _hidden_after(line: str, hidden: str | None) -> tuple[str | None, bool]:
+    """(what still hides the next lines, whether this line starts visible: a command is
+    only ever at the start of a line)."""
+    visible = hidden is None
+    position = 0
+    while True:
+        if hidden is not None:
+            end = line.lower().find(hidden, position)
+            if end < 0:
+                return hidden, visible
+            position, hidden = end + len(hidden), None
+            continue
+        opened = _HIDDEN.search(line, position)
+        if opened is None:
+            return None, visible
+        hidden = "-->" if opened.group(0) == "<!--" else f"</{opened.group(1).lower()}>"
+        position = opened.end()
 
 
 def _command(rest: str, line: int) -> Command:
