@@ -97,11 +97,15 @@ def test_text_that_is_not_a_command(body):
         "<pre>x</pre>\n/cockpit approve",
         "```\n<!--\n```\n/cockpit approve",  # a comment opener inside code hides nothing
         "<preview>\n/cockpit approve",  # not a <pre> block
-        "/cockpit approve <!-- the rest is hidden\n/cockpit drop F1",
     ],
 )
 def test_commands_after_hidden_parts_still_run(body):
     assert names(body) == [("approve", (), {}, "")]
+
+
+def test_a_comment_opened_after_a_command_hides_the_next_lines():
+    body = "/cockpit status <!-- the rest is hidden\n/cockpit approve\n-->"
+    assert [c.name for c in parse_commands(body)] == ["status"]
 
 
 def test_unclosed_fence_hides_the_rest():
