@@ -246,6 +246,27 @@ CREATE TABLE IF NOT EXISTS eval_findings (
 );
 """
 
+# Columns added after a table was first shipped: ALTER TABLE ADD COLUMN when missing, so an
+# older database gains them at its next start (and a new one right after CREATE TABLE).
+ADDED_COLUMNS = (
+    ("pulls", "repo_id", "INTEGER"),  # GitHub's id: a renamed repository keeps it
+    ("reviews", "reason", "TEXT"),  # what started it: opened, synchronize, command …
+    ("reviews", "requested_by", "TEXT"),  # the person who asked, for command reviews
+    ("runs", "installation_id", "INTEGER"),  # the daily budget's ledger outlives the PRs
+)
+AFTER_COLUMNS = """
+CREATE UNIQUE INDEX IF NOT EXISTS pulls_repo_id ON pulls(repo_id, number)
+    WHERE repo_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS runs_installation ON runs(installation_id, started_at);
+CREATE INDEX IF NOT EXISTS reviews_created ON reviews(created_at);
+-- One row per notice that must not repeat too often (e.g. "not allowed" per person and PR).
+CREATE TABLE IF NOT EXISTS notices (
+    key TEXT PRIMARY KEY,
+    sent_at REAL NOT NULL
+);
+"""
+
+
 class Database:
     """One aiosqlite connection; writes and multi-statement work go through `transaction()`."""
 
@@ -275,6 +296,13 @@ class Database:
     async def ensure_schema(self) -> None:
         async with self._lock:
             await self.conn.executescript(SCHEMA)
+            for table, column, declaration in ADDED_COLUMNS:
+                rows = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
+                if column not in {row[1] for row in rows}:
+                    await self.conn.execute(
+                        f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+                    )
+            await self.conn.executescript(AFTER_COLUMNS)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.review.publish import Publisher
-from bot.review.store import get_pull, upsert_pull
+from bot.review.store import find_pull, upsert_pull
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -48,7 +48,7 @@ class PullRequest:
         data = await self.gh.getitem("/repos/{owner}/{repo}/pulls/{number}", self.owner_repo)
         installation = self.installation_id or (self.pull["installation_id"] if self.pull else None)
         await upsert_pull(self.ctx.db, installation, self.repo, data)
-        self.pull = await get_pull(self.ctx.db, self.repo["full_name"], self.number)
+        self.pull = await find_pull(self.ctx.db, self.repo, self.number)
         assert self.pull is not None
         return self.pull
 

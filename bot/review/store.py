@@ -10,7 +10,11 @@ from bot.storage import Database
 
 
 async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr: dict) -> int:
-    """Record the PR as the payload shows it; returns the `pulls.id`."""
+    """Record the PR as the payload shows it; returns the `pulls.id`.
+
+    A PR is known by its repository's id: a renamed or transferred repository keeps its
+    state, and a new repository that takes an old name never inherits the old one's (the
+    old rows give the name up)."""
     values: dict[str, Any] = {
         "installation_id": installation_id,
         "repo": repo["full_name"],
@@ -25,20 +29,60 @@ async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr:
         "state": pr.get("state", "open"),
         "draft": int(bool(pr.get("draft"))),
         "updated_at": time.time(),
+        "repo_id": repo.get("id") if isinstance(repo.get("id"), int) else None,
     }
-    row = await db.fetchone(
-        f"INSERT INTO pulls ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})"
-        " ON CONFLICT (repo, number) DO UPDATE SET "
-        + ", ".join(f"{k} = excluded.{k}" for k in values if k not in ("repo", "number"))
-        + " RETURNING id",
-        tuple(values.values()),
-    )
-    assert row is not None
-    return int(row[0])
+    name, number, repo_id = values["repo"], values["number"], values["repo_id"]
+    async with db.transaction() as conn:
+        if repo_id is None:
+            cursor = await conn.execute(
+                "SELECT id FROM pulls WHERE repo = ? AND number = ?", (name, number)
+            )
+        else:
+            await conn.execute(  # another repository had this name: it gives it up
+                "UPDATE pulls SET repo = repo || ' (repository ' || repo_id || ')'"
+                " WHERE repo = ? AND number = ? AND repo_id IS NOT NULL AND repo_id != ?",
+                (name, number, repo_id),
+            )
+            cursor = await conn.execute(
+                "SELECT id FROM pulls WHERE repo_id = ? AND number = ?"
+                " UNION ALL SELECT id FROM pulls WHERE repo = ? AND number = ?"
+                " AND repo_id IS NULL",  # stored before ids were: adopted
+                (repo_id, number, name, number),
+            )
+        found = await cursor.fetchone()
+        if found is not None and repo_id is not None:
+            await conn.execute(  # an id-less row under the new name is someone else's
+                "UPDATE pulls SET repo = repo || ' (before repository ids)'"
+                " WHERE repo = ? AND number = ? AND repo_id IS NULL AND id != ?",
+                (name, number, found[0]),
+            )
+        if found is None:
+            cursor = await conn.execute(
+                f"INSERT INTO pulls ({', '.join(values)})"
+                f" VALUES ({', '.join('?' * len(values))})",
+                tuple(values.values()),
+            )
+            return int(cursor.lastrowid or 0)
+        if repo_id is None:
+            values.pop("repo_id")
+        await conn.execute(
+            f"UPDATE pulls SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
+            (*values.values(), found[0]),
+        )
+        return int(found[0])
 
 
 async def get_pull(db: Database, repo: str, number: int) -> sqlite3.Row | None:
     return await db.fetchone("SELECT * FROM pulls WHERE repo = ? AND number = ?", (repo, number))
+
+
+async def find_pull(db: Database, repo: dict, number: int) -> sqlite3.Row | None:
+    """The PR of a payload's `repository`, by its id (by name for payloads without one)."""
+    if isinstance(repo.get("id"), int):
+        return await db.fetchone(
+            "SELECT * FROM pulls WHERE repo_id = ? AND number = ?", (repo["id"], number)
+        )
+    return await get_pull(db, repo["full_name"], number)
 
 
 async def pull_by_id(db: Database, pull_id: int) -> sqlite3.Row | None:
