@@ -28,13 +28,16 @@ _known_secrets: set[str] = set()
 
 
 def register_secret(value: str | None) -> None:
-    """Remember a secret value so it is replaced in every log line."""
+    """Remember a secret value so it is replaced in every log line, also as JSON writes it
+    (a `"`, `\\`, newline or non-ASCII letter is escaped in the line we emit)."""
     if value and len(value) >= 6:
         _known_secrets.add(value)
+        for ascii_only in (True, False):
+            _known_secrets.add(json.dumps(value, ensure_ascii=ascii_only)[1:-1])
 
 
 def redact(text: str) -> str:
-    for secret in _known_secrets:
+    for secret in sorted(_known_secrets, key=len, reverse=True):  # longest form first
         if secret in text:
             text = text.replace(secret, "***")
     return _TOKEN_PATTERNS.sub("***", text)

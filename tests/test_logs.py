@@ -36,3 +36,15 @@ def test_registered_secret_is_redacted_from_formatted_records():
         line = json.loads(JsonFormatter().format(record))
     assert line["msg"] == "secret is ***"
     assert (line["delivery"], line["repo"], line["pr"], line["job"]) == ("abc", "o/r", 5, 9)
+
+
+@pytest.mark.parametrize(
+    "secret", ['pa"ss-word-123', "back\\slash-secret", "wörd-sécret-123", "line\nbreak-secret"]
+)
+def test_registered_secrets_are_redacted_after_json_escaping(secret):
+    register_secret(secret)
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "got %s", (secret,), None)
+    line = JsonFormatter().format(record)
+    assert json.loads(line)["msg"] == "got ***"
+    for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]):
+        assert form not in line

@@ -7,6 +7,7 @@ job, the verify pass and eval replays all run this same function.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +68,8 @@ class Reviewer:
 
 
 async def pr_diff(tree: Worktree) -> DiffModel:
-    """merge-base → head, as the PR's "Files changed" shows it."""
+    """merge-base → head, as the PR's "Files changed" shows it. A diff may be tens of MB:
+    it is decoded and parsed on a worker thread, never on the event loop."""
     out = await tree.git(
         "diff",
         "--no-color",
@@ -79,7 +81,7 @@ async def pr_diff(tree: Worktree) -> DiffModel:
         timeout=300,
         limit=MAX_DIFF_BYTES,
     )
-    return parse_diff(out.decode("utf-8", errors="replace"))
+    return await asyncio.to_thread(lambda: parse_diff(out.decode("utf-8", errors="replace")))
 
 
 def finding_rows(draft: ReviewDraft, diff: DiffModel) -> list[dict[str, Any]]:
