@@ -15,6 +15,12 @@ DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
 DEFAULT_CODEX_MODEL = "gpt-5.3-codex"
 PROVIDERS = ("claude", "codex")
+DEFAULT_REVIEW_MAX_USD = 2.0
+DEFAULT_DAILY_MAX_USD = 25.0
+DEFAULT_DAILY_MAX_RUNS = 200
+DEFAULT_MIN_FREE_MB = 1024
+DEFAULT_SHUTDOWN_GRACE = 20.0
+NO_LIMIT = ("none", "off")  # spelled out to switch a money limit off
 
 
 class ConfigError(Exception):
@@ -63,7 +69,12 @@ class Settings:
     claude_model: str = DEFAULT_CLAUDE_MODEL
     codex_model: str = DEFAULT_CODEX_MODEL
     max_concurrent_reviews: int = 2
-    review_max_usd: float | None = None
+    review_max_usd: float | None = DEFAULT_REVIEW_MAX_USD
+    daily_max_usd: float | None = DEFAULT_DAILY_MAX_USD
+    daily_max_runs: int | None = DEFAULT_DAILY_MAX_RUNS
+    min_free_mb: int = DEFAULT_MIN_FREE_MB
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    model_timeout: float | None = None  # per model request; None: each provider's own
     command_prefix: str = "/cockpit"
 
     @property
@@ -113,16 +124,35 @@ def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int
     return value
 
 
-def _usd(env: Mapping[str, str]) -> float | None:
-    raw = env.get("COCKPIT_REVIEW_MAX_USD")
+def _limit(
+    env: Mapping[str, str], name: str, default: float | None, *, whole: bool = False
+) -> float | None:
+    """A positive amount, or `none`/`off` for no limit; unset gives the default."""
+    raw = (env.get(name) or "").strip()
     if not raw:
+        return default
+    if raw.casefold() in NO_LIMIT:
         return None
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        kind = "a whole number" if whole else "an amount"
+        raise ConfigError(name, f"expected {kind} or 'none', got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ConfigError(name, "expected a positive amount (or 'none' for no limit)")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError("COCKPIT_REVIEW_MAX_USD", f"expected dollars, got {raw!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError("COCKPIT_REVIEW_MAX_USD", "expected a positive amount")
+        raise ConfigError(name, f"expected seconds, got {raw!r}") from None
+    if not 0 <= value <= 3600:
+        raise ConfigError(name, f"expected 0 to 3600 seconds, got {raw}")
     return value
 
 
@@ -159,7 +189,18 @@ _GENERAL = {
     "max_concurrent_reviews": lambda env: _int(
         env, "COCKPIT_MAX_CONCURRENT_REVIEWS", 2, low=1, high=64
     ),
-    "review_max_usd": _usd,
+    "review_max_usd": lambda env: _limit(env, "COCKPIT_REVIEW_MAX_USD", DEFAULT_REVIEW_MAX_USD),
+    "daily_max_usd": lambda env: _limit(env, "COCKPIT_DAILY_MAX_USD", DEFAULT_DAILY_MAX_USD),
+    "daily_max_runs": lambda env: _limit(
+        env, "COCKPIT_DAILY_MAX_RUNS", DEFAULT_DAILY_MAX_RUNS, whole=True
+    ),
+    "min_free_mb": lambda env: _int(
+        env, "COCKPIT_MIN_FREE_MB", DEFAULT_MIN_FREE_MB, low=0, high=10**9
+    ),
+    "shutdown_grace": lambda env: _seconds(
+        env, "COCKPIT_SHUTDOWN_GRACE_SECONDS", DEFAULT_SHUTDOWN_GRACE
+    ),
+    "model_timeout": lambda env: _seconds(env, "COCKPIT_MODEL_TIMEOUT_SECONDS", 0) or None,
     "command_prefix": _prefix,
 }
 _GITHUB = {

@@ -15,6 +15,7 @@ from bot.github import PERMISSIONS
 
 CONFIG_PATH = ".github/cockpit.toml"
 COMMAND_LEVELS = PERMISSIONS[PERMISSIONS.index("write") :]  # who may run commands or approve
+OUTSIDE_PRS = ("review", "on-command")  # PRs whose author lacks write access
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class RepoConfig:
     max_files: int = 60
     max_diff_bytes: int = 400_000
     approve_permission: str = "write"
+    outside_prs: str = "review"
     error: str | None = field(default=None, compare=False)
 
     def to_payload(self) -> dict[str, Any]:
@@ -47,6 +49,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "max_files": (int,),
     "max_diff_bytes": (int,),
     "approve_permission": (str,),
+    "outside_prs": (str,),
 }
 
 
@@ -77,6 +80,9 @@ def parse_repo_config(text: str) -> RepoConfig:
     if "approve_permission" in values and values["approve_permission"] not in COMMAND_LEVELS:
         problems.append(f"`approve_permission` must be one of {', '.join(COMMAND_LEVELS)}")
         values.pop("approve_permission")
+    if "outside_prs" in values and values["outside_prs"] not in OUTSIDE_PRS:
+        problems.append(f"`outside_prs` must be one of {', '.join(OUTSIDE_PRS)}")
+        values.pop("outside_prs")
     if "ignore" in values:
         if all(isinstance(g, str) for g in values["ignore"]):
             values["ignore"] = tuple(values["ignore"])

@@ -14,6 +14,7 @@ from aiohttp import web
 from gidgethub import routing
 
 from bot.agents.providers import ModelClients
+from bot.budget import disk
 from bot.config import Settings
 from bot.context import Context
 from bot.github import GitHubApp
@@ -115,8 +116,16 @@ async def healthz(request: web.Request) -> web.Response:
     workers_ok = ctx.jobs.workers_alive == ctx.jobs.workers_total > 0
     inbox_ok = request.app[INBOX].alive
     healthy = db_ok and workers_ok and inbox_ok
+    reasons = []
+    space = disk(ctx.settings)
+    if space.low:  # the inbox still accepts; only new reviews wait
+        reasons.append(
+            f"low disk space: {space.free_mb} MB free, below COCKPIT_MIN_FREE_MB={space.min_mb};"
+            " no new review starts"
+        )
     body = {
-        "status": "ok" if healthy else "unhealthy",
+        "status": "unhealthy" if not healthy else "degraded" if reasons else "ok",
+        "reasons": reasons,
         "db": db_ok,
         "inbox": inbox_ok,
         "queue_depth": counts.get("queued", 0) + counts.get("waiting", 0),

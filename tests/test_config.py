@@ -40,6 +40,10 @@ GOOD = {"GITHUB_APP_ID": "12", "GITHUB_PRIVATE_KEY": RSA_KEY, "GITHUB_WEBHOOK_SE
         ({"COCKPIT_MAX_CONCURRENT_REVIEWS": "0"}, "COCKPIT_MAX_CONCURRENT_REVIEWS"),
         ({"COCKPIT_REVIEW_MAX_USD": "lots"}, "COCKPIT_REVIEW_MAX_USD"),
         ({"COCKPIT_REVIEW_MAX_USD": "-1"}, "COCKPIT_REVIEW_MAX_USD"),
+        ({"COCKPIT_DAILY_MAX_USD": "0"}, "COCKPIT_DAILY_MAX_USD"),
+        ({"COCKPIT_DAILY_MAX_RUNS": "1.5"}, "COCKPIT_DAILY_MAX_RUNS"),
+        ({"COCKPIT_MIN_FREE_MB": "-1"}, "COCKPIT_MIN_FREE_MB"),
+        ({"COCKPIT_SHUTDOWN_GRACE_SECONDS": "soon"}, "COCKPIT_SHUTDOWN_GRACE_SECONDS"),
         ({"COCKPIT_PROVIDER": "gemini"}, "COCKPIT_PROVIDER"),
         ({"GITHUB_API_URL": "ftp://example"}, "GITHUB_API_URL"),
         ({"COCKPIT_COMMAND_PREFIX": "/two words"}, "COCKPIT_COMMAND_PREFIX"),
@@ -50,6 +54,26 @@ def test_bad_value_names_the_variable(overrides, variable):
         load_settings({**GOOD, **overrides})
     assert caught.value.variable == variable
     assert str(caught.value).startswith(variable)
+
+
+def test_money_limits_have_defaults_and_can_be_switched_off():
+    defaults = load_settings(GOOD)
+    assert (defaults.review_max_usd, defaults.daily_max_usd, defaults.daily_max_runs) == (
+        2.0,
+        25.0,
+        200,
+    )
+    assert (defaults.min_free_mb, defaults.shutdown_grace) == (1024, 20.0)
+    off = load_settings(
+        {
+            **GOOD,
+            "COCKPIT_REVIEW_MAX_USD": "none",
+            "COCKPIT_DAILY_MAX_USD": "off",
+            "COCKPIT_DAILY_MAX_RUNS": "None",
+        }
+    )
+    assert (off.review_max_usd, off.daily_max_usd, off.daily_max_runs) == (None, None, None)
+    assert load_settings({**GOOD, "COCKPIT_DAILY_MAX_RUNS": "50"}).daily_max_runs == 50
 
 
 def test_key_from_file_and_escaped_newlines(tmp_path):

@@ -31,7 +31,13 @@ def rows(db_path, sql):
 
 
 async def test_acknowledged_deliveries_are_processed_once_after_sigkill(tmp_path, github):
-    github.add_repo("octo", "widgets", clone_url="file:///unused", installation_id=7)
+    github.add_repo(  # the payloads' PR author may write: every PR gets a review
+        "octo",
+        "widgets",
+        clone_url="file:///unused",
+        installation_id=7,
+        permissions={"Codertocat": "write"},
+    )
     data_dir = tmp_path / "data"
     server = ServerProcess(server_env(github), data_dir, tmp_path / "server.log")
     await server.start()

@@ -15,9 +15,12 @@ REQUEST_TIMEOUT = 180.0
 class ClaudeProvider:
     name = "claude"
 
-    def __init__(self, client: anthropic.AsyncAnthropic, model: str) -> None:
+    def __init__(
+        self, client: anthropic.AsyncAnthropic, model: str, *, timeout: float | None = None
+    ) -> None:
         self.client = client
         self.model = model
+        self.timeout = timeout or REQUEST_TIMEOUT
 
     async def send(self, request: ProviderRequest) -> ModelReply:
         tools = [
@@ -34,7 +37,7 @@ class ClaudeProvider:
             ],
             tools=tools,
             messages=merge_roles(request.messages),
-            timeout=REQUEST_TIMEOUT,
+            timeout=self.timeout,
         )
         blocks = [block.to_dict() for block in response.content]
         usage = response.usage

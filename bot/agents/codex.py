@@ -21,9 +21,12 @@ REQUEST_TIMEOUT = 300.0
 class CodexProvider:
     name = "codex"
 
-    def __init__(self, client: openai.AsyncOpenAI, model: str) -> None:
+    def __init__(
+        self, client: openai.AsyncOpenAI, model: str, *, timeout: float | None = None
+    ) -> None:
         self.client = client
         self.model = model
+        self.timeout = timeout or REQUEST_TIMEOUT
 
     async def send(self, request: ProviderRequest) -> ModelReply:
         tools = [
@@ -45,7 +48,7 @@ class CodexProvider:
             include=["reasoning.encrypted_content"],
             prompt_cache_key=request.cache_key,
             max_output_tokens=MAX_OUTPUT_TOKENS,
-            timeout=REQUEST_TIMEOUT,
+            timeout=self.timeout,
         )
         items = [item.to_dict() for item in response.output]
         usage = response.usage

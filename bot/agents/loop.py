@@ -64,6 +64,7 @@ class AgentRun:
     budget: Budget
     skill_version_id: int | None = None
     review_id: int | None = None
+    installation_id: int | None = None  # whose daily budget the run counts against
     expect_submit: bool = True
     metrics: Metrics | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -71,7 +72,8 @@ class AgentRun:
     async def turn(self, user_text: str | None) -> TurnResult:
         run_id = await self.db.execute(
             "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
-            " skill_version_id, status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+            " skill_version_id, installation_id, status, started_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
             (
                 self.kind if self.kind != "verify" else "review",
                 self.kind if self.kind == "verify" else None,
@@ -80,6 +82,7 @@ class AgentRun:
                 self.provider.name,
                 self.provider.model,
                 self.skill_version_id,
+                self.installation_id,
                 time.time(),
             ),
         )

@@ -27,14 +27,22 @@ class ModelClients:
                     self._anthropic = anthropic.AsyncAnthropic(max_retries=0)
                 except anthropic.AnthropicError as exc:
                     raise AgentError("claude is not configured: set ANTHROPIC_API_KEY") from exc
-            return ClaudeProvider(self._anthropic, model or self.settings.claude_model)
+            return ClaudeProvider(
+                self._anthropic,
+                model or self.settings.claude_model,
+                timeout=self.settings.model_timeout,
+            )
         if name == "codex":
             if self._openai is None:
                 try:
                     self._openai = openai.AsyncOpenAI(max_retries=0)
                 except openai.OpenAIError as exc:
                     raise AgentError("codex is not configured: set OPENAI_API_KEY") from exc
-            return CodexProvider(self._openai, model or self.settings.codex_model)
+            return CodexProvider(
+                self._openai,
+                model or self.settings.codex_model,
+                timeout=self.settings.model_timeout,
+            )
         raise AgentError(f"unknown provider {name!r}; use claude or codex")
 
     async def close(self) -> None:

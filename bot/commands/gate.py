@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from bot.commands.catalog import BY_NAME
 from bot.commands.pr import PullRequest
 from bot.github import permits
@@ -13,6 +15,22 @@ async def permission(pr: PullRequest) -> str:
 
 async def may_run(pr: PullRequest, required: str = "write") -> bool:
     return permits(await permission(pr), required)
+
+
+NOT_ALLOWED_EVERY = 3600.0  # one "not allowed" answer per person per PR in this time
+
+
+async def first_notice(pr: PullRequest, kind: str, every: float) -> bool:
+    """True at most once per `every` seconds per person and PR (kept in the database, so
+    several processes agree): the notice may be given."""
+    now = time.time()
+    key = f"{kind}:{pr.repo.get('id') or pr.repo['full_name']}#{pr.number}:{pr.actor.casefold()}"
+    row = await pr.ctx.db.fetchone(
+        "INSERT INTO notices (key, sent_at) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
+        " SET sent_at = excluded.sent_at WHERE notices.sent_at <= ? RETURNING key",
+        (key, now, now - every),
+    )
+    return row is not None
 
 
 def rate_limited(pr: PullRequest, command: str) -> tuple[str, float] | None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
+from bot.budget import budget_used_up
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.config import PROVIDERS
 from bot.repo_config import fetch_repo_config
-from bot.review.job import enqueue_review, stop_pull_work
+from bot.review.job import enqueue_review, held_text, stop_pull_work
 
 
 async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
@@ -17,6 +20,11 @@ async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
     provider = cmd.flag("provider")
     if provider is not None and provider not in PROVIDERS:
         raise CommandFailed(f"--provider must be one of {', '.join(PROVIDERS)}")
+    spent = await budget_used_up(pr.ctx.settings, pr.ctx.db, pull["installation_id"], time.time())
+    if spent is not None:
+        raise CommandFailed(
+            held_text("budget", spent=spent.describe(pr.ctx.settings), prefix=pr.prefix)
+        )
     config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
     provider = str(provider or config.provider or pr.ctx.settings.provider)
     verify = bool(cmd.flag("verify")) or config.verify

@@ -47,11 +47,12 @@ async def run_comment(ctx: Context, gh: Any, data: dict[str, Any], number: int, 
         )
         pull = None
     pr = PullRequest(ctx, gh, repo, number, pull, comment["user"]["login"], installation_id)
-    await react(pr, comment["id"], kind, "eyes")
-    if not await gate.may_run(pr):
-        await react(pr, comment["id"], kind, "confused")
-        await reply(pr, "not_allowed")
+    if not await gate.may_run(pr):  # answered once an hour at most: a flood costs nothing
+        if await gate.first_notice(pr, "not-allowed", gate.NOT_ALLOWED_EVERY):
+            await react(pr, comment["id"], kind, "confused")
+            await reply(pr, "not_allowed")
         return
+    await react(pr, comment["id"], kind, "eyes")
     ok = True
     for cmd in commands:
         ok = await run_one(pr, cmd) and ok

@@ -8,12 +8,14 @@ import json
 import logging
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import gidgethub
 
 from bot.agents.base import AgentError, Budget
+from bot.budget import budget_used_up, disk
 from bot.logs import log_context
 from bot.queue import REVIEWS, Job
 from bot.repo_config import RepoConfig, fetch_repo_config
@@ -29,6 +31,7 @@ from bot.review.store import (
     update_review,
 )
 from bot.sessions.store import end_pull_sessions
+from bot.texts import render
 from bot.worktrees import GitError, Worktree
 
 if TYPE_CHECKING:
@@ -39,6 +42,11 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY = 10.0  # seconds between status-comment progress edits
 INTERNAL_ERROR = "an internal error occurred; the operator's logs have details"
 GAVE_UP = "it did not finish in any of its attempts ({reason}); it is not retried automatically"
+
+
+def held_text(kind: str, **context: Any) -> str:
+    """Why a review is not started, one line (templates/held.md.j2)."""
+    return render("held.md.j2", kind=kind, **context).strip()
 
 
 def review_key(pull_id: int) -> str:
@@ -60,14 +68,23 @@ async def enqueue_review(
     config: RepoConfig,
     reason: str,
     requested_by: str | None = None,
+    hold_if: Callable[[Any], Awaitable[str | None]] | None = None,
 ) -> int:
-    """Queue a review of `head_sha`, superseding any queued or running review of the PR."""
+    """Queue a review of `head_sha`, superseding any queued or running review of the PR.
+    `hold_if` decides in the same transaction (so concurrent deliveries count right) that
+    the review is held instead: it says why, and the job finds nothing to run."""
     provider = provider or ctx.settings.provider
+    held: list[str] = []
 
     async def create_review(conn: Any) -> dict:
-        return {"review_id": await state.create(conn, pull_id, head_sha, provider)}
+        why = await hold_if(conn) if hold_if is not None else None
+        held.extend([why] if why else [])
+        review_id = await state.create(
+            conn, pull_id, head_sha, provider, reason=reason, requested_by=requested_by, held=why
+        )
+        return {"review_id": review_id}
 
-    return await ctx.jobs.enqueue(
+    job_id = await ctx.jobs.enqueue(
         "review",
         review_key(pull_id),
         {
@@ -84,6 +101,9 @@ async def enqueue_review(
         max_attempts=2,
         prepare=create_review,
     )
+    if held:
+        await queue_status_refresh(ctx, pull_id)
+    return job_id
 
 
 async def queue_status_refresh(ctx: Context, pull_id: int) -> None:
@@ -196,6 +216,10 @@ class ReviewJob:
     review_id: int
 
     async def run(self, config: RepoConfig) -> None:
+        why_not = await self._why_not_now()
+        if why_not is not None:
+            await self._held(why_not)
+            return
         await state.start(self.ctx.db, self.review_id, config_error=config.error)
         try:
             review = await get_review(self.ctx.db, self.review_id)
@@ -231,6 +255,7 @@ class ReviewJob:
             config=config,
             pull_id=self.pull["id"],
             review_id=review_id,
+            installation_id=self.pull["installation_id"],
         )
         reviewer = Reviewer(
             ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
@@ -259,6 +284,25 @@ class ReviewJob:
         review = await get_review(ctx.db, review_id)
         await self.publisher.finish_check(review)
         await self.publisher.status(review)
+
+    async def _why_not_now(self) -> str | None:
+        """Why no review may start now, whoever asked: disk below its watermark, or the
+        installation's model budget for the day spent."""
+        settings, prefix = self.ctx.settings, self.ctx.settings.command_prefix
+        space = disk(settings)
+        if space.low:
+            return held_text("disk", free_mb=space.free_mb, min_mb=space.min_mb, prefix=prefix)
+        spent = await budget_used_up(
+            settings, self.ctx.db, self.pull["installation_id"], time.time()
+        )
+        if spent is not None:
+            return held_text("budget", spent=spent.describe(settings), prefix=prefix)
+        return None
+
+    async def _held(self, why: str) -> None:
+        log.warning("review not started", extra={"fields": {"reason": why}})
+        if await state.hold(self.ctx.db, self.review_id, why):
+            await self.publisher.status(await get_review(self.ctx.db, self.review_id))
 
     async def _failed(self, reason: str) -> None:
         log.warning("review failed", extra={"fields": {"reason": reason}})

@@ -44,6 +44,7 @@ class ReviewRequest:
     config: RepoConfig
     pull_id: int | None = None
     review_id: int | None = None
+    installation_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ async def review_worktree(
         budget=reviewer.budget,
         skill_version_id=skill.id,
         review_id=request.review_id,
+        installation_id=request.installation_id,
         metrics=reviewer.metrics,
     )
     prompt = render(

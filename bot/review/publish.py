@@ -37,6 +37,7 @@ HEADLINES = {
     "failed": "review failed",
     "cancelled": "review stopped",
     "superseded": "superseded by a newer review",
+    "held": "review not started",
 }
 
 

@@ -4,6 +4,8 @@ the findings' `state`. Every transition is a compare-and-set that says whether i
     queued → running → draft → posting → posted
        ↘        ↘ failed / cancelled    ↖ (release: nothing went out)
         superseded (a newer review of the PR was queued)
+    queued / running → held (not started: a policy or the server's state says why; a
+                             maintainer's `review` starts a new one); also created held
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import aiosqlite
 from bot.storage import Database
 
 QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"
-FAILED, CANCELLED, SUPERSEDED = "failed", "cancelled", "superseded"
+FAILED, CANCELLED, SUPERSEDED, HELD = "failed", "cancelled", "superseded", "held"
 ACTIVE = (QUEUED, RUNNING)
 # Findings: kept (in the draft), dropped (by a person), skipped (left out of a partial approve).
 KEPT, DROPPED, SKIPPED = "kept", "dropped", "skipped"
@@ -26,9 +28,18 @@ def _marks(values: Iterable[object]) -> str:
     return ",".join("?" for _ in values) or "NULL"
 
 
-async def create(conn: aiosqlite.Connection, pull_id: int, head_sha: str, provider: str) -> int:
-    """A new queued review (inside the caller's transaction); the PR's older queued or running
-    review is superseded by it."""
+async def create(
+    conn: aiosqlite.Connection,
+    pull_id: int,
+    head_sha: str,
+    provider: str,
+    *,
+    reason: str | None = None,
+    requested_by: str | None = None,
+    held: str | None = None,
+) -> int:
+    """A new queued review (inside the caller's transaction), or with `held` one that is not
+    started and says why; the PR's older queued or running review is superseded by it."""
     now = time.time()
     await conn.execute(
         "UPDATE reviews SET state = 'superseded', updated_at = ?"
@@ -36,11 +47,34 @@ async def create(conn: aiosqlite.Connection, pull_id: int, head_sha: str, provid
         (now, pull_id),
     )
     cursor = await conn.execute(
-        "INSERT INTO reviews (pull_id, head_sha, state, provider, progress, created_at,"
-        " updated_at) VALUES (?, ?, 'queued', ?, 'queued', ?, ?)",
-        (pull_id, head_sha, provider, now, now),
+        "INSERT INTO reviews (pull_id, head_sha, state, provider, progress, reason,"
+        " requested_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            pull_id,
+            head_sha,
+            HELD if held else QUEUED,
+            provider,
+            held or "queued",
+            reason,
+            requested_by,
+            now,
+            now,
+        ),
     )
     return int(cursor.lastrowid or 0)
+
+
+async def create_held(
+    db: Database, pull_id: int, head_sha: str, provider: str, why: str, *, reason: str
+) -> int:
+    """A review that is not started (e.g. an outside author's PR); `why` is shown on the PR."""
+    async with db.transaction() as conn:
+        return await create(conn, pull_id, head_sha, provider, reason=reason, held=why)
+
+
+async def hold(db: Database, review_id: int, why: str) -> bool:
+    """queued / running → held: it will not run (today's budget is spent, disk is low …)."""
+    return await _move(db, review_id, HELD, ACTIVE, progress=why)
 
 
 async def _move(db: Database, review_id: int, to: str, sources: tuple[str, ...], **fields) -> bool:

@@ -6,6 +6,8 @@ import sqlite3
 import time
 from typing import Any
 
+import aiosqlite
+
 from bot.storage import Database
 
 
@@ -108,14 +110,34 @@ async def latest_draft(db: Database, pull_id: int) -> sqlite3.Row | None:
     )
 
 
-async def has_draft_for(db: Database, pull_id: int, head_sha: str) -> bool:
-    """A head that is already reviewed (or being reviewed) is not reviewed again unasked."""
+RETRY_AFTER = 3600.0  # a head reviewed, stopped or held this recently is not reviewed again unasked
+
+
+async def already_handled(db: Database, pull_id: int, head_sha: str, now: float) -> bool:
+    """Whether an automatic review of this head would repeat one: it has a review under way
+    or a draft, or one was stopped, failed or held in the last hour (close/reopen loops)."""
     row = await db.fetchone(
-        "SELECT 1 FROM reviews WHERE pull_id = ? AND head_sha = ? AND state IN"
-        " ('queued', 'running', 'draft', 'posting', 'posted') LIMIT 1",
-        (pull_id, head_sha),
+        "SELECT 1 FROM reviews WHERE pull_id = ? AND head_sha = ? AND (state IN"
+        " ('queued', 'running', 'draft', 'posting', 'posted') OR (state IN"
+        " ('cancelled', 'failed', 'held') AND updated_at >= ?)) LIMIT 1",
+        (pull_id, head_sha, now - RETRY_AFTER),
     )
     return row is not None
+
+
+async def automatic_reviews_since(
+    conn: aiosqlite.Connection, installation_id: int | None, author: str, since: float
+) -> int:
+    """Reviews started without anyone asking, of this author's PRs in the installation
+    (inside the caller's transaction)."""
+    cursor = await conn.execute(
+        "SELECT COUNT(*) FROM reviews r JOIN pulls p ON p.id = r.pull_id"
+        " WHERE p.installation_id IS ? AND p.author = ? AND r.requested_by IS NULL"
+        " AND r.state != 'held' AND r.created_at >= ?",
+        (installation_id, author, since),
+    )
+    row = await cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
 async def update_review(db: Database, review_id: int, **fields: Any) -> None:
