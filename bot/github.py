@@ -73,6 +73,21 @@ def retry_delay(
     return None
 
 
+def github_transient(exc: BaseException) -> bool:
+    """GitHub did not really answer (unreachable, timed out, 5xx, rate limited): worth
+    retrying later, unlike a 4xx that says no."""
+    if isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError):
+        return True
+    if isinstance(exc, gidgethub.HTTPException):
+        status = int(exc.status_code)
+        headers = {k.lower() for k in (exc.headers or {})}
+        limited = status == 403 and "retry-after" in headers  # a secondary rate limit
+        return status >= 500 or status == 429 or limited or isinstance(
+            exc, gidgethub.RateLimitExceeded
+        )
+    return False
+
+
 class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
     """gidgethub client that only calls relative URLs, retries limits, and counts calls."""
 

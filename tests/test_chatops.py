@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from bot import queue
 from bot.commands.draft import cmd_approve
 from bot.commands.parse import parse_commands
 from bot.commands.pr import PullRequest
@@ -301,3 +302,30 @@ async def test_a_strangers_command_flood_gets_one_answer_an_hour(world):
     stranger = [r for r in world.github.reactions if 9100 <= r["comment_id"] < 9200]
     assert [r["content"] for r in stranger] == ["confused"]
     assert len(await world.review_rows()) == 1  # nothing started
+
+
+async def test_publishing_waits_for_github_as_long_as_it_takes(world, monkeypatch):
+    monkeypatch.setattr(queue, "backoff_seconds", lambda attempts: 0.05)  # minutes, in life
+    world.github.fail_next("POST", r"/reviews/\d+/events$", 0)  # unreachable
+    world.github.fail_next("GET", r"/reviews/\d+$", 0, times=8)  # aiohttp retries a GET once
+    await comment(world, "/cockpit approve")
+    await world.wait_review("posted")
+    assert any("publishing is waiting for GitHub" in body for body in replies(world))
+    edits = [c["body"]["body"] for c in world.github.calls("PATCH", r"/issues/comments/\d+$")]
+    assert any("waiting for GitHub" in e and "retried automatically" in e for e in edits)
+    assert "Published" in world.status_body()
+    published = [r for r in world.github.reviews.values() if r["state"] != "PENDING"]
+    assert len(published) == 1 and len(published[0]["comments"]) == 2
+    job = await world.ctx.db.fetchone("SELECT * FROM jobs WHERE kind = 'recover_posting'")
+    assert job["state"] == "done" and job["attempts"] > 3  # past the old limit of 3
+
+
+async def test_a_refused_recovery_gives_the_draft_back(world, monkeypatch):
+    monkeypatch.setattr(queue, "backoff_seconds", lambda attempts: 0.05)
+    world.github.fail_next("POST", r"/reviews/\d+/events$", 0)  # unreachable, then …
+    world.github.fail_next("POST", r"/reviews/\d+/events$", 422)  # … no (e.g. PR locked)
+    world.github.fail_next("GET", r"/reviews/\d+$", 0, times=2)  # aiohttp retries a GET once
+    await comment(world, "/cockpit approve")
+    review = await world.wait_review("draft")
+    assert review["progress"].startswith("publishing failed: GitHub answered 422")
+    assert "The last approve did not go through" in world.status_body()

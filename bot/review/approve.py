@@ -9,15 +9,18 @@ from typing import TYPE_CHECKING
 
 import gidgethub
 
+from bot.github import github_transient
 from bot.queue import REVIEWS, Job
 from bot.review import state
 from bot.review.publish import Publisher
-from bot.review.store import get_review, load_findings, pull_by_id
+from bot.review.store import get_review, load_findings, pull_by_id, update_review
 
 if TYPE_CHECKING:
     from bot.context import Context
 
 log = logging.getLogger(__name__)
+
+POSTING_ATTEMPTS = 100_000  # with backoff capped at 5 minutes: most of a year
 
 
 class PublishFailed(Exception):
@@ -44,22 +47,48 @@ async def approve(
         return False
     try:
         await publish(ctx, publisher, review_id, chosen)
-    except gidgethub.GitHubException as exc:
+    except Exception as exc:
+        if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
+            await queue_recovery(ctx, review_id)
+            raise
         review = await get_review(ctx.db, review_id)
-        if await _pending_exists(publisher, review["pending_review_id"]):
-            await state.release(ctx.db, review_id)  # nothing went out
+        try:
+            nothing_went_out = await _pending_exists(publisher, review["pending_review_id"])
+        except Exception as check:
+            if not github_transient(check):
+                raise
+            nothing_went_out = False  # GitHub cannot tell us now: the recovery job will
+        if nothing_went_out:
+            await state.release(ctx.db, review_id)
             raise PublishFailed(
-                f"GitHub refused to publish ({exc}); the draft is unchanged"
+                f"GitHub refused to publish ({_describe(exc)}); the draft is unchanged"
             ) from exc
+        await waiting_for_github(ctx, publisher, review_id, exc)
         await queue_recovery(ctx, review_id)
         raise PublishFailed(
-            f"GitHub answered with an error ({exc}) while publishing; PR Cockpit is checking "
-            "what was published and will finish it"
+            f"publishing is waiting for GitHub ({_describe(exc)}); PR Cockpit retries until "
+            "GitHub answers, publishes exactly once, and the status comment shows it"
         ) from exc
-    except Exception:
-        await queue_recovery(ctx, review_id)
-        raise
     return True
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, gidgethub.HTTPException):
+        return f"GitHub answered {int(exc.status_code)}"
+    return f"GitHub could not be reached: {exc.__class__.__name__}"
+
+
+async def waiting_for_github(
+    ctx: Context, publisher: Publisher, review_id: int, exc: BaseException
+) -> None:
+    """Say on the review (and, if GitHub lets us, the status comment) that publishing waits."""
+    await update_review(ctx.db, review_id, progress=f"waiting for GitHub ({_describe(exc)})")
+    try:
+        await publisher.status(await get_review(ctx.db, review_id))
+    except Exception as failed:
+        if not github_transient(failed) and not isinstance(failed, gidgethub.GitHubException):
+            raise
+        log.info("status comment not updated while GitHub is unavailable")
 
 
 async def publish(ctx: Context, publisher: Publisher, review_id: int, chosen: list[int]) -> None:
@@ -101,12 +130,15 @@ async def _pending_exists(publisher: Publisher, review_id: int | None) -> bool:
 
 
 async def queue_recovery(ctx: Context, review_id: int) -> None:
+    """Finish a publish in a job that retries with backoff (capped at 5 minutes) for as long
+    as GitHub does not answer."""
     await ctx.jobs.enqueue(
         "recover_posting",
         f"posting:{review_id}",
         {"review_id": review_id},
         queue=REVIEWS,
         supersede=True,
+        max_attempts=POSTING_ATTEMPTS,
     )
 
 
@@ -136,5 +168,26 @@ async def recover_posting(ctx: Context, review_id: int) -> str:
 
 
 async def recover_posting_job(ctx: Context, job: Job) -> None:
-    outcome = await recover_posting(ctx, job.payload["review_id"])
+    review_id = job.payload["review_id"]
+    try:
+        outcome = await recover_posting(ctx, review_id)
+    except Exception as exc:
+        review = await get_review(ctx.db, review_id)
+        pull = await pull_by_id(ctx.db, review["pull_id"]) if review else None
+        if pull is None:
+            raise
+        publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
+        if github_transient(exc):  # retried by the queue, with backoff
+            await waiting_for_github(ctx, publisher, review_id, exc)
+            raise
+        if not isinstance(exc, gidgethub.HTTPException):
+            raise
+        # GitHub answered no (the PR is locked, the review was removed …): nothing went out.
+        await state.release(ctx.db, review_id)
+        await update_review(
+            ctx.db, review_id, progress=f"publishing failed: {_describe(exc)}; approve again"
+        )
+        await publisher.status(await get_review(ctx.db, review_id))
+        log.warning("GitHub refused an interrupted approve", extra={"fields": {"error": str(exc)}})
+        return
     log.info("recovered an interrupted approve", extra={"fields": {"outcome": outcome}})

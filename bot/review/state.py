@@ -147,7 +147,7 @@ async def claim_posting(
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "UPDATE reviews SET state = 'posting', posted_by = ?, posted_event = ?,"
-            " updated_at = ? WHERE id = ? AND state = 'draft'",
+            " progress = 'publishing', updated_at = ? WHERE id = ? AND state = 'draft'",
             (actor, event, time.time(), review_id),
         )
         if cursor.rowcount != 1:

@@ -225,7 +225,7 @@ class GitHubStandin:
         )
         return repo
 
-    def fail_next(
+    def fail_next(  # status 0: the connection drops without an answer
         self,
         method: str,
         path_regex: str,
@@ -301,6 +301,10 @@ class GitHubStandin:
                 and failure.pattern.search(request.path)
             ):
                 failure.times -= 1
+                if failure.status == 0:  # unreachable: the connection drops, no answer
+                    assert request.transport is not None
+                    request.transport.close()
+                    return web.Response(status=500)
                 return web.json_response(
                     failure.body, status=failure.status, headers=failure.headers
                 )
