@@ -24,6 +24,7 @@ WORKTREE_TTL = 7 * 86400
 # Processed deliveries and finished jobs are kept this long. GitHub redelivers only from the
 # last 3 days (7 on GitHub Enterprise Server), so a repeated delivery id still acts once.
 HISTORY_TTL = 30 * 86400
+CONVERSATION_TTL = 30 * 86400  # sessions, messages, reviews of PRs closed this long ago
 MAINTENANCE_EVERY = 86400
 PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against the inbox
 
@@ -45,18 +46,65 @@ async def prune_history(db: Database, older_than: float) -> tuple[int, int]:
     return removed[0], removed[1]
 
 
+async def prune_closed_conversations(db: Database, older_than: float) -> int:
+    """Forget what was said about PRs closed before `older_than`: sessions and messages,
+    reviews and findings. The cost ledger (`runs`, `run_usage`) stays."""
+    closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
+    total = 0
+    for sql in (
+        "DELETE FROM messages WHERE rowid IN (SELECT m.rowid FROM messages m JOIN sessions s"
+        f" ON s.id = m.session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
+        "DELETE FROM session_reviews WHERE id IN (SELECT r.id FROM session_reviews r JOIN"
+        f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
+        f"DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE pull_id IN ({closed})"
+        " LIMIT ?)",
+        "DELETE FROM findings WHERE id IN (SELECT f.id FROM findings f JOIN reviews r"
+        f" ON r.id = f.review_id WHERE r.pull_id IN ({closed}) LIMIT ?)",
+        f"DELETE FROM reviews WHERE id IN (SELECT id FROM reviews WHERE pull_id IN ({closed})"
+        " LIMIT ?)",
+    ):
+        while count := await db.execute(sql, (older_than, PRUNE_CHUNK)):
+            total += count
+    return total
+
+
+async def closed_pull_refs(db: Database) -> dict[str, list[int]]:
+    rows = await db.fetchall("SELECT repo, number FROM pulls WHERE state = 'closed'")
+    found: dict[str, list[int]] = {}
+    for row in rows:
+        found.setdefault(row["repo"], []).append(row["number"])
+    return found
+
+
 async def cleanup_installation(ctx: Context, job: Job) -> None:
     for repo in job.payload["repos"]:
         await ctx.mirrors.remove_repo(repo)
 
 
 async def maintenance(ctx: Context, job: Job) -> None:
-    """Housekeeping at start-up and then daily: worktrees past their TTL, old history."""
+    """Housekeeping at start-up and then daily: worktrees past their TTL, closed PRs' refs
+    and mirror gc, old history, conversations of long-closed PRs."""
+    now = time.time()
     removed = await ctx.mirrors.prune(WORKTREE_TTL)
-    deliveries, jobs = await prune_history(ctx.db, time.time() - HISTORY_TTL)
+    refs = 0
+    for repo, numbers in (await closed_pull_refs(ctx.db)).items():
+        refs += await ctx.mirrors.drop_pull_refs(repo, numbers)
+    collected = await ctx.mirrors.collect_garbage()
+    deliveries, jobs = await prune_history(ctx.db, now - HISTORY_TTL)
+    conversations = await prune_closed_conversations(ctx.db, now - CONVERSATION_TTL)
+    await ctx.db.execute("DELETE FROM notices WHERE sent_at < ?", (now - 86400,))
     log.info(
-        "pruned worktrees and history",
-        extra={"fields": {"worktrees": removed, "deliveries": deliveries, "jobs": jobs}},
+        "maintenance done",
+        extra={
+            "fields": {
+                "worktrees": removed,
+                "pull_refs_dropped": refs,
+                "mirrors_collected": collected,
+                "deliveries": deliveries,
+                "jobs": jobs,
+                "conversation_rows": conversations,
+            }
+        },
     )
     await ctx.jobs.enqueue(  # waits behind this one, then for its time
         "maintenance", "maintenance", {}, queue=REVIEWS, delay=MAINTENANCE_EVERY

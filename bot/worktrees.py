@@ -25,6 +25,8 @@ TOOL_TIMEOUT = 20.0
 OUTPUT_LIMIT = 1 << 20  # bytes of stdout any git call may return unless it asks otherwise
 STDERR_LIMIT = 64 << 10
 READ_CHUNK = 1 << 16
+GC_PRUNE = "1.day.ago"  # unreachable objects go once they are a day old
+GC_TIMEOUT = 1800.0
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -316,6 +318,41 @@ class Mirrors:
         for entry in admin.glob("*/gitdir") if admin.exists() else []:
             found.append(Path(entry.read_text().strip()).parent)
         return found
+
+    async def drop_pull_refs(self, repo: str, numbers: list[int]) -> int:
+        """Forget closed PRs' heads (`refs/pull/N/head`): gc may then drop their objects."""
+        mirror = self.mirror_path(repo)
+        if not numbers or not (mirror / "HEAD").exists():
+            return 0
+        async with self.lock(mirror):
+            existing = await run_git(
+                ["for-each-ref", "--format=%(refname)", "refs/pull/"],
+                cwd=mirror,
+                env=self.env(),
+                timeout=60,
+            )
+            refs = set(existing.decode(errors="replace").split())
+            gone = [f"refs/pull/{n}/head" for n in numbers if f"refs/pull/{n}/head" in refs]
+            for ref in gone:
+                await run_git(["update-ref", "-d", ref], cwd=mirror, env=self.env(), timeout=60)
+        return len(gone)
+
+    async def collect_garbage(self) -> int:
+        """`git gc` on every mirror (one at a time, under its lock): packs what fetches left
+        loose and drops objects no ref or worktree reaches any more. Off the request path:
+        the daily maintenance job runs it."""
+        done = 0
+        for mirror in sorted(self.root.glob("*/*.git")) if self.root.exists() else []:
+            async with self.lock(mirror):
+                await run_git(
+                    ["gc", "--quiet", f"--prune={GC_PRUNE}"],
+                    cwd=mirror,
+                    env=self.env(),
+                    timeout=GC_TIMEOUT,
+                    check=False,
+                )
+            done += 1
+        return done
 
     async def prune(self, max_age_seconds: float, keep: set[Path] = frozenset()) -> int:
         """Remove worktrees older than the TTL (and any left half-made); prune git's records."""

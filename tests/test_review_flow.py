@@ -9,6 +9,7 @@ import pytest
 
 from bot.server import make_app
 from bot.standin.models import fail
+from bot.standin.repo import git
 from handlers import router
 from tests import deliveries
 from tests.conftest import wait_for
@@ -270,3 +271,13 @@ async def test_a_review_that_took_the_process_down_at_every_attempt_fails_on_the
     assert check["conclusion"] == "failure"
     assert "failed" in world.status_body() and "2 of 2 attempts" in world.status_body()
     assert len(world.model.requests) == asked  # never paid for again
+
+
+async def test_closing_a_pr_drops_its_head_ref_from_the_mirror(world):
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    mirror = world.ctx.mirrors.mirror_path(world.full_name)
+    assert "refs/pull/1/head" in git(mirror, "for-each-ref", "--format=%(refname)")
+    await world.send("pull_request", world.pull_request_payload("closed"))
+    await world.wait_idle()
+    assert "refs/pull/" not in git(mirror, "for-each-ref", "--format=%(refname)")

@@ -154,3 +154,17 @@ async def test_remove_repo_deletes_mirror_and_worktrees(tmp_path, pr):
     )
     await mirrors.remove_repo("octo/widgets")
     assert not mirrors.mirror_path("octo/widgets").exists() and not tree.path.exists()
+
+
+async def test_gc_packs_a_mirror_and_drops_closed_pull_refs(tmp_path):
+    pr = make_pr(tmp_path / "origin", base={"a.txt": "a\n"}, head={"a.txt": "b\n"}, number=5)
+    mirrors = Mirrors(tmp_path / "data")
+    mirror = await mirrors.sync("octo/gc", pr.clone_url, ["refs/heads/main", "refs/pull/5/head"])
+    assert await mirrors.drop_pull_refs("octo/gc", [5, 6]) == 1
+    assert await mirrors.collect_garbage() == 1
+    assert "refs/pull/5/head" not in git(mirror, "for-each-ref")
+    counts = dict(
+        line.split(": ") for line in git(mirror, "count-objects", "-v").strip().splitlines()
+    )
+    assert int(counts["in-pack"]) > 0  # packed; the dropped head waits a day, then goes
+    assert pr.head_sha not in git(mirror, "rev-list", "--all")

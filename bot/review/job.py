@@ -380,3 +380,6 @@ async def cleanup_pull_job(ctx: Context, job: Job) -> None:
     for row in rows:
         path = ctx.mirrors.tree_path(worktree_name(pull, row["id"]))
         await ctx.mirrors.remove_worktree(pull["repo"], path)
+    current = await pull_by_id(ctx.db, pull["id"])
+    if current is not None and current["state"] == "closed":  # not reopened meanwhile
+        await ctx.mirrors.drop_pull_refs(pull["repo"], [pull["number"]])
