@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bot.config import ConfigError, check_settings, load_settings
+from bot.config import ConfigError, Settings, check_settings, load_settings
 
 EXIT_CONFIG = 2
 
@@ -17,11 +17,9 @@ def _fail(exc: ConfigError) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
+    import asyncio
 
     from bot.logs import setup_logging
-    from bot.server import make_app
-    from handlers import router
 
     try:
         settings = load_settings()
@@ -30,15 +28,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     setup_logging()
-    web.run_app(
-        make_app(settings, router),
-        host=host,
-        port=port,
-        print=None,
-        access_log=None,
-        handle_signals=True,
-    )
+    asyncio.run(_serve(settings, host, port))
     return 0
+
+
+async def _serve(settings: Settings, host: str, port: int) -> None:
+    """Serve until SIGTERM or SIGINT, then stop gracefully (see `stop_gracefully`)."""
+    import asyncio
+    import signal
+
+    from aiohttp import web
+
+    from bot.server import make_app, stop_gracefully
+    from handlers import router
+
+    app = make_app(settings, router)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        await stop_gracefully(app)
+    finally:
+        await runner.cleanup()
 
 
 def cmd_check_config(_args: argparse.Namespace) -> int:

@@ -302,6 +302,10 @@ class Jobs:
         return len(self._workers)
 
     @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
     def stopping(self) -> bool:
         """True once a stop began: a handler cancelled now is interrupted, not cancelled."""
         return self._stopping

@@ -6,7 +6,9 @@ import functools
 import gc
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import aiohttp
 import orjson
@@ -37,6 +39,12 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 25 * 1024 * 1024
 EVENT_WORKERS = 4
 
+@dataclass
+class Lifecycle:
+    stopping: bool = False  # a graceful stop began: deliveries get 503 (GitHub redelivers)
+
+
+LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 CONTEXT = web.AppKey("context", Context)
 INBOX = web.AppKey("inbox", Inbox)
 METRICS = web.AppKey("metrics", Metrics)
@@ -65,6 +73,9 @@ def _reply(status: int, message: str) -> web.Response:
 async def webhook(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     metrics = request.app[METRICS]
+    if request.app[LIFECYCLE].stopping:
+        metrics.deliveries.labels(event="unknown", outcome="stopping").inc()
+        return _reply(503, "the server is stopping; redeliver later")
     if request.headers.get("Content-Encoding"):
         # GitHub never compresses deliveries; inflating before the signature check would let
         # anyone make the server hash (and hold) far more than they sent.
@@ -115,8 +126,9 @@ async def healthz(request: web.Request) -> web.Response:
     counts = await ctx.jobs.counts() if db_ok else {}
     workers_ok = ctx.jobs.workers_alive == ctx.jobs.workers_total > 0
     inbox_ok = request.app[INBOX].alive
-    healthy = db_ok and workers_ok and inbox_ok
-    reasons = []
+    stopping = request.app[LIFECYCLE].stopping
+    healthy = db_ok and workers_ok and inbox_ok and not stopping
+    reasons = ["stopping"] if stopping else []
     space = disk(ctx.settings)
     if space.low:  # the inbox still accepts; only new reviews wait
         reasons.append(
@@ -169,11 +181,30 @@ def make_app(
         handler_args={"auto_decompress": False},  # nothing is ever inflated (see `webhook`)
     )
     app[METRICS] = Metrics()
+    app[LIFECYCLE] = Lifecycle()
     app.router.add_post("/webhooks/github", webhook)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_view)
     app.cleanup_ctx.append(functools.partial(_lifecycle, settings, router, setup))
     return app
+
+
+async def stop_gracefully(app: web.Application) -> None:
+    """SIGTERM: answer 503 to new deliveries, give running jobs the configured grace, then
+    re-queue what still runs without counting the attempt (the database closes with the app)."""
+    ctx = app[CONTEXT]
+    app[LIFECYCLE].stopping = True
+    started = time.monotonic()
+    running = ctx.jobs.running
+    log.info(
+        "stopping",
+        extra={"fields": {"running_jobs": running, "grace_seconds": ctx.settings.shutdown_grace}},
+    )
+    await ctx.jobs.stop(grace=ctx.settings.shutdown_grace)
+    log.info(
+        "jobs stopped",
+        extra={"fields": {"seconds": round(time.monotonic() - started, 2)}},
+    )
 
 
 async def _lifecycle(
