@@ -47,7 +47,8 @@ class Conversation:
 
 @dataclass
 class Action:
-    """`tool` calls (name, args) pairs; `text` answers in prose; `error` sends an HTTP error."""
+    """`tool` calls (name, args) pairs; `text` answers in prose; `error` sends an HTTP error;
+    `delay` holds the answer that long (a slow or hanging model)."""
 
     tools: list[tuple[str, dict]] = field(default_factory=list)
     text: str = ""
@@ -55,6 +56,7 @@ class Action:
     error_type: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     usage: tuple[int, int] = (1200, 300)
+    delay: float = 0.0
 
 
 Policy = Callable[[Conversation], Action]
@@ -66,6 +68,11 @@ def call(name: str, **arguments: Any) -> Action:
 
 def say(text: str) -> Action:
     return Action(text=text)
+
+
+def hang(seconds: float, then: Action | None = None) -> Action:
+    """Answer only after `seconds` (past the client's timeout, it never arrives)."""
+    return Action(**{**(then or fail(500)).__dict__, "delay": seconds})
 
 
 def fail(
@@ -105,6 +112,8 @@ class _Standin(abc.ABC):
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             return self._error(401, "authentication_error", {})
         action = self.policy(self.normalise(body))
+        if action.delay:
+            await asyncio.sleep(action.delay)
         if action.status != 200:
             return self._error(action.status, action.error_type, action.headers)
         return web.json_response(self.render(body, action))
