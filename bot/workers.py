@@ -106,9 +106,15 @@ async def maintenance(ctx: Context, job: Job) -> None:
             }
         },
     )
-    await ctx.jobs.enqueue(  # waits behind this one, then for its time
-        "maintenance", "maintenance", {}, queue=REVIEWS, delay=MAINTENANCE_EVERY
+    later = await ctx.db.fetchone(  # a restart mid-run may have queued one already
+        "SELECT 1 FROM jobs WHERE key = 'maintenance' AND state IN ('queued', 'waiting')"
+        " AND id != ?",
+        (job.id,),
     )
+    if later is None:
+        await ctx.jobs.enqueue(  # waits behind this one, then for its time
+            "maintenance", "maintenance", {}, queue=REVIEWS, delay=MAINTENANCE_EVERY
+        )
 
 
 async def setup_workers(ctx: Context) -> None:

@@ -420,3 +420,28 @@ async def test_conversations_of_long_closed_prs_go_and_the_cost_ledger_stays(db)
     for table, expected in (("reviews", 2), ("findings", 2), ("sessions", 2), ("messages", 2)):
         assert (await db.fetchone(f"SELECT COUNT(*) FROM {table}"))[0] == expected, table
     assert (await db.fetchone("SELECT COUNT(*), SUM(cost_usd) FROM runs"))[:] == (3, 1.5)
+
+
+async def test_maintenance_interrupted_by_a_crash_is_scheduled_once(db, tmp_path):
+    """Killed after it queued tomorrow's run: at the next start another start-up run is
+    queued behind it; between them, only one run stays scheduled for tomorrow."""
+    from types import SimpleNamespace
+
+    from bot.worktrees import Mirrors
+
+    jobs = Jobs(db)
+    first = await jobs.enqueue("maintenance", "maintenance", {}, queue="q")
+    ctx = SimpleNamespace(db=db, jobs=jobs, mirrors=Mirrors(tmp_path / "data"))
+    job = await jobs.claim("q")
+    assert job.id == first
+    await workers.maintenance(ctx, job)  # tomorrow's is queued; then the process dies
+    await jobs.enqueue("maintenance", "maintenance", {}, queue="q", supersede=True)  # restart
+    await jobs.recover()
+    for _ in range(2):
+        job = await jobs.claim("q")
+        await workers.maintenance(ctx, job)
+        await jobs._finish(job, "done")
+    left = await db.fetchall(
+        "SELECT state FROM jobs WHERE key = 'maintenance' AND state IN ('queued', 'waiting')"
+    )
+    assert [r["state"] for r in left] == ["queued"]
