@@ -16,6 +16,7 @@ import gidgethub
 
 from bot.agents.base import AgentError, Budget
 from bot.budget import budget_used_up, disk
+from bot.github import github_transient
 from bot.logs import log_context
 from bot.queue import REVIEWS, Job
 from bot.repo_config import RepoConfig, fetch_repo_config
@@ -205,7 +206,8 @@ async def run_review_job(ctx: Context, job: Job) -> None:
         else:
             owner, name = pull["repo"].split("/", 1)
             known = await fetch_repo_config(gh, owner, name)
-        await ReviewJob(ctx, Publisher(ctx, gh, pull), pull, review["id"]).run(known)
+        final = job.attempts >= job.max_attempts
+        await ReviewJob(ctx, Publisher(ctx, gh, pull), pull, review["id"], final).run(known)
 
 
 @dataclass
@@ -214,6 +216,7 @@ class ReviewJob:
     publisher: Publisher
     pull: sqlite3.Row
     review_id: int
+    final_attempt: bool = True  # else a GitHub hiccup is retried by the queue, not reported
 
     async def run(self, config: RepoConfig) -> None:
         why_not = await self._why_not_now()
@@ -230,11 +233,15 @@ class ReviewJob:
             if not self.ctx.jobs.stopping:  # a graceful stop re-queues it: state stays
                 await self._stopped()
             raise
-        except (AgentError, GitError, gidgethub.GitHubException, OSError) as exc:
+        except Exception as exc:
+            if github_transient(exc) and not self.final_attempt:
+                log.warning("GitHub did not answer; the review is retried", exc_info=True)
+                raise
+            if not isinstance(exc, AgentError | GitError | gidgethub.GitHubException | OSError):
+                log.exception("review crashed")
+                await self._failed(INTERNAL_ERROR)
+                return
             await self._failed(_reason(exc))
-        except Exception:
-            log.exception("review crashed")
-            await self._failed(INTERNAL_ERROR)
 
     async def _review(self, review: sqlite3.Row, config: RepoConfig) -> None:
         ctx, review_id = self.ctx, self.review_id
@@ -309,10 +316,16 @@ class ReviewJob:
         await state.fail(self.ctx.db, self.review_id, reason)
         review = await get_review(self.ctx.db, self.review_id)
         try:
+            if not review["check_run_id"]:  # it failed before its check run was made
+                await self.publisher.start_check(review)
+                review = await get_review(self.ctx.db, self.review_id)
             await self.publisher.finish_check(review, conclusion="failure", error=reason)
+        except gidgethub.GitHubException:
+            log.exception("could not report the failure on the check run")
+        try:
             await self.publisher.status(review)
         except gidgethub.GitHubException:
-            log.exception("could not report the failure on GitHub")
+            log.exception("could not report the failure on the status comment")
 
     async def _stopped(self) -> None:
         await state.cancel(self.ctx.db, self.review_id, "stopped before it finished")
