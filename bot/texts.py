@@ -178,6 +178,7 @@ def safe_line(text: str | None, *, repo_url: str | None = None) -> str:
 def fenced(code: str, info: str = "") -> str:
     """A code block whose fence is longer than any backtick run inside it, so the content
     can never close it (and what follows can never become live markdown)."""
+    code = code.replace("\r\n", "\n").replace("\r", "\n")  # as markdown will read it
     longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{info}\n{code}\n{fence}"

@@ -32,7 +32,7 @@ class ServerProcess:
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
-    async def start(self, timeout: float = 20.0) -> None:
+    async def start(self, timeout: float = 60.0) -> None:  # a loaded machine starts slowly
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bot", "serve"], env=self.env, stdout=log, stderr=log
