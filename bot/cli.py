@@ -57,6 +57,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep=args.keep)
 
 
+def cmd_register(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bot.register import Options, run
+
+    return run(
+        Options(
+            github_url=args.github_url,
+            org=args.org,
+            public_url=args.public_url,
+            out=Path(args.out),
+            port=args.port,
+            timeout=args.timeout,
+            open_browser=not args.no_browser,
+        )
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cockpit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the whole flow locally, no account or key needed")
     demo.add_argument("--keep", action="store_true", help="keep the demo's data folder")
     demo.set_defaults(func=cmd_demo)
+
+    from bot.register import DEFAULT_PORT, DEFAULT_TIMEOUT, GITHUB_WEB_URL
+
+    register = sub.add_parser("register", help="create the GitHub App (manifest flow)")
+    register.add_argument("--org", help="create it for this organisation (default: your account)")
+    register.add_argument("--public-url", help="where GitHub reaches the server (webhook URL)")
+    register.add_argument(
+        "--github-url", default=GITHUB_WEB_URL, help="GitHub Enterprise Server's web address"
+    )
+    register.add_argument("--out", default="cockpit.env", help="env file to write (mode 0600)")
+    register.add_argument("--port", type=int, default=DEFAULT_PORT, help="the local page's port")
+    register.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait for the browser"
+    )
+    register.add_argument("--no-browser", action="store_true", help="only print the page URL")
+    register.set_defaults(func=cmd_register)
 
     return parser
 
