@@ -244,7 +244,53 @@ CREATE TABLE IF NOT EXISTS eval_findings (
     matched_label INTEGER,
     verify_status TEXT
 );
+CREATE INDEX IF NOT EXISTS eval_cases_run ON eval_cases(eval_run_id);
+CREATE INDEX IF NOT EXISTS eval_findings_case ON eval_findings(eval_case_id);
+
+-- An LLM judge's answer for one (finding, label) pair, so scoring again costs nothing.
+CREATE TABLE IF NOT EXISTS eval_judgements (
+    judge TEXT NOT NULL,
+    model TEXT NOT NULL,
+    finding_key TEXT NOT NULL,
+    label_key TEXT NOT NULL,
+    match INTEGER NOT NULL,
+    confidence REAL,
+    reasoning TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (judge, model, finding_key, label_key)
+);
 """
+
+# Columns added after a table first shipped: added at every start when missing (SQLite has no
+# `ADD COLUMN IF NOT EXISTS`), so an older database gains them and a new one is unchanged.
+ADDED_COLUMNS: dict[str, dict[str, str]] = {
+    "reviews": {
+        "base_sha": "TEXT",
+        "verify_provider": "TEXT",
+        "verify_error": "TEXT",
+    },
+    "eval_runs": {
+        "batch": "INTEGER",
+        "judge": "TEXT",
+        "status": "TEXT NOT NULL DEFAULT 'running'",
+        "options": "TEXT NOT NULL DEFAULT '{}'",
+        "verify_provider": "TEXT",
+        "tokens": "INTEGER",
+        "scores": "TEXT",
+    },
+    "eval_cases": {
+        "case_id": "TEXT",
+        "status": "TEXT NOT NULL DEFAULT 'running'",
+        "tokens": "INTEGER",
+        "scores": "TEXT",
+    },
+    "eval_findings": {
+        "ordinal": "INTEGER",
+        "end_line": "INTEGER",
+        "verify_note": "TEXT",
+    },
+}
+
 
 class Database:
     """One aiosqlite connection; writes and multi-statement work go through `transaction()`."""
@@ -275,6 +321,16 @@ class Database:
     async def ensure_schema(self) -> None:
         async with self._lock:
             await self.conn.executescript(SCHEMA)
+            for table, columns in ADDED_COLUMNS.items():
+                present = {
+                    row[1]
+                    for row in await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
+                }
+                for name, declaration in columns.items():
+                    if name not in present:
+                        await self.conn.execute(
+                            f"ALTER TABLE {table} ADD COLUMN {name} {declaration}"
+                        )
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
