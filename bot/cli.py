@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--no-browser", action="store_true", help="only print the page URL")
     register.set_defaults(func=cmd_register)
 
+    from bot.evals.commands import add_eval_parser
+
+    add_eval_parser(sub)
+
     return parser
 
 
