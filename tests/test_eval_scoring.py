@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.evals.golden import Label
@@ -159,3 +161,33 @@ def test_lexical_judge_takes_any_text(title, body, problem, path):
     assert score >= 0
     if normal_path(label.path) not in (None, "a.py"):
         assert score == 0  # a label elsewhere never matches, whatever the words
+
+
+@settings(max_examples=60, deadline=None)
+@given(title=texts, problem=texts.filter(str.strip), note=texts, error=st.none() | texts)
+def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, problem, note, error):
+    """Golden files and model output are untrusted: every table row stays one row of cells."""
+    from bot.evals.golden import Case, Golden
+    from bot.evals.report import write_report
+    from bot.evals.runner import CaseResult, EvalOptions, EvalResult, ModelRun
+
+    label = Label(problem=problem, path="a.py", line=1, title=title or None)
+    case = Case("c-1", "/r", "a" * 40, "b" * 40, (label,))
+    found = EvalFinding(1, "a.py", "nit", title or "t", note, line=1, verify_status="refuted")
+    result = CaseResult(case, "g.json", findings=[found], error=error, notes=(note,))
+    result.counts = {"all": Counts(findings=1, labels=1, fp=1, fn=1)}
+    result.counts["verified"] = result.counts["all"]
+    run = ModelRun(1, "claude", title or "m", True, "codex", cases=[result])
+    golden = Golden(Path("g.json"), "g", (case,))
+    options = EvalOptions(("g.json",), "claude", ("m",))
+    report, _ = write_report(
+        EvalResult(1, options, [golden], [run], "lexical", None), tmp_path_factory.mktemp("r")
+    )
+    rows = [
+        line
+        for line in report.read_text().splitlines()
+        if line.startswith(("| F1 ", "| `c-1` ", "| *(missed)"))
+    ]
+    assert len(rows) == 3
+    for row in rows:
+        assert row.replace("\\|", "").count("|") in (5, 12), row

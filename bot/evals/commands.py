@@ -1,4 +1,4 @@
-"""The `cockpit eval …` commands: options in, files and exit codes out."""
+"""The `cockpit eval …` commands (parsed in bot/cli.py): options in, files and exit codes out."""
 
 from __future__ import annotations
 
@@ -18,47 +18,11 @@ from bot.evals.runner import EvalError, EvalOptions, EvalResult, resolve_models,
 from bot.storage import Database
 
 EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE = 0, 1, 2
-DEFAULT_REPORTS = Path("eval") / "reports"
 
 
-def _error(message: str, stream: TextIO = sys.stderr) -> int:
-    stream.write(say("error", message=message) + "\n")
+def _error(message: str) -> int:
+    sys.stderr.write(say("error", message=message) + "\n")
     return EXIT_USAGE
-
-
-def add_eval_parser(sub: argparse._SubParsersAction) -> None:
-    evals = sub.add_parser("eval", help="replay labelled PRs and score the reviewer")
-    commands = evals.add_subparsers(dest="eval_command", required=True)
-
-    run = commands.add_parser("run", help="review golden cases and score them")
-    run.add_argument("--golden", nargs="+", metavar="FILE", help="golden file(s)")
-    run.add_argument("--provider", choices=("claude", "codex"), help="reviewer (default: env)")
-    run.add_argument("--model", help="model id(s), comma-separated: one comparison")
-    run.add_argument("--verify", action="store_true", help="also run the verify pass")
-    run.add_argument("--judge", choices=("lexical", "claude", "codex"), default="lexical")
-    run.add_argument("--repo", metavar="PATH", help="use this local clone as the repository")
-    run.add_argument("--jobs", type=int, default=1, metavar="N", help="cases at a time")
-    run.add_argument("--resume", type=int, metavar="RUN", help="finish (or re-score) a run")
-    run.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    run.add_argument(
-        "--report-dir", default=str(DEFAULT_REPORTS), metavar="DIR", help="markdown report"
-    )
-    run.set_defaults(func=cmd_eval_run)
-
-    history = commands.add_parser(
-        "golden-from-reviews", help="a golden file from this installation's published reviews"
-    )
-    history.add_argument("--repo", required=True, metavar="OWNER/NAME")
-    history.add_argument("--out", metavar="FILE")
-    history.set_defaults(func=cmd_golden_from_reviews)
-
-    martian = commands.add_parser(
-        "import-martian", help="convert the Martian Code Review Bench golden comments"
-    )
-    martian.add_argument("dir", metavar="DIR", help="folder with the benchmark's *.json files")
-    martian.add_argument("--out", metavar="FILE", default="eval/golden/martian.json")
-    martian.add_argument("--resolve", action="store_true", help="look up shas on GitHub")
-    martian.set_defaults(func=cmd_import_martian)
 
 
 def cmd_eval_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

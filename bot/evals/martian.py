@@ -138,7 +138,10 @@ async def resolve_shas(golden: dict[str, Any], fetch: Fetch, *, concurrency: int
 
     async def one(case: dict[str, Any]) -> bool:
         async with limit:
-            data = await fetch(parse_pr_url(case["url"]))
+            try:
+                data = await fetch(parse_pr_url(case["url"]))
+            except (GoldenError, aiohttp.ClientError, TimeoutError, ValueError):
+                return False  # this one stays pending; the note says how many
         head, base = data.get("head") or {}, data.get("base") or {}
         if not isinstance(head.get("sha"), str) or not isinstance(base.get("sha"), str):
             return False

@@ -94,8 +94,10 @@ class Sources:
             partial.rename(target)
         return target.as_uri()
 
-    async def _sync(self, key: str, url: str, refs: list[str]) -> None:
+    async def _sync(self, key: str, repository: str, refs: list[str]) -> None:
+        """Mirror the repository and fetch `refs`, once per run (cases share the mirror)."""
         async with self._locks.setdefault(key, asyncio.Lock()):
+            url = await self.clone_url(repository)
             fetched = self._fetched.setdefault(key, set())
             wanted = [ref for ref in refs if ref not in fetched]
             if fetched and not wanted:
@@ -122,11 +124,10 @@ class Sources:
         """The case's worktree at exactly `head_sha` (else refs/pull/N/head), diffed
         against `base_sha` (else its base branch, else the default branch)."""
         key = repository_key(case.repository)
-        url = await self.clone_url(case.repository)
         refs = [f"refs/pull/{case.pr}/head"] if case.pr else []
         if case.base_ref:
             refs.append(f"refs/heads/{case.base_ref}")
-        await self._sync(key, url, refs)
+        await self._sync(key, case.repository, refs)
         notes = []
         head = await self._commit(key, case.head_sha) if case.head_sha else None
         if head is None:
