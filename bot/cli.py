@@ -128,6 +128,7 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--model", help="model id(s), comma-separated, compared in one run")
     run.add_argument("--verify", action="store_true", help="also run the verify pass")
     run.add_argument("--judge", choices=("lexical", *PROVIDERS), default="lexical")
+    run.add_argument("--judge-model", metavar="M", help="the LLM judge's model id")
     run.add_argument("--repo", metavar="PATH", help="a local clone to use as the repository")
     run.add_argument("--jobs", type=int, default=1, metavar="N", help="cases at a time")
     run.add_argument("--resume", type=int, metavar="RUN", help="finish (or re-score) a run")

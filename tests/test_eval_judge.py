@@ -4,6 +4,8 @@ answers cached by (finding, label, judge model), so scoring again costs nothing.
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -12,9 +14,13 @@ from bot.agents.providers import ModelClients
 from bot.config import Settings
 from bot.evals.golden import Label
 from bot.evals.judges import EvalFinding, LLMJudge, parse_answer
+from bot.evals.report import results_json
+from bot.evals.runner import EvalOptions, Progress, run_eval
 from bot.standin.models import Action, fail, say
+from bot.standin.scripted import MODEL, scripted_reviewer
 from bot.storage import Database
 
+PLANTED = Path(__file__).resolve().parent.parent / "eval" / "golden" / "planted" / "planted.json"
 FINDINGS = [
     EvalFinding(1, "app/items.py", "critical", "SQL injection in search", "Use parameters.", 30),
     EvalFinding(2, "app/settings.py", "nit", "Compare with None using is", "Style.", 9),
@@ -128,3 +134,42 @@ async def test_a_judge_without_a_key_is_refused(db, tmp_path, monkeypatch):
 def test_judge_answers(text, expected):
     answer = parse_answer(text)
     assert (None if answer is None else (answer.match, answer.confidence)) == expected
+
+
+def reviewer_or_judge(conversation):
+    """The scripted reviewer for review turns; for judge turns (no tools), a judge that
+    matches when both texts point at the same path:line."""
+    if conversation.tools:
+        return scripted_reviewer(conversation)
+    text = conversation.last_user_text
+    golden = text.split("<golden>")[1].split("</golden>")[0]
+    candidate = text.split("<candidate>")[1].split("</candidate>")[0]
+    place = re.search(r"\(([^,()]+:\d+)", candidate)
+    match = bool(place) and f"({place.group(1)})" in golden
+    return say(json.dumps({"reasoning": "same place", "match": match, "confidence": 0.8}))
+
+
+async def test_an_eval_run_with_an_llm_judge_is_rescored_from_its_cache(
+    tmp_path, anthropic_standin
+):
+    anthropic_standin.policy = reviewer_or_judge
+    settings = Settings(data_dir=tmp_path / "data", claude_model=MODEL)
+    options = EvalOptions(
+        goldens=(str(PLANTED),),
+        provider="claude",
+        models=(MODEL,),
+        judge="claude",
+        judge_model="judge-model-x",
+    )
+    result = await run_eval(settings, options, Progress())
+    [entry] = results_json(result)["runs"]
+    assert (entry["strict"]["tp"], entry["strict"]["fp"], entry["strict"]["fn"]) == (5, 3, 6)
+    assert entry["benchmark"]["precision"] == 5 / 8  # the second leak is not at the label's line
+    assert (entry["judge"], entry["judge_model"]) == ("claude", "judge-model-x")
+    judged = [r for r in anthropic_standin.requests if not r.get("tools")]
+    assert len(judged) == 15 and {r["model"] for r in judged} == {"judge-model-x"}
+
+    before = len(anthropic_standin.requests)
+    again = await run_eval(settings, None, Progress(), resume=result.batch)
+    assert len(anthropic_standin.requests) == before  # nothing reviewed or judged again
+    assert results_json(again)["runs"][0]["strict"] == entry["strict"]

@@ -45,6 +45,8 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
             return _error("--golden FILE is required (or --resume RUN)")
         if args.jobs < 1:
             return _error("--jobs must be at least 1")
+        if args.judge_model and args.judge == "lexical":
+            return _error("--judge-model needs an LLM judge (--judge claude or --judge codex)")
         provider = args.provider or settings.provider
         try:
             models = resolve_models(settings, provider, (args.model or "").split(","))
@@ -58,6 +60,7 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
             judge=args.judge,
             repo=str(Path(args.repo).resolve()) if args.repo else None,
             jobs=args.jobs,
+            judge_model=args.judge_model,
         )
     try:
         result = await run_eval(settings, options, progress, resume=args.resume)

@@ -279,9 +279,9 @@ class LLMJudge:
         return None
 
 
-def make_judge(name: str, db: Database, models: ModelClients) -> Judge:
+def make_judge(name: str, db: Database, models: ModelClients, model: str | None = None) -> Judge:
     if name == "lexical":
         return LexicalJudge()
     if name in ("claude", "codex"):
-        return LLMJudge(db, models, name)
+        return LLMJudge(db, models, name, model)
     raise AgentError(f"unknown judge {name!r}; use {', '.join(JUDGES)}")

@@ -131,12 +131,13 @@ def draw_chart(entries: list[dict[str, Any]], path: Path) -> Chart:
     for e in entries:
         x = e["usd"] if by_usd else e["tokens"]
         y = e["strict"]["f1"] or 0.0
-        label = f"{e['model']}{' + verify' if e['verify'] else ''}"
+        label = _plain(f"{e['model']}{' + verify' if e['verify'] else ''}")
         ax.scatter([x], [y])
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.set_xlabel("cost (USD)" if by_usd else "tokens (USD unknown)")
     ax.set_ylabel("F1 (strict)")
     ax.set_ylim(0, 1)
+    ax.margins(x=0.3)
     ax.set_title("F1 against cost")
     ax.grid(True, alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,6 +145,12 @@ def draw_chart(entries: list[dict[str, Any]], path: Path) -> Chart:
     fig.savefig(path)
     plt.close(fig)
     return Chart(path)
+
+
+def _plain(text: str) -> str:
+    """A chart label from user text: printable ASCII, and `$` not read as mathtext."""
+    ascii_only = "".join(c if c.isascii() and c.isprintable() else "?" for c in text)[:60]
+    return ascii_only.replace("$", r"\$")
 
 
 def write_report(result: EvalResult, directory: Path) -> tuple[Path, Chart]:

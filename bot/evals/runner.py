@@ -43,6 +43,7 @@ class EvalOptions:
     judge: str = "lexical"
     repo: str | None = None
     jobs: int = 1
+    judge_model: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -445,7 +446,7 @@ async def run_eval(
             raise EvalError("nothing to run")
         try:
             goldens = [load_golden(path, repository=options.repo) for path in options.goldens]
-            judge = make_judge(options.judge, db, models)
+            judge = make_judge(options.judge, db, models, options.judge_model)
         except (ValueError, AgentError) as exc:
             raise EvalError(str(exc)) from exc
         verify_provider = None
