@@ -190,4 +190,4 @@ def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, pr
     ]
     assert len(rows) == 3
     for row in rows:
-        assert row.replace("\\|", "").count("|") in (5, 12), row
+        assert row.replace("\\|", "").count("|") in (5, 15), row

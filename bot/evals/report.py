@@ -38,7 +38,9 @@ def _case_entry(case: CaseResult, variant: str, verify: bool) -> dict[str, Any]:
             fp=counts.fp,
             fn=counts.fn,
             findings=counts.findings,
+            strict=counts.strict,
             benchmark={
+                **counts.benchmark,
                 "matched_findings": counts.matched_findings,
                 "labels_hit": counts.labels_hit,
             },
