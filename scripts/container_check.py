@@ -1,0 +1,637 @@
+"""Build the container image with podman and check what the README promises about it.
+
+    python scripts/container_check.py
+
+Run as root on a Debian machine (it is part of `.ci/run`); missing tools (podman, runc,
+debootstrap) are installed with apt-get. It works without a Docker engine or an image
+registry, and with cgroups in hybrid mode:
+
+- base image: when the Dockerfile's `FROM` (python:3.11-slim) is not in podman's store and
+  cannot be pulled, a stand-in is built once from Debian packages (debootstrap minbase bookworm
+  with python3, pip, the host's apt sources and CA certificates) and imported under that name;
+  later runs find it in the store;
+- build: `podman build --isolation chroot --pull=never --network host`;
+- run: runc with cgroupfs, `--no-healthcheck` (podman's health timers want systemd), so the
+  image's HEALTHCHECK command is run with `podman exec` instead.
+
+Checks, each printed as it is made: the image size; the server runs as a non-root user;
+`cockpit demo` exits 0 inside the image; `cockpit serve` in a container, configured by an env
+file written the way `cockpit register` writes it and talking to the GitHub and model
+stand-ins on this host, turns a signed `pull_request` delivery into a draft; deliveries
+acknowledged just before a SIGKILL are all processed once the container is started again on
+the same /data volume; the HEALTHCHECK command passes while the server runs and fails when it
+is down. Exit status 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bot.demo import BASE, HEAD  # noqa: E402
+from bot.register import key_path_for, write_credentials  # noqa: E402
+from bot.standin.github import GitHubStandin  # noqa: E402
+from bot.standin.models import AnthropicStandin  # noqa: E402
+from bot.standin.repo import make_pr  # noqa: E402
+from bot.standin.scripted import MODEL, scripted_reviewer  # noqa: E402
+from tests import deliveries  # noqa: E402
+
+IMAGE = "localhost/pr-cockpit:check"
+SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "python3-pip", "python-is-python3", "ca-certificates")
+TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
+PODMAN_RUN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "run"]
+RUN_FLAGS = [
+    "--no-healthcheck",
+    "--network",
+    "host",
+    "--ulimit",
+    "nofile=4096:4096",
+    "--ulimit",
+    "nproc=4096:4096",
+]
+MAX_IMAGE_MB = 800
+OWNER, NAME, NUMBER, INSTALLATION, MAINTAINER = "octo", "widgets", 1, 7, "maintainer"
+CRASH_DELIVERIES = 4
+
+
+@dataclass
+class Done:
+    code: int
+    out: str
+    err: str
+
+    def tail(self, lines: int = 25) -> str:
+        return "\n".join((self.out + self.err).strip().splitlines()[-lines:])
+
+
+class Report:
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+
+    def result(self, ok: bool, what: str, detail: str = "") -> bool:
+        print(f"{'PASS' if ok else 'FAIL'}  {what}" + (f": {detail}" if detail else ""), flush=True)
+        if not ok:
+            self.failed.append(what)
+        return ok
+
+    @staticmethod
+    def info(text: str) -> None:
+        print(f"info  {text}", flush=True)
+
+
+async def sh(
+    *args: str | Path,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+) -> Done:
+    """Run a command without blocking the stand-ins on this event loop."""
+    proc = await asyncio.create_subprocess_exec(
+        *map(str, args),
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return Done(-1, "", f"{args[0]} {args[1]}: timed out after {timeout:g}s")
+    return Done(proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool] | bool], timeout: float, interval: float = 0.1
+) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- tools and the base image -----------------------------------------------------------------
+
+
+def ensure_tools() -> None:
+    missing = sorted({package for tool, package in TOOLS.items() if not shutil.which(tool)})
+    if not missing:
+        return
+    Report.info(f"installing with apt-get: {' '.join(missing)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+    ):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            sys.exit(f"{' '.join(command)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+
+
+def base_image() -> str:
+    """The Dockerfile's FROM, as podman names it in its store."""
+    text = (ROOT / "Dockerfile").read_text()
+    name = re.search(r"^FROM\s+(\S+)", text, re.M).group(1)  # type: ignore[union-attr]
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        return f"docker.io/library/{name}"
+    if "." not in first and ":" not in first and first != "localhost":
+        return f"docker.io/{name}"
+    return name
+
+
+async def ensure_base(name: str) -> None:
+    if (await sh("podman", "image", "exists", name)).code == 0:
+        Report.info(f"base image {name}: in podman's store (pulled, or built by an earlier run)")
+        return
+    pulled = await sh("podman", "pull", "-q", name, timeout=180)
+    if pulled.code == 0:
+        Report.info(f"base image {name}: pulled")
+        return
+    reason = pulled.tail(1)
+    Report.info(f"base image {name} cannot be pulled ({reason})")
+    Report.info(
+        f"building a stand-in for it from Debian packages: debootstrap --variant=minbase "
+        f"{SUITE} with {', '.join(BASE_PACKAGES)}, imported as {name}"
+    )
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="cockpit-base-", dir="/var/tmp"))
+    try:
+        await asyncio.to_thread(build_standin_base, work / "root", name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    Report.info(f"stand-in base image built in {time.monotonic() - started:.0f}s")
+
+
+def build_standin_base(root: Path, name: str) -> None:
+    include = ",".join(BASE_PACKAGES)
+    debootstrap = ["debootstrap", "--variant=minbase", f"--include={include}", SUITE]
+    done = subprocess.run(
+        [*debootstrap, str(root), host_mirror()], capture_output=True, text=True, timeout=900
+    )
+    if done.returncode:
+        sys.exit(f"debootstrap failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    for marker in glob.glob(str(root / "usr/lib/python3*/EXTERNALLY-MANAGED")):
+        os.remove(marker)  # pip installs into the image's Python, as in python:3.11-slim
+    copy_host_apt_config(root)
+    added = add_host_certificates(root)
+    if added:
+        Report.info(f"added {added} CA certificate(s) this host trusts beyond Debian's")
+    for junk in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"):
+        for path in glob.glob(str(root / junk)):
+            if os.path.isfile(path):
+                os.remove(path)
+    changes = ["--change", "ENV=LANG=C.UTF-8", "--change", 'CMD=["python3"]']
+    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    imported = subprocess.run(
+        ["podman", "import", "-q", *changes, "-", name],
+        stdin=tar.stdout,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    tar.wait()
+    if imported.returncode:
+        sys.exit(f"podman import failed:\n{imported.stderr[-3000:]}")
+
+
+def apt_sources() -> list[Path]:
+    found = [Path("/etc/apt/sources.list")]
+    found += sorted(Path("/etc/apt/sources.list.d").glob("*.list"))
+    found += sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
+    return [p for p in found if p.is_file() and p.stat().st_size]
+
+
+def host_mirror() -> str:
+    """The Debian archive this host installs from (its apt sources), for debootstrap."""
+    for path in apt_sources():
+        text = path.read_text()
+        if path.suffix == ".sources":
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = dict(re.findall(r"^([A-Za-z-]+):\s*(.+)$", stanza, re.M))
+                if (
+                    "deb" in fields.get("Types", "").split()
+                    and SUITE in fields.get("Suites", "").split()
+                ):
+                    return fields["URIs"].split()[0]
+        else:
+            for line in text.splitlines():
+                words = re.sub(r"\[[^]]*\]", "", line).split()
+                if len(words) >= 3 and words[0] == "deb" and words[2] == SUITE:
+                    return words[1]
+    return "http://deb.debian.org/debian"
+
+
+def copy_host_apt_config(root: Path) -> None:
+    """The image's apt uses the host's sources (and proxy settings), like the host does."""
+    target = root / "etc/apt"
+    (target / "sources.list").unlink(missing_ok=True)
+    for path in apt_sources():
+        shutil.copy2(path, target / path.relative_to("/etc/apt"))
+    for folder in ("keyrings", "trusted.gpg.d"):
+        source = Path("/etc/apt") / folder
+        if source.is_dir():
+            shutil.copytree(source, target / folder, dirs_exist_ok=True)
+    for conf in Path("/etc/apt/apt.conf.d").glob("*"):
+        if conf.is_file() and "proxy" in conf.read_text(errors="replace").lower():
+            shutil.copy2(conf, target / "apt.conf.d" / conf.name)
+
+
+def add_host_certificates(root: Path) -> int:
+    """CA certificates the host trusts that Debian's bundle lacks (a TLS-inspecting proxy's
+    root, where there is one), so pip in the build reaches the package index as the host does."""
+    pem = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
+    host_bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if not host_bundle.is_file():
+        return 0
+    known = set(pem.findall((root / "etc/ssl/certs/ca-certificates.crt").read_text()))
+    extra = [c for c in pem.findall(host_bundle.read_text()) if c not in known]
+    for n, cert in enumerate(extra):
+        (root / f"usr/local/share/ca-certificates/host-{n}.crt").write_text(cert + "\n")
+    if extra:
+        subprocess.run(["chroot", str(root), "update-ca-certificates"], capture_output=True)
+    return len(extra)
+
+
+# -- the image --------------------------------------------------------------------------------
+
+
+async def build(report: Report) -> bool:
+    started = time.monotonic()
+    done = await sh(
+        "podman", "build", "--format", "docker", "--isolation", "chroot", "--pull=never",
+        "--network", "host", "-t", IMAGE, ROOT,
+        timeout=600,
+    )  # fmt: skip
+    if not report.result(done.code == 0, "image builds", f"{time.monotonic() - started:.0f}s"):
+        print(done.tail(40))
+        return False
+    await sh("podman", "image", "prune", "-f")  # the previous run's image, now untagged
+    return True
+
+
+async def inspect(image: str, template: str) -> str:
+    return (await sh("podman", "image", "inspect", "--format", template, image)).out.strip()
+
+
+async def check_size(report: Report, base: str) -> None:
+    size = int(await inspect(IMAGE, "{{.Size}}")) / 1e6
+    base_size = int(await inspect(base, "{{.Size}}")) / 1e6
+    report.result(
+        size <= MAX_IMAGE_MB,
+        "image size",
+        f"{size:.0f} MB (the base image is {base_size:.0f} MB; limit {MAX_IMAGE_MB} MB)",
+    )
+
+
+async def check_demo(report: Report) -> None:
+    started = time.monotonic()
+    done = await sh(*PODMAN_RUN, "--rm", *RUN_FLAGS, IMAGE, "cockpit", "demo", timeout=300)
+    last = done.out.strip().splitlines()[-1] if done.out.strip() else ""
+    ok = done.code == 0
+    detail = f"exit {done.code} in {time.monotonic() - started:.0f}s; {last}"
+    if not report.result(ok, "`cockpit demo` inside the image", detail):
+        print(done.tail(40))
+
+
+async def healthcheck_command() -> tuple[list[str], float]:
+    config = json.loads(await inspect(IMAGE, "{{json .Config.Healthcheck}}"))
+    test = config["Test"]
+    command = ["sh", "-c", test[1]] if test[0] == "CMD-SHELL" else test[1:]
+    return command, config.get("Timeout", 30e9) / 1e9
+
+
+async def run_healthcheck(container: str) -> Done:
+    command, timeout = await healthcheck_command()
+    return await sh("podman", "exec", container, *command, timeout=timeout + 5)
+
+
+async def check_healthcheck_when_down(report: Report) -> None:
+    """The same command in a container whose server never started must fail."""
+    name = f"cockpit-check-down-{secrets.token_hex(3)}"
+    port = str(free_port())
+    started = await sh(
+        *PODMAN_RUN, "-d", "--name", name, *RUN_FLAGS, "-e", f"COCKPIT_PORT={port}",
+        IMAGE, "sleep", "120",
+    )  # fmt: skip
+    try:
+        if started.code:
+            report.result(False, "HEALTHCHECK fails when the server is down", started.tail(5))
+            return
+        done = await run_healthcheck(name)
+        report.result(
+            done.code not in (0, -1),
+            "HEALTHCHECK fails when the server is down",
+            f"exit {done.code} (nothing listens on :{port})",
+        )
+    finally:
+        await sh("podman", "rm", "-f", "-t", "0", name)
+
+
+# -- cockpit serve against the stand-ins ------------------------------------------------------
+
+
+class Served:
+    """`cockpit serve` in a container with an env file, state on a named volume."""
+
+    def __init__(self, env_file: Path, key: str, origin: Path, port: int) -> None:
+        self.env_file = env_file
+        self.key = key
+        self.origin = origin
+        self.url = f"http://127.0.0.1:{port}"
+        self.volume = f"cockpit-check-data-{secrets.token_hex(3)}"
+        self.name = ""
+
+    async def start(self) -> Done:
+        self.name = f"cockpit-check-serve-{secrets.token_hex(3)}"
+        # As the README runs it: --env-file, and the key passed from the environment.
+        return await sh(
+            *PODMAN_RUN, "-d", "--name", self.name, *RUN_FLAGS,
+            "--env-file", self.env_file, "-e", "GITHUB_PRIVATE_KEY",
+            "-v", f"{self.volume}:/data", "-v", f"{self.origin}:{self.origin}:ro",
+            IMAGE,
+            env={**os.environ, "GITHUB_PRIVATE_KEY": self.key},
+        )  # fmt: skip
+
+    async def healthy(self, timeout: float = 60) -> bool:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+
+            async def answers() -> bool:
+                try:
+                    async with http.get(f"{self.url}/healthz") as response:
+                        return response.status == 200
+                except (aiohttp.ClientError, TimeoutError):
+                    return False
+
+            return await wait_until(answers, timeout, 0.2)
+
+    async def logs(self) -> str:
+        return (await sh("podman", "logs", self.name)).tail(30)
+
+    async def remove(self) -> None:
+        if self.name:
+            await sh("podman", "rm", "-f", "-t", "0", self.name)
+
+
+def pull_request_opened(clone_url: str, head_sha: str, base_sha: str) -> dict:
+    data = deliveries.payload("pull_request.opened")
+    deliveries.retarget(
+        data, owner=OWNER, name=NAME, clone_url=clone_url, installation_id=INSTALLATION
+    )
+    pr = data["pull_request"]
+    data["number"] = pr["number"] = NUMBER
+    pr["head"]["sha"] = head_sha
+    pr["base"]["ref"] = "main"
+    pr["base"]["sha"] = base_sha
+    pr["draft"] = False
+    pr["state"] = "open"
+    data["sender"] = {"login": "contributor", "id": 3, "type": "User"}
+    return data
+
+
+def status_command(clone_url: str, comment_id: int) -> dict:
+    data = deliveries.payload("issue_comment.created")
+    deliveries.retarget(
+        data, owner=OWNER, name=NAME, clone_url=clone_url, installation_id=INSTALLATION
+    )
+    deliveries.as_pr_comment(data, NUMBER)
+    data["comment"]["id"] = comment_id
+    data["comment"]["body"] = "/cockpit status"
+    data["comment"]["user"] = data["sender"] = {"login": MAINTAINER, "id": 2, "type": "User"}
+    return data
+
+
+async def deliver(url: str, event: str, data: dict, secret: str, delivery_id: str) -> int:
+    body = json.dumps(data).encode()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{url}/webhooks/github",
+            data=body,
+            headers=deliveries.headers(event, body, secret, delivery_id),
+        ) as response,
+    ):
+        return response.status
+
+
+async def check_serve(report: Report) -> None:
+    github = GitHubStandin()
+    model = AnthropicStandin(scripted_reviewer)
+    await github.start()
+    await model.start()
+    work = Path(tempfile.mkdtemp(prefix="cockpit-check-"))
+    served: Served | None = None
+    try:
+        origin = work / "origin"
+        pr = await asyncio.to_thread(make_pr, origin, base=BASE, head=HEAD, number=NUMBER)
+        github.add_generated_pr(
+            OWNER,
+            NAME,
+            pr,
+            installation_id=INSTALLATION,
+            permissions={MAINTAINER: "maintain"},
+            title="Look users up by name",
+        )
+        # The container clones the repository from this host path (file://); git refuses a
+        # repository another user owns, so it belongs to the image's user, as a clone would.
+        uid = int((await sh(*PODMAN_RUN, "--rm", *RUN_FLAGS, IMAGE, "id", "-u")).out.strip())
+        os.chmod(work, 0o755)
+        for path in [origin, *origin.rglob("*")]:
+            os.lchown(path, uid, uid)
+        secret = secrets.token_hex(20)
+        env_file = work / "cockpit.env"
+        app = {"id": github.app_id, "slug": github.slug, "name": "PR Cockpit"}
+        app |= {"pem": github.private_key_pem, "webhook_secret": secret}
+        write_credentials(
+            app | {"html_url": f"{github.url}/apps/{github.slug}"}, env_file, github.url
+        )
+        port = free_port()
+        with env_file.open("a") as extra:  # README step 2: the model key (here: the stand-in)
+            extra.write(
+                f"ANTHROPIC_BASE_URL={model.url}\nANTHROPIC_API_KEY=offline-check\n"
+                f"COCKPIT_CLAUDE_MODEL={MODEL}\nCOCKPIT_PORT={port}\n"
+            )
+        served = Served(env_file, key_path_for(env_file).read_text(), origin, port)
+        await serve_and_review(report, github, served, pr, secret)
+        if not report.failed:
+            await crash_and_restart(report, github, served, pr, secret)
+    finally:
+        if served is not None:
+            await served.remove()
+            await sh("podman", "volume", "rm", "-f", served.volume)
+        await github.stop()
+        await model.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def serve_and_review(
+    report: Report, github: GitHubStandin, served: Served, pr, secret: str
+) -> None:
+    started = await served.start()
+    if started.code or not await served.healthy():
+        report.result(False, "`cockpit serve` starts in a container", await served.logs())
+        return
+    status = (await sh("podman", "exec", served.name, "cat", "/proc/1/status")).out
+    uid = re.search(r"^Uid:\s+(\d+)", status, re.M)
+    user = await inspect(IMAGE, "{{.Config.User}}")
+    report.result(
+        bool(uid) and uid.group(1) != "0",  # type: ignore[union-attr]
+        "the server runs as a non-root user",
+        f"PID 1 (`cockpit serve`) has uid {uid.group(1) if uid else '?'}; image USER {user}",
+    )
+    begun = time.monotonic()
+    code = await deliver(
+        served.url,
+        "pull_request",
+        pull_request_opened(pr.clone_url, pr.head_sha, pr.base_sha),
+        secret,
+        "check-opened",
+    )
+
+    def drafted() -> bool:
+        pending = [
+            r
+            for r in github.reviews.values()
+            if r["state"] == "PENDING" and r["commit_id"] == pr.head_sha
+        ]
+        comments = github.status_comments(f"{OWNER}/{NAME}", NUMBER)
+        return bool(pending) and bool(comments) and "F1" in comments[0]["body"]
+
+    ok = code == 202 and await wait_until(drafted, 120)
+    if ok:
+        [review] = [r for r in github.reviews.values() if r["state"] == "PENDING"]
+        body = github.status_comments(f"{OWNER}/{NAME}", NUMBER)[0]["body"]
+        findings = sorted(set(re.findall(r"\bF(\d+)\b", body)), key=int)
+        detail = (
+            f"HTTP {code}, then in {time.monotonic() - begun:.1f}s a pending review with "
+            f"{len(review['comments'])} inline comments and a status comment listing "
+            f"F1 to F{findings[-1]}"
+        )
+    else:
+        detail = f"HTTP {code}; no draft on the GitHub stand-in\n{await served.logs()}"
+    report.result(ok, "`cockpit serve` turns a signed pull_request delivery into a draft", detail)
+    done = await run_healthcheck(served.name)
+    report.result(done.code == 0, "HEALTHCHECK passes while the server runs", f"exit {done.code}")
+
+
+async def crash_and_restart(
+    report: Report, github: GitHubStandin, served: Served, pr, secret: str
+) -> None:
+    """Deliveries acknowledged while GitHub hangs, then SIGKILL: a new container on the same
+    volume must process every one. The killed process's calls stay parked on the old gate, so
+    every reaction counted afterwards comes from the new container."""
+    what = "SIGKILL, then a new container on the same /data: nothing acknowledged is lost"
+    parked = github.gate
+    parked.clear()
+    try:
+        seen = len(github.requests)
+        acknowledged = []
+        for n in range(CRASH_DELIVERIES):
+            comment_id = 5001 + n
+            data = status_command(pr.clone_url, comment_id)
+            code = await deliver(served.url, "issue_comment", data, secret, f"check-crash-{n}")
+            if code == 202:
+                acknowledged.append(comment_id)
+        mid_job = await wait_until(lambda: len(github.requests) > seen, 30)
+        killed = await sh("podman", "kill", "--signal", "KILL", served.name)
+        await sh("podman", "wait", served.name, timeout=30)
+        await served.remove()
+        github.gate = asyncio.Event()
+        github.gate.set()
+        if len(acknowledged) != CRASH_DELIVERIES or not mid_job or killed.code:
+            detail = f"{len(acknowledged)}/{CRASH_DELIVERIES} acknowledged; kill: {killed.tail(3)}"
+            report.result(False, what, detail)
+            return
+        restarted = await served.start()
+        if restarted.code or not await served.healthy():
+            report.result(False, what, f"no restart: {await served.logs()}")
+            return
+
+        def rocket(comment_id: int) -> bool:
+            return any(
+                r["comment_id"] == comment_id and r["content"] == "rocket" for r in github.reactions
+            )
+
+        ok = await wait_until(lambda: all(rocket(c) for c in acknowledged), 120)
+        processed = sum(rocket(c) for c in acknowledged)
+        detail = (
+            f"{processed}/{len(acknowledged)} deliveries acknowledged (202) before the kill "
+            "were processed after the restart"
+        )
+        if not ok:
+            detail += f"\n{await served.logs()}"
+        report.result(ok, what, detail)
+        stopped = await sh("podman", "stop", "-t", "15", served.name, timeout=30)
+        code = (await sh("podman", "inspect", "--format", "{{.State.ExitCode}}", served.name)).out
+        report.result(
+            stopped.code == 0 and code.strip() == "0",
+            "`podman stop` (SIGTERM) ends the server cleanly",
+            f"exit {code.strip() or '?'}",
+        )
+    finally:
+        parked.set()  # let the dead process's parked requests finish so the stand-in can stop
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+async def check_all() -> int:
+    report = Report()
+    started = time.monotonic()
+    base = base_image()
+    await ensure_base(base)
+    if await build(report):
+        await check_size(report, base)
+        await check_demo(report)
+        await check_serve(report)
+        await check_healthcheck_when_down(report)
+    elapsed = time.monotonic() - started
+    if report.failed:
+        print(f"container check: {len(report.failed)} failed ({elapsed:.0f}s)")
+        return 1
+    print(f"container check: all passed ({elapsed:.0f}s)")
+    return 0
+
+
+def main() -> int:
+    if os.geteuid() != 0:
+        print("container check: run it as root (podman here runs rootful; tools come from apt-get)")
+        return 2
+    ensure_tools()
+    return asyncio.run(check_all())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
