@@ -215,6 +215,11 @@ CREATE TABLE IF NOT EXISTS session_reviews (
     ended_at REAL
 );
 
+CREATE UNIQUE INDEX IF NOT EXISTS session_reviews_one_active
+    ON session_reviews(parent_session_id) WHERE ended_at IS NULL;
+CREATE INDEX IF NOT EXISTS sessions_pull ON sessions(pull_id, status);
+CREATE UNIQUE INDEX IF NOT EXISTS messages_id ON messages(session_id, id);
+
 CREATE TABLE IF NOT EXISTS eval_runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     golden TEXT NOT NULL,
@@ -246,6 +251,17 @@ CREATE TABLE IF NOT EXISTS eval_findings (
 );
 """
 
+# Columns added after their table first shipped: ensure_schema adds the missing ones, so an
+# older database upgrades in place at start-up. (table, column, declaration)
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("reviews", "revision", "INTEGER NOT NULL DEFAULT 1"),
+    ("reviews", "revision_note", "TEXT"),
+    ("session_reviews", "pull_id", "INTEGER"),
+    ("session_reviews", "review_id", "INTEGER"),
+    ("sessions", "error", "TEXT"),
+)
+
+
 class Database:
     """One aiosqlite connection; writes and multi-statement work go through `transaction()`."""
 
@@ -275,6 +291,12 @@ class Database:
     async def ensure_schema(self) -> None:
         async with self._lock:
             await self.conn.executescript(SCHEMA)
+            for table, column, declaration in ADDED_COLUMNS:
+                present = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
+                if column not in {row["name"] for row in present}:
+                    await self.conn.execute(
+                        f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+                    )
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:

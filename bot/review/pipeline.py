@@ -20,7 +20,7 @@ from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
 from bot.repo_config import RepoConfig
 from bot.review.plan import place, plan_files
-from bot.sessions.store import create_session, set_status
+from bot.sessions.store import Session, create_session
 from bot.skills import load_skill
 from bot.storage import Database
 from bot.texts import render
@@ -147,12 +147,50 @@ async def review_worktree(
     )
     result = await run.turn(prompt)
     assert result.draft is not None
-    await set_status(reviewer.db, session.id, "idle")
     return Draft(
         result.draft.summary,
         result.draft.verdict,
         finding_rows(result.draft, diff),
         plan.skipped,
+        result.run_id,
+        skill.id,
+        session.id,
+    )
+
+
+async def revise_review(
+    reviewer: Reviewer,
+    tree: Worktree,
+    session: Session,
+    message: str | None,
+    *,
+    comment_id: int | None = None,
+) -> Draft:
+    """The reviewer's session continues with `message` (feedback on its draft; None resumes
+    an interrupted turn) and submits its review again."""
+    diff = await pr_diff(tree)
+    provider = reviewer.models.provider(session.provider, session.model)
+    skill = await load_skill(reviewer.db)
+    run = AgentRun(
+        db=reviewer.db,
+        provider=provider,
+        session=session,
+        toolbox=Toolbox(tree),
+        system=skill.text,
+        kind="review",
+        subkind="revision",
+        budget=reviewer.budget,
+        skill_version_id=skill.id,
+        review_id=session.review_id,
+        metrics=reviewer.metrics,
+    )
+    result = await run.turn(message, comment_id=comment_id)
+    assert result.draft is not None
+    return Draft(
+        result.draft.summary,
+        result.draft.verdict,
+        finding_rows(result.draft, diff),
+        (),
         result.run_id,
         skill.id,
         session.id,
