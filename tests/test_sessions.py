@@ -13,7 +13,7 @@ import pytest
 
 from bot.server import make_app
 from bot.sessions.store import append_messages, primary_of_review
-from bot.standin.models import say
+from bot.standin.models import fail, say
 from handlers import router
 from tests import deliveries
 from tests.conftest import WEBHOOK_SECRET, wait_for
@@ -358,3 +358,34 @@ async def test_a_child_turn_killed_mid_way_resumes_once_after_restart(
     assert child_users == [(1,)]  # the first message was not added twice
     assert query("SELECT status FROM sessions WHERE role = 'child'") == [("active",)]
     assert query("SELECT COUNT(*) FROM session_reviews WHERE ended_at IS NULL") == [(1,)]
+
+
+async def test_ask_without_a_cross_review_asks_the_reviewer_about_its_draft(world):
+    asked = await say_on_pr(world, "/cockpit ask why is F1 critical?")
+    [answer] = answers(world, "Claude")
+    assert "### 💬 Claude" in answer and "why is F1 critical?" in answer
+    assert "calc.py:2" in answer  # grounded in what the reviewer found in the worktree
+    assert reactions(world, asked) == ["eyes", "rocket"]
+    [review] = await world.review_rows()
+    assert review["revision"] == 1  # a question never revises the draft
+    runs = await rows(world, "SELECT kind, subkind, provider FROM runs ORDER BY id")
+    assert (runs[-1]["kind"], runs[-1]["subkind"], runs[-1]["provider"]) == (
+        "session",
+        "ask",
+        "claude",
+    )
+
+
+async def test_a_provider_failure_ends_the_child_with_the_reason_on_the_pr(world):
+    world.openai.policy = lambda conversation: fail(400, "invalid_request_error")
+    await say_on_pr(world, "/cockpit codex-review")
+    assert any(
+        "Codex could not answer, so its session ended" in b and "rejected the request (400)" in b
+        for b in bodies(world)
+    )
+    [child] = await rows(world, "SELECT status, error FROM sessions WHERE role = 'child'")
+    assert child["status"] == "failed" and "400" in child["error"]
+    [link] = await rows(world, "SELECT ended_at FROM session_reviews")
+    assert link["ended_at"] is not None
+    await say_on_pr(world, "/cockpit codex-review")  # a new one may start
+    assert len(await rows(world, "SELECT * FROM session_reviews")) == 2
