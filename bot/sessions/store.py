@@ -54,19 +54,33 @@ async def create_session(
     *,
     provider: str,
     model: str,
-    role: str = "primary",
     pull_id: int | None = None,
     review_id: int | None = None,
-    parent_session_id: int | None = None,
 ) -> Session:
-    """One creation path for primary and child sessions (a child's first message is context)."""
+    """A primary session (a reviewer's conversation)."""
+    async with db.transaction() as conn:
+        session_id = await _insert(conn, provider, model, "primary", pull_id, review_id, None)
+    return await get_session(db, session_id)
+
+
+async def _insert(
+    conn: Any,
+    provider: str,
+    model: str,
+    role: str,
+    pull_id: int | None,
+    review_id: int | None,
+    parent_session_id: int | None,
+) -> int:
+    """The one creation path of sessions: a child is an ordinary session whose first message
+    is review context instead of a person's text."""
     now = time.time()
-    session_id = await db.execute(
+    cursor = await conn.execute(
         "INSERT INTO sessions (pull_id, review_id, provider, model, role, status,"
         " parent_session_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?)",
         (pull_id, review_id, provider, model, role, parent_session_id, now, now),
     )
-    return await get_session(db, session_id)
+    return int(cursor.lastrowid or 0)
 
 
 async def start_cross_review(
@@ -85,13 +99,9 @@ async def start_cross_review(
     now = time.time()
     try:
         async with db.transaction() as conn:
-            cursor = await conn.execute(
-                "INSERT INTO sessions (pull_id, review_id, provider, model, role, status,"
-                " parent_session_id, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, 'child', 'active', ?, ?, ?)",
-                (parent.pull_id, parent.review_id, provider, model, parent.id, now, now),
+            child_id = await _insert(
+                conn, provider, model, "child", parent.pull_id, parent.review_id, parent.id
             )
-            child_id = int(cursor.lastrowid or 0)
             await conn.execute(
                 "INSERT INTO session_reviews (parent_session_id, child_session_id, child_adapter,"
                 " anchor_message_id, anchor_comment_id, review_prompt, review_title,"
