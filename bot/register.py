@@ -229,6 +229,12 @@ def write_credentials(conversion: dict[str, Any], env_path: Path, api_url: str) 
 
 
 def check_free(env_path: Path) -> None:
+    """Before GitHub creates anything: the files can be written and overwrite nothing."""
+    folder = env_path.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise RegisterError(
+            "bad_option", EXIT_USAGE, option="--out", value=env_path, problem="cannot write there"
+        )
     for path in (env_path, key_path_for(env_path)):
         if path.exists() or path.is_symlink():
             raise RegisterError("exists", EXIT_USAGE, path=path)

@@ -71,6 +71,7 @@ RUN_FLAGS = [
 MAX_IMAGE_MB = 800
 OWNER, NAME, NUMBER, INSTALLATION, MAINTAINER = "octo", "widgets", 1, 7, "maintainer"
 CRASH_DELIVERIES = 4
+DEADLINE = 900.0  # the whole check, base image included (about a minute when it is cached)
 
 
 @dataclass
@@ -484,8 +485,7 @@ async def check_serve(report: Report) -> None:
                 f"COCKPIT_CLAUDE_MODEL={MODEL}\nCOCKPIT_PORT={port}\n"
             )
         served = Served(env_file, key_path_for(env_file).read_text(), origin, port)
-        await serve_and_review(report, github, served, pr, secret)
-        if not report.failed:
+        if await serve_and_review(report, github, served, pr, secret):
             await crash_and_restart(report, github, served, pr, secret)
     finally:
         if served is not None:
@@ -498,11 +498,11 @@ async def check_serve(report: Report) -> None:
 
 async def serve_and_review(
     report: Report, github: GitHubStandin, served: Served, pr, secret: str
-) -> None:
+) -> bool:
     started = await served.start()
     if started.code or not await served.healthy():
         report.result(False, "`cockpit serve` starts in a container", await served.logs())
-        return
+        return False
     status = (await sh("podman", "exec", served.name, "cat", "/proc/1/status")).out
     uid = re.search(r"^Uid:\s+(\d+)", status, re.M)
     user = await inspect(IMAGE, "{{.Config.User}}")
@@ -541,9 +541,12 @@ async def serve_and_review(
         )
     else:
         detail = f"HTTP {code}; no draft on the GitHub stand-in\n{await served.logs()}"
-    report.result(ok, "`cockpit serve` turns a signed pull_request delivery into a draft", detail)
+    drafted_ok = report.result(
+        ok, "`cockpit serve` turns a signed pull_request delivery into a draft", detail
+    )
     done = await run_healthcheck(served.name)
     report.result(done.code == 0, "HEALTHCHECK passes while the server runs", f"exit {done.code}")
+    return drafted_ok
 
 
 async def crash_and_restart(
@@ -625,12 +628,20 @@ async def check_all() -> int:
     return 0
 
 
+async def bounded() -> int:
+    try:
+        return await asyncio.wait_for(check_all(), DEADLINE)
+    except TimeoutError:
+        print(f"FAIL  container check: not finished within {DEADLINE / 60:g} minutes")
+        return 1
+
+
 def main() -> int:
     if os.geteuid() != 0:
         print("container check: run it as root (podman here runs rootful; tools come from apt-get)")
         return 2
     ensure_tools()
-    return asyncio.run(check_all())
+    return asyncio.run(bounded())
 
 
 if __name__ == "__main__":
