@@ -120,19 +120,6 @@ async def review_worktree(
         pull_id=request.pull_id,
         review_id=request.review_id,
     )
-    skill = await load_skill(reviewer.db)
-    run = AgentRun(
-        db=reviewer.db,
-        provider=provider,
-        session=session,
-        toolbox=Toolbox(tree, on_call=on_tool_call),
-        system=skill.text,
-        kind="review",
-        budget=reviewer.budget,
-        skill_version_id=skill.id,
-        review_id=request.review_id,
-        metrics=reviewer.metrics,
-    )
     prompt = render(
         "prompts/review_request.md.j2",
         number=request.number,
@@ -145,17 +132,8 @@ async def review_worktree(
         reviewed=plan.reviewed,
         skipped=plan.skipped,
     )
-    result = await run.turn(prompt)
-    assert result.draft is not None
-    return Draft(
-        result.draft.summary,
-        result.draft.verdict,
-        finding_rows(result.draft, diff),
-        plan.skipped,
-        result.run_id,
-        skill.id,
-        session.id,
-    )
+    toolbox = Toolbox(tree, on_call=on_tool_call)
+    return await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
 
 
 async def revise_review(
@@ -169,16 +147,32 @@ async def revise_review(
     """The reviewer's session continues with `message` (feedback on its draft; None resumes
     an interrupted turn) and submits its review again."""
     diff = await pr_diff(tree)
-    provider = reviewer.models.provider(session.provider, session.model)
+    return await _submitted(
+        reviewer, Toolbox(tree), session, diff, message, comment_id=comment_id, subkind="revision"
+    )
+
+
+async def _submitted(
+    reviewer: Reviewer,
+    toolbox: Toolbox,
+    session: Session,
+    diff: DiffModel,
+    message: str | None,
+    *,
+    skipped: tuple[tuple[str, str], ...] = (),
+    comment_id: int | None = None,
+    subkind: str | None = None,
+) -> Draft:
+    """One reviewer turn that ends with `submit_review`, as a Draft placed on the diff."""
     skill = await load_skill(reviewer.db)
     run = AgentRun(
         db=reviewer.db,
-        provider=provider,
+        provider=reviewer.models.provider(session.provider, session.model),
         session=session,
-        toolbox=Toolbox(tree),
+        toolbox=toolbox,
         system=skill.text,
         kind="review",
-        subkind="revision",
+        subkind=subkind,
         budget=reviewer.budget,
         skill_version_id=skill.id,
         review_id=session.review_id,
@@ -190,7 +184,7 @@ async def revise_review(
         result.draft.summary,
         result.draft.verdict,
         finding_rows(result.draft, diff),
-        (),
+        skipped,
         result.run_id,
         skill.id,
         session.id,
