@@ -56,8 +56,9 @@ from tests import deliveries  # noqa: E402
 
 IMAGE = "localhost/pr-cockpit:check"
 SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3", "python3-pip", "python-is-python3", "ca-certificates")
-TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
+TOOLS = ("podman", "runc", "debootstrap")  # commands, named as their Debian packages
 PODMAN_RUN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "run"]
 RUN_FLAGS = [
     "--no-healthcheck",
@@ -99,22 +100,17 @@ class Report:
         print(f"info  {text}", flush=True)
 
 
-async def sh(
-    *args: str | Path,
-    timeout: float = 120,
-    env: dict[str, str] | None = None,
-    stdin: bytes | None = None,
-) -> Done:
+async def sh(*args: str | Path, timeout: float = 120, env: dict[str, str] | None = None) -> Done:
     """Run a command without blocking the stand-ins on this event loop."""
     proc = await asyncio.create_subprocess_exec(
         *map(str, args),
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except TimeoutError:
         proc.kill()
         await proc.wait()
@@ -147,7 +143,7 @@ def free_port() -> int:
 
 
 def ensure_tools() -> None:
-    missing = sorted({package for tool, package in TOOLS.items() if not shutil.which(tool)})
+    missing = [tool for tool in TOOLS if not shutil.which(tool)]
     if not missing:
         return
     Report.info(f"installing with apt-get: {' '.join(missing)}")
@@ -199,14 +195,19 @@ async def ensure_base(name: str) -> None:
 def build_standin_base(root: Path, name: str) -> None:
     include = ",".join(BASE_PACKAGES)
     debootstrap = ["debootstrap", "--variant=minbase", f"--include={include}", SUITE]
+    mirror = host_mirror()
     done = subprocess.run(
-        [*debootstrap, str(root), host_mirror()], capture_output=True, text=True, timeout=900
+        [*debootstrap, str(root), mirror or DEBIAN_MIRROR],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     if done.returncode:
         sys.exit(f"debootstrap failed:\n{(done.stdout + done.stderr)[-3000:]}")
     for marker in glob.glob(str(root / "usr/lib/python3*/EXTERNALLY-MANAGED")):
         os.remove(marker)  # pip installs into the image's Python, as in python:3.11-slim
-    copy_host_apt_config(root)
+    if mirror:  # a host on another release keeps debootstrap's own sources.list
+        copy_host_apt_config(root)
     added = add_host_certificates(root)
     if added:
         Report.info(f"added {added} CA certificate(s) this host trusts beyond Debian's")
@@ -235,8 +236,8 @@ def apt_sources() -> list[Path]:
     return [p for p in found if p.is_file() and p.stat().st_size]
 
 
-def host_mirror() -> str:
-    """The Debian archive this host installs from (its apt sources), for debootstrap."""
+def host_mirror() -> str | None:
+    """The Debian archive this host installs SUITE from (its apt sources), if it does."""
     for path in apt_sources():
         text = path.read_text()
         if path.suffix == ".sources":
@@ -252,7 +253,7 @@ def host_mirror() -> str:
                 words = re.sub(r"\[[^]]*\]", "", line).split()
                 if len(words) >= 3 and words[0] == "deb" and words[2] == SUITE:
                     return words[1]
-    return "http://deb.debian.org/debian"
+    return None
 
 
 def copy_host_apt_config(root: Path) -> None:
