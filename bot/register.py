@@ -87,10 +87,6 @@ class Target:
     def apps_url(self) -> str:
         return f"{self.web_url}{self.owner_path}/settings/apps"
 
-    @property
-    def owner(self) -> str:
-        return f"the organisation {self.org}" if self.org else "your personal account"
-
 
 @dataclass(frozen=True)
 class Registered:
@@ -107,13 +103,7 @@ def web_url_for(raw: str) -> str:
     """GitHub's web URL from what a user may type: the site, or by mistake its API URL."""
     parts = urlsplit(raw.strip())
     if parts.scheme not in ("https", "http") or not parts.hostname or parts.query or parts.fragment:
-        raise RegisterError(
-            "bad_option",
-            EXIT_USAGE,
-            option="--github-url",
-            value=raw,
-            problem="expected the web address of GitHub, e.g. https://github.example.com",
-        )
+        raise RegisterError("bad_github_url", EXIT_USAGE, value=raw)
     if parts.hostname == "api.github.com":
         return GITHUB_WEB_URL
     path = parts.path.rstrip("/").removesuffix("/api/v3")
@@ -130,23 +120,14 @@ def api_url_for(web_url: str) -> str:
 def webhook_url_for(public_url: str) -> str:
     parts = urlsplit(public_url.strip())
     if parts.scheme not in ("https", "http") or not parts.hostname or parts.query or parts.fragment:
-        raise RegisterError(
-            "bad_option",
-            EXIT_USAGE,
-            option="--public-url",
-            value=public_url,
-            problem="expected the address GitHub reaches this server at, e.g. "
-            "https://cockpit.example.com",
-        )
+        raise RegisterError("bad_public_url", EXIT_USAGE, value=public_url)
     base = public_url.strip().rstrip("/")
     return base if base.endswith("/webhooks/github") else f"{base}/webhooks/github"
 
 
 def check_org(org: str | None) -> str | None:
     if org is not None and not _LOGIN.match(org):
-        raise RegisterError(
-            "bad_option", EXIT_USAGE, option="--org", value=org, problem="not a GitHub login"
-        )
+        raise RegisterError("bad_org", EXIT_USAGE, value=org)
     return org
 
 
@@ -229,6 +210,10 @@ def write_credentials(conversion: dict[str, Any], env_path: Path, api_url: str) 
 
 
 def check_free(env_path: Path) -> None:
+    """Before GitHub creates anything: the files can be written and overwrite nothing."""
+    folder = env_path.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise RegisterError("bad_out", EXIT_USAGE, value=env_path)
     for path in (env_path, key_path_for(env_path)):
         if path.exists() or path.is_symlink():
             raise RegisterError("exists", EXIT_USAGE, path=path)
@@ -261,7 +246,10 @@ async def exchange(http: aiohttp.ClientSession, target: Target, code: str) -> di
 
 
 def _complete(answer: dict[str, Any]) -> bool:
-    return all(answer.get(key) for key in ("id", "slug", "pem"))
+    """The fields the env file needs, each fit for one `NAME=value` line."""
+    needed = [answer.get(key) for key in ("id", "slug", "pem")]
+    lines = [answer.get(key) for key in ("id", "slug", "webhook_secret", "name", "html_url")]
+    return all(needed) and not any("\n" in str(v) or "\r" in str(v) for v in lines if v)
 
 
 # -- the local pages --------------------------------------------------------------------------
@@ -293,7 +281,7 @@ class ManifestFlow:
     async def _local_only(self, request: web.Request, handler: Any) -> web.StreamResponse:
         # Another site that rebinds its name to 127.0.0.1 must not read the state or post codes.
         if request.host not in (f"127.0.0.1:{self.port}", f"localhost:{self.port}"):
-            return web.Response(status=421, text="misdirected request")
+            return _page("register/result.html.j2", status=421, kind="misdirected")
         return await handler(request)
 
     async def _start(self, request: web.Request) -> web.Response:
@@ -302,7 +290,7 @@ class ManifestFlow:
         hook = manifest["hook_attributes"]
         return _page(
             "register/start.html.j2",
-            owner=self.target.owner,
+            org=self.target.org,
             web_url=self.target.web_url,
             webhook_url=hook.get("url", ""),
             webhook_active=hook.get("active", True),
@@ -414,7 +402,7 @@ async def _run_flow(options: Options, target: Target, echo: Callable[[str], None
             echo(
                 message(
                     "open_page",
-                    owner=target.owner,
+                    org=target.org,
                     web_url=target.web_url,
                     public_url=options.public_url,
                     page_url=flow.page_url,

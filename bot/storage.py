@@ -215,6 +215,11 @@ CREATE TABLE IF NOT EXISTS session_reviews (
     ended_at REAL
 );
 
+CREATE UNIQUE INDEX IF NOT EXISTS session_reviews_one_active
+    ON session_reviews(parent_session_id) WHERE ended_at IS NULL;
+CREATE INDEX IF NOT EXISTS sessions_pull ON sessions(pull_id, status);
+CREATE UNIQUE INDEX IF NOT EXISTS messages_id ON messages(session_id, id);
+
 CREATE TABLE IF NOT EXISTS eval_runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     golden TEXT NOT NULL,
@@ -261,35 +266,32 @@ CREATE TABLE IF NOT EXISTS eval_judgements (
 );
 """
 
-# Columns added after a table first shipped: added at every start when missing (SQLite has no
-# `ADD COLUMN IF NOT EXISTS`), so an older database gains them and a new one is unchanged.
-ADDED_COLUMNS: dict[str, dict[str, str]] = {
-    "reviews": {
-        "base_sha": "TEXT",
-        "verify_provider": "TEXT",
-        "verify_error": "TEXT",
-    },
-    "eval_runs": {
-        "batch": "INTEGER",
-        "judge": "TEXT",
-        "status": "TEXT NOT NULL DEFAULT 'running'",
-        "options": "TEXT NOT NULL DEFAULT '{}'",
-        "verify_provider": "TEXT",
-        "tokens": "INTEGER",
-        "scores": "TEXT",
-    },
-    "eval_cases": {
-        "case_id": "TEXT",
-        "status": "TEXT NOT NULL DEFAULT 'running'",
-        "tokens": "INTEGER",
-        "scores": "TEXT",
-    },
-    "eval_findings": {
-        "ordinal": "INTEGER",
-        "end_line": "INTEGER",
-        "verify_note": "TEXT",
-    },
-}
+# Columns added after their table first shipped: ensure_schema adds the missing ones, so an
+# older database upgrades in place at start-up. (table, column, declaration)
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("reviews", "revision", "INTEGER NOT NULL DEFAULT 1"),
+    ("reviews", "revision_note", "TEXT"),
+    ("session_reviews", "pull_id", "INTEGER"),
+    ("session_reviews", "review_id", "INTEGER"),
+    ("sessions", "error", "TEXT"),
+    ("reviews", "base_sha", "TEXT"),
+    ("reviews", "verify_provider", "TEXT"),
+    ("reviews", "verify_error", "TEXT"),
+    ("eval_runs", "batch", "INTEGER"),
+    ("eval_runs", "judge", "TEXT"),
+    ("eval_runs", "status", "TEXT NOT NULL DEFAULT 'running'"),
+    ("eval_runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
+    ("eval_runs", "verify_provider", "TEXT"),
+    ("eval_runs", "tokens", "INTEGER"),
+    ("eval_runs", "scores", "TEXT"),
+    ("eval_cases", "case_id", "TEXT"),
+    ("eval_cases", "status", "TEXT NOT NULL DEFAULT 'running'"),
+    ("eval_cases", "tokens", "INTEGER"),
+    ("eval_cases", "scores", "TEXT"),
+    ("eval_findings", "ordinal", "INTEGER"),
+    ("eval_findings", "end_line", "INTEGER"),
+    ("eval_findings", "verify_note", "TEXT"),
+)
 
 
 class Database:
@@ -321,16 +323,12 @@ class Database:
     async def ensure_schema(self) -> None:
         async with self._lock:
             await self.conn.executescript(SCHEMA)
-            for table, columns in ADDED_COLUMNS.items():
-                present = {
-                    row[1]
-                    for row in await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
-                }
-                for name, declaration in columns.items():
-                    if name not in present:
-                        await self.conn.execute(
-                            f"ALTER TABLE {table} ADD COLUMN {name} {declaration}"
-                        )
+            for table, column, declaration in ADDED_COLUMNS:
+                present = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
+                if column not in {row["name"] for row in present}:
+                    await self.conn.execute(
+                        f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+                    )
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:

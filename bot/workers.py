@@ -10,6 +10,8 @@ from bot.context import Context
 from bot.queue import REVIEWS, Job
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.job import cleanup_pull_job, refresh_status_job, run_review_job
+from bot.sessions.store import reconcile
+from bot.sessions.turns import session_turn_job
 from bot.storage import Database
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,11 @@ async def setup_workers(ctx: Context) -> None:
         "cleanup_installation": cleanup_installation,
         "maintenance": maintenance,
         "recover_posting": recover_posting_job,
+        "session_turn": session_turn_job,
     }.items():
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
     await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS, supersede=True)
     await queue_interrupted(ctx)
+    ended = await reconcile(ctx.db)
+    if ended:
+        log.info("ended sessions of closed PRs", extra={"fields": {"count": ended}})

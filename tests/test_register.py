@@ -275,7 +275,7 @@ async def test_manifest_flow_writes_credentials_only_the_user_can_read(
     [app] = standin.created_apps
     assert app["owner"]["type"] == ("Organization" if org else "User")
     assert f"{app['html_url']}/installations/new" in run.text
-    assert "--env-file cockpit.env" in run.text or "--env-file " in run.text
+    assert f"--env-file {tmp_path / 'cockpit.env'}" in run.text
     assert app["pem"] not in run.text and app["webhook_secret"] not in run.text
 
 
@@ -366,6 +366,14 @@ async def test_existing_credentials_are_never_overwritten(standin, tmp_path) -> 
     code = await register(options_for(standin, tmp_path), print, err.append)
     assert code == EXIT_USAGE
     assert "already exists" in err[0]
+    assert standin.manifests == []
+
+
+async def test_an_unwritable_out_folder_is_refused_before_github(standin, tmp_path) -> None:
+    options = options_for(standin, tmp_path, out=tmp_path / "missing" / "cockpit.env")
+    err: list[str] = []
+    assert await register(options, print, err.append) == EXIT_USAGE
+    assert "--out" in err[0] and "cannot write there" in err[0]
     assert standin.manifests == []
 
 

@@ -126,6 +126,7 @@ def test_verify_notes_stay_inside_their_status_table_cell(note, title):
         "link": None,
         "title": title,
         "state": "kept",
+        "checked_by": "auto",
         "verify_status": "refuted",
         "verify_note": note,
         "verifier": "codex",
@@ -147,6 +148,8 @@ def test_verify_notes_stay_inside_their_status_table_cell(note, title):
         findings=[finding],
         not_reviewed=[],
         config_error=None,
+        revision=1,
+        revision_note=None,
         verify_provider="codex",
         verify_error=None,
         cost_line="",
@@ -198,7 +201,7 @@ async def test_verify_refutes_a_false_positive_and_approve_leaves_it_out(world):
     assert f"| F{eval_finding['ordinal']} | critical |" in status
     assert "✓ confirmed by codex" in status
     assert "✗ refuted by codex: tests/test_calc.py:1 is test code" in status
-    assert "2 model run(s)" in status
+    assert "claude: 1 model run(s)" in status and "codex: 1 model run(s)" in status
     [check] = world.github.check_runs.values()
     assert "1 confirmed, 1 refuted, 0 uncertain" in check["output"]["summary"]
     refuted_note = next(a for a in check["annotations"] if a["path"] == "tests/test_calc.py")

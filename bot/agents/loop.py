@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 MAX_BACKOFF = 30.0
 SUBMITTED = "Review submitted. Thank you."
+NOT_NOW = "Do not submit a review in this turn: answer the message in plain text."
 NUDGE = (
     "You ended your turn without calling submit_review. Call submit_review now with "
     "your summary, verdict and findings (an empty findings list is fine)."
@@ -86,17 +87,21 @@ class AgentRun:
     skill_version_id: int | None = None
     review_id: int | None = None
     expect_submit: bool = True
+    offer_submit: bool | None = None  # default: when expected (a primary session keeps it)
     final: FinalAnswer = SUBMIT_REVIEW
+    subkind: str | None = None
     metrics: Metrics | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
-    async def turn(self, user_text: str | None) -> TurnResult:
+    async def turn(self, user_text: str | None, *, comment_id: int | None = None) -> TurnResult:
+        """One turn: `user_text` (None to continue the stored conversation) from the PR
+        comment `comment_id`, until the model answers (or submits its review)."""
         run_id = await self.db.execute(
             "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
             " skill_version_id, status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
             (
                 self.kind if self.kind != "verify" else "review",
-                self.kind if self.kind == "verify" else None,
+                self.subkind or (self.kind if self.kind == "verify" else None),
                 self.session.id,
                 self.review_id,
                 self.provider.name,
@@ -109,7 +114,7 @@ class AgentRun:
         started = time.monotonic()
         calls = 0
         try:
-            result = await self._loop(run_id, user_text, usage, started)
+            result = await self._loop(run_id, user_text, comment_id, usage, started)
             calls = result.tool_calls
         except asyncio.CancelledError:
             await self._finish(run_id, usage, "cancelled", "cancelled", calls)
@@ -127,12 +132,23 @@ class AgentRun:
         return result
 
     async def _loop(
-        self, run_id: int, user_text: str | None, usage: dict[str, Usage], started: float
+        self,
+        run_id: int,
+        user_text: str | None,
+        comment_id: int | None,
+        usage: dict[str, Usage],
+        started: float,
     ) -> TurnResult:
         if user_text is not None:
-            await append_messages(self.db, self.session.id, self.provider.user_message(user_text))
+            await append_messages(
+                self.db,
+                self.session.id,
+                self.provider.user_message(user_text),
+                github_comment_id=comment_id,
+            )
         final = self.final
-        tools = [*self.toolbox.definitions, *([final.tool] if self.expect_submit else [])]
+        offer = self.expect_submit if self.offer_submit is None else self.offer_submit
+        tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
         repaired = False
         tool_calls = 0
         while True:
@@ -163,7 +179,10 @@ class AgentRun:
             results: list[tuple[Any, str, bool]] = []
             answer = None
             for call in reply.tool_calls:
-                if call.name == final.name and self.expect_submit:
+                if call.name == final.name and not self.expect_submit:
+                    results.append((call, NOT_NOW, True))
+                    continue
+                if call.name == final.name:
                     try:
                         answer = final.parse(_as_dict(call.arguments))
                         results.append((call, final.acknowledgement, False))

@@ -24,6 +24,7 @@ from bot.evals.scoring import Counts, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
 from bot.review.verify import apply_verification, choose_provider, verify_draft
+from bot.sessions.store import end_session
 from bot.storage import Database
 from bot.worktrees import GitError
 
@@ -182,6 +183,8 @@ class Runner:
                 model=run.model,
             )
             draft = await review_worktree(reviewer, prepared.tree, request)
+            if draft.session_id is not None:  # no PR to talk about it later: the talk ends
+                await end_session(self.db, draft.session_id)
             result.review_tokens, result.review_usd = await spend(self.db, draft.run_id)
             rows = draft.findings
             if run.verify and rows:

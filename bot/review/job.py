@@ -30,7 +30,7 @@ from bot.review.store import (
     update_review,
 )
 from bot.review.verify import apply_verification, choose_provider, verify_draft
-from bot.sessions.store import end_pull_sessions
+from bot.sessions.store import end_pull_sessions, open_sessions, turn_key
 from bot.worktrees import GitError, Worktree
 
 if TYPE_CHECKING:
@@ -47,8 +47,10 @@ def review_key(pull_id: int) -> str:
     return f"review:{pull_id}"
 
 
-def worktree_name(pull: sqlite3.Row, review_id: int) -> str:
-    return f"{pull['repo']}-{pull['number']}-r{review_id}"
+def worktree_name(pull: sqlite3.Row, review_id: int, session_id: int | None = None) -> str:
+    """A review's worktree, or one session's of it (turns of two sessions may run at once)."""
+    name = f"{pull['repo']}-{pull['number']}-r{review_id}"
+    return name if session_id is None else f"{name}-s{session_id}"
 
 
 async def enqueue_review(
@@ -95,10 +97,13 @@ async def queue_status_refresh(ctx: Context, pull_id: int) -> None:
 
 
 async def stop_pull_work(ctx: Context, pull_id: int, why: str) -> int:
-    """Cancel the PR's queued or running review job; returns how many jobs were affected."""
+    """Cancel the PR's running review or session turns and drop what is queued behind them;
+    returns how many jobs were affected."""
     count = await ctx.jobs.cancel(review_key(pull_id))
     if count:
         await state.cancel_pull(ctx.db, pull_id, why, queued_only=True)
+    for session in await open_sessions(ctx.db, pull_id):
+        count += await ctx.jobs.cancel(turn_key(session.id))
     return count
 
 
@@ -106,6 +111,8 @@ async def close_pull(ctx: Context, pull_id: int) -> None:
     """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
     await ctx.jobs.cancel(review_key(pull_id))
     await state.cancel_pull(ctx.db, pull_id, "cancelled: PR closed")
+    for session in await open_sessions(ctx.db, pull_id):
+        await ctx.jobs.cancel(turn_key(session.id))
     await end_pull_sessions(ctx.db, pull_id)
     await ctx.jobs.enqueue(
         "cleanup_pull", f"cleanup:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS
@@ -129,9 +136,7 @@ async def forget_installation(ctx: Context, installation_id: int) -> None:
     )
 
 
-async def prepare_worktree(
-    ctx: Context, pull: sqlite3.Row, head_sha: str, review_id: int
-) -> Worktree:
+async def prepare_worktree(ctx: Context, pull: sqlite3.Row, head_sha: str, name: str) -> Worktree:
     """Fetch the base branch and `refs/pull/N/head` into the mirror; add the review's tree."""
     clone_url = pull["clone_url"]
     token = None
@@ -141,9 +146,7 @@ async def prepare_worktree(
     await ctx.mirrors.sync(
         pull["repo"], clone_url, [base, f"refs/pull/{pull['number']}/head"], token
     )
-    return await ctx.mirrors.add_worktree(
-        pull["repo"], name=worktree_name(pull, review_id), head_sha=head_sha, base_ref=base
-    )
+    return await ctx.mirrors.add_worktree(pull["repo"], name=name, head_sha=head_sha, base_ref=base)
 
 
 @dataclass
@@ -201,6 +204,8 @@ class ReviewJob:
 
     async def run(self, config: RepoConfig) -> None:
         await state.start(self.ctx.db, self.review_id, config_error=config.error)
+        # The older drafts' conversations (and cross-reviews of them) end with this review.
+        await end_pull_sessions(self.ctx.db, self.pull["id"], keep_review=self.review_id)
         try:
             review = await get_review(self.ctx.db, self.review_id)
             await self.publisher.status(review)
@@ -210,14 +215,15 @@ class ReviewJob:
             await self._stopped()
             raise
         except (AgentError, GitError, gidgethub.GitHubException, OSError) as exc:
-            await self._failed(_reason(exc))
+            await self._failed(describe(exc))
         except Exception:
             log.exception("review crashed")
             await self._failed(INTERNAL_ERROR)
 
     async def _review(self, review: sqlite3.Row, config: RepoConfig) -> None:
         ctx, review_id = self.ctx, self.review_id
-        tree = await prepare_worktree(ctx, self.pull, review["head_sha"], review_id)
+        name = worktree_name(self.pull, review_id)
+        tree = await prepare_worktree(ctx, self.pull, review["head_sha"], name)
         await update_review(ctx.db, review_id, base_sha=tree.base_sha)
 
         async def planned(skipped: tuple[tuple[str, str], ...]) -> None:
@@ -301,7 +307,8 @@ class ReviewJob:
             log.exception("could not report the stop on GitHub")
 
 
-def _reason(exc: Exception) -> str:
+def describe(exc: Exception) -> str:
+    """A failure as people on the PR are told it (no internals)."""
     if isinstance(exc, gidgethub.HTTPException):
         return f"GitHub answered {int(exc.status_code)} ({exc})"
     if isinstance(exc, OSError):
@@ -325,7 +332,15 @@ async def cleanup_pull_job(ctx: Context, job: Job) -> None:
     pull = await pull_by_id(ctx.db, job.payload["pull_id"])
     if pull is None:
         return
-    rows = await ctx.db.fetchall("SELECT id FROM reviews WHERE pull_id = ?", (pull["id"],))
-    for row in rows:
-        path = ctx.mirrors.tree_path(worktree_name(pull, row["id"]))
-        await ctx.mirrors.remove_worktree(pull["repo"], path)
+    rows = await ctx.db.fetchall(
+        "SELECT r.id AS review_id, s.id AS session_id FROM reviews r"
+        " LEFT JOIN sessions s ON s.review_id = r.id WHERE r.pull_id = ?",
+        (pull["id"],),
+    )
+    names = {worktree_name(pull, row["review_id"]) for row in rows} | {
+        worktree_name(pull, row["review_id"], row["session_id"])
+        for row in rows
+        if row["session_id"] is not None
+    }
+    for name in sorted(names):
+        await ctx.mirrors.remove_worktree(pull["repo"], ctx.mirrors.tree_path(name))

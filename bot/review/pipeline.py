@@ -20,7 +20,7 @@ from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
 from bot.repo_config import RepoConfig
 from bot.review.plan import place, plan_files
-from bot.sessions.store import create_session, set_status
+from bot.sessions.store import Session, create_session
 from bot.skills import load_skill
 from bot.storage import Database
 from bot.texts import render
@@ -121,19 +121,6 @@ async def review_worktree(
         pull_id=request.pull_id,
         review_id=request.review_id,
     )
-    skill = await load_skill(reviewer.db)
-    run = AgentRun(
-        db=reviewer.db,
-        provider=provider,
-        session=session,
-        toolbox=Toolbox(tree, on_call=on_tool_call),
-        system=skill.text,
-        kind="review",
-        budget=reviewer.budget,
-        skill_version_id=skill.id,
-        review_id=request.review_id,
-        metrics=reviewer.metrics,
-    )
     prompt = render(
         "prompts/review_request.md.j2",
         number=request.number,
@@ -146,14 +133,59 @@ async def review_worktree(
         reviewed=plan.reviewed,
         skipped=plan.skipped,
     )
-    result = await run.turn(prompt)
+    toolbox = Toolbox(tree, on_call=on_tool_call)
+    return await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
+
+
+async def revise_review(
+    reviewer: Reviewer,
+    tree: Worktree,
+    session: Session,
+    message: str | None,
+    *,
+    comment_id: int | None = None,
+) -> Draft:
+    """The reviewer's session continues with `message` (feedback on its draft; None resumes
+    an interrupted turn) and submits its review again."""
+    diff = await pr_diff(tree)
+    return await _submitted(
+        reviewer, Toolbox(tree), session, diff, message, comment_id=comment_id, subkind="revision"
+    )
+
+
+async def _submitted(
+    reviewer: Reviewer,
+    toolbox: Toolbox,
+    session: Session,
+    diff: DiffModel,
+    message: str | None,
+    *,
+    skipped: tuple[tuple[str, str], ...] = (),
+    comment_id: int | None = None,
+    subkind: str | None = None,
+) -> Draft:
+    """One reviewer turn that ends with `submit_review`, as a Draft placed on the diff."""
+    skill = await load_skill(reviewer.db)
+    run = AgentRun(
+        db=reviewer.db,
+        provider=reviewer.models.provider(session.provider, session.model),
+        session=session,
+        toolbox=toolbox,
+        system=skill.text,
+        kind="review",
+        subkind=subkind,
+        budget=reviewer.budget,
+        skill_version_id=skill.id,
+        review_id=session.review_id,
+        metrics=reviewer.metrics,
+    )
+    result = await run.turn(message, comment_id=comment_id)
     assert result.draft is not None
-    await set_status(reviewer.db, session.id, "idle")
     return Draft(
         result.draft.summary,
         result.draft.verdict,
         finding_rows(result.draft, diff),
-        plan.skipped,
+        skipped,
         result.run_id,
         skill.id,
         session.id,

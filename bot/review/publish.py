@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import gidgethub
 
 from bot.commands.catalog import suggested
-from bot.review.store import latest_draft, load_findings, review_cost, update_review
+from bot.review.store import latest_draft, load_findings, review_costs, update_review
 from bot.texts import STATUS_MARKER, fit, render, usd
 
 if TYPE_CHECKING:
@@ -54,6 +54,20 @@ class Publisher:
     def owner_repo(self) -> dict[str, Any]:
         owner, name = self.pull["repo"].split("/", 1)
         return {"owner": owner, "repo": name, "number": self.pull["number"]}
+
+    async def comment(self, body: str) -> int:
+        """Post a new comment on the PR (a reply, or a session's answer)."""
+        created = await self.gh.post(
+            "/repos/{owner}/{repo}/issues/{number}/comments",
+            self.owner_repo,
+            data={"body": fit(body)},
+        )
+        return int(created["id"])
+
+    def status_link(self, review: sqlite3.Row) -> str | None:
+        if not (self.pull["html_url"] and review["status_comment_id"]):
+            return None
+        return f"{self.pull['html_url']}#issuecomment-{review['status_comment_id']}"
 
     # -- status comment -------------------------------------------------------
 
@@ -105,15 +119,15 @@ class Publisher:
     async def render_status(self, review: sqlite3.Row) -> str:
         db = self.ctx.db
         findings = await load_findings(db, review["id"])
-        cost, runs = await review_cost(db, review["id"])
+        costs = await review_costs(db, review["id"])
         stale_sha = None
         if review["state"] in ("queued", "running"):
             previous = await latest_draft(db, self.pull["id"])
             if previous is not None and previous["stale"]:
                 stale_sha = previous["head_sha"][:7]
-        cost_line = ""
-        if runs:
-            cost_line = f"{runs} model run(s) · cost {usd(cost)}"
+        cost_line = " · ".join(
+            f"{provider}: {runs} model run(s), {usd(cost)}" for provider, runs, cost in costs
+        )
         return render(
             "status.md.j2",
             headline=HEADLINES.get(review["state"], review["state"]),
@@ -131,6 +145,8 @@ class Publisher:
             findings=[self._finding_view(f, review) for f in findings],
             not_reviewed=[tuple(x) for x in json.loads(review["not_reviewed"] or "[]")],
             config_error=review["config_error"],
+            revision=review["revision"],
+            revision_note=review["revision_note"],
             verify_provider=review["verify_provider"],
             verify_error=review["verify_error"],
             cost_line=cost_line,
@@ -152,6 +168,7 @@ class Publisher:
             "link": link,
             "title": finding["title"],
             "state": finding["state"],
+            "checked_by": finding["checked_by"],
             "verify_status": finding["verify_status"],
             "verify_note": finding["verify_note"],
             "verifier": review["verify_provider"],

@@ -18,8 +18,20 @@ from bot.storage import Database
 QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"
 FAILED, CANCELLED, SUPERSEDED = "failed", "cancelled", "superseded"
 ACTIVE = (QUEUED, RUNNING)
-# Findings: kept (in the draft), dropped (by a person), skipped (left out of a partial approve).
-KEPT, DROPPED, SKIPPED = "kept", "dropped", "skipped"
+# Findings: kept (in the draft), dropped (by a person), skipped (left out of a partial approve),
+# withdrawn (by the reviewer itself when it revised the draft).
+KEPT, DROPPED, SKIPPED, WITHDRAWN = "kept", "dropped", "skipped", "withdrawn"
+FINDING_FIELDS = (
+    "path",
+    "line",
+    "end_line",
+    "side",
+    "severity",
+    "title",
+    "body",
+    "suggestion",
+    "in_diff",
+)
 
 
 def _marks(values: Iterable[object]) -> str:
@@ -148,3 +160,45 @@ async def release(db: Database, review_id: int) -> bool:
 
 async def mark_posted(db: Database, review_id: int) -> bool:
     return await _move(db, review_id, POSTED, (POSTING,), posted_at=time.time())
+
+
+async def revise_findings(
+    db: Database,
+    review_id: int,
+    assigned: list[tuple[int, dict]],
+    withdrawn: list[int],
+    *,
+    by: str,
+) -> bool:
+    """A revised draft's findings under their (stable) numbers: returning ones are kept again
+    (a person's `drop` still stands), new ones are added, `withdrawn` ones are marked so.
+    Only a draft can be revised: False (and nothing changed) once publishing has begun."""
+    async with db.transaction() as conn:
+        cursor = await conn.execute("SELECT state FROM reviews WHERE id = ?", (review_id,))
+        row = await cursor.fetchone()
+        if row is None or row[0] != DRAFT:
+            return False
+        for ordinal, finding in assigned:
+            values = [finding.get(k) for k in FINDING_FIELDS]
+            values[FINDING_FIELDS.index("side")] = finding.get("side") or "RIGHT"
+            values[FINDING_FIELDS.index("in_diff")] = int(finding.get("in_diff") or 0)
+            cursor = await conn.execute(
+                f"UPDATE findings SET {', '.join(f'{k} = ?' for k in FINDING_FIELDS)},"
+                " verify_status = NULL, verify_note = NULL,"
+                " state = CASE state WHEN 'dropped' THEN 'dropped' ELSE 'kept' END,"
+                " checked_by = CASE state WHEN 'dropped' THEN checked_by ELSE 'auto' END"
+                " WHERE review_id = ? AND ordinal = ?",
+                (*values, review_id, ordinal),
+            )
+            if cursor.rowcount == 0:
+                await conn.execute(
+                    f"INSERT INTO findings (review_id, ordinal, {', '.join(FINDING_FIELDS)},"
+                    " state, checked_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'kept', 'auto')",
+                    (review_id, ordinal, *values),
+                )
+        await conn.execute(
+            "UPDATE findings SET state = 'withdrawn', checked_by = ? WHERE review_id = ?"
+            f" AND state = 'kept' AND ordinal IN ({_marks(withdrawn)})",
+            (by, review_id, *withdrawn),
+        )
+    return True

@@ -120,11 +120,19 @@ async def save_findings(db: Database, review_id: int, rows: list[dict[str, Any]]
         )
 
 
-async def review_cost(db: Database, review_id: int) -> tuple[float | None, int]:
-    """Total USD of the review's runs (None if any run's cost is unknown) and its run count."""
-    rows = await db.fetchall("SELECT cost_usd FROM runs WHERE review_id = ?", (review_id,))
-    costs = [r["cost_usd"] for r in rows]
-    return (None if None in costs else sum(costs)), len(rows)
+async def review_costs(db: Database, review_id: int) -> list[tuple[str, int, float | None]]:
+    """Per provider, in first-use order: the review's model runs (its own, its verify pass,
+    cross-review turns and revisions) and their USD (None when any run's cost is unknown)."""
+    rows = await db.fetchall(
+        "SELECT provider, cost_usd FROM runs WHERE review_id = ? ORDER BY id", (review_id,)
+    )
+    by_provider: dict[str, list[float | None]] = {}
+    for row in rows:
+        by_provider.setdefault(row["provider"], []).append(row["cost_usd"])
+    return [
+        (provider, len(costs), None if None in costs else sum(c for c in costs if c is not None))
+        for provider, costs in by_provider.items()
+    ]
 
 
 async def delete_installation(db: Database, installation_id: int) -> list[str]:

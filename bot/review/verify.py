@@ -22,7 +22,7 @@ from bot.agents.submit import InvalidAnswer
 from bot.agents.toolbox import Toolbox
 from bot.config import PROVIDERS
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
-from bot.sessions.store import create_session, set_status
+from bot.sessions.store import end_session, start_verify_session
 from bot.skills import load_skill
 from bot.texts import render
 from bot.worktrees import GitError, Worktree
@@ -184,14 +184,13 @@ async def _verify(
     on_tool_call: Callable[[str], Awaitable[None]] | None,
 ) -> Verification:
     provider = reviewer.models.provider(provider_name, model)
-    session = await create_session(
+    session = await start_verify_session(
         reviewer.db,
         provider=provider.name,
         model=provider.model,
-        role="verify",
         pull_id=request.pull_id,
         review_id=request.review_id,
-        parent_session_id=draft.session_id,
+        draft_session_id=draft.session_id,
     )
     skill = await load_skill(reviewer.db, "verify")
     run = AgentRun(
@@ -223,5 +222,5 @@ async def _verify(
     try:
         result = await run.turn(prompt)
     finally:
-        await set_status(reviewer.db, session.id, "ended")
+        await end_session(reviewer.db, session.id)
     return Verification(provider.name, result.answer, result.run_id)

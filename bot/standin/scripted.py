@@ -121,7 +121,9 @@ def scripted_reviewer(conversation: Conversation) -> Action:
     last_event = conversation.events[-1][0] if conversation.events else ""
     submitted = any(name == "submit_review" for name, _ in conversation.tool_calls)
     if submitted and last_event == "user":
-        return _revise(conversation, findings)
+        if conversation.last_user_text.startswith("[Review feedback from"):
+            return _revise(conversation, findings)
+        return say(_answer(conversation, findings))
     if findings and conversation.result_of("read_file") is None:
         first = findings[0]
         return call(
@@ -156,14 +158,27 @@ def _revise(conversation: Conversation, findings: list[dict]) -> Action:
     return call("submit_review", **_review(kept, note))
 
 
+def _answer(conversation: Conversation, findings: list[dict]) -> str:
+    """A reviewer asked about its draft answers from what it found."""
+    where = ", ".join(f"{f['path']}:{f['line']}" for f in findings) or "nothing"
+    return (
+        f"About your question ({conversation.last_user_text[:120]}): my draft flags {where}; "
+        "each finding points at the added line that shows the problem."
+    )
+
+
 def _critique(conversation: Conversation) -> Action:
     if conversation.result_of("git_diff") is None:
         return call("git_diff")
     context = conversation.user_texts[0] if conversation.user_texts else ""
-    titles = re.findall(r"^\| F(\d+) \| \w+ \| [^|]+ \| ([^|]+) \|", context, re.M)
+    rows = re.findall(r"^\| F(\d+) \| (\w+) \| [^|]+ \| ([^|]+) \|", context, re.M)
     lines = ["I checked the draft against the diff."]
-    for number, title in titles:
-        lines.append(f"- F{number} ({title.strip()}): confirmed, the added line does this.")
+    for number, severity, title in rows:
+        if severity == "nit":
+            lines.append(f"- F{number}: refute {title.strip()}: a style nit, not a defect.")
+        else:
+            lines.append(f"- F{number} ({title.strip()}): confirmed, the added line does this.")
+    titles = rows
     if not titles:
         lines.append("- The draft has no findings; I found nothing it missed.")
     if conversation.last_user_text and len(conversation.user_texts) > 1:
