@@ -153,7 +153,7 @@ async def check_healthcheck_when_down(report: Report) -> None:
             f"exit {done.code} (nothing listens on :{port})",
         )
     finally:
-        await sh("podman", "rm", "-f", "-t", "0", name)
+        await sh("podman", "rm", "-f", "-v", "-t", "0", name)
 
 
 # -- cockpit serve against the stand-ins ------------------------------------------------------
@@ -198,7 +198,7 @@ class Served:
 
     async def remove(self) -> None:
         if self.name:
-            await sh("podman", "rm", "-f", "-t", "0", self.name)
+            await sh("podman", "rm", "-f", "-v", "-t", "0", self.name)
 
 
 def pull_request_opened(clone_url: str, head_sha: str, base_sha: str) -> dict:
