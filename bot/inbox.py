@@ -175,12 +175,16 @@ class Inbox:
         self._waiting: list[tuple[Delivery, tuple, asyncio.Future[bool]]] = []
         self._committing: asyncio.Task | None = None
         self._failing = False  # the last commit failed (e.g. disk full): unhealthy until one works
+        self._closing = False
 
     async def start(self) -> None:
+        self._closing = False
         self._conn = await asyncio.to_thread(connect, self.path, self.busy_timeout_ms)
 
     async def stop(self) -> None:
-        """Finish the commits under way (their requests get answers), then close."""
+        """Finish the commits under way (their requests get answers), then close; requests
+        that come after are refused (503: GitHub may redeliver)."""
+        self._closing = True
         if self._committing is not None:
             with contextlib.suppress(Exception):
                 await self._committing
@@ -194,7 +198,7 @@ class Inbox:
 
     async def store(self, delivery: Delivery) -> bool:
         """Commit the delivery; True if it is new, False if this id was stored before."""
-        if self._conn is None:
+        if self._conn is None or self._closing:
             raise InboxUnavailable("inbox is not open")
         job = self.jobs.row(
             "delivery", delivery.key, {"delivery_id": delivery.id}, queue=EVENTS, max_attempts=5

@@ -274,6 +274,7 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("session_reviews", "pull_id", "INTEGER"),
     ("session_reviews", "review_id", "INTEGER"),
     ("sessions", "error", "TEXT"),
+    ("messages", "source", "TEXT"),  # the command (comment:line) a person's message came from
     ("reviews", "base_sha", "TEXT"),
     ("reviews", "verify_provider", "TEXT"),
     ("reviews", "verify_error", "TEXT"),

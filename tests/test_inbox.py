@@ -58,3 +58,27 @@ async def test_a_large_batch_is_checked_for_repeats_in_chunks(conn):
     batch = [item(f"d{n}") for n in range(1200)]
     assert inbox.commit(conn, batch) == [True] * 1200
     assert inbox.commit(conn, [*batch[:5], item("new")]) == [False] * 5 + [True]
+
+
+async def test_a_delivery_that_arrives_as_the_inbox_stops_gets_an_answer(tmp_path):
+    import asyncio
+
+    from bot.inbox import Inbox, InboxUnavailable
+    from bot.queue import Jobs
+
+    db = await Database.open(tmp_path / "c.sqlite3")
+    box = Inbox(tmp_path / "c.sqlite3", Jobs(db))
+    await box.start()
+
+    async def first_then_second():
+        await box.store(item("d1")[0])  # resumes in the tick its commit ends
+        return await box.store(item("d2")[0])
+
+    client = asyncio.create_task(first_then_second())
+    await asyncio.sleep(0)  # the first request waits for its commit
+    await box.stop()
+    try:
+        with pytest.raises(InboxUnavailable):  # refused (503), never left unanswered
+            await asyncio.wait_for(client, 5)
+    finally:
+        await db.close()

@@ -58,7 +58,13 @@ def bodies(world) -> list[str]:
 
 
 def answers(world, provider: str) -> list[str]:
-    return [b for b in bodies(world) if b.startswith("<!-- pr-cockpit:session") and provider in b]
+    """The answers a session posted, by the provider in their heading."""
+    return [
+        b
+        for b in bodies(world)
+        if b.startswith("<!-- pr-cockpit:session")
+        and re.search(rf"^### \S+ {provider} \(", b, re.M)
+    ]
 
 
 def reactions(world, comment_id):
@@ -109,7 +115,7 @@ async def test_critique_ask_send_back_and_approve_publish_the_revised_draft(worl
     await say_on_pr(world, "/cockpit send-back keep it short")
     [review] = await world.review_rows()
     assert review["state"] == "draft" and review["revision"] == 2
-    assert "withdrawn F2" in review["revision_note"] and "kept F1" in review["revision_note"]
+    assert "kept F1 · new none · withdrawn F2" in world.status_body()
     feedback = [
         t
         for t in (
@@ -389,3 +395,134 @@ async def test_a_provider_failure_ends_the_child_with_the_reason_on_the_pr(world
     assert link["ended_at"] is not None
     await say_on_pr(world, "/cockpit codex-review")  # a new one may start
     assert len(await rows(world, "SELECT * FROM session_reviews")) == 2
+
+
+
+# Found by an independent review: each failed before its fix.
+
+
+async def test_a_revision_of_an_old_draft_never_lands_after_a_new_review(world):
+    await say_on_pr(world, "/cockpit codex-review")
+    world.anthropic.gate.clear()
+    requests = len(world.anthropic.requests)
+    await say_on_pr(world, "/cockpit send-back", wait=False)
+    await wait_for(lambda: len(world.anthropic.requests) > requests)
+    await say_on_pr(world, "/cockpit review --provider codex", wait=False)
+    await world.wait_review("draft", index=1)
+    world.anthropic.gate.set()
+    await world.wait_idle()
+    old, new = await world.review_rows()
+    assert old["revision"] == 1 and new["state"] == "draft"
+    assert "Revision 2" not in world.status_body()
+    [pending] = world.pending_reviews()
+    assert pending["id"] == new["pending_review_id"]
+    await say_on_pr(world, "/cockpit approve")
+    [published] = [r for r in world.github.reviews.values() if r["state"] != "PENDING"]
+    assert "(codex)" in published["body"]
+
+
+async def test_ask_after_a_failed_rereview_still_reaches_the_old_draft(world):
+    scripted = world.anthropic.policy
+    world.anthropic.policy = lambda conversation: fail(400, "invalid_request_error")
+    await say_on_pr(world, "/cockpit review")
+    await world.wait_review("failed", index=1)
+    world.anthropic.policy = scripted
+    await say_on_pr(world, "/cockpit ask why is F1 critical?")
+    assert [a for a in answers(world, "Claude") if "why is F1 critical?" in a]
+    statuses = await rows(world, "SELECT review_id, status FROM sessions ORDER BY id")
+    assert [tuple(r) for r in statuses] == [(1, "active"), (2, "ended")]
+
+
+async def test_after_close_and_reopen_session_commands_say_why_they_cannot_run(world):
+    await world.send("pull_request", world.pull_request_payload("closed"))
+    await world.wait_idle()
+    await world.send("pull_request", world.pull_request_payload("reopened"))
+    await world.wait_idle()
+    asked = await say_on_pr(world, "/cockpit ask why is F1 critical?")
+    assert reactions(world, asked) == ["eyes", "confused"]
+    assert any("conversation has ended" in b for b in bodies(world))
+
+
+async def test_several_session_commands_in_one_comment_each_get_their_turn(world):
+    await say_on_pr(world, "/cockpit ask what is F1 about?\n/cockpit ask and what about F2?")
+    first, second = answers(world, "Claude")
+    assert "what is F1 about?" in first and "(what is F1 about?)" in first
+    assert "and what about F2?" in second and "(and what about F2?)" in second
+    await say_on_pr(world, "/cockpit codex-review\n/cockpit ask is F1 reachable?")
+    [link] = await rows(world, "SELECT * FROM session_reviews")
+    child = await rows(
+        world, "SELECT content FROM messages WHERE session_id = ?", (link["child_session_id"],)
+    )
+    assert any("is F1 reachable" in m["content"] for m in child)
+    assert len(answers(world, "Codex")) == 2
+
+
+async def rerun_last_turn(world):
+    from bot.queue import Job
+
+    [row] = await rows(
+        world, "SELECT * FROM jobs WHERE kind = 'session_turn' ORDER BY id DESC LIMIT 1"
+    )
+    await world.ctx.jobs.handlers["session_turn"](Job.from_row(row))
+
+
+async def test_a_finished_turn_run_again_after_a_crash_does_nothing_twice(world):
+    await say_on_pr(world, "/cockpit codex-review")
+    await say_on_pr(world, "/cockpit ask is F1 reachable?")
+    requests = len(world.openai.requests)
+    await rerun_last_turn(world)  # as start-up recovery does for a job left running
+    assert len(answers(world, "Codex")) == 2 and len(world.openai.requests) == requests
+    await say_on_pr(world, "/cockpit send-back")
+    await rerun_last_turn(world)
+    assert (await world.review_rows())[0]["revision"] == 2
+    assert sum("revised the draft" in b for b in bodies(world)) == 1
+
+
+async def test_approve_waits_for_a_revision_being_written_to_github(world):
+    import asyncio
+
+    await say_on_pr(world, "/cockpit codex-review")
+    gh = world.github
+    original = gh._create_review
+    held, release, hold = asyncio.Event(), asyncio.Event(), {"on": True}
+
+    async def slow_create(request, body, **kwargs):
+        if hold["on"] and body.get("event") is None:
+            hold["on"] = False
+            held.set()
+            await release.wait()  # GitHub is slow to answer the revision's pending review
+        return await original(request, body, **kwargs)
+
+    gh._create_review = slow_create
+    await say_on_pr(world, "/cockpit send-back", wait=False)
+    await asyncio.wait_for(held.wait(), 20)
+    approve = await say_on_pr(world, "/cockpit approve", wait=False)
+    await wait_for(lambda: reactions(world, approve)[-1:] == ["confused"], timeout=20)
+    assert any("revision of this draft is being applied" in b for b in bodies(world))
+    release.set()
+    await world.wait_idle()
+    await say_on_pr(world, "/cockpit approve")
+    assert world.pending_reviews() == []
+    [published] = [r for r in gh.reviews.values() if r["state"] != "PENDING"]
+    assert len(published["comments"]) == 1  # the revised draft, F2 withdrawn
+
+
+async def test_approving_a_withdrawn_finding_is_refused(world):
+    await say_on_pr(world, "/cockpit codex-review")
+    await say_on_pr(world, "/cockpit send-back")
+    await say_on_pr(world, "/cockpit approve F2")
+    assert any("F2 was dropped or withdrawn" in b for b in bodies(world))
+    assert [r for r in world.github.reviews.values() if r["state"] != "PENDING"] == []
+
+
+async def test_a_github_error_posting_the_critique_is_retried_not_fatal(world):
+    world.openai.gate.clear()
+    await say_on_pr(world, "/cockpit codex-review", wait=False)
+    await wait_for(lambda: len(world.openai.requests) > 0)
+    await wait_for(lambda: any("is reviewing the draft" in b for b in bodies(world)))
+    world.github.fail_next("POST", r"/issues/1/comments$", 502)
+    world.openai.gate.set()
+    await wait_for(lambda: len(answers(world, "Codex")) == 1, timeout=30)
+    [child] = await rows(world, "SELECT status FROM sessions WHERE role = 'child'")
+    assert child["status"] == "active"
+    assert len(world.openai.requests) == 2  # the paid answer was posted, not asked again

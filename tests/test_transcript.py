@@ -182,9 +182,18 @@ def new(path, line, title):
             [old(1, "a.py", 1, "A"), old(2, "a.py", 9, "Off by one in loop", "withdrawn")],
             [new("a.py", 9, "Off by one in loop")],
             [2],
-            [],
+            [2],
             [],
             [1],
+        ),
+        # a person's dropped finding the reviewer leaves out is not "withdrawn" by it
+        (
+            [old(1, "a.py", 1, "A", "dropped"), old(2, "b.py", 1, "B")],
+            [new("b.py", 1, "B")],
+            [2],
+            [2],
+            [],
+            [],
         ),
         # a person's dropped finding returning keeps its number (its state stays dropped)
         (

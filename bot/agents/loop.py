@@ -93,7 +93,9 @@ class AgentRun:
     metrics: Metrics | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
-    async def turn(self, user_text: str | None, *, comment_id: int | None = None) -> TurnResult:
+    async def turn(
+        self, user_text: str | None, *, comment_id: int | None = None, source: str | None = None
+    ) -> TurnResult:
         """One turn: `user_text` (None to continue the stored conversation) from the PR
         comment `comment_id`, until the model answers (or submits its review)."""
         run_id = await self.db.execute(
@@ -114,7 +116,7 @@ class AgentRun:
         started = time.monotonic()
         calls = 0
         try:
-            result = await self._loop(run_id, user_text, comment_id, usage, started)
+            result = await self._loop(run_id, user_text, (comment_id, source), usage, started)
             calls = result.tool_calls
         except asyncio.CancelledError:
             await self._finish(run_id, usage, "cancelled", "cancelled", calls)
@@ -135,7 +137,7 @@ class AgentRun:
         self,
         run_id: int,
         user_text: str | None,
-        comment_id: int | None,
+        origin: tuple[int | None, str | None],
         usage: dict[str, Usage],
         started: float,
     ) -> TurnResult:
@@ -144,7 +146,8 @@ class AgentRun:
                 self.db,
                 self.session.id,
                 self.provider.user_message(user_text),
-                github_comment_id=comment_id,
+                github_comment_id=origin[0],
+                source=origin[1],
             )
         final = self.final
         offer = self.expect_submit if self.offer_submit is None else self.offer_submit

@@ -57,12 +57,15 @@ COMMANDS = (
 BY_NAME = {spec.name: spec for spec in COMMANDS}
 
 
-def suggested(state: str | None, stale: bool = False) -> list[str]:
-    """The commands that make sense now, for a PR whose latest review is in `state`."""
+def suggested(state: str | None, stale: bool = False, cross_review: bool = False) -> list[str]:
+    """The commands that make sense now, for a PR whose latest review is in `state` (and
+    whose draft a second AI is critiquing, when `cross_review`)."""
     if state is None:
         return ["review", "help"]
     if state in ("queued", "running"):
         return ["status", "stop"]
+    if state == "draft" and not stale and cross_review:
+        return ["ask <message>", "send-back", "end", "approve", "drop F1", "help"]
     if state == "draft" and not stale:
         return ["approve", "approve F1 F2 --comment", "drop F1", "codex-review", "review", "help"]
     return ["review", "help"]

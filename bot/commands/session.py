@@ -12,6 +12,7 @@ from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.config import PROVIDERS
 from bot.review import state
+from bot.review.store import latest_review
 from bot.sessions import store
 from bot.sessions.store import Session
 from bot.sessions.transcript import answer_text, feedback
@@ -29,11 +30,21 @@ def other_provider(name: str) -> str:
 
 async def _draft_and_reviewer(pr: PullRequest) -> tuple[sqlite3.Row, Session]:
     review = await current_draft(pr)
+    newest = await latest_review(pr.ctx.db, review["pull_id"])
+    if newest is not None and newest["state"] in state.ACTIVE:
+        raise CommandFailed(
+            "a new review of this PR is running; its draft replaces this one when it is done"
+        )
     parent = await store.primary_of_review(pr.ctx.db, review["id"])
     if parent is None:
         raise CommandFailed(
             "this draft has no reviewer conversation (nothing was reviewed); "
             f"run `{pr.prefix} review` for a new draft"
+        )
+    if parent.status not in store.OPEN:
+        raise CommandFailed(
+            "this draft's conversation has ended (the PR was closed or the review was "
+            f"replaced); run `{pr.prefix} review` for a new draft"
         )
     return review, parent
 
@@ -83,7 +94,9 @@ async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
         return text(
             pr, "cross_review_active", provider=current[1].provider if current else provider
         )
-    await queue_turn(pr.ctx, child, CRITIQUE, text=instructions, comment_id=pr.comment_id)
+    await queue_turn(
+        pr.ctx, child, CRITIQUE, text=instructions, comment_id=pr.comment_id, line=cmd.line
+    )
     return text(
         pr,
         "cross_review_started",
@@ -99,14 +112,18 @@ async def cmd_ask(pr: PullRequest, cmd: Command) -> str | None:
     _review, parent = await _draft_and_reviewer(pr)
     active = await _active_child(pr, parent)
     target = active[1] if active else parent
-    busy = await queue_turn(pr.ctx, target, ASK, text=cmd.text, comment_id=pr.comment_id)
+    busy = await queue_turn(
+        pr.ctx, target, ASK, text=cmd.text, comment_id=pr.comment_id, line=cmd.line
+    )
     return text(pr, "asked", provider=target.provider, busy=busy)
 
 
 async def cmd_send_back(pr: PullRequest, cmd: Command) -> str | None:
     review, parent = await _draft_and_reviewer(pr)
-    if review["state"] != state.DRAFT:
-        raise CommandFailed("the draft is already published; run `review` for a new one")
+    if review["state"] != state.DRAFT or review["stale"]:
+        raise CommandFailed(
+            f"only a current, unpublished draft can be revised; run `{pr.prefix} review`"
+        )
     active = await _active_child(pr, parent)
     if active is None:
         raise CommandFailed(f"no cross-review is active: start one with `{pr.prefix} codex-review`")
@@ -123,7 +140,13 @@ async def cmd_send_back(pr: PullRequest, cmd: Command) -> str | None:
         )
     message = feedback(row["child_adapter"], answers[-1], cmd.text, pr.actor)
     busy = await queue_turn(
-        pr.ctx, parent, REVISE, text=message, comment_id=pr.comment_id, child=child.provider
+        pr.ctx,
+        parent,
+        REVISE,
+        text=message,
+        comment_id=pr.comment_id,
+        line=cmd.line,
+        child=child.provider,
     )
     return text(pr, "sent_back", child=child.provider, parent=parent.provider, busy=busy)
 

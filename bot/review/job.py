@@ -26,11 +26,16 @@ from bot.review.store import (
     get_review,
     latest_review,
     pull_by_id,
-    save_findings,
     update_review,
 )
 from bot.review.verify import apply_verification, choose_provider, verify_draft
-from bot.sessions.store import end_pull_sessions, open_sessions, turn_key
+from bot.sessions.store import (
+    delete_installation_sessions,
+    end_pull_sessions,
+    end_review_sessions,
+    open_sessions,
+    turn_key,
+)
 from bot.worktrees import GitError, Worktree
 
 if TYPE_CHECKING:
@@ -111,12 +116,19 @@ async def close_pull(ctx: Context, pull_id: int) -> None:
     """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
     await ctx.jobs.cancel(review_key(pull_id))
     await state.cancel_pull(ctx.db, pull_id, "cancelled: PR closed")
-    for session in await open_sessions(ctx.db, pull_id):
-        await ctx.jobs.cancel(turn_key(session.id))
-    await end_pull_sessions(ctx.db, pull_id)
+    await end_sessions(ctx, pull_id)
     await ctx.jobs.enqueue(
         "cleanup_pull", f"cleanup:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS
     )
+
+
+async def end_sessions(ctx: Context, pull_id: int, *, keep_review: int | None = None) -> None:
+    """End the PR's conversations (but those of `keep_review`), their queued and running
+    turns first, so no late turn of an old draft can touch the PR again."""
+    for session in await open_sessions(ctx.db, pull_id):
+        if keep_review is None or session.review_id != keep_review:
+            await ctx.jobs.cancel(turn_key(session.id))
+    await end_pull_sessions(ctx.db, pull_id, keep_review=keep_review)
 
 
 async def forget_installation(ctx: Context, installation_id: int) -> None:
@@ -126,6 +138,8 @@ async def forget_installation(ctx: Context, installation_id: int) -> None:
     )
     for row in rows:
         await ctx.jobs.cancel(review_key(row["id"]))
+        await end_sessions(ctx, row["id"])
+    await delete_installation_sessions(ctx.db, installation_id)
     repos = await delete_installation(ctx.db, installation_id)
     ctx.github.forget_installation(installation_id)
     await ctx.jobs.enqueue(
@@ -204,8 +218,6 @@ class ReviewJob:
 
     async def run(self, config: RepoConfig) -> None:
         await state.start(self.ctx.db, self.review_id, config_error=config.error)
-        # The older drafts' conversations (and cross-reviews of them) end with this review.
-        await end_pull_sessions(self.ctx.db, self.pull["id"], keep_review=self.review_id)
         try:
             review = await get_review(self.ctx.db, self.review_id)
             await self.publisher.status(review)
@@ -265,7 +277,7 @@ class ReviewJob:
             verified = {"verify_provider": provider, "verify_error": verification.error}
             if verification.error:
                 log.warning("verify pass failed", extra={"fields": {"reason": verification.error}})
-        await save_findings(ctx.db, review_id, findings)
+        await state.set_findings(ctx.db, review_id, findings)
         await update_review(
             ctx.db,
             review_id,
@@ -280,6 +292,7 @@ class ReviewJob:
         pull = await pull_by_id(ctx.db, self.pull["id"])
         moved = pull is not None and pull["head_sha"] != review["head_sha"]
         await state.to_draft(ctx.db, review_id, stale=moved)  # a push landed meanwhile
+        await end_sessions(ctx, self.pull["id"], keep_review=review_id)  # the old drafts' talk
         review = await get_review(ctx.db, review_id)
         await self.publisher.finish_check(review)
         await self.publisher.status(review)
@@ -287,6 +300,7 @@ class ReviewJob:
     async def _failed(self, reason: str) -> None:
         log.warning("review failed", extra={"fields": {"reason": reason}})
         await state.fail(self.ctx.db, self.review_id, reason)
+        await end_review_sessions(self.ctx.db, self.review_id)
         review = await get_review(self.ctx.db, self.review_id)
         try:
             await self.publisher.finish_check(review, conclusion="failure", error=reason)
@@ -296,6 +310,7 @@ class ReviewJob:
 
     async def _stopped(self) -> None:
         await state.cancel(self.ctx.db, self.review_id, "stopped before it finished")
+        await end_review_sessions(self.ctx.db, self.review_id)
         review = await get_review(self.ctx.db, self.review_id)
         try:
             await self.publisher.finish_check(

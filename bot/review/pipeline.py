@@ -14,7 +14,7 @@ from typing import Any
 from bot.agents.base import Budget
 from bot.agents.loop import AgentRun
 from bot.agents.providers import ModelClients
-from bot.agents.submit import ReviewDraft
+from bot.agents.submit import ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
@@ -144,12 +144,28 @@ async def revise_review(
     message: str | None,
     *,
     comment_id: int | None = None,
+    source: str | None = None,
 ) -> Draft:
     """The reviewer's session continues with `message` (feedback on its draft; None resumes
     an interrupted turn) and submits its review again."""
     diff = await pr_diff(tree)
     return await _submitted(
-        reviewer, Toolbox(tree), session, diff, message, comment_id=comment_id, subkind="revision"
+        reviewer,
+        Toolbox(tree),
+        session,
+        diff,
+        message,
+        origin=(comment_id, source),
+        subkind="revision",
+    )
+
+
+async def stored_draft(tree: Worktree, session: Session, submission: dict[str, Any]) -> Draft:
+    """A draft the reviewer submitted before a restart, read back from its conversation."""
+    draft = parse_submission(submission)
+    diff = await pr_diff(tree)
+    return Draft(
+        draft.summary, draft.verdict, finding_rows(draft, diff), (), None, None, session.id
     )
 
 
@@ -161,7 +177,7 @@ async def _submitted(
     message: str | None,
     *,
     skipped: tuple[tuple[str, str], ...] = (),
-    comment_id: int | None = None,
+    origin: tuple[int | None, str | None] = (None, None),
     subkind: str | None = None,
 ) -> Draft:
     """One reviewer turn that ends with `submit_review`, as a Draft placed on the diff."""
@@ -179,7 +195,7 @@ async def _submitted(
         review_id=session.review_id,
         metrics=reviewer.metrics,
     )
-    result = await run.turn(message, comment_id=comment_id)
+    result = await run.turn(message, comment_id=origin[0], source=origin[1])
     assert result.draft is not None
     return Draft(
         result.draft.summary,

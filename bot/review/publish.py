@@ -18,6 +18,7 @@ import gidgethub
 
 from bot.commands.catalog import suggested
 from bot.review.store import latest_draft, load_findings, review_costs, update_review
+from bot.sessions.store import has_active_cross_review
 from bot.texts import STATUS_MARKER, fit, render, usd
 
 if TYPE_CHECKING:
@@ -32,12 +33,25 @@ HEADLINES = {
     "queued": "review queued",
     "running": "reviewing",
     "draft": "draft ready",
+    "revising": "revising the draft",
     "posting": "publishing",
     "posted": "published",
     "failed": "review failed",
     "cancelled": "review stopped",
     "superseded": "superseded by a newer review",
 }
+
+
+def refs(ordinals: list[int]) -> str:
+    return ", ".join(f"F{n}" for n in ordinals) or "none"
+
+
+def revision_note(stored: str | None) -> dict[str, Any] | None:
+    """The latest revision's note as the status comment shows it (stored as JSON)."""
+    if not stored:
+        return None
+    note = json.loads(stored)
+    return {**note, **{k: refs(note.get(k, [])) for k in ("kept", "added", "withdrawn")}}
 
 
 def _now() -> str:
@@ -146,11 +160,15 @@ class Publisher:
             not_reviewed=[tuple(x) for x in json.loads(review["not_reviewed"] or "[]")],
             config_error=review["config_error"],
             revision=review["revision"],
-            revision_note=review["revision_note"],
+            revision_note=revision_note(review["revision_note"]),
             verify_provider=review["verify_provider"],
             verify_error=review["verify_error"],
             cost_line=cost_line,
-            commands=suggested(review["state"], bool(review["stale"])),
+            commands=suggested(
+                review["state"],
+                bool(review["stale"]),
+                await has_active_cross_review(db, review["id"]),
+            ),
             prefix=self.ctx.settings.command_prefix,
         )
 

@@ -3,6 +3,7 @@ draft's pending review, check run and status comment follow the new findings."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from bot.review import state
 from bot.review.pipeline import Draft
 from bot.review.publish import Publisher
-from bot.review.store import get_review, load_findings, update_review
+from bot.review.store import get_review, load_findings
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -71,17 +72,13 @@ def renumber(old: Sequence[Mapping[str, Any]], new: Sequence[dict[str, Any]]) ->
             added.append(next_free)
             next_free += 1
         assigned.append((taken[n], finding))
-    live = [f["ordinal"] for f in old if f["state"] != state.WITHDRAWN]
+    in_draft = [f["ordinal"] for f in old if f["state"] in (state.KEPT, state.SKIPPED)]
     return Renumbered(
         assigned,
-        kept=sorted(o for o in live if o in used),
+        kept=sorted(used),  # carried on (a returning withdrawn one too, under its number)
         added=added,
-        withdrawn=sorted(o for o in live if o not in used),
+        withdrawn=sorted(o for o in in_draft if o not in used),  # a person's drop stays a drop
     )
-
-
-def refs(ordinals: Sequence[int]) -> str:
-    return ", ".join(f"F{n}" for n in ordinals) or "none"
 
 
 async def apply_revision(
@@ -89,31 +86,34 @@ async def apply_revision(
 ) -> Renumbered | None:
     """Store the revised findings under stable numbers, then rebuild the pending review, give
     the revision its own check run (annotations cannot be withdrawn from the old one) and
-    refresh the status comment. `by` revised it after `after`'s critique. None when the
-    draft is no longer a draft (published meanwhile): nothing changes then."""
-    old = await load_findings(ctx.db, review_id)
-    change = renumber(old, draft.findings)
-    review = await get_review(ctx.db, review_id)
-    revision = review["revision"] + 1
-    if not await state.revise_findings(ctx.db, review_id, change.assigned, change.withdrawn, by=by):
+    refresh the status comment. `by` revised it after `after`'s critique. None when the draft
+    may not be revised any more (published, stale, or a newer review exists): nothing changes.
+    While GitHub is being updated the draft is `revising`, so an approve cannot race it."""
+    change = renumber(await load_findings(ctx.db, review_id), draft.findings)
+    note = {
+        "by": by,
+        "after": after,
+        "kept": change.kept,
+        "added": change.added,
+        "withdrawn": change.withdrawn,
+    }
+    texts = {
+        "verdict": draft.verdict,
+        "summary": draft.summary,
+        "revision_note": json.dumps(note),
+        "check_run_id": None,
+        **({"run_id": draft.run_id} if draft.run_id else {}),
+    }
+    if not await state.begin_revision(
+        ctx.db, review_id, change.assigned, change.withdrawn, by=by, texts=texts
+    ):
         return None
-    await update_review(
-        ctx.db,
-        review_id,
-        verdict=draft.verdict,
-        summary=draft.summary,
-        revision=revision,
-        revision_note=(
-            f"revised by {by} after {after}'s critique: kept {refs(change.kept)} · "
-            f"new {refs(change.added)} · withdrawn {refs(change.withdrawn)}"
-        ),
-        check_run_id=None,
-        run_id=draft.run_id,
-    )
-    review = await get_review(ctx.db, review_id)
-    await publisher.pending_review(review)
-    await publisher.start_check(review)
-    review = await get_review(ctx.db, review_id)
-    await publisher.finish_check(review)
-    await publisher.status(review)
+    try:
+        await publisher.pending_review(await get_review(ctx.db, review_id))
+        await publisher.start_check(await get_review(ctx.db, review_id))
+        await publisher.finish_check(await get_review(ctx.db, review_id))
+    finally:
+        await state.end_revision(ctx.db, review_id)
+    await publisher.status(await get_review(ctx.db, review_id))
     return change
+

@@ -56,9 +56,10 @@ async def latest_review(db: Database, pull_id: int) -> sqlite3.Row | None:
 
 
 async def latest_draft(db: Database, pull_id: int) -> sqlite3.Row | None:
-    """The newest review that produced a draft (draft, posting or posted)."""
+    """The newest review that produced a draft (draft, revising, posting or posted)."""
     return await db.fetchone(
-        "SELECT * FROM reviews WHERE pull_id = ? AND state IN ('draft', 'posting', 'posted')"
+        "SELECT * FROM reviews WHERE pull_id = ?"
+        " AND state IN ('draft', 'revising', 'posting', 'posted')"
         " ORDER BY id DESC LIMIT 1",
         (pull_id,),
     )
@@ -68,7 +69,7 @@ async def has_draft_for(db: Database, pull_id: int, head_sha: str) -> bool:
     """A head that is already reviewed (or being reviewed) is not reviewed again unasked."""
     row = await db.fetchone(
         "SELECT 1 FROM reviews WHERE pull_id = ? AND head_sha = ? AND state IN"
-        " ('queued', 'running', 'draft', 'posting', 'posted') LIMIT 1",
+        " ('queued', 'running', 'draft', 'revising', 'posting', 'posted') LIMIT 1",
         (pull_id, head_sha),
     )
     return row is not None
@@ -91,35 +92,6 @@ async def load_findings(db: Database, review_id: int) -> list[sqlite3.Row]:
     )
 
 
-async def save_findings(db: Database, review_id: int, rows: list[dict[str, Any]]) -> None:
-    """Replace the review's findings; `ordinal` numbers them F1…Fn as shown on the PR."""
-    async with db.transaction() as conn:
-        await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
-        await conn.executemany(
-            "INSERT INTO findings (review_id, ordinal, path, line, end_line, side, severity,"
-            " title, body, suggestion, in_diff, verify_status, verify_note, state, checked_by)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'kept', 'auto')",
-            [
-                (
-                    review_id,
-                    ordinal,
-                    row["path"],
-                    row.get("line"),
-                    row.get("end_line"),
-                    row.get("side", "RIGHT"),
-                    row["severity"],
-                    row["title"],
-                    row.get("body", ""),
-                    row.get("suggestion"),
-                    int(row.get("in_diff", 0)),
-                    row.get("verify_status"),
-                    row.get("verify_note"),
-                )
-                for ordinal, row in enumerate(rows, start=1)
-            ],
-        )
-
-
 async def review_costs(db: Database, review_id: int) -> list[tuple[str, int, float | None]]:
     """Per provider, in first-use order: the review's model runs (its own, its verify pass,
     cross-review turns and revisions) and their USD (None when any run's cost is unknown)."""
@@ -136,19 +108,16 @@ async def review_costs(db: Database, review_id: int) -> list[tuple[str, int, flo
 
 
 async def delete_installation(db: Database, installation_id: int) -> list[str]:
-    """Delete everything kept about an installation's PRs; returns its repositories."""
+    """Delete the installation's PRs, reviews and findings (its sessions go first, through
+    their own store); returns its repositories."""
     rows = await db.fetchall(
         "SELECT DISTINCT repo FROM pulls WHERE installation_id = ?", (installation_id,)
     )
     async with db.transaction() as conn:
         pulls = "SELECT id FROM pulls WHERE installation_id = ?"
         reviews = f"SELECT id FROM reviews WHERE pull_id IN ({pulls})"
-        sessions = f"SELECT id FROM sessions WHERE pull_id IN ({pulls})"
         for statement in (
             f"DELETE FROM findings WHERE review_id IN ({reviews})",
-            f"DELETE FROM messages WHERE session_id IN ({sessions})",
-            f"DELETE FROM session_reviews WHERE parent_session_id IN ({sessions})",
-            f"DELETE FROM sessions WHERE pull_id IN ({pulls})",
             f"DELETE FROM reviews WHERE pull_id IN ({pulls})",
             "DELETE FROM pulls WHERE installation_id = ?",
             "DELETE FROM deliveries WHERE installation_id = ? AND status != 'queued'",

@@ -180,6 +180,23 @@ async def open_sessions(db: Database, pull_id: int) -> list[Session]:
     return [_session(row) for row in rows]
 
 
+async def end_review_sessions(db: Database, review_id: int) -> None:
+    """A review that failed or was stopped: its conversation ends with it."""
+    rows = await db.fetchall(
+        "SELECT id FROM sessions WHERE review_id = ? AND status IN ('active', 'busy')",
+        (review_id,),
+    )
+    for row in rows:
+        await end_session(db, row["id"])
+
+
+async def has_active_cross_review(db: Database, review_id: int) -> bool:
+    row = await db.fetchone(
+        "SELECT 1 FROM session_reviews WHERE review_id = ? AND ended_at IS NULL", (review_id,)
+    )
+    return row is not None
+
+
 def _role(item: dict[str, Any]) -> str:
     if "role" in item:
         return str(item["role"])
@@ -192,8 +209,11 @@ async def append_messages(
     items: list[dict[str, Any]],
     *,
     github_comment_id: int | None = None,
+    source: str | None = None,
 ) -> list[str]:
-    """Store native messages in order; ids are `msg-<seq>`, stable across restarts."""
+    """Store native messages in order; ids are `msg-<seq>`, stable across restarts. `source`
+    names the command a person's message came from (`comment:line`), so a retried turn
+    finds it instead of adding it again."""
     ids = []
     now = time.time()
     async with db.transaction() as conn:
@@ -205,7 +225,7 @@ async def append_messages(
             message_id = f"msg-{seq}"
             await conn.execute(
                 "INSERT INTO messages (session_id, seq, id, role, content, github_comment_id,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
                     seq,
@@ -213,6 +233,7 @@ async def append_messages(
                     _role(item),
                     json.dumps(item),
                     github_comment_id,
+                    source,
                     now,
                 ),
             )
@@ -235,13 +256,12 @@ async def message_rows(db: Database, session_id: int) -> list[sqlite3.Row]:
     )
 
 
-async def has_message_from(db: Database, session_id: int, comment_id: int) -> bool:
-    """Whether a person's comment already became a message (a retried turn adds it once)."""
-    row = await db.fetchone(
-        "SELECT 1 FROM messages WHERE session_id = ? AND github_comment_id = ? AND role = 'user'",
-        (session_id, comment_id),
-    )
-    return row is not None
+async def since_source(db: Database, session_id: int, source: str) -> list[sqlite3.Row] | None:
+    """The messages from a command's message on (None when the command has none yet): how
+    far a turn got before a restart."""
+    rows = await message_rows(db, session_id)
+    start = next((n for n, row in enumerate(rows) if row["source"] == source), None)
+    return None if start is None else rows[start:]
 
 
 async def link_comment(db: Database, session_id: int, message_id: str, comment_id: int) -> None:
@@ -289,8 +309,8 @@ async def end_session(db: Database, session_id: int, *, failed: str | None = Non
 
 
 async def end_pull_sessions(db: Database, pull_id: int, *, keep_review: int | None = None) -> None:
-    """End the PR's sessions (all of them when it closed; those of older reviews when a new
-    review of it starts) and the cross-reviews between them."""
+    """End the PR's sessions (all of them when it closed; those of older drafts when a new
+    draft replaces them) and the cross-reviews between them."""
     now = time.time()
     where = "pull_id = ?" + (" AND COALESCE(review_id, 0) != ?" if keep_review else "")
     args: tuple = (pull_id, keep_review) if keep_review else (pull_id,)
@@ -348,3 +368,18 @@ async def session_cost(db: Database, session_id: int) -> float | None:
     rows = await db.fetchall("SELECT cost_usd FROM runs WHERE session_id = ?", (session_id,))
     costs = [row["cost_usd"] for row in rows]
     return None if None in costs else sum(c for c in costs if c is not None)
+
+
+async def delete_installation_sessions(db: Database, installation_id: int) -> None:
+    """The App was uninstalled: its PRs' conversations are deleted."""
+    sessions = (
+        "SELECT id FROM sessions WHERE pull_id IN"
+        " (SELECT id FROM pulls WHERE installation_id = ?)"
+    )
+    async with db.transaction() as conn:
+        for statement in (
+            f"DELETE FROM messages WHERE session_id IN ({sessions})",
+            f"DELETE FROM session_reviews WHERE parent_session_id IN ({sessions})",
+            f"DELETE FROM sessions WHERE id IN ({sessions})",
+        ):
+            await conn.execute(statement, (installation_id,))

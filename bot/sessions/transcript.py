@@ -77,6 +77,21 @@ def answer_text(item: dict[str, Any]) -> str:
     return "\n".join(texts).strip()
 
 
+def tool_call(item: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The input of a call to tool `name` in an assistant message, whichever provider wrote it."""
+    if item.get("type") == "function_call" and item.get("name") == name:
+        try:
+            value = json.loads(item.get("arguments") or "{}")
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+    content = item.get("content")
+    for block in content if isinstance(content, list) else []:
+        if block.get("type") == "tool_use" and block.get("name") == name:
+            return block.get("input") or {}
+    return None
+
+
 def to_lines(messages: list[tuple[str, str, dict[str, Any]]]) -> list[Line]:
     """(id, role, native item) → readable lines; messages with nothing to read are skipped."""
     lines = []

@@ -4,7 +4,6 @@ resumes from what was stored."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sqlite3
@@ -19,9 +18,9 @@ from bot.logs import log_context
 from bot.queue import REVIEWS, Job
 from bot.review import state
 from bot.review.job import INTERNAL_ERROR, describe, prepare_worktree, worktree_name
-from bot.review.pipeline import Reviewer, revise_review
-from bot.review.publish import Publisher
-from bot.review.revise import apply_revision, refs
+from bot.review.pipeline import Reviewer, revise_review, stored_draft
+from bot.review.publish import Publisher, refs
+from bot.review.revise import apply_revision
 from bot.review.store import get_review, load_findings, pull_by_id
 from bot.sessions import store
 from bot.sessions.store import Session
@@ -32,6 +31,7 @@ from bot.sessions.transcript import (
     excerpt,
     render,
     to_lines,
+    tool_call,
 )
 from bot.skills import load_skill
 from bot.texts import render as render_text
@@ -121,8 +121,6 @@ async def session_turn_job(ctx: Context, job: Job) -> None:
         session = await store.get_session(ctx.db, payload["session_id"])
     except LookupError:
         return
-    if session.status not in store.OPEN:
-        return
     pull = await pull_by_id(ctx.db, session.pull_id) if session.pull_id else None
     review = await get_review(ctx.db, session.review_id) if session.review_id else None
     if pull is None or review is None or pull["state"] != "open":
@@ -152,6 +150,8 @@ class Turn:
         self.mode = payload["mode"]
         self.text: str = payload.get("text") or ""
         self.comment_id: int | None = payload.get("comment_id")
+        # Which command asked for this turn: several may come in one comment.
+        self.source = f"{self.comment_id}:{payload.get('line', 0)}"
         self.payload = payload
 
     @property
@@ -160,59 +160,64 @@ class Turn:
 
     async def run(self) -> None:
         db = self.ctx.db
-        await store.mark_busy(db, self.session.id)
+        if not await store.mark_busy(db, self.session.id):  # ended while the turn waited
+            await self._reply("not_run", provider=self.session.provider)
+            return
         try:
+            done = await store.since_source(db, self.session.id, self.source)
+            if done is not None and any(
+                r["role"] == "assistant" and r["github_comment_id"] for r in done
+            ):
+                return  # finished before a restart: its answer is on the PR already
             name = worktree_name(self.pull, self.review["id"], self.session.id)
             tree = await prepare_worktree(self.ctx, self.pull, self.review["head_sha"], name)
             if self.mode == REVISE:
-                await self._revise(tree)
+                await self._revise(tree, done)
             else:
-                await self._answer(tree)
-        except asyncio.CancelledError:
-            await store.mark_idle(db, self.session.id)
-            raise
-        except (AgentError, GitError, gidgethub.GitHubException, OSError) as exc:
+                await self._answer(tree, done)
+        except AgentError as exc:  # the model gave up: the person is told, the critic ends
             await self._failed(describe(exc))
+        except (GitError, gidgethub.GitHubException, OSError):
+            raise  # the job is retried; what was stored is resumed, not paid for again
         except Exception:
             log.exception("session turn crashed")
             await self._failed(INTERNAL_ERROR)
-        else:
+        finally:
             await store.mark_idle(db, self.session.id)
 
-    async def _message(self) -> str | None:
-        """The person's message, or None when a resumed turn stored it already."""
-        if self.comment_id and await store.has_message_from(
-            self.ctx.db, self.session.id, self.comment_id
-        ):
-            return None
-        return self.text
-
-    async def _answer(self, tree: Worktree) -> None:
+    def _agent(self, tree: Worktree, skill: Any) -> AgentRun:
         ctx = self.ctx
-        message = await self._message()
-        if message is not None and self.mode == CRITIQUE:
-            parent = await store.get_session(ctx.db, self.session.parent_session_id or 0)
-            message = await cross_review_context(ctx, parent, self.review, self.pull, message)
-        answered = await self._stored_answer() if message is None else None
+        return AgentRun(
+            db=ctx.db,
+            provider=ctx.models.provider(self.session.provider, self.session.model),
+            session=self.session,
+            toolbox=Toolbox(tree),
+            system=skill.text,
+            kind="session",
+            subkind=self.mode,
+            budget=Budget(max_usd=ctx.settings.review_max_usd),
+            skill_version_id=skill.id,
+            review_id=self.review["id"],
+            expect_submit=False,
+            offer_submit=not self.child,  # the reviewer's earlier turns used it
+            metrics=ctx.metrics,
+        )
+
+    async def _answer(self, tree: Worktree, done: list[sqlite3.Row] | None) -> None:
+        ctx = self.ctx
+        answered = None
+        if done is not None and done[-1]["role"] == "assistant":
+            last = json.loads(done[-1]["content"])
+            if not _calls_tools(last):  # the answer was stored, then the process died
+                answered = answer_text(last) or None
         if answered is None:
-            provider = ctx.models.provider(self.session.provider, self.session.model)
+            message = None if done is not None else self.text
+            if message is not None and self.mode == CRITIQUE:
+                parent = await store.get_session(ctx.db, self.session.parent_session_id or 0)
+                message = await cross_review_context(ctx, parent, self.review, self.pull, message)
             skill = await load_skill(ctx.db, "critic" if self.child else "review")
-            run = AgentRun(
-                db=ctx.db,
-                provider=provider,
-                session=self.session,
-                toolbox=Toolbox(tree),
-                system=skill.text,
-                kind="session",
-                subkind=self.mode,
-                budget=Budget(max_usd=ctx.settings.review_max_usd),
-                skill_version_id=skill.id,
-                review_id=self.review["id"],
-                expect_submit=False,
-                offer_submit=not self.child,  # the reviewer's earlier turns used it
-                metrics=ctx.metrics,
-            )
-            result = await run.turn(message, comment_id=self.comment_id)
+            run = self._agent(tree, skill)
+            result = await run.turn(message, comment_id=self.comment_id, source=self.source)
             answered = result.text
         body = render_text(
             "session_answer.md.j2",
@@ -226,26 +231,16 @@ class Turn:
             answer=answered,
             prefix=ctx.settings.command_prefix,
         )
-        comment_id = await self.publisher.comment(body)
-        rows = await store.message_rows(ctx.db, self.session.id)
-        last = next((r for r in reversed(rows) if r["role"] == "assistant"), None)
-        if last is not None:
-            await store.link_comment(ctx.db, self.session.id, last["id"], comment_id)
+        await self._link(await self.publisher.comment(body))
         if self.child:
             await store.sync_message_count(ctx.db, self.session.id)
 
-    async def _stored_answer(self) -> str | None:
-        """A resumed turn whose answer was stored but not yet posted: post that, not a new one."""
+    async def _link(self, comment_id: int) -> None:
+        """The turn's last assistant message produced this comment: the turn is done."""
         rows = await store.message_rows(self.ctx.db, self.session.id)
-        if not rows or rows[-1]["role"] != "assistant" or rows[-1]["github_comment_id"]:
-            return None
-        item = json.loads(rows[-1]["content"])
-        text = item.get("content")
-        if isinstance(text, list) and any(b.get("type") == "tool_use" for b in text):
-            return None
-        if item.get("type") == "function_call":
-            return None
-        return answer_text(item) or None
+        last = next((r for r in reversed(rows) if r["role"] == "assistant"), None)
+        if last is not None:
+            await store.link_comment(self.ctx.db, self.session.id, last["id"], comment_id)
 
     async def _parent_name(self) -> str:
         if not self.child or self.session.parent_session_id is None:
@@ -253,26 +248,40 @@ class Turn:
         parent = await store.get_session(self.ctx.db, self.session.parent_session_id)
         return parent.provider.title()
 
-    async def _revise(self, tree: Worktree) -> None:
+    async def _revise(self, tree: Worktree, done: list[sqlite3.Row] | None) -> None:
         ctx = self.ctx
         child = str(self.payload.get("child") or "the other reviewer")
-        review = await get_review(ctx.db, self.review["id"])
-        if review["state"] != state.DRAFT:
-            await self._reply("not_revised", parent=self.session.provider)
-            return
-        reviewer = Reviewer(
-            ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
+        submitted = next(
+            (
+                call
+                for row in reversed(done or [])
+                if row["role"] == "assistant"
+                and (call := tool_call(json.loads(row["content"]), "submit_review")) is not None
+            ),
+            None,
         )
-        draft = await revise_review(
-            reviewer, tree, self.session, await self._message(), comment_id=self.comment_id
-        )
+        if submitted is not None:  # revised before a restart; not yet applied
+            draft = await stored_draft(tree, self.session, submitted)
+        else:
+            reviewer = Reviewer(
+                ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
+            )
+            message = None if done is not None else self.text
+            draft = await revise_review(
+                reviewer,
+                tree,
+                self.session,
+                message,
+                comment_id=self.comment_id,
+                source=self.source,
+            )
         change = await apply_revision(
-            ctx, self.publisher, review["id"], draft, by=self.session.provider, after=child
+            ctx, self.publisher, self.review["id"], draft, by=self.session.provider, after=child
         )
         if change is None:
-            await self._reply("not_revised", parent=self.session.provider)
+            await self._link(await self._reply("not_revised", parent=self.session.provider))
             return
-        await self._reply(
+        reply = await self._reply(
             "revised",
             parent=self.session.provider,
             child=child,
@@ -280,26 +289,28 @@ class Turn:
             added=refs(change.added),
             withdrawn=refs(change.withdrawn),
         )
+        await self._link(reply)
 
     async def _failed(self, reason: str) -> None:
         log.warning("session turn failed", extra={"fields": {"reason": reason}})
+        kind, context = "turn_failed", {"revising": self.mode == REVISE}
         if self.child:
             await store.end_session(self.ctx.db, self.session.id, failed=reason)
-            await self._reply("session_failed", provider=self.session.provider, reason=reason)
-        else:
-            await store.mark_idle(self.ctx.db, self.session.id)
-            await self._reply(
-                "turn_failed",
-                provider=self.session.provider,
-                reason=reason,
-                revising=self.mode == REVISE,
-            )
+            kind, context = "session_failed", {}
+        try:
+            await self._reply(kind, provider=self.session.provider, reason=reason, **context)
+        except gidgethub.GitHubException:
+            log.warning("could not post why a session turn failed", exc_info=True)
 
-    async def _reply(self, kind: str, **context: Any) -> None:
+    async def _reply(self, kind: str, **context: Any) -> int:
         body = render_text(
             "reply.md.j2", kind=kind, prefix=self.ctx.settings.command_prefix, **context
         )
-        try:
-            await self.publisher.comment(body)
-        except gidgethub.GitHubException:
-            log.warning("could not post a session reply", exc_info=True)
+        return await self.publisher.comment(body)
+
+
+def _calls_tools(item: dict[str, Any]) -> bool:
+    if item.get("type") == "function_call":
+        return True
+    content = item.get("content")
+    return isinstance(content, list) and any(b.get("type") == "tool_use" for b in content)
