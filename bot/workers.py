@@ -6,8 +6,10 @@ import functools
 import logging
 import time
 
+from bot.agents.loop import close_interrupted_runs
 from bot.context import Context
 from bot.queue import REVIEWS, Job
+from bot.review import state
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.job import cleanup_pull_job, refresh_status_job, run_review_job
 from bot.sessions.store import reconcile
@@ -73,6 +75,8 @@ async def setup_workers(ctx: Context) -> None:
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
     await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS, supersede=True)
     await queue_interrupted(ctx)
+    await state.recover_revisions(ctx.db)
+    await close_interrupted_runs(ctx.db)
     ended = await reconcile(ctx.db)
     if ended:
         log.info("ended sessions of closed PRs", extra={"fields": {"count": ended}})

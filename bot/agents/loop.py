@@ -312,6 +312,16 @@ class AgentRun:
         return total
 
 
+async def close_interrupted_runs(db: Database) -> int:
+    """At start-up: runs a dead process left `running` end as failed; their usage was not
+    recorded, so their cost stays unknown."""
+    return await db.execute(
+        "UPDATE runs SET status = 'failed', error = 'interrupted by a restart', finished_at = ?"
+        " WHERE status = 'running'",
+        (time.time(),),
+    )
+
+
 def _as_dict(arguments: Any) -> Any:
     if isinstance(arguments, str):
         try:
