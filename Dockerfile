@@ -1,20 +1,28 @@
 # PR Cockpit: `cockpit serve` in a slim image with git, as a non-root user, state in /data.
+# scripts/container_check.py builds and runs this image and checks what the README promises.
 FROM python:3.11-slim
 
 RUN apt-get update \
     && apt-get install -y --no-install-recommends git \
     && rm -rf /var/lib/apt/lists/*
 
-WORKDIR /app
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY bot ./bot
 COPY handlers ./handlers
 COPY templates ./templates
-RUN pip install --no-cache-dir . \
+# A regular (not editable) install: the image gets exactly what a wheel ships.
+RUN pip install . \
+    && rm -rf /src/build /src/*.egg-info \
     && useradd --create-home --uid 10001 cockpit \
     && mkdir -p /data && chown cockpit:cockpit /data
 
 USER cockpit
+WORKDIR /home/cockpit
 ENV COCKPIT_DATA_DIR=/data \
     COCKPIT_HOST=0.0.0.0 \
     COCKPIT_PORT=8080 \

@@ -1,9 +1,11 @@
 """`cockpit demo`: the whole flow on this machine, no GitHub account and no API key needed.
 
-It generates a repository with a pull request, starts the local GitHub stand-in, an offline
-scripted model (or uses the real Claude API when ANTHROPIC_API_KEY is set) and the real bot
+It generates a repository with a pull request, starts the local GitHub stand-in, offline
+scripted models (or the real Claude / OpenAI APIs when their keys are set) and the real bot
 server; sends a signed `pull_request` delivery; prints the draft as the status comment shows
-it; then comments `/cockpit approve` and prints the published review. Nothing is left running.
+it; runs one cross-AI round (`codex-review`, then `send-back` so the reviewer revises its
+draft); then comments `/cockpit approve` and prints the published review. Nothing is left
+running.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bot.config import DEFAULT_CLAUDE_MODEL
+from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL
 from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
 from bot.standin.github import GitHubStandin
-from bot.standin.models import AnthropicStandin
+from bot.standin.models import AnthropicStandin, OpenAIStandin
 from bot.standin.repo import make_pr
 from bot.standin.scripted import MODEL as SCRIPTED_MODEL
 from bot.standin.scripted import scripted_reviewer
@@ -45,8 +47,8 @@ BASE = {
 HEAD = {
     "app/db.py": 'import sqlite3\n\nPASSWORD = "hunter2-prod"\n\n\ndef find_user(conn, name):\n'
     "    return conn.execute(f\"SELECT * FROM users WHERE name = '{name}'\")\n",
-    "app/calc.py": "def parse(text):\n    try:\n        return eval(text)\n    except:\n"
-    "        return None\n",
+    "app/calc.py": "def parse(text):\n    if text == None:\n        return None\n    try:\n"
+    "        return eval(text)\n    except:\n        return None\n",
 }
 
 
@@ -94,7 +96,7 @@ def _pull_request_opened(pr: Any) -> dict[str, Any]:
     }
 
 
-def _approve_comment(pr: Any) -> dict[str, Any]:
+def _comment(pr: Any, body: str, comment_id: int) -> dict[str, Any]:
     return {
         "action": "created",
         "installation": {"id": INSTALLATION},
@@ -105,11 +107,7 @@ def _approve_comment(pr: Any) -> dict[str, Any]:
             "title": "Look users up by name",
             "pull_request": {"url": f"https://github.test/{OWNER}/{NAME}/pull/{NUMBER}"},
         },
-        "comment": {
-            "id": 424242,
-            "body": "Thanks! These are real problems.\n\n/cockpit approve",
-            "user": {"login": MAINTAINER, "type": "User"},
-        },
+        "comment": {"id": comment_id, "body": body, "user": {"login": MAINTAINER, "type": "User"}},
     }
 
 
@@ -147,60 +145,78 @@ async def demo(root: Path) -> int:
         permissions={MAINTAINER: "maintain"},
         title="Look users up by name",
     )
-    offline = not os.environ.get("ANTHROPIC_API_KEY")
-    model_standin = None
-    if offline:
-        model_standin = AnthropicStandin(scripted_reviewer)
-        os.environ["ANTHROPIC_BASE_URL"] = await model_standin.start()
-        os.environ["ANTHROPIC_API_KEY"] = "offline-demo"
+    standins: list[AnthropicStandin | OpenAIStandin] = []
+    models = {}
+    for name, standin, key, base in (
+        ("claude", AnthropicStandin, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+        ("codex", OpenAIStandin, "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    ):
+        if os.environ.get(key):
+            continue  # the real provider
+        offline = standin(scripted_reviewer)
+        url = await offline.start()
+        os.environ[base] = url if name == "claude" else f"{url}/v1"
+        os.environ[key] = "offline-demo"
+        standins.append(offline)
+        models[f"{name}_model"] = SCRIPTED_MODEL
+    claude_model = os.environ.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL
+    codex_model = os.environ.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL
+    models = {"claude_model": claude_model, "codex_model": codex_model, **models}
     secret = secrets.token_hex(16)
-    model = (
-        SCRIPTED_MODEL
-        if offline
-        else os.environ.get("COCKPIT_CLAUDE_MODEL") or (DEFAULT_CLAUDE_MODEL)
-    )
-    settings = github.settings(root / "data", secret, provider="claude", claude_model=model)
+    settings = github.settings(root / "data", secret, provider="claude", **models)
     app = make_app(settings, router)
     runner, url = await serve_local(app)
     print(
-        f"PR Cockpit demo: {OWNER}/{NAME}#{NUMBER} reviewed by "
-        f"{'an offline scripted model' if offline else settings.claude_model}"
+        f"PR Cockpit demo: {OWNER}/{NAME}#{NUMBER} reviewed by Claude ({settings.claude_model}),"
+        f" cross-checked by Codex ({settings.codex_model})"
+        + (" — offline scripted models" if standins else "")
     )
+    comments = iter(range(424242, 424300))
     try:
         async with aiohttp.ClientSession() as http:
-            body, headers = _signed("pull_request", _pull_request_opened(pr), secret)
-            async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as resp:
-                print(f"delivery pull_request.opened → HTTP {resp.status}")
 
-            async def drafted() -> bool:
-                return await _review_state(app) in ("draft", "failed") and await _idle(app)
+            async def deliver(event: str, data: dict[str, Any], what: str) -> None:
+                body, headers = _signed(event, data, secret)
+                async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as r:
+                    print(f"\ndelivery {what} → HTTP {r.status}")
+                await _wait(lambda: _idle(app), what)
 
-            await _wait(drafted, "the draft")
+            async def command(text: str) -> None:
+                data = _comment(pr, text, next(comments))
+                await deliver("issue_comment", data, f'issue_comment "{text}" by {MAINTAINER}')
+
+            await deliver("pull_request", _pull_request_opened(pr), "pull_request.opened")
             _section("status comment (what people see on the PR)")
-            [status] = github.status_comments(f"{OWNER}/{NAME}", NUMBER)
-            print(status["body"])
+            print(_status(github))
             if await _review_state(app) != "draft":
                 return 1
 
-            body, headers = _signed("issue_comment", _approve_comment(pr), secret)
-            async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as resp:
-                print(
-                    f'\ndelivery issue_comment "/cockpit approve" by {MAINTAINER} → '
-                    f"HTTP {resp.status}"
-                )
+            await command("/cockpit codex-review")
+            _section("Codex's critique (a PR comment)")
+            critique = [
+                c for c in github.issue_comments.values() if "pr-cockpit:session" in c["body"]
+            ]
+            if not critique:
+                print(_latest_reply(github))
+                return 1
+            print(critique[-1]["body"])
 
-            async def posted() -> bool:
-                return await _review_state(app) == "posted" and await _idle(app)
+            await command("/cockpit send-back")
+            _section("the revised draft (status comment)")
+            print(_status(github))
 
-            await _wait(posted, "the published review")
+            await command("/cockpit approve")
+            if await _review_state(app) != "posted":
+                print(_latest_reply(github))
+                return 1
         _section("published review")
-        [review] = github.reviews.values()
+        [review] = [r for r in github.reviews.values() if r["state"] != "PENDING"]
         print(f"state: {review['state']} (commit {review['commit_id'][:7]})\n")
         print(review["body"])
         for comment in review["comments"]:
             print(f"\n· inline on {comment['path']}:{comment['line']} ({comment['side']})")
             print("  " + comment["body"].replace("\n", "\n  "))
-        reactions = [r["content"] for r in github.reactions]
+        reactions = [r["content"] for r in github.reactions if r["comment_id"] == 424244]
         print(f"\nreactions on the approve comment: {', '.join(reactions)}")
         print(
             f"done in {time.monotonic() - started:.1f}s; "
@@ -210,8 +226,18 @@ async def demo(root: Path) -> int:
     finally:
         await runner.cleanup()
         await github.stop()
-        if model_standin is not None:
-            await model_standin.stop()
+        for standin in standins:
+            await standin.stop()
+
+
+def _status(github: GitHubStandin) -> str:
+    [status] = github.status_comments(f"{OWNER}/{NAME}", NUMBER)
+    return status["body"]
+
+
+def _latest_reply(github: GitHubStandin) -> str:
+    replies = [c["body"] for c in github.issue_comments.values() if "pr-cockpit:" not in c["body"]]
+    return replies[-1] if replies else "(no reply)"
 
 
 def run_demo(keep: bool = False) -> int:

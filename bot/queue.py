@@ -264,6 +264,15 @@ class Jobs:
         except Exception:
             log.exception("reporting a failed job failed", extra={"fields": {"job": job.id}})
 
+    async def busy(self, key: str) -> bool:
+        """Whether the key has a job running or in line."""
+        row = await self.db.fetchone(
+            "SELECT 1 FROM jobs WHERE key = ? AND state IN ('queued', 'running', 'waiting')"
+            " LIMIT 1",
+            (key,),
+        )
+        return row is not None
+
     async def pending(self) -> int:
         """Jobs with work to do now: running, waiting in a line, or queued and due (a job
         scheduled for later, like tomorrow's maintenance, does not count)."""

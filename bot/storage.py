@@ -215,6 +215,11 @@ CREATE TABLE IF NOT EXISTS session_reviews (
     ended_at REAL
 );
 
+CREATE UNIQUE INDEX IF NOT EXISTS session_reviews_one_active
+    ON session_reviews(parent_session_id) WHERE ended_at IS NULL;
+CREATE INDEX IF NOT EXISTS sessions_pull ON sessions(pull_id, status);
+CREATE UNIQUE INDEX IF NOT EXISTS messages_id ON messages(session_id, id);
+
 CREATE TABLE IF NOT EXISTS eval_runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     golden TEXT NOT NULL,
@@ -244,11 +249,49 @@ CREATE TABLE IF NOT EXISTS eval_findings (
     matched_label INTEGER,
     verify_status TEXT
 );
+CREATE INDEX IF NOT EXISTS eval_cases_run ON eval_cases(eval_run_id);
+CREATE INDEX IF NOT EXISTS eval_findings_case ON eval_findings(eval_case_id);
+
+-- An LLM judge's answer for one (finding, label) pair, so scoring again costs nothing.
+CREATE TABLE IF NOT EXISTS eval_judgements (
+    judge TEXT NOT NULL,
+    model TEXT NOT NULL,
+    finding_key TEXT NOT NULL,
+    label_key TEXT NOT NULL,
+    match INTEGER NOT NULL,
+    confidence REAL,
+    reasoning TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (judge, model, finding_key, label_key)
+);
 """
 
-# Columns added after a table was first shipped: ALTER TABLE ADD COLUMN when missing, so an
-# older database gains them at its next start (and a new one right after CREATE TABLE).
-ADDED_COLUMNS = (
+# Columns added after their table first shipped: ensure_schema adds the missing ones, so an
+# older database upgrades in place at start-up. (table, column, declaration)
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("reviews", "revision", "INTEGER NOT NULL DEFAULT 1"),
+    ("reviews", "revision_note", "TEXT"),
+    ("session_reviews", "pull_id", "INTEGER"),
+    ("session_reviews", "review_id", "INTEGER"),
+    ("sessions", "error", "TEXT"),
+    ("messages", "source", "TEXT"),  # the command (comment:line) a person's message came from
+    ("reviews", "base_sha", "TEXT"),
+    ("reviews", "verify_provider", "TEXT"),
+    ("reviews", "verify_error", "TEXT"),
+    ("eval_runs", "batch", "INTEGER"),
+    ("eval_runs", "judge", "TEXT"),
+    ("eval_runs", "status", "TEXT NOT NULL DEFAULT 'running'"),
+    ("eval_runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
+    ("eval_runs", "verify_provider", "TEXT"),
+    ("eval_runs", "tokens", "INTEGER"),
+    ("eval_runs", "scores", "TEXT"),
+    ("eval_cases", "case_id", "TEXT"),
+    ("eval_cases", "status", "TEXT NOT NULL DEFAULT 'running'"),
+    ("eval_cases", "tokens", "INTEGER"),
+    ("eval_cases", "scores", "TEXT"),
+    ("eval_findings", "ordinal", "INTEGER"),
+    ("eval_findings", "end_line", "INTEGER"),
+    ("eval_findings", "verify_note", "TEXT"),
     ("pulls", "repo_id", "INTEGER"),  # GitHub's id: a renamed repository keeps it
     ("reviews", "reason", "TEXT"),  # what started it: opened, synchronize, command …
     ("reviews", "requested_by", "TEXT"),  # the person who asked, for command reviews
@@ -258,6 +301,17 @@ AFTER_COLUMNS = """
 CREATE UNIQUE INDEX IF NOT EXISTS pulls_repo_id ON pulls(repo_id, number)
     WHERE repo_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_installation ON runs(installation_id, started_at);
+-- Every run is charged to its PR's installation as it starts (whichever code starts it),
+-- so the daily budget is one indexed query and survives the PR's conversation being pruned.
+CREATE TRIGGER IF NOT EXISTS runs_charge_installation AFTER INSERT ON runs
+WHEN NEW.installation_id IS NULL
+BEGIN
+    UPDATE runs SET installation_id = (
+        SELECT p.installation_id FROM pulls p WHERE p.id = COALESCE(
+            (SELECT pull_id FROM sessions WHERE id = NEW.session_id),
+            (SELECT pull_id FROM reviews WHERE id = NEW.review_id)))
+    WHERE id = NEW.id;
+END;
 CREATE INDEX IF NOT EXISTS reviews_created ON reviews(created_at);
 -- One row per notice that must not repeat too often (e.g. "not allowed" per person and PR).
 CREATE TABLE IF NOT EXISTS notices (
@@ -297,8 +351,8 @@ class Database:
         async with self._lock:
             await self.conn.executescript(SCHEMA)
             for table, column, declaration in ADDED_COLUMNS:
-                rows = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
-                if column not in {row[1] for row in rows}:
+                present = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
+                if column not in {row["name"] for row in present}:
                     await self.conn.execute(
                         f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
                     )

@@ -190,8 +190,9 @@ def table_cell(text: str | None, *, repo_url: str | None = None) -> str:
 
 
 def usd(value: float | None) -> str:
+    """A cost; unknown (a model without a rate, or a run cut short) is never shown as $0."""
     if value is None:
-        return "unknown (no rate for this model)"
+        return "unknown"
     return f"${value:.4f}" if value < 1 else f"${value:.2f}"
 
 

@@ -6,8 +6,10 @@ import functools
 import logging
 import time
 
+from bot.agents.loop import close_interrupted_runs
 from bot.context import Context
 from bot.queue import REVIEWS, Job
+from bot.review import state
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.job import (
     cleanup_pull_job,
@@ -16,6 +18,9 @@ from bot.review.job import (
     review_gave_up,
     run_review_job,
 )
+from bot.review.store import prune_closed_reviews
+from bot.sessions.store import prune_closed_sessions, reconcile
+from bot.sessions.turns import session_turn_job
 from bot.storage import Database
 
 log = logging.getLogger(__name__)
@@ -47,25 +52,11 @@ async def prune_history(db: Database, older_than: float) -> tuple[int, int]:
 
 
 async def prune_closed_conversations(db: Database, older_than: float) -> int:
-    """Forget what was said about PRs closed before `older_than`: sessions and messages,
-    reviews and findings. The cost ledger (`runs`, `run_usage`) stays."""
-    closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
-    total = 0
-    for sql in (
-        "DELETE FROM messages WHERE rowid IN (SELECT m.rowid FROM messages m JOIN sessions s"
-        f" ON s.id = m.session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
-        "DELETE FROM session_reviews WHERE id IN (SELECT r.id FROM session_reviews r JOIN"
-        f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
-        f"DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE pull_id IN ({closed})"
-        " LIMIT ?)",
-        "DELETE FROM findings WHERE id IN (SELECT f.id FROM findings f JOIN reviews r"
-        f" ON r.id = f.review_id WHERE r.pull_id IN ({closed}) LIMIT ?)",
-        f"DELETE FROM reviews WHERE id IN (SELECT id FROM reviews WHERE pull_id IN ({closed})"
-        " LIMIT ?)",
-    ):
-        while count := await db.execute(sql, (older_than, PRUNE_CHUNK)):
-            total += count
-    return total
+    """Forget what was said about PRs closed before `older_than`: sessions and messages
+    (their store), reviews and findings (theirs). The cost ledger (`runs`, `run_usage`)
+    stays."""
+    sessions = await prune_closed_sessions(db, older_than, PRUNE_CHUNK)
+    return sessions + await prune_closed_reviews(db, older_than, PRUNE_CHUNK)
 
 
 async def closed_pull_refs(db: Database) -> dict[str, list[int]]:
@@ -127,8 +118,14 @@ async def setup_workers(ctx: Context) -> None:
         "maintenance": maintenance,
         "recover_posting": recover_posting_job,
         "report_failure": report_failure_job,
+        "session_turn": session_turn_job,
     }.items():
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
     ctx.jobs.on_gave_up["review"] = functools.partial(review_gave_up, ctx)
     await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS, supersede=True)
     await queue_interrupted(ctx)
+    await state.recover_revisions(ctx.db)
+    await close_interrupted_runs(ctx.db)
+    ended = await reconcile(ctx.db)
+    if ended:
+        log.info("ended sessions of closed PRs", extra={"fields": {"count": ended}})

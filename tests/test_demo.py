@@ -1,4 +1,5 @@
-"""`cockpit demo` runs offline, shows the draft, publishes on approve, and leaves nothing."""
+"""`cockpit demo` runs offline: the draft, a cross-AI round, the published review; it leaves
+nothing behind."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ def test_demo_runs_offline_end_to_end(tmp_path):
     out = result.stdout
     assert "delivery pull_request.opened → HTTP 202" in out
     assert "<!-- pr-cockpit:status -->" in out and "Draft ready" in out
-    assert "| F1 | critical |" in out
+    assert "| F1 | critical |" in out and "| F5 | nit |" in out
+    assert "### 🔁 Codex" in out and "F5: refute" in out  # the critique, as a PR comment
+    assert "Revision 2" in out and "withdrawn F5" in out and "(withdrawn by claude)" in out
     assert "state: CHANGES_REQUESTED" in out and "inline on app/db.py:7 (RIGHT)" in out
+    assert "F5 · nit" not in out.split("published review", 1)[1]  # withdrawn: not published
     assert "reactions on the approve comment: eyes, rocket" in out
     assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []  # its temporary folder is gone

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from bot.commands.catalog import COMMANDS
 from bot.commands.run import HANDLERS
 
@@ -27,12 +29,32 @@ def test_the_readme_lists_exactly_the_commands_the_bot_runs():
     assert set(HANDLERS) == {spec.name for spec in COMMANDS}
 
 
-def test_only_the_state_machine_writes_review_state():
-    writes = re.compile(r"UPDATE reviews SET[^\"]*\b(state|stale)\s*=", re.S)
+OWNERS = {
+    # what is written: (the pattern of a write, the one module allowed to write it)
+    "reviews.state": (r"UPDATE reviews SET[^\"]*\b(state|stale)\s*=", "bot/review/state.py"),
+    "findings.state": (
+        r"(UPDATE findings SET[^\"]*\bstate\s*=|INSERT INTO findings)",
+        "bot/review/state.py",
+    ),
+    "sessions": (
+        r"(UPDATE sessions SET|INSERT INTO sessions|DELETE FROM sessions)",
+        "bot/sessions/store.py",
+    ),
+    "session_reviews": (
+        r"(UPDATE|INSERT INTO|DELETE FROM) session_reviews",
+        "bot/sessions/store.py",
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(OWNERS))
+def test_each_state_has_one_writer(what):
+    pattern, owner = OWNERS[what]
+    writes = re.compile(pattern, re.S)
     offenders = [
         str(path.relative_to(ROOT))
         for folder in ("bot", "handlers")
         for path in (ROOT / folder).rglob("*.py")
-        if writes.search(path.read_text()) and path.name != "state.py"
+        if writes.search(path.read_text()) and str(path.relative_to(ROOT)) != owner
     ]
     assert offenders == []

@@ -35,9 +35,7 @@ TOKENS = [
 hostile = st.lists(
     st.one_of(st.sampled_from(TOKENS), st.text(max_size=4)), min_size=1, max_size=30
 ).map("".join)
-CHECKS = settings(
-    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+CHECKS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def status(text: dict[str, str], state: str) -> str:
@@ -49,9 +47,17 @@ def status(text: dict[str, str], state: str) -> str:
             "link": f"{PR_URL}/files#diff-abc{n}R3" if n == 1 else None,
             "title": text["title"],
             "state": finding_state,
-            "verify": text["verify"],
+            "checked_by": text["path"],
+            "verify_status": verify,
+            "verify_note": text["verify"],
+            "verifier": "codex",
         }
-        for n, finding_state in ((1, "kept"), (2, "dropped"), (3, "skipped"))
+        for n, finding_state, verify in (
+            (1, "kept", "confirmed"),
+            (2, "dropped", "refuted"),
+            (3, "skipped", "uncertain"),
+            (4, "withdrawn", None),
+        )
     ]
     return render(
         "status.md.j2",
@@ -70,6 +76,16 @@ def status(text: dict[str, str], state: str) -> str:
         findings=findings,
         not_reviewed=[(text["path"], "lock file")],
         config_error=text["config"],
+        revision=2,
+        revision_note={
+            "by": "claude",
+            "after": "codex",
+            "kept": "F1",
+            "added": "F3",
+            "withdrawn": "F2",
+        },
+        verify_provider="codex",
+        verify_error=text["error"] if state == "posted" else None,
         cost_line="1 model run(s) · cost $0.0100",
         commands=["approve", "review"],
         prefix="/cockpit",
@@ -84,8 +100,13 @@ def check_run(text: dict[str, str], kind: str) -> str:
         error=text["error"] if kind == "error" else None,
         verdict="comment",
         summary=text["summary"],
-        findings=[{}, {}],
+        findings=[
+            {"ordinal": n, "verify_status": status, "verify_note": text["verify"]}
+            for n, status in ((1, "confirmed"), (2, "refuted"), (3, "uncertain"))
+        ],
         stale=True,
+        verifier="codex",
+        verify_error=text["error"] if kind == "unverified" else None,
         repo_url=REPO_URL,
     )
 
@@ -124,12 +145,30 @@ def review_body(text: dict[str, str], _kind: str) -> str:
     )
 
 
+def session_answer(text: dict[str, str], kind: str) -> str:
+    return render(
+        "session_answer.md.j2",
+        session_id=3,
+        child=kind == "child",
+        provider_name="Codex",
+        model="gpt-5.3-codex",
+        parent_name="Claude",
+        status_link=f"{PR_URL}#issuecomment-1",
+        question=text["title"] if kind == "ask" else None,
+        answer=text["body"],
+        prefix="/cockpit",
+        repo_url=REPO_URL,
+    )
+
+
 def reply(text: dict[str, str], kind: str) -> str:
     return render(
         "reply.md.j2",
         kind=kind,
         prefix="/cockpit",
         command="approve",
+        provider="codex",
+        revising=True,
         reason=text["error"],
         unknown=text["title"],
         state_line="latest review: draft",
@@ -140,11 +179,14 @@ def reply(text: dict[str, str], kind: str) -> str:
 
 SURFACES = [
     *[(status, state) for state in ("queued", "running", "failed", "cancelled", "draft", "posted")],
-    *[(check_run, kind) for kind in ("draft", "error", "stopped")],
+    *[(check_run, kind) for kind in ("draft", "error", "stopped", "unverified")],
+    *[(session_answer, kind) for kind in ("child", "ask")],
     (inline_comment, ""),
     (review_body, ""),
     (reply, "failed"),
     (reply, "help"),
+    (reply, "session_failed"),
+    (reply, "turn_failed"),
 ]
 FIELDS = ("summary", "title", "body", "path", "verify", "progress", "error", "config")
 

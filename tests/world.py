@@ -97,7 +97,11 @@ class World:
             present = len(rows) > index if index >= 0 else len(rows) >= -index
             return present and rows[index]["state"] == state
 
-        await wait_for(reached, timeout=timeout)
+        try:
+            await wait_for(reached, timeout=timeout)
+        except AssertionError:
+            rows = [(r["id"], r["state"], r["error"]) for r in await self.review_rows()]
+            raise AssertionError(f"no review {index} in state {state!r}: {rows}") from None
         if state in ("draft", "failed", "posted"):
             await self.wait_idle(timeout)  # the job still edits GitHub after the state is set
         return (await self.review_rows())[index]

@@ -24,7 +24,7 @@ from bot.agents.base import (
     Usage,
     cost_usd,
 )
-from bot.agents.submit import SUBMIT_TOOL, InvalidReview, ReviewDraft, parse_submission
+from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.metrics import Metrics
 from bot.sessions.store import Session, append_messages, load_messages
@@ -35,20 +35,42 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 MAX_BACKOFF = 30.0
 SUBMITTED = "Review submitted. Thank you."
+NOT_NOW = "Do not submit a review in this turn: answer the message in plain text."
 NUDGE = (
     "You ended your turn without calling submit_review. Call submit_review now with "
     "your summary, verdict and findings (an empty findings list is fine)."
 )
 
 
+@dataclass(frozen=True)
+class FinalAnswer:
+    """The tool that ends a turn with a structured answer, and how to read its input."""
+
+    tool: dict[str, Any]
+    parse: Callable[[Any], Any]  # raises InvalidAnswer saying what to fix (one repair turn)
+    nudge: str  # sent once when the model ends its turn without calling the tool
+    acknowledgement: str = SUBMITTED
+
+    @property
+    def name(self) -> str:
+        return str(self.tool["name"])
+
+
+SUBMIT_REVIEW = FinalAnswer(SUBMIT_TOOL, parse_submission, NUDGE)
+
+
 @dataclass
 class TurnResult:
     run_id: int
     text: str
-    draft: ReviewDraft | None
+    answer: Any  # what `final.parse` returned; None for a turn that expects no final tool
     tool_calls: int
     usage: dict[str, Usage] = field(default_factory=dict)
     cost_usd: float | None = None
+
+    @property
+    def draft(self) -> ReviewDraft | None:
+        return self.answer if isinstance(self.answer, ReviewDraft) else None
 
 
 @dataclass
@@ -64,25 +86,29 @@ class AgentRun:
     budget: Budget
     skill_version_id: int | None = None
     review_id: int | None = None
-    installation_id: int | None = None  # whose daily budget the run counts against
     expect_submit: bool = True
+    offer_submit: bool | None = None  # default: when expected (a primary session keeps it)
+    final: FinalAnswer = SUBMIT_REVIEW
+    subkind: str | None = None
     metrics: Metrics | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
-    async def turn(self, user_text: str | None) -> TurnResult:
+    async def turn(
+        self, user_text: str | None, *, comment_id: int | None = None, source: str | None = None
+    ) -> TurnResult:
+        """One turn: `user_text` (None to continue the stored conversation) from the PR
+        comment `comment_id`, until the model answers (or submits its review)."""
         run_id = await self.db.execute(
             "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
-            " skill_version_id, installation_id, status, started_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+            " skill_version_id, status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
             (
                 self.kind if self.kind != "verify" else "review",
-                self.kind if self.kind == "verify" else None,
+                self.subkind or (self.kind if self.kind == "verify" else None),
                 self.session.id,
                 self.review_id,
                 self.provider.name,
                 self.provider.model,
                 self.skill_version_id,
-                self.installation_id,
                 time.time(),
             ),
         )
@@ -90,7 +116,7 @@ class AgentRun:
         started = time.monotonic()
         calls = 0
         try:
-            result = await self._loop(run_id, user_text, usage, started)
+            result = await self._loop(run_id, user_text, (comment_id, source), usage, started)
             calls = result.tool_calls
         except asyncio.CancelledError:
             await self._finish(run_id, usage, "cancelled", "cancelled", calls)
@@ -108,11 +134,24 @@ class AgentRun:
         return result
 
     async def _loop(
-        self, run_id: int, user_text: str | None, usage: dict[str, Usage], started: float
+        self,
+        run_id: int,
+        user_text: str | None,
+        origin: tuple[int | None, str | None],
+        usage: dict[str, Usage],
+        started: float,
     ) -> TurnResult:
         if user_text is not None:
-            await append_messages(self.db, self.session.id, self.provider.user_message(user_text))
-        tools = [*self.toolbox.definitions, *([SUBMIT_TOOL] if self.expect_submit else [])]
+            await append_messages(
+                self.db,
+                self.session.id,
+                self.provider.user_message(user_text),
+                github_comment_id=origin[0],
+                source=origin[1],
+            )
+        final = self.final
+        offer = self.expect_submit if self.offer_submit is None else self.offer_submit
+        tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
         repaired = False
         tool_calls = 0
         while True:
@@ -132,30 +171,35 @@ class AgentRun:
                     return TurnResult(run_id, reply.text, None, tool_calls)
                 if repaired:
                     raise AgentError(
-                        "the model ended without calling submit_review, even "
+                        f"the model ended without calling {final.name}, even "
                         "after being asked once more"
                     )
                 repaired = True
-                await append_messages(self.db, self.session.id, self.provider.user_message(NUDGE))
+                await append_messages(
+                    self.db, self.session.id, self.provider.user_message(final.nudge)
+                )
                 continue
             results: list[tuple[Any, str, bool]] = []
-            draft = None
+            answer = None
             for call in reply.tool_calls:
-                if call.name == "submit_review" and self.expect_submit:
+                if call.name == final.name and not self.expect_submit:
+                    results.append((call, NOT_NOW, True))
+                    continue
+                if call.name == final.name:
                     try:
-                        draft = parse_submission(_as_dict(call.arguments))
-                        results.append((call, SUBMITTED, False))
-                    except InvalidReview as exc:
+                        answer = final.parse(_as_dict(call.arguments))
+                        results.append((call, final.acknowledgement, False))
+                    except InvalidAnswer as exc:
                         if repaired:
                             raise AgentError(
-                                f"invalid submit_review output after one repair turn: {exc}"
+                                f"invalid {final.name} output after one repair turn: {exc}"
                             ) from None
                         repaired = True
                         results.append(
                             (
                                 call,
-                                f"Invalid submit_review input: {exc}. Call "
-                                "submit_review again with corrected input.",
+                                f"Invalid {final.name} input: {exc}. Call "
+                                f"{final.name} again with corrected input.",
                                 True,
                             )
                         )
@@ -167,8 +211,8 @@ class AgentRun:
                     )
                 results.append((call, await self.toolbox.call(call.name, call.arguments), False))
             await append_messages(self.db, self.session.id, self.provider.tool_results(results))
-            if draft is not None:
-                return TurnResult(run_id, reply.text, draft, tool_calls)
+            if answer is not None:
+                return TurnResult(run_id, reply.text, answer, tool_calls)
 
     async def _send(self, request: ProviderRequest, started: float) -> ModelReply:
         attempt = 0
@@ -266,6 +310,16 @@ class AgentRun:
                 (status, error, tool_calls, total, time.time(), run_id),
             )
         return total
+
+
+async def close_interrupted_runs(db: Database) -> int:
+    """At start-up: runs a dead process left `running` end as failed; their usage was not
+    recorded, so their cost stays unknown."""
+    return await db.execute(
+        "UPDATE runs SET status = 'failed', error = 'interrupted by a restart', finished_at = ?"
+        " WHERE status = 'running'",
+        (time.time(),),
+    )
 
 
 def _as_dict(arguments: Any) -> Any:

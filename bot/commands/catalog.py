@@ -33,17 +33,39 @@ COMMANDS = (
         "[F1 F3 …] [--request-changes | --comment]",
         "publish the draft, or only the listed findings",
     ),
-    Spec("stop", "", "cancel the running review"),
+    Spec(
+        "codex-review",
+        "[instructions] [--with claude|codex] [--restart]",
+        "a second AI (the other provider) critiques the current draft",
+        starts_model=True,
+    ),
+    Spec(
+        "ask",
+        "<message>",
+        "continue the active cross-review, or ask the draft's reviewer",
+        starts_model=True,
+    ),
+    Spec(
+        "send-back",
+        "[note]",
+        "send the critique back to the first reviewer, which revises the draft",
+        starts_model=True,
+    ),
+    Spec("end", "", "end the active cross-review"),
+    Spec("stop", "", "cancel the running review or session turn, and drop queued turns"),
 )
 BY_NAME = {spec.name: spec for spec in COMMANDS}
 
 
-def suggested(state: str | None, stale: bool = False) -> list[str]:
-    """The commands that make sense now, for a PR whose latest review is in `state`."""
+def suggested(state: str | None, stale: bool = False, cross_review: bool = False) -> list[str]:
+    """The commands that make sense now, for a PR whose latest review is in `state` (and
+    whose draft a second AI is critiquing, when `cross_review`)."""
     if state is None:
         return ["review", "help"]
     if state in ("queued", "running"):
         return ["status", "stop"]
+    if state == "draft" and not stale and cross_review:
+        return ["ask <message>", "send-back", "end", "approve", "drop F1", "help"]
     if state == "draft" and not stale:
-        return ["approve", "approve F1 F2 --comment", "drop F1", "review", "help"]
+        return ["approve", "approve F1 F2 --comment", "drop F1", "codex-review", "review", "help"]
     return ["review", "help"]

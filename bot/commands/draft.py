@@ -20,7 +20,9 @@ async def current_draft(pr: PullRequest) -> sqlite3.Row:
     pull = await pr.known()
     review = await latest_draft(pr.ctx.db, pull["id"])
     if review is None:
-        raise CommandFailed("there is no draft review on this PR yet")
+        raise CommandFailed(
+            f"there is no draft review on this PR yet: run `{pr.prefix} review` to start one"
+        )
     return review
 
 
@@ -31,8 +33,13 @@ def _check_refs(cmd: Command, findings: list[sqlite3.Row]) -> None:
         raise CommandFailed(f"the draft has no {', '.join(missing)} (it has F1…F{len(known)})")
 
 
+REVISING = "the reviewer's revision of this draft is being applied; try again in a moment"
+
+
 async def cmd_drop(pr: PullRequest, cmd: Command) -> str | None:
     review = await current_draft(pr)
+    if review["state"] == state.REVISING:
+        raise CommandFailed(REVISING)
     if review["state"] != state.DRAFT:
         raise CommandFailed("the draft is already published")
     if not cmd.findings:
@@ -57,6 +64,8 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
     review = await current_draft(pr)
     if review["state"] in (state.POSTING, state.POSTED):
         return text(pr, "already_posted", state=review["state"])
+    if review["state"] == state.REVISING:
+        raise CommandFailed(REVISING)
     live = await pr.refresh()  # the PR as GitHub has it now, not as the last delivery said
     if live["head_sha"] != review["head_sha"] and await state.mark_stale(
         pr.ctx.db, live["id"], live["head_sha"]
@@ -73,20 +82,24 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
         raise CommandFailed(f"publishing needs `{config.approve_permission}` permission here")
     findings = await load_findings(pr.ctx.db, review["id"])
     _check_refs(cmd, findings)
-    dropped = [
+    gone = [
         f"F{f['ordinal']}"
         for f in findings
-        if f["ordinal"] in cmd.findings and f["state"] == state.DROPPED
+        if f["ordinal"] in cmd.findings and f["state"] in (state.DROPPED, state.WITHDRAWN)
     ]
-    if dropped:
-        raise CommandFailed(f"{', '.join(dropped)} was dropped from the draft; list kept findings")
+    if gone:
+        raise CommandFailed(
+            f"{', '.join(gone)} was dropped or withdrawn from the draft; list kept findings"
+        )
     chosen = select_findings(findings, cmd.findings)
     event = _event(cmd, review["verdict"])
     try:
         published = await approve(pr.ctx, pr.publisher(), review["id"], pr.actor, event, chosen)
     except PublishFailed as exc:
         raise CommandFailed(str(exc)) from exc
-    if not published:  # someone else's approve won the race: publish once
+    if not published:  # someone else's approve (or a revision) got there first
         current = await get_review(pr.ctx.db, review["id"])
+        if current["state"] == state.REVISING:
+            raise CommandFailed(REVISING)
         return text(pr, "already_posted", state=current["state"])
     return text(pr, "approved", event=event, count=len(chosen))

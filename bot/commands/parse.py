@@ -21,6 +21,7 @@ class Command:
     flags: dict[str, str | bool] = field(default_factory=dict)
     words: tuple[str, ...] = ()  # arguments that are neither findings nor flags
     line: int = 0
+    prose: str = ""  # the text without its flags (instructions, notes)
 
     def flag(self, name: str) -> str | bool | None:
         return self.flags.get(name)
@@ -92,6 +93,7 @@ def _command(rest: str, line: int) -> Command:
     findings: list[int] = []
     flags: dict[str, str | bool] = {}
     words: list[str] = []
+    prose: list[str] = []
     n = 0
     while n < len(tokens):
         token = tokens[n]
@@ -104,6 +106,7 @@ def _command(rest: str, line: int) -> Command:
                 n += 1
             flags[key] = value.casefold() if has_value else True
             continue
+        prose.append(token)
         refs = [_FINDING.match(part) for part in token.strip(",.;:?!()").split(",") if part]
         if refs and all(refs):
             findings.extend(int(m.group(1)) for m in refs if m)
@@ -116,4 +119,5 @@ def _command(rest: str, line: int) -> Command:
         flags=flags,
         words=tuple(words),
         line=line,
+        prose=" ".join(prose),
     )

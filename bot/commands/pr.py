@@ -26,6 +26,7 @@ class PullRequest:
     pull: sqlite3.Row | None
     actor: str
     installation_id: int | None = None
+    comment_id: int | None = None  # the comment the commands came in
 
     @property
     def owner(self) -> str:

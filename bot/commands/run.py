@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from bot.commands import draft, gate, info, review
+from bot.commands import draft, gate, info, review, session
 from bot.commands.catalog import COMMANDS
 from bot.commands.parse import Command, parse_commands
 from bot.commands.pr import CommandFailed, PullRequest
@@ -27,6 +27,10 @@ HANDLERS: dict[str, CommandFn] = {
     "stop": review.cmd_stop,
     "drop": draft.cmd_drop,
     "approve": draft.cmd_approve,
+    "codex-review": session.cmd_codex_review,
+    "ask": session.cmd_ask,
+    "send-back": session.cmd_send_back,
+    "end": session.cmd_end,
 }
 assert HANDLERS.keys() == {spec.name for spec in COMMANDS}, "the catalog lists every command"
 
@@ -46,7 +50,9 @@ async def run_comment(ctx: Context, gh: Any, data: dict[str, Any], number: int, 
             extra={"fields": {"stored": pull["installation_id"], "now": installation_id}},
         )
         pull = None
-    pr = PullRequest(ctx, gh, repo, number, pull, comment["user"]["login"], installation_id)
+    pr = PullRequest(
+        ctx, gh, repo, number, pull, comment["user"]["login"], installation_id, comment["id"]
+    )
     if not await gate.may_run(pr):  # answered once an hour at most: a flood costs nothing
         if await gate.first_notice(pr, "not-allowed", gate.NOT_ALLOWED_EVERY):
             await react(pr, comment["id"], kind, "confused")

@@ -16,6 +16,7 @@ import gidgethub
 
 from bot.agents.base import AgentError, Budget
 from bot.budget import budget_used_up, disk
+from bot.config import PROVIDERS
 from bot.github import github_transient
 from bot.logs import log_context
 from bot.queue import REVIEWS, Job
@@ -28,10 +29,16 @@ from bot.review.store import (
     get_review,
     latest_review,
     pull_by_id,
-    save_findings,
     update_review,
 )
-from bot.sessions.store import end_pull_sessions
+from bot.review.verify import apply_verification, choose_provider, verify_draft
+from bot.sessions.store import (
+    delete_installation_sessions,
+    end_pull_sessions,
+    end_review_sessions,
+    open_sessions,
+    turn_key,
+)
 from bot.texts import render
 from bot.worktrees import GitError, Worktree
 
@@ -55,8 +62,10 @@ def review_key(pull_id: int) -> str:
     return f"review:{pull_id}"
 
 
-def worktree_name(pull: sqlite3.Row, review_id: int) -> str:
-    return f"{pull['repo']}-{pull['number']}-r{review_id}"
+def worktree_name(pull: sqlite3.Row, review_id: int, session_id: int | None = None) -> str:
+    """A review's worktree, or one session's of it (turns of two sessions may run at once)."""
+    name = f"{pull['repo']}-{pull['number']}-r{review_id}"
+    return name if session_id is None else f"{name}-s{session_id}"
 
 
 async def enqueue_review(
@@ -115,10 +124,13 @@ async def queue_status_refresh(ctx: Context, pull_id: int) -> None:
 
 
 async def stop_pull_work(ctx: Context, pull_id: int, why: str) -> int:
-    """Cancel the PR's queued or running review job; returns how many jobs were affected."""
+    """Cancel the PR's running review or session turns and drop what is queued behind them;
+    returns how many jobs were affected."""
     count = await ctx.jobs.cancel(review_key(pull_id))
     if count:
         await state.cancel_pull(ctx.db, pull_id, why, queued_only=True)
+    for session in await open_sessions(ctx.db, pull_id):
+        count += await ctx.jobs.cancel(turn_key(session.id))
     return count
 
 
@@ -126,10 +138,19 @@ async def close_pull(ctx: Context, pull_id: int) -> None:
     """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
     await ctx.jobs.cancel(review_key(pull_id))
     await state.cancel_pull(ctx.db, pull_id, "cancelled: PR closed")
-    await end_pull_sessions(ctx.db, pull_id)
+    await end_sessions(ctx, pull_id)
     await ctx.jobs.enqueue(
         "cleanup_pull", f"cleanup:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS
     )
+
+
+async def end_sessions(ctx: Context, pull_id: int, *, keep_review: int | None = None) -> None:
+    """End the PR's conversations (but those of `keep_review`), their queued and running
+    turns first, so no late turn of an old draft can touch the PR again."""
+    for session in await open_sessions(ctx.db, pull_id):
+        if keep_review is None or session.review_id != keep_review:
+            await ctx.jobs.cancel(turn_key(session.id))
+    await end_pull_sessions(ctx.db, pull_id, keep_review=keep_review)
 
 
 async def forget_installation(ctx: Context, installation_id: int) -> None:
@@ -139,6 +160,8 @@ async def forget_installation(ctx: Context, installation_id: int) -> None:
     )
     for row in rows:
         await ctx.jobs.cancel(review_key(row["id"]))
+        await end_sessions(ctx, row["id"])
+    await delete_installation_sessions(ctx.db, installation_id)
     repos = await delete_installation(ctx.db, installation_id)
     ctx.github.forget_installation(installation_id)
     await ctx.jobs.enqueue(
@@ -149,9 +172,7 @@ async def forget_installation(ctx: Context, installation_id: int) -> None:
     )
 
 
-async def prepare_worktree(
-    ctx: Context, pull: sqlite3.Row, head_sha: str, review_id: int
-) -> Worktree:
+async def prepare_worktree(ctx: Context, pull: sqlite3.Row, head_sha: str, name: str) -> Worktree:
     """Fetch the base branch and `refs/pull/N/head` into the mirror; add the review's tree."""
     clone_url = pull["clone_url"]
     token = None
@@ -161,9 +182,7 @@ async def prepare_worktree(
     await ctx.mirrors.sync(
         pull["repo"], clone_url, [base, f"refs/pull/{pull['number']}/head"], token
     )
-    return await ctx.mirrors.add_worktree(
-        pull["repo"], name=worktree_name(pull, review_id), head_sha=head_sha, base_ref=base
-    )
+    return await ctx.mirrors.add_worktree(pull["repo"], name=name, head_sha=head_sha, base_ref=base)
 
 
 @dataclass
@@ -175,6 +194,7 @@ class Progress:
     review_id: int
     calls: int = 0
     last: float = field(default_factory=time.monotonic)  # the start was just shown
+    phase: str = "reviewing"
 
     async def __call__(self, _tool: str) -> None:
         self.calls += 1
@@ -182,7 +202,7 @@ class Progress:
             return
         self.last = time.monotonic()
         await update_review(
-            self.ctx.db, self.review_id, progress=f"reviewing: {self.calls} tool call(s) so far"
+            self.ctx.db, self.review_id, progress=f"{self.phase}: {self.calls} tool call(s) so far"
         )
         try:
             await self.publisher.status(await get_review(self.ctx.db, self.review_id))
@@ -206,8 +226,11 @@ async def run_review_job(ctx: Context, job: Job) -> None:
         else:
             owner, name = pull["repo"].split("/", 1)
             known = await fetch_repo_config(gh, owner, name)
+        verify = bool(job.payload.get("verify")) or known.verify
         final = job.attempts >= job.max_attempts
-        await ReviewJob(ctx, Publisher(ctx, gh, pull), pull, review["id"], final).run(known)
+        await ReviewJob(
+            ctx, Publisher(ctx, gh, pull), pull, review["id"], verify, final_attempt=final
+        ).run(known)
 
 
 @dataclass
@@ -216,6 +239,7 @@ class ReviewJob:
     publisher: Publisher
     pull: sqlite3.Row
     review_id: int
+    verify: bool = False
     final_attempt: bool = True  # else a GitHub hiccup is retried by the queue, not reported
 
     async def run(self, config: RepoConfig) -> None:
@@ -241,11 +265,13 @@ class ReviewJob:
                 log.exception("review crashed")
                 await self._failed(INTERNAL_ERROR)
                 return
-            await self._failed(_reason(exc))
+            await self._failed(describe(exc))
 
     async def _review(self, review: sqlite3.Row, config: RepoConfig) -> None:
         ctx, review_id = self.ctx, self.review_id
-        tree = await prepare_worktree(ctx, self.pull, review["head_sha"], review_id)
+        name = worktree_name(self.pull, review_id)
+        tree = await prepare_worktree(ctx, self.pull, review["head_sha"], name)
+        await update_review(ctx.db, review_id, base_sha=tree.base_sha)
 
         async def planned(skipped: tuple[tuple[str, str], ...]) -> None:
             await update_review(
@@ -262,19 +288,31 @@ class ReviewJob:
             config=config,
             pull_id=self.pull["id"],
             review_id=review_id,
-            installation_id=self.pull["installation_id"],
         )
         reviewer = Reviewer(
             ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
         )
+        progress = Progress(ctx, self.publisher, review_id)
         draft = await review_worktree(
-            reviewer,
-            tree,
-            request,
-            on_tool_call=Progress(ctx, self.publisher, review_id),
-            on_plan=planned,
+            reviewer, tree, request, on_tool_call=progress, on_plan=planned
         )
-        await save_findings(ctx.db, review_id, draft.findings)
+        findings, verified = draft.findings, {}
+        if self.verify and findings:
+            provider = choose_provider(
+                request.provider,
+                config.verify_provider,
+                [p for p in PROVIDERS if ctx.models.configured(p)],
+            )
+            progress.phase = f"verifying {len(findings)} finding(s) with {provider}"
+            await update_review(ctx.db, review_id, progress=progress.phase)
+            verification = await verify_draft(
+                reviewer, tree, request, draft, provider=provider, on_tool_call=progress
+            )
+            findings = apply_verification(findings, verification)
+            verified = {"verify_provider": provider, "verify_error": verification.error}
+            if verification.error:
+                log.warning("verify pass failed", extra={"fields": {"reason": verification.error}})
+        await state.set_findings(ctx.db, review_id, findings)
         await update_review(
             ctx.db,
             review_id,
@@ -283,11 +321,13 @@ class ReviewJob:
             run_id=draft.run_id,
             skill_version_id=draft.skill_version_id,
             progress="publishing",
+            **verified,
         )
         await self.publisher.pending_review(await get_review(ctx.db, review_id))
         pull = await pull_by_id(ctx.db, self.pull["id"])
         moved = pull is not None and pull["head_sha"] != review["head_sha"]
         await state.to_draft(ctx.db, review_id, stale=moved)  # a push landed meanwhile
+        await end_sessions(ctx, self.pull["id"], keep_review=review_id)  # the old drafts' talk
         review = await get_review(ctx.db, review_id)
         await self.publisher.finish_check(review)
         await self.publisher.status(review)
@@ -314,6 +354,7 @@ class ReviewJob:
     async def _failed(self, reason: str) -> None:
         log.warning("review failed", extra={"fields": {"reason": reason}})
         await state.fail(self.ctx.db, self.review_id, reason)
+        await end_review_sessions(self.ctx.db, self.review_id)
         review = await get_review(self.ctx.db, self.review_id)
         try:
             if not review["check_run_id"]:  # it failed before its check run was made
@@ -329,6 +370,7 @@ class ReviewJob:
 
     async def _stopped(self) -> None:
         await state.cancel(self.ctx.db, self.review_id, "stopped before it finished")
+        await end_review_sessions(self.ctx.db, self.review_id)
         review = await get_review(self.ctx.db, self.review_id)
         try:
             await self.publisher.finish_check(
@@ -340,7 +382,8 @@ class ReviewJob:
             log.exception("could not report the stop on GitHub")
 
 
-def _reason(exc: Exception) -> str:
+def describe(exc: Exception) -> str:
+    """A failure as people on the PR are told it (no internals)."""
     if isinstance(exc, gidgethub.HTTPException):
         return f"GitHub answered {int(exc.status_code)} ({exc})"
     if isinstance(exc, OSError):
@@ -389,10 +432,18 @@ async def cleanup_pull_job(ctx: Context, job: Job) -> None:
     pull = await pull_by_id(ctx.db, job.payload["pull_id"])
     if pull is None:
         return
-    rows = await ctx.db.fetchall("SELECT id FROM reviews WHERE pull_id = ?", (pull["id"],))
-    for row in rows:
-        path = ctx.mirrors.tree_path(worktree_name(pull, row["id"]))
-        await ctx.mirrors.remove_worktree(pull["repo"], path)
+    rows = await ctx.db.fetchall(
+        "SELECT r.id AS review_id, s.id AS session_id FROM reviews r"
+        " LEFT JOIN sessions s ON s.review_id = r.id WHERE r.pull_id = ?",
+        (pull["id"],),
+    )
+    names = {worktree_name(pull, row["review_id"]) for row in rows} | {
+        worktree_name(pull, row["review_id"], row["session_id"])
+        for row in rows
+        if row["session_id"] is not None
+    }
+    for name in sorted(names):
+        await ctx.mirrors.remove_worktree(pull["repo"], ctx.mirrors.tree_path(name))
     current = await pull_by_id(ctx.db, pull["id"])
     if current is not None and current["state"] == "closed":  # not reopened meanwhile
         await ctx.mirrors.drop_pull_refs(pull["repo"], [pull["number"]])

@@ -15,13 +15,13 @@ from typing import Any
 from bot.agents.base import Budget
 from bot.agents.loop import AgentRun
 from bot.agents.providers import ModelClients
-from bot.agents.submit import ReviewDraft
+from bot.agents.submit import ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
 from bot.repo_config import RepoConfig
 from bot.review.plan import place, plan_files
-from bot.sessions.store import create_session, set_status
+from bot.sessions.store import Session, create_session
 from bot.skills import load_skill
 from bot.storage import Database
 from bot.texts import render
@@ -44,7 +44,7 @@ class ReviewRequest:
     config: RepoConfig
     pull_id: int | None = None
     review_id: int | None = None
-    installation_id: int | None = None
+    model: str | None = None  # None: the provider's configured model (eval replays choose)
 
 
 @dataclass(frozen=True)
@@ -115,27 +115,13 @@ async def review_worktree(
         await on_plan(plan.skipped)
     if not plan.reviewed:
         return Draft(NOTHING_TO_REVIEW, "comment", [], plan.skipped)
-    provider = reviewer.models.provider(request.provider)
+    provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(
         reviewer.db,
         provider=provider.name,
         model=provider.model,
         pull_id=request.pull_id,
         review_id=request.review_id,
-    )
-    skill = await load_skill(reviewer.db)
-    run = AgentRun(
-        db=reviewer.db,
-        provider=provider,
-        session=session,
-        toolbox=Toolbox(tree, on_call=on_tool_call),
-        system=skill.text,
-        kind="review",
-        budget=reviewer.budget,
-        skill_version_id=skill.id,
-        review_id=request.review_id,
-        installation_id=request.installation_id,
-        metrics=reviewer.metrics,
     )
     prompt = render(
         "prompts/review_request.md.j2",
@@ -149,14 +135,75 @@ async def review_worktree(
         reviewed=plan.reviewed,
         skipped=plan.skipped,
     )
-    result = await run.turn(prompt)
+    toolbox = Toolbox(tree, on_call=on_tool_call)
+    return await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
+
+
+async def revise_review(
+    reviewer: Reviewer,
+    tree: Worktree,
+    session: Session,
+    message: str | None,
+    *,
+    comment_id: int | None = None,
+    source: str | None = None,
+) -> Draft:
+    """The reviewer's session continues with `message` (feedback on its draft; None resumes
+    an interrupted turn) and submits its review again."""
+    diff = await pr_diff(tree)
+    return await _submitted(
+        reviewer,
+        Toolbox(tree),
+        session,
+        diff,
+        message,
+        origin=(comment_id, source),
+        subkind="revision",
+    )
+
+
+async def stored_draft(tree: Worktree, session: Session, submission: dict[str, Any]) -> Draft:
+    """A draft the reviewer submitted before a restart, read back from its conversation."""
+    draft = parse_submission(submission)
+    diff = await pr_diff(tree)
+    return Draft(
+        draft.summary, draft.verdict, finding_rows(draft, diff), (), None, None, session.id
+    )
+
+
+async def _submitted(
+    reviewer: Reviewer,
+    toolbox: Toolbox,
+    session: Session,
+    diff: DiffModel,
+    message: str | None,
+    *,
+    skipped: tuple[tuple[str, str], ...] = (),
+    origin: tuple[int | None, str | None] = (None, None),
+    subkind: str | None = None,
+) -> Draft:
+    """One reviewer turn that ends with `submit_review`, as a Draft placed on the diff."""
+    skill = await load_skill(reviewer.db)
+    run = AgentRun(
+        db=reviewer.db,
+        provider=reviewer.models.provider(session.provider, session.model),
+        session=session,
+        toolbox=toolbox,
+        system=skill.text,
+        kind="review",
+        subkind=subkind,
+        budget=reviewer.budget,
+        skill_version_id=skill.id,
+        review_id=session.review_id,
+        metrics=reviewer.metrics,
+    )
+    result = await run.turn(message, comment_id=origin[0], source=origin[1])
     assert result.draft is not None
-    await set_status(reviewer.db, session.id, "idle")
     return Draft(
         result.draft.summary,
         result.draft.verdict,
         finding_rows(result.draft, diff),
-        plan.skipped,
+        skipped,
         result.run_id,
         skill.id,
         session.id,

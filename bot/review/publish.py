@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import gidgethub
 
 from bot.commands.catalog import suggested
-from bot.review.store import latest_draft, load_findings, review_cost, update_review
+from bot.review.store import latest_draft, load_findings, review_costs, update_review
+from bot.sessions.store import has_active_cross_review
 from bot.texts import STATUS_MARKER, fit, neutralise_mentions, render, repo_url_of, usd
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ HEADLINES = {
     "queued": "review queued",
     "running": "reviewing",
     "draft": "draft ready",
+    "revising": "revising the draft",
     "posting": "publishing",
     "posted": "published",
     "failed": "review failed",
@@ -39,6 +41,18 @@ HEADLINES = {
     "superseded": "superseded by a newer review",
     "held": "review not started",
 }
+
+
+def refs(ordinals: list[int]) -> str:
+    return ", ".join(f"F{n}" for n in ordinals) or "none"
+
+
+def revision_note(stored: str | None) -> dict[str, Any] | None:
+    """The latest revision's note as the status comment shows it (stored as JSON)."""
+    if not stored:
+        return None
+    note = json.loads(stored)
+    return {**note, **{k: refs(note.get(k, [])) for k in ("kept", "added", "withdrawn")}}
 
 
 def _now() -> str:
@@ -60,6 +74,20 @@ class Publisher:
     def owner_repo(self) -> dict[str, Any]:
         owner, name = self.pull["repo"].split("/", 1)
         return {"owner": owner, "repo": name, "number": self.pull["number"]}
+
+    async def comment(self, body: str) -> int:
+        """Post a new comment on the PR (a reply, or a session's answer)."""
+        created = await self.gh.post(
+            "/repos/{owner}/{repo}/issues/{number}/comments",
+            self.owner_repo,
+            data={"body": fit(body)},
+        )
+        return int(created["id"])
+
+    def status_link(self, review: sqlite3.Row) -> str | None:
+        if not (self.pull["html_url"] and review["status_comment_id"]):
+            return None
+        return f"{self.pull['html_url']}#issuecomment-{review['status_comment_id']}"
 
     # -- status comment -------------------------------------------------------
 
@@ -111,15 +139,15 @@ class Publisher:
     async def render_status(self, review: sqlite3.Row) -> str:
         db = self.ctx.db
         findings = await load_findings(db, review["id"])
-        cost, runs = await review_cost(db, review["id"])
+        costs = await review_costs(db, review["id"])
         stale_sha = None
         if review["state"] in ("queued", "running"):
             previous = await latest_draft(db, self.pull["id"])
             if previous is not None and previous["stale"]:
                 stale_sha = previous["head_sha"][:7]
-        cost_line = ""
-        if runs:
-            cost_line = f"{runs} model run(s) · cost {usd(cost)}"
+        cost_line = " · ".join(
+            f"{provider}: {runs} model run(s), {usd(cost)}" for provider, runs, cost in costs
+        )
         return render(
             "status.md.j2",
             headline=HEADLINES.get(review["state"], review["state"]),
@@ -137,8 +165,16 @@ class Publisher:
             findings=[self._finding_view(f, review) for f in findings],
             not_reviewed=[tuple(x) for x in json.loads(review["not_reviewed"] or "[]")],
             config_error=review["config_error"],
+            revision=review["revision"],
+            revision_note=revision_note(review["revision_note"]),
+            verify_provider=review["verify_provider"],
+            verify_error=review["verify_error"],
             cost_line=cost_line,
-            commands=suggested(review["state"], bool(review["stale"])),
+            commands=suggested(
+                review["state"],
+                bool(review["stale"]),
+                await has_active_cross_review(db, review["id"]),
+            ),
             prefix=self.ctx.settings.command_prefix,
             repo_url=self.repo_url,
         )
@@ -150,9 +186,6 @@ class Publisher:
             anchor = hashlib.sha256(finding["path"].encode()).hexdigest()
             side = "L" if finding["side"] == "LEFT" else "R"
             link = f"{self.pull['html_url']}/files#diff-{anchor}{side}{finding['line']}"
-        verify = finding["verify_status"] or "—"
-        if finding["verify_status"] == "refuted":
-            verify = "refuted (left out of approve)"
         return {
             "ordinal": finding["ordinal"],
             "severity": finding["severity"],
@@ -160,7 +193,10 @@ class Publisher:
             "link": link,
             "title": finding["title"],
             "state": finding["state"],
-            "verify": verify,
+            "checked_by": finding["checked_by"],
+            "verify_status": finding["verify_status"],
+            "verify_note": finding["verify_note"],
+            "verifier": review["verify_provider"],
         }
 
     # -- check run ----------------------------------------------------------------
@@ -204,7 +240,10 @@ class Publisher:
         findings = [
             f for f in await load_findings(self.ctx.db, review["id"]) if f["state"] == "kept"
         ]
-        annotations = [_annotation(f) for f in findings if f["line"]] if with_annotations else []
+        verifier = review["verify_provider"]
+        annotations = (
+            [_annotation(f, verifier) for f in findings if f["line"]] if with_annotations else []
+        )
         summary = fit(
             render(
                 "check_run.md.j2",
@@ -215,6 +254,8 @@ class Publisher:
                 findings=findings,
                 stale=bool(review["stale"]),
                 repo_url=self.repo_url,
+                verifier=verifier,
+                verify_error=review["verify_error"],
             ),
             65_000,
         )
@@ -256,11 +297,13 @@ class Publisher:
     async def pending_review(self, review: sqlite3.Row, *, only: set[int] | None = None) -> int:
         """Create the pending review: inline comments where GitHub allows them, the rest in the
         body. If GitHub still refuses the inline comments (422) they move to the body: the
-        draft is never lost. `only` limits it to those finding ordinals (a partial approve)."""
+        draft is never lost. `only` limits it to those finding ordinals (a partial approve);
+        without it, findings the verify pass refuted stay out, as `approve` leaves them out."""
         findings = [
             f
             for f in await load_findings(self.ctx.db, review["id"])
-            if f["state"] == "kept" and (only is None or f["ordinal"] in only)
+            if f["state"] == "kept"
+            and (f["ordinal"] in only if only is not None else f["verify_status"] != "refuted")
         ]
         await self.delete_pending()
         url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
@@ -332,15 +375,24 @@ class Publisher:
         return {"commit_id": review["head_sha"], "body": body, "comments": comments}
 
 
-def _annotation(finding: sqlite3.Row) -> dict[str, Any]:
+def _annotation(finding: sqlite3.Row, verifier: str | None) -> dict[str, Any]:
     end = finding["end_line"] or finding["line"]
+    text = render(
+        "annotation.txt.j2",
+        ordinal=finding["ordinal"],
+        severity=finding["severity"],
+        title=finding["title"],
+        body=finding["body"],
+        verify_status=finding["verify_status"],
+        verify_note=finding["verify_note"],
+        verifier=verifier,
+    )
+    title, _, message = text.partition("\n")
     return {
         "path": finding["path"],
         "start_line": finding["line"],
         "end_line": end,
         "annotation_level": LEVELS.get(finding["severity"], "notice"),
-        "title": neutralise_mentions(
-            f"F{finding['ordinal']} · {finding['severity']} · {finding['title']}"
-        )[:255],
-        "message": neutralise_mentions(finding["body"] or finding["title"])[:64_000],
+        "title": neutralise_mentions(title)[:255],
+        "message": neutralise_mentions(message.strip() or finding["title"])[:64_000],
     }

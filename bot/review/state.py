@@ -4,6 +4,7 @@ the findings' `state`. Every transition is a compare-and-set that says whether i
     queued → running → draft → posting → posted
        ↘        ↘ failed / cancelled    ↖ (release: nothing went out)
         superseded (a newer review of the PR was queued)
+                           draft ⇄ revising (send-back: the reviewer's revision is applied)
     queued / running → held (not started: a policy or the server's state says why; a
                              maintainer's `review` starts a new one); also created held
 """
@@ -12,16 +13,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import aiosqlite
 
 from bot.storage import Database
 
 QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"
+REVISING = "revising"  # a draft while its revision is written to GitHub: not approvable
 FAILED, CANCELLED, SUPERSEDED, HELD = "failed", "cancelled", "superseded", "held"
 ACTIVE = (QUEUED, RUNNING)
-# Findings: kept (in the draft), dropped (by a person), skipped (left out of a partial approve).
-KEPT, DROPPED, SKIPPED = "kept", "dropped", "skipped"
+# Findings: kept (in the draft), dropped (by a person), skipped (left out of a partial approve),
+# withdrawn (by the reviewer itself when it revised the draft).
+KEPT, DROPPED, SKIPPED, WITHDRAWN = "kept", "dropped", "skipped", "withdrawn"
+FINDING_FIELDS = (
+    "path",
+    "line",
+    "end_line",
+    "side",
+    "severity",
+    "title",
+    "body",
+    "suggestion",
+    "in_diff",
+)
 
 
 def _marks(values: Iterable[object]) -> str:
@@ -182,3 +197,97 @@ async def release(db: Database, review_id: int) -> bool:
 
 async def mark_posted(db: Database, review_id: int) -> bool:
     return await _move(db, review_id, POSTED, (POSTING,), posted_at=time.time())
+
+
+async def begin_revision(
+    db: Database,
+    review_id: int,
+    assigned: list[tuple[int, dict]],
+    withdrawn: list[int],
+    *,
+    by: str,
+    texts: dict[str, object],
+) -> bool:
+    """draft → revising, with the revised findings under their (stable) numbers and the
+    review's new texts (`texts`: verdict, summary, revision note, …) in the same commit.
+    Returning findings are kept again (a person's `drop` still stands), new ones are added,
+    `withdrawn` ones are marked so. False, and nothing changed, unless this is the PR's newest
+    review and still a draft that is not stale (nothing may overwrite what people approve)."""
+    async with db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET state = 'revising', revision = revision + 1,"
+            f" {', '.join(f'{k} = ?' for k in texts)}, updated_at = ?"
+            " WHERE id = ? AND state = 'draft' AND stale = 0 AND NOT EXISTS (SELECT 1 FROM"
+            " reviews newer WHERE newer.pull_id = reviews.pull_id AND newer.id > reviews.id"
+            " AND newer.state NOT IN ('failed', 'cancelled', 'superseded'))",
+            (*texts.values(), time.time(), review_id),
+        )
+        if cursor.rowcount != 1:
+            return False
+        for ordinal, finding in assigned:
+            values = [finding.get(k) for k in FINDING_FIELDS]
+            values[FINDING_FIELDS.index("side")] = finding.get("side") or "RIGHT"
+            values[FINDING_FIELDS.index("in_diff")] = int(finding.get("in_diff") or 0)
+            cursor = await conn.execute(
+                f"UPDATE findings SET {', '.join(f'{k} = ?' for k in FINDING_FIELDS)},"
+                " verify_status = NULL, verify_note = NULL,"
+                " state = CASE state WHEN 'dropped' THEN 'dropped' ELSE 'kept' END,"
+                " checked_by = CASE state WHEN 'dropped' THEN checked_by ELSE 'auto' END"
+                " WHERE review_id = ? AND ordinal = ?",
+                (*values, review_id, ordinal),
+            )
+            if cursor.rowcount == 0:
+                await conn.execute(
+                    f"INSERT INTO findings (review_id, ordinal, {', '.join(FINDING_FIELDS)},"
+                    " state, checked_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'kept', 'auto')",
+                    (review_id, ordinal, *values),
+                )
+        await conn.execute(
+            "UPDATE findings SET state = 'withdrawn', checked_by = ? WHERE review_id = ?"
+            f" AND state = 'kept' AND ordinal IN ({_marks(withdrawn)})",
+            (by, review_id, *withdrawn),
+        )
+    return True
+
+
+async def end_revision(db: Database, review_id: int) -> bool:
+    """revising → draft, once GitHub shows the revision (or the attempt gave up)."""
+    return await _move(db, review_id, DRAFT, (REVISING,))
+
+
+async def recover_revisions(db: Database) -> int:
+    """At start-up: a revision interrupted by a crash leaves its draft approvable again
+    (`approve` rebuilds the pending review from the stored findings)."""
+    return await db.execute(
+        "UPDATE reviews SET state = 'draft', updated_at = ? WHERE state = 'revising'",
+        (time.time(),),
+    )
+
+
+async def set_findings(db: Database, review_id: int, rows: list[dict[str, Any]]) -> None:
+    """A new draft's findings, numbered F1…Fn as shown on the PR, all kept."""
+    async with db.transaction() as conn:
+        await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
+        await conn.executemany(
+            f"INSERT INTO findings (review_id, ordinal, {', '.join(FINDING_FIELDS)},"
+            " verify_status, verify_note, state, checked_by)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'kept', 'auto')",
+            [
+                (
+                    review_id,
+                    ordinal,
+                    row["path"],
+                    row.get("line"),
+                    row.get("end_line"),
+                    row.get("side", "RIGHT"),
+                    row["severity"],
+                    row["title"],
+                    row.get("body", ""),
+                    row.get("suggestion"),
+                    int(row.get("in_diff", 0)),
+                    row.get("verify_status"),
+                    row.get("verify_note"),
+                )
+                for ordinal, row in enumerate(rows, start=1)
+            ],
+        )

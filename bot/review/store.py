@@ -102,9 +102,10 @@ async def latest_review(db: Database, pull_id: int) -> sqlite3.Row | None:
 
 
 async def latest_draft(db: Database, pull_id: int) -> sqlite3.Row | None:
-    """The newest review that produced a draft (draft, posting or posted)."""
+    """The newest review that produced a draft (draft, revising, posting or posted)."""
     return await db.fetchone(
-        "SELECT * FROM reviews WHERE pull_id = ? AND state IN ('draft', 'posting', 'posted')"
+        "SELECT * FROM reviews WHERE pull_id = ?"
+        " AND state IN ('draft', 'revising', 'posting', 'posted')"
         " ORDER BY id DESC LIMIT 1",
         (pull_id,),
     )
@@ -118,7 +119,7 @@ async def already_handled(db: Database, pull_id: int, head_sha: str, now: float)
     or a draft, or one was stopped, failed or held in the last hour (close/reopen loops)."""
     row = await db.fetchone(
         "SELECT 1 FROM reviews WHERE pull_id = ? AND head_sha = ? AND (state IN"
-        " ('queued', 'running', 'draft', 'posting', 'posted') OR (state IN"
+        " ('queued', 'running', 'draft', 'revising', 'posting', 'posted') OR (state IN"
         " ('cancelled', 'failed', 'held') AND updated_at >= ?)) LIMIT 1",
         (pull_id, head_sha, now - RETRY_AFTER),
     )
@@ -157,59 +158,51 @@ async def load_findings(db: Database, review_id: int) -> list[sqlite3.Row]:
     )
 
 
-async def save_findings(db: Database, review_id: int, rows: list[dict[str, Any]]) -> None:
-    """Replace the review's findings; `ordinal` numbers them F1…Fn as shown on the PR."""
-    async with db.transaction() as conn:
-        await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
-        await conn.executemany(
-            "INSERT INTO findings (review_id, ordinal, path, line, end_line, side, severity,"
-            " title, body, suggestion, in_diff, verify_status, verify_note, state, checked_by)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'kept', 'auto')",
-            [
-                (
-                    review_id,
-                    ordinal,
-                    row["path"],
-                    row.get("line"),
-                    row.get("end_line"),
-                    row.get("side", "RIGHT"),
-                    row["severity"],
-                    row["title"],
-                    row.get("body", ""),
-                    row.get("suggestion"),
-                    int(row.get("in_diff", 0)),
-                    row.get("verify_status"),
-                    row.get("verify_note"),
-                )
-                for ordinal, row in enumerate(rows, start=1)
-            ],
-        )
-
-
-async def review_cost(db: Database, review_id: int) -> tuple[float | None, int]:
-    """Total USD of the review's runs (None if any run's cost is unknown) and its run count."""
-    rows = await db.fetchall("SELECT cost_usd FROM runs WHERE review_id = ?", (review_id,))
-    costs = [r["cost_usd"] for r in rows]
-    return (None if None in costs else sum(costs)), len(rows)
+async def review_costs(db: Database, review_id: int) -> list[tuple[str, int, float | None]]:
+    """Per provider, in first-use order: the review's model runs (its own, its verify pass,
+    cross-review turns and revisions) and their USD (None when any run's cost is unknown)."""
+    rows = await db.fetchall(
+        "SELECT provider, cost_usd FROM runs WHERE review_id = ? ORDER BY id", (review_id,)
+    )
+    by_provider: dict[str, list[float | None]] = {}
+    for row in rows:
+        by_provider.setdefault(row["provider"], []).append(row["cost_usd"])
+    return [
+        (provider, len(costs), None if None in costs else sum(c for c in costs if c is not None))
+        for provider, costs in by_provider.items()
+    ]
 
 
 async def delete_installation(db: Database, installation_id: int) -> list[str]:
-    """Delete everything kept about an installation's PRs; returns its repositories."""
+    """Delete the installation's PRs, reviews and findings (its sessions go first, through
+    their own store); returns its repositories."""
     rows = await db.fetchall(
         "SELECT DISTINCT repo FROM pulls WHERE installation_id = ?", (installation_id,)
     )
     async with db.transaction() as conn:
         pulls = "SELECT id FROM pulls WHERE installation_id = ?"
         reviews = f"SELECT id FROM reviews WHERE pull_id IN ({pulls})"
-        sessions = f"SELECT id FROM sessions WHERE pull_id IN ({pulls})"
         for statement in (
             f"DELETE FROM findings WHERE review_id IN ({reviews})",
-            f"DELETE FROM messages WHERE session_id IN ({sessions})",
-            f"DELETE FROM session_reviews WHERE parent_session_id IN ({sessions})",
-            f"DELETE FROM sessions WHERE pull_id IN ({pulls})",
             f"DELETE FROM reviews WHERE pull_id IN ({pulls})",
             "DELETE FROM pulls WHERE installation_id = ?",
             "DELETE FROM deliveries WHERE installation_id = ? AND status != 'queued'",
         ):
             await conn.execute(statement, (installation_id,))
     return sorted(row["repo"] for row in rows)
+
+
+async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> int:
+    """Delete the reviews and findings of PRs closed before `older_than`, `chunk` rows at a
+    time; their runs stay in the cost ledger."""
+    closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
+    total = 0
+    for sql in (
+        "DELETE FROM findings WHERE id IN (SELECT f.id FROM findings f JOIN reviews r"
+        f" ON r.id = f.review_id WHERE r.pull_id IN ({closed}) LIMIT ?)",
+        f"DELETE FROM reviews WHERE id IN (SELECT id FROM reviews WHERE pull_id IN ({closed})"
+        " LIMIT ?)",
+    ):
+        while count := await db.execute(sql, (older_than, chunk)):
+            total += count
+    return total

@@ -1,13 +1,23 @@
-"""Sessions and their ordered messages `msg-0, msg-1, …`; the only writer of session status."""
+"""Sessions, their ordered messages `msg-0, msg-1, …` and cross-reviews between them; the only
+writer of session status (active, busy, ended, failed) and of `session_reviews`."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from bot.storage import Database
+
+ACTIVE, BUSY, ENDED, FAILED = "active", "busy", "ended", "failed"
+OPEN = (ACTIVE, BUSY)
+
+
+def turn_key(session_id: int) -> str:
+    """Serialisation key of a session's turns: one at a time, in the order they were asked."""
+    return f"session:{session_id}"
 
 
 @dataclass(frozen=True)
@@ -35,24 +45,104 @@ def _session(row: Any) -> Session:
     )
 
 
+class OneActive(Exception):
+    """The parent already has an active cross-review."""
+
+
 async def create_session(
     db: Database,
     *,
     provider: str,
     model: str,
-    role: str = "primary",
     pull_id: int | None = None,
     review_id: int | None = None,
-    parent_session_id: int | None = None,
 ) -> Session:
-    """One creation path for primary and child sessions (a child's first message is context)."""
+    """A primary session (a reviewer's conversation)."""
+    async with db.transaction() as conn:
+        session_id = await _insert(conn, provider, model, "primary", pull_id, review_id, None)
+    return await get_session(db, session_id)
+
+
+async def start_verify_session(
+    db: Database,
+    *,
+    provider: str,
+    model: str,
+    pull_id: int | None,
+    review_id: int | None,
+    draft_session_id: int | None,
+) -> Session:
+    """The verify pass's own conversation (role `verify`), linked to the draft's session; it
+    ends with its one turn (`end_session`)."""
+    async with db.transaction() as conn:
+        session_id = await _insert(
+            conn, provider, model, "verify", pull_id, review_id, draft_session_id
+        )
+    return await get_session(db, session_id)
+
+
+async def _insert(
+    conn: Any,
+    provider: str,
+    model: str,
+    role: str,
+    pull_id: int | None,
+    review_id: int | None,
+    parent_session_id: int | None,
+) -> int:
+    """The one creation path of sessions: a child is an ordinary session whose first message
+    is review context instead of a person's text."""
     now = time.time()
-    session_id = await db.execute(
+    cursor = await conn.execute(
         "INSERT INTO sessions (pull_id, review_id, provider, model, role, status,"
         " parent_session_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?)",
         (pull_id, review_id, provider, model, role, parent_session_id, now, now),
     )
-    return await get_session(db, session_id)
+    return int(cursor.lastrowid or 0)
+
+
+async def start_cross_review(
+    db: Database,
+    *,
+    parent: Session,
+    provider: str,
+    model: str,
+    anchor_message_id: str | None,
+    anchor_comment_id: int | None,
+    prompt: str,
+    title: str,
+) -> Session:
+    """A child session on `provider` and its `session_reviews` row, in one commit; raises
+    OneActive when the parent already has an active cross-review (also under races)."""
+    now = time.time()
+    try:
+        async with db.transaction() as conn:
+            child_id = await _insert(
+                conn, provider, model, "child", parent.pull_id, parent.review_id, parent.id
+            )
+            await conn.execute(
+                "INSERT INTO session_reviews (parent_session_id, child_session_id, child_adapter,"
+                " anchor_message_id, anchor_comment_id, review_prompt, review_title,"
+                " message_count, started_at, pull_id, review_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
+                (
+                    parent.id,
+                    child_id,
+                    provider,
+                    anchor_message_id,
+                    anchor_comment_id,
+                    prompt,
+                    title,
+                    now,
+                    parent.pull_id,
+                    parent.review_id,
+                ),
+            )
+    except sqlite3.IntegrityError as exc:
+        if "session_reviews" not in str(exc):
+            raise
+        raise OneActive from None
+    return await get_session(db, child_id)
 
 
 async def get_session(db: Database, session_id: int) -> Session:
@@ -60,6 +150,51 @@ async def get_session(db: Database, session_id: int) -> Session:
     if row is None:
         raise LookupError(f"session {session_id} does not exist")
     return _session(row)
+
+
+async def primary_of_review(db: Database, review_id: int) -> Session | None:
+    row = await db.fetchone(
+        "SELECT * FROM sessions WHERE review_id = ? AND role = 'primary' ORDER BY id DESC LIMIT 1",
+        (review_id,),
+    )
+    return _session(row) if row else None
+
+
+async def active_cross_review(db: Database, parent_id: int) -> sqlite3.Row | None:
+    return await db.fetchone(
+        "SELECT * FROM session_reviews WHERE parent_session_id = ? AND ended_at IS NULL",
+        (parent_id,),
+    )
+
+
+async def cross_review_of_child(db: Database, child_id: int) -> sqlite3.Row | None:
+    return await db.fetchone(
+        "SELECT * FROM session_reviews WHERE child_session_id = ?", (child_id,)
+    )
+
+
+async def open_sessions(db: Database, pull_id: int) -> list[Session]:
+    rows = await db.fetchall(
+        "SELECT * FROM sessions WHERE pull_id = ? AND status IN ('active', 'busy')", (pull_id,)
+    )
+    return [_session(row) for row in rows]
+
+
+async def end_review_sessions(db: Database, review_id: int) -> None:
+    """A review that failed or was stopped: its conversation ends with it."""
+    rows = await db.fetchall(
+        "SELECT id FROM sessions WHERE review_id = ? AND status IN ('active', 'busy')",
+        (review_id,),
+    )
+    for row in rows:
+        await end_session(db, row["id"])
+
+
+async def has_active_cross_review(db: Database, review_id: int) -> bool:
+    row = await db.fetchone(
+        "SELECT 1 FROM session_reviews WHERE review_id = ? AND ended_at IS NULL", (review_id,)
+    )
+    return row is not None
 
 
 def _role(item: dict[str, Any]) -> str:
@@ -74,8 +209,11 @@ async def append_messages(
     items: list[dict[str, Any]],
     *,
     github_comment_id: int | None = None,
+    source: str | None = None,
 ) -> list[str]:
-    """Store native messages in order; ids are `msg-<seq>`, stable across restarts."""
+    """Store native messages in order; ids are `msg-<seq>`, stable across restarts. `source`
+    names the command a person's message came from (`comment:line`), so a retried turn
+    finds it instead of adding it again."""
     ids = []
     now = time.time()
     async with db.transaction() as conn:
@@ -87,7 +225,7 @@ async def append_messages(
             message_id = f"msg-{seq}"
             await conn.execute(
                 "INSERT INTO messages (session_id, seq, id, role, content, github_comment_id,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
                     seq,
@@ -95,6 +233,7 @@ async def append_messages(
                     _role(item),
                     json.dumps(item),
                     github_comment_id,
+                    source,
                     now,
                 ),
             )
@@ -111,24 +250,154 @@ async def load_messages(db: Database, session_id: int) -> list[dict[str, Any]]:
     return [json.loads(row["content"]) for row in rows]
 
 
-async def set_status(db: Database, session_id: int, status: str) -> None:
-    await db.execute(
-        "UPDATE sessions SET status = ?, updated_at = ? WHERE id = ?",
-        (status, time.time(), session_id),
+async def message_rows(db: Database, session_id: int) -> list[sqlite3.Row]:
+    return await db.fetchall(
+        "SELECT * FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
     )
 
 
-async def end_pull_sessions(db: Database, pull_id: int) -> None:
-    """The PR closed: its sessions end, and so do the cross-reviews between them."""
+async def since_source(db: Database, session_id: int, source: str) -> list[sqlite3.Row] | None:
+    """The messages from a command's message on (None when the command has none yet): how
+    far a turn got before a restart."""
+    rows = await message_rows(db, session_id)
+    start = next((n for n, row in enumerate(rows) if row["source"] == source), None)
+    return None if start is None else rows[start:]
+
+
+async def link_comment(db: Database, session_id: int, message_id: str, comment_id: int) -> None:
+    """The PR comment a message produced."""
+    await db.execute(
+        "UPDATE messages SET github_comment_id = ? WHERE session_id = ? AND id = ?",
+        (comment_id, session_id, message_id),
+    )
+
+
+async def _set(db: Database, session_id: int, status: str, sources: tuple[str, ...], **extra: Any):
+    fields = {"status": status, **extra, "updated_at": time.time()}
+    return (
+        await db.execute(
+            f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?"
+            f" AND status IN ({','.join('?' * len(sources))})",
+            (*fields.values(), session_id, *sources),
+        )
+        == 1
+    )
+
+
+async def mark_busy(db: Database, session_id: int) -> bool:
+    return await _set(db, session_id, BUSY, OPEN)
+
+
+async def mark_idle(db: Database, session_id: int) -> bool:
+    return await _set(db, session_id, ACTIVE, OPEN)
+
+
+async def end_session(db: Database, session_id: int, *, failed: str | None = None) -> None:
+    """End a session (failed, with the reason, when its provider gave up); its active
+    cross-reviews end too, as child or as parent, with their message counts."""
     now = time.time()
+    status = FAILED if failed else ENDED
     async with db.transaction() as conn:
         await conn.execute(
-            "UPDATE sessions SET status = 'ended', updated_at = ?"
-            " WHERE pull_id = ? AND status != 'ended'",
-            (now, pull_id),
+            "UPDATE sessions SET status = ?, error = ?, updated_at = ?"
+            " WHERE (id = ? OR parent_session_id = ?) AND status IN ('active', 'busy')",
+            (status, failed, now, session_id, session_id),
         )
+        await _end_cross_reviews(
+            conn, "(child_session_id = ? OR parent_session_id = ?)", (session_id, session_id), now
+        )
+
+
+async def end_pull_sessions(db: Database, pull_id: int, *, keep_review: int | None = None) -> None:
+    """End the PR's sessions (all of them when it closed; those of older drafts when a new
+    draft replaces them) and the cross-reviews between them."""
+    now = time.time()
+    where = "pull_id = ?" + (" AND COALESCE(review_id, 0) != ?" if keep_review else "")
+    args: tuple = (pull_id, keep_review) if keep_review else (pull_id,)
+    async with db.transaction() as conn:
         await conn.execute(
-            "UPDATE session_reviews SET ended_at = ? WHERE ended_at IS NULL AND"
-            " parent_session_id IN (SELECT id FROM sessions WHERE pull_id = ?)",
-            (now, pull_id),
+            f"UPDATE sessions SET status = 'ended', updated_at = ? WHERE {where}"
+            " AND status IN ('active', 'busy')",
+            (now, *args),
         )
+        await _end_cross_reviews(
+            conn, f"parent_session_id IN (SELECT id FROM sessions WHERE {where})", args, now
+        )
+
+
+async def _end_cross_reviews(conn: Any, where: str, args: tuple, now: float) -> None:
+    await conn.execute(
+        "UPDATE session_reviews SET ended_at = ?, message_count = (SELECT COUNT(*) FROM messages"
+        " m WHERE m.session_id = session_reviews.child_session_id)"
+        f" WHERE ended_at IS NULL AND {where}",
+        (now, *args),
+    )
+
+
+async def count_messages(db: Database, session_id: int) -> int:
+    row = await db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,))
+    return int(row[0]) if row else 0
+
+
+async def sync_message_count(db: Database, child_id: int) -> None:
+    await db.execute(
+        "UPDATE session_reviews SET message_count = (SELECT COUNT(*) FROM messages"
+        " WHERE session_id = ?) WHERE child_session_id = ?",
+        (child_id, child_id),
+    )
+
+
+async def reconcile(db: Database) -> int:
+    """At start-up: sessions left mid-turn are active again (their turn's job resumes them)
+    if their PR is open, and end if it is not. Returns how many ended."""
+    await db.execute(
+        "UPDATE sessions SET status = 'active' WHERE status = 'busy' AND pull_id IN"
+        " (SELECT id FROM pulls WHERE state = 'open')"
+    )
+    closed = await db.fetchall(
+        "SELECT id FROM sessions WHERE status IN ('active', 'busy') AND pull_id IN"
+        " (SELECT id FROM pulls WHERE state != 'open')"
+    )
+    for row in closed:
+        await end_session(db, row["id"])
+    return len(closed)
+
+
+async def session_cost(db: Database, session_id: int) -> float | None:
+    """USD of the session's runs; None when any run's cost is unknown."""
+    rows = await db.fetchall("SELECT cost_usd FROM runs WHERE session_id = ?", (session_id,))
+    costs = [row["cost_usd"] for row in rows]
+    return None if None in costs else sum(c for c in costs if c is not None)
+
+
+async def delete_installation_sessions(db: Database, installation_id: int) -> None:
+    """The App was uninstalled: its PRs' conversations are deleted."""
+    sessions = (
+        "SELECT id FROM sessions WHERE pull_id IN"
+        " (SELECT id FROM pulls WHERE installation_id = ?)"
+    )
+    async with db.transaction() as conn:
+        for statement in (
+            f"DELETE FROM messages WHERE session_id IN ({sessions})",
+            f"DELETE FROM session_reviews WHERE parent_session_id IN ({sessions})",
+            f"DELETE FROM sessions WHERE id IN ({sessions})",
+        ):
+            await conn.execute(statement, (installation_id,))
+
+
+async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> int:
+    """Delete the conversations of PRs closed before `older_than`, `chunk` rows at a time
+    (the write lock is never held long)."""
+    closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
+    total = 0
+    for sql in (
+        "DELETE FROM messages WHERE rowid IN (SELECT m.rowid FROM messages m JOIN sessions s"
+        f" ON s.id = m.session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
+        "DELETE FROM session_reviews WHERE id IN (SELECT r.id FROM session_reviews r JOIN"
+        f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
+        f"DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE pull_id IN ({closed})"
+        " LIMIT ?)",
+    ):
+        while count := await db.execute(sql, (older_than, chunk)):
+            total += count
+    return total

@@ -4,6 +4,9 @@ It behaves like GitHub where the bot depends on it: App JWTs are verified with t
 key, installation tokens are issued and required on repository calls, a user may hold only
 one pending review per PR, review comments must sit on lines of the diff, and request bodies
 can be validated against GitHub's OpenAPI description. Used by the tests and `cockpit demo`.
+It also has GitHub's App manifest flow (the new-App web form for a user or an organisation,
+then `POST /app-manifests/{code}/conversions` with single-use codes), where the REST paths
+also answer under `/api/v3` as on GitHub Enterprise Server, for `cockpit register`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import html
 import itertools
+import json
 import re
 import secrets
 import time
@@ -19,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import jwt
 from aiohttp import web
@@ -145,6 +151,13 @@ class GitHubStandin:
         self._ids = itertools.count(1000)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        # The manifest flow: who is signed in to the web UI, the manifests posted to the
+        # new-App form, the Apps created from them, and their unexchanged codes.
+        self.web_user = "octocat"
+        self.manifests: list[dict] = []
+        self.created_apps: list[dict] = []
+        self.manifest_codes: dict[str, tuple[dict, float]] = {}
+        self.manifest_code_ttl = 3600.0
 
     def settings(self, data_dir: Path, webhook_secret: str, **overrides: Any) -> Settings:
         """Bot settings that point at this stand-in as its GitHub App."""
@@ -267,6 +280,9 @@ class GitHubStandin:
 
     async def start(self, port: int = 0) -> str:
         app = web.Application(client_max_size=50 * 1024 * 1024)
+        for owner in ("", "/organizations/{org}"):
+            app.router.add_post(owner + "/settings/apps/new", self._new_app_form)
+            app.router.add_post(owner + "/settings/apps", self._create_app)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner, self.url = await serve_local(app, port)
         return self.url
@@ -322,6 +338,11 @@ class GitHubStandin:
         table = [
             ("POST", r"^/app/installations/(?P<installation>\d+)/access_tokens$", self._token),
             ("GET", r"^/app$", self._app),
+            (
+                "POST",
+                r"^(?:/api/v3)?/app-manifests/(?P<code>[^/]+)/conversions$",
+                self._convert_manifest,
+            ),
             ("GET", repo + r"$", self._get_repo),
             ("GET", repo + r"/pulls/(?P<number>\d+)$", self._get_pull),
             ("GET", repo + r"/pulls/(?P<number>\d+)/reviews$", self._list_reviews),
@@ -350,6 +371,8 @@ class GitHubStandin:
     ) -> web.Response | None:
         header = request.headers.get("Authorization", "")
         scheme, _, credential = header.partition(" ")
+        if handler == self._convert_manifest:  # the code is the credential
+            return None
         if handler in (self._token, self._app):
             if scheme.lower() != "bearer":
                 return _error(401, "A JSON web token could not be decoded")
@@ -637,6 +660,113 @@ class GitHubStandin:
             },
             headers={"ETag": etag},
         )
+
+    # -- the App manifest flow (web pages, then the code exchange) ------------------------------
+
+    async def _new_app_form(self, request: web.Request) -> web.Response:
+        """GitHub's "Create GitHub App" page for a posted manifest: a name to confirm."""
+        form = await request.post()
+        org = request.match_info.get("org")
+        try:
+            manifest = json.loads(str(form.get("manifest", "")))
+        except ValueError:
+            manifest = None
+        problem = _manifest_problem(manifest)
+        if problem:
+            return web.Response(status=422, text=problem)
+        self.manifests.append(
+            {"manifest": manifest, "state": request.query.get("state"), "org": org}
+        )
+        owner = f"/organizations/{org}" if org else ""
+        fields = {"manifest": json.dumps(manifest), "state": request.query.get("state", "")}
+        hidden = "".join(
+            f'<input type="hidden" name="{name}" value="{html.escape(value)}">'
+            for name, value in fields.items()
+        )
+        page = (
+            "<!doctype html><html><head><meta charset=utf-8><title>Create GitHub App</title>"
+            f"</head><body><h1>Create GitHub App for {html.escape(org or self.web_user)}</h1>"
+            f'<form action="{owner}/settings/apps" method="post">{hidden}'
+            '<label>GitHub App name <input name="name" '
+            f'value="{html.escape(str(manifest.get("name", "")))}"></label>'
+            '<button id="create" type="submit">Create GitHub App</button></form></body></html>'
+        )
+        return web.Response(text=page, content_type="text/html")
+
+    async def _create_app(self, request: web.Request) -> web.Response:
+        """ "Create GitHub App" clicked: register it, send the browser to `redirect_url`."""
+        form = await request.post()
+        org = request.match_info.get("org")
+        manifest = json.loads(str(form["manifest"]))
+        name = str(form.get("name") or manifest.get("name") or "").strip()
+        if not name:
+            return web.Response(status=422, text="Name can't be blank")
+        app_id = next(self._ids)
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        hook = manifest.get("hook_attributes") or {}
+        owner = {"login": org or self.web_user, "type": "Organization" if org else "User"}
+        created = {
+            "id": app_id,
+            "slug": slug,
+            "node_id": f"A_{app_id}",
+            "owner": owner,
+            "name": name,
+            "description": manifest.get("description", ""),
+            "external_url": manifest["url"],
+            "html_url": f"{self.url}/apps/{slug}",
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "permissions": manifest.get("default_permissions") or {},
+            "events": manifest.get("default_events") or [],
+            "hook": hook,
+            "client_id": f"Iv1.{secrets.token_hex(8)}",
+            "client_secret": secrets.token_hex(20),
+            "webhook_secret": secrets.token_hex(20) if hook else None,
+            "pem": _new_private_key_pem(),
+        }
+        self.created_apps.append(created)
+        code = secrets.token_hex(20)
+        self.manifest_codes[code] = (created, time.monotonic() + self.manifest_code_ttl)
+        back = {"code": code}
+        if form.get("state"):
+            back["state"] = str(form["state"])
+        raise web.HTTPFound(_with_query(manifest["redirect_url"], back))
+
+    async def _convert_manifest(self, request: web.Request, body: dict, code: str) -> web.Response:
+        """The code works once, within the hour (then, as on GitHub, it is not found)."""
+        found = self.manifest_codes.pop(code, None)
+        if found is None or found[1] < time.monotonic():
+            return _error(404, "Not Found")
+        answer = {k: v for k, v in found[0].items() if k != "hook"}
+        return web.json_response(answer, status=201)
+
+
+def _manifest_problem(manifest: Any) -> str | None:
+    if not isinstance(manifest, dict):
+        return "Invalid manifest: not a JSON object"
+    if not manifest.get("url"):
+        return "Invalid manifest: url is required"
+    hook = manifest.get("hook_attributes")
+    if hook is not None and not (isinstance(hook, dict) and hook.get("url")):
+        return "Invalid manifest: hook_attributes.url is required"
+    if not str(manifest.get("redirect_url", "")).startswith(("http://", "https://")):
+        return "Invalid manifest: redirect_url must be a URL"
+    return None
+
+
+def _with_query(url: str, extra: dict[str, str]) -> str:
+    parts = urlsplit(url)
+    query = urlencode([*parse_qsl(parts.query), *extra.items()])
+    return urlunsplit(parts._replace(query=query))
+
+
+def _new_private_key_pem() -> str:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    ).decode()
 
 
 def _comment_problem(comment: dict, lines: dict[str, dict[str, dict[int, int]]]) -> str | None:

@@ -1,0 +1,317 @@
+"""Session turns as jobs: a cross-review's critique, an `ask`, and the revision `send-back`
+starts. A session's turns run one at a time, in order; a turn interrupted by a restart
+resumes from what was stored."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import gidgethub
+
+from bot.agents.base import AgentError, Budget
+from bot.agents.loop import AgentRun
+from bot.agents.toolbox import Toolbox
+from bot.logs import log_context
+from bot.queue import REVIEWS, Job
+from bot.review import state
+from bot.review.job import INTERNAL_ERROR, describe, prepare_worktree, worktree_name
+from bot.review.pipeline import Reviewer, revise_review, stored_draft
+from bot.review.publish import Publisher, refs
+from bot.review.revise import apply_revision
+from bot.review.store import get_review, load_findings, pull_by_id
+from bot.sessions import store
+from bot.sessions.store import Session
+from bot.sessions.transcript import (
+    MAX_BYTES,
+    MAX_MESSAGES,
+    answer_text,
+    excerpt,
+    render,
+    to_lines,
+    tool_call,
+)
+from bot.skills import load_skill
+from bot.texts import render as render_text
+from bot.worktrees import GitError, Worktree
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+log = logging.getLogger(__name__)
+
+CRITIQUE, ASK, REVISE = "critique", "ask", "revise"
+
+
+async def queue_turn(
+    ctx: Context,
+    session: Session,
+    mode: str,
+    *,
+    text: str,
+    comment_id: int | None,
+    **extra: Any,
+) -> bool:
+    """Queue the session's next turn; True when it waits behind a turn already under way."""
+    key = store.turn_key(session.id)
+    busy = await ctx.jobs.busy(key) or session.status == store.BUSY
+    payload = {"session_id": session.id, "mode": mode, "text": text, "comment_id": comment_id}
+    await ctx.jobs.enqueue("session_turn", key, {**payload, **extra}, queue=REVIEWS)
+    return busy
+
+
+async def draft_message_id(ctx: Context, session_id: int) -> str | None:
+    """The message in which the reviewer submitted its (latest) draft."""
+    for row in reversed(await store.message_rows(ctx.db, session_id)):
+        item = json.loads(row["content"])
+        blocks = item.get("content") if isinstance(item.get("content"), list) else [item]
+        if any(
+            b.get("name") == "submit_review" and b.get("type") in ("tool_use", "function_call")
+            for b in blocks
+            if isinstance(b, dict)
+        ):
+            return row["id"]
+    return None
+
+
+async def cross_review_context(
+    ctx: Context, parent: Session, review: sqlite3.Row, pull: sqlite3.Row, instructions: str
+) -> str:
+    """The child's first message: the PR, the draft, the parent's conversation (capped) and
+    what to do."""
+    rows = await store.message_rows(ctx.db, parent.id)
+    lines = to_lines([(r["id"], r["role"], json.loads(r["content"])) for r in rows])
+    part = excerpt(lines)
+    findings = [
+        {
+            "ordinal": f["ordinal"],
+            "severity": f["severity"],
+            "where": f["path"] + (f":{f['line']}" if f["line"] else ""),
+            "title": f["title"],
+            "body": f["body"],
+        }
+        for f in await load_findings(ctx.db, review["id"])
+        if f["state"] == state.KEPT
+    ]
+    return render_text(
+        "prompts/cross_review.md.j2",
+        number=pull["number"],
+        repo=pull["repo"],
+        head_sha=review["head_sha"],
+        parent_provider=parent.provider,
+        title=pull["title"],
+        body=pull["body"],
+        verdict=review["verdict"],
+        summary=review["summary"],
+        findings=findings,
+        omitted=part.omitted,
+        shown=len(part.lines),
+        max_messages=MAX_MESSAGES,
+        max_bytes=MAX_BYTES,
+        conversation=render(part),
+        instructions=instructions,
+    )
+
+
+async def session_turn_job(ctx: Context, job: Job) -> None:
+    payload = job.payload
+    try:
+        session = await store.get_session(ctx.db, payload["session_id"])
+    except LookupError:
+        return
+    pull = await pull_by_id(ctx.db, session.pull_id) if session.pull_id else None
+    review = await get_review(ctx.db, session.review_id) if session.review_id else None
+    if pull is None or review is None or pull["state"] != "open":
+        await store.end_session(ctx.db, session.id)
+        return
+    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
+    turn = Turn(ctx, publisher, session, pull, review, payload)
+    with log_context(repo=pull["repo"], pr=pull["number"], session=session.id):
+        await turn.run()
+
+
+class Turn:
+    def __init__(
+        self,
+        ctx: Context,
+        publisher: Publisher,
+        session: Session,
+        pull: sqlite3.Row,
+        review: sqlite3.Row,
+        payload: dict[str, Any],
+    ) -> None:
+        self.ctx = ctx
+        self.publisher = publisher
+        self.session = session
+        self.pull = pull
+        self.review = review
+        self.mode = payload["mode"]
+        self.text: str = payload.get("text") or ""
+        self.comment_id: int | None = payload.get("comment_id")
+        # Which command asked for this turn: several may come in one comment.
+        self.source = f"{self.comment_id}:{payload.get('line', 0)}"
+        self.payload = payload
+
+    @property
+    def child(self) -> bool:
+        return self.session.role == "child"
+
+    async def run(self) -> None:
+        db = self.ctx.db
+        if not await store.mark_busy(db, self.session.id):  # ended while the turn waited
+            await self._reply("not_run", provider=self.session.provider)
+            return
+        try:
+            done = await store.since_source(db, self.session.id, self.source)
+            if done is not None and any(
+                r["role"] == "assistant" and r["github_comment_id"] for r in done
+            ):
+                return  # finished before a restart: its answer is on the PR already
+            name = worktree_name(self.pull, self.review["id"], self.session.id)
+            tree = await prepare_worktree(self.ctx, self.pull, self.review["head_sha"], name)
+            if self.mode == REVISE:
+                await self._revise(tree, done)
+            else:
+                await self._answer(tree, done)
+        except AgentError as exc:  # the model gave up: the person is told, the critic ends
+            await self._failed(describe(exc))
+        except (GitError, gidgethub.GitHubException, OSError):
+            raise  # the job is retried; what was stored is resumed, not paid for again
+        except Exception:
+            log.exception("session turn crashed")
+            await self._failed(INTERNAL_ERROR)
+        finally:
+            await store.mark_idle(db, self.session.id)
+
+    def _agent(self, tree: Worktree, skill: Any) -> AgentRun:
+        ctx = self.ctx
+        return AgentRun(
+            db=ctx.db,
+            provider=ctx.models.provider(self.session.provider, self.session.model),
+            session=self.session,
+            toolbox=Toolbox(tree),
+            system=skill.text,
+            kind="session",
+            subkind=self.mode,
+            budget=Budget(max_usd=ctx.settings.review_max_usd),
+            skill_version_id=skill.id,
+            review_id=self.review["id"],
+            expect_submit=False,
+            offer_submit=not self.child,  # the reviewer's earlier turns used it
+            metrics=ctx.metrics,
+        )
+
+    async def _answer(self, tree: Worktree, done: list[sqlite3.Row] | None) -> None:
+        ctx = self.ctx
+        answered = None
+        if done is not None and done[-1]["role"] == "assistant":
+            last = json.loads(done[-1]["content"])
+            if not _calls_tools(last):  # the answer was stored, then the process died
+                answered = answer_text(last) or None
+        if answered is None:
+            message = None if done is not None else self.text
+            if message is not None and self.mode == CRITIQUE:
+                parent = await store.get_session(ctx.db, self.session.parent_session_id or 0)
+                message = await cross_review_context(ctx, parent, self.review, self.pull, message)
+            skill = await load_skill(ctx.db, "critic" if self.child else "review")
+            run = self._agent(tree, skill)
+            result = await run.turn(message, comment_id=self.comment_id, source=self.source)
+            answered = result.text
+        body = render_text(
+            "session_answer.md.j2",
+            session_id=self.session.id,
+            child=self.child,
+            provider_name=self.session.provider.title(),
+            model=self.session.model,
+            parent_name=await self._parent_name(),
+            status_link=self.publisher.status_link(self.review) or "#",
+            question=self.text if self.mode == ASK else None,
+            answer=answered,
+            prefix=ctx.settings.command_prefix,
+            repo_url=self.publisher.repo_url,
+        )
+        await self._link(await self.publisher.comment(body))
+        if self.child:
+            await store.sync_message_count(ctx.db, self.session.id)
+
+    async def _link(self, comment_id: int) -> None:
+        """The turn's last assistant message produced this comment: the turn is done."""
+        rows = await store.message_rows(self.ctx.db, self.session.id)
+        last = next((r for r in reversed(rows) if r["role"] == "assistant"), None)
+        if last is not None:
+            await store.link_comment(self.ctx.db, self.session.id, last["id"], comment_id)
+
+    async def _parent_name(self) -> str:
+        if not self.child or self.session.parent_session_id is None:
+            return ""
+        parent = await store.get_session(self.ctx.db, self.session.parent_session_id)
+        return parent.provider.title()
+
+    async def _revise(self, tree: Worktree, done: list[sqlite3.Row] | None) -> None:
+        ctx = self.ctx
+        child = str(self.payload.get("child") or "the other reviewer")
+        submitted = next(
+            (
+                call
+                for row in reversed(done or [])
+                if row["role"] == "assistant"
+                and (call := tool_call(json.loads(row["content"]), "submit_review")) is not None
+            ),
+            None,
+        )
+        if submitted is not None:  # revised before a restart; not yet applied
+            draft = await stored_draft(tree, self.session, submitted)
+        else:
+            reviewer = Reviewer(
+                ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
+            )
+            message = None if done is not None else self.text
+            draft = await revise_review(
+                reviewer,
+                tree,
+                self.session,
+                message,
+                comment_id=self.comment_id,
+                source=self.source,
+            )
+        change = await apply_revision(
+            ctx, self.publisher, self.review["id"], draft, by=self.session.provider, after=child
+        )
+        if change is None:
+            await self._link(await self._reply("not_revised", parent=self.session.provider))
+            return
+        reply = await self._reply(
+            "revised",
+            parent=self.session.provider,
+            child=child,
+            kept=refs(change.kept),
+            added=refs(change.added),
+            withdrawn=refs(change.withdrawn),
+        )
+        await self._link(reply)
+
+    async def _failed(self, reason: str) -> None:
+        log.warning("session turn failed", extra={"fields": {"reason": reason}})
+        kind, context = "turn_failed", {"revising": self.mode == REVISE}
+        if self.child:
+            await store.end_session(self.ctx.db, self.session.id, failed=reason)
+            kind, context = "session_failed", {}
+        try:
+            await self._reply(kind, provider=self.session.provider, reason=reason, **context)
+        except gidgethub.GitHubException:
+            log.warning("could not post why a session turn failed", exc_info=True)
+
+    async def _reply(self, kind: str, **context: Any) -> int:
+        body = render_text(
+            "reply.md.j2", kind=kind, prefix=self.ctx.settings.command_prefix, **context
+        )
+        return await self.publisher.comment(body)
+
+
+def _calls_tools(item: dict[str, Any]) -> bool:
+    if item.get("type") == "function_call":
+        return True
+    content = item.get("content")
+    return isinstance(content, list) and any(b.get("type") == "tool_use" for b in content)
