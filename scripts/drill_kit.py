@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -32,6 +33,9 @@ from bot.standin.repo import git, make_pr  # noqa: E402
 from bot.standin.scripted import scripted_reviewer  # noqa: E402
 from tests import deliveries  # noqa: E402
 from tests.serverproc import ServerProcess  # noqa: E402
+
+# A killed server drops its requests to the stand-ins half-way: that is the drill, not news.
+logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
 
 OWNER, NAME, INSTALLATION = "octo", "widgets", 7
 SECRET = "drill-webhook-secret-0123"
