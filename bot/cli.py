@@ -27,11 +27,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = load_settings()
     except ConfigError as exc:
         return _fail(exc)
+    if args.role != "all" and settings.database_url is None:
+        return _fail(
+            ConfigError(
+                "COCKPIT_DATABASE_URL",
+                f"--role {args.role} needs a database the other processes share: set it to"
+                " a postgresql:// URL (SQLite serves one process, --role all)",
+            )
+        )
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     setup_logging()
     web.run_app(
-        make_app(settings, router),
+        make_app(settings, router, role=args.role),
         host=host,
         port=port,
         print=None,
@@ -82,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the webhook server")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--role",
+        choices=("web", "worker", "all"),
+        default="all",
+        help="web: store deliveries and their jobs; worker: run jobs; all: both (default)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     check = sub.add_parser("check-config", help="validate the environment, exit 0 or 2")

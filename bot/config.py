@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,14 +66,22 @@ class Settings:
     max_concurrent_reviews: int = 2
     review_max_usd: float | None = None
     command_prefix: str = "/cockpit"
+    database_url: Secret | None = field(default=None, repr=False)  # Postgres; None: SQLite
 
     @property
     def db_path(self) -> Path:
         return self.data_dir / "cockpit.sqlite3"
 
     def secrets(self) -> list[str]:
-        """Every secret value this process knows, for log redaction."""
-        return [s.reveal() for s in (self.private_key, self.webhook_secret) if s]
+        """Every secret value this process knows, for log redaction (the database URL's
+        password too, wherever it appears)."""
+        found = [s.reveal() for s in (self.private_key, self.webhook_secret) if s]
+        if self.database_url is not None:
+            found.append(self.database_url.reveal())
+            password = urllib.parse.urlsplit(self.database_url.reveal()).password
+            if password:
+                found.append(password)
+        return found
 
 
 def _private_key(env: Mapping[str, str]) -> Secret:
@@ -147,6 +156,21 @@ def _prefix(env: Mapping[str, str]) -> str:
     return prefix
 
 
+def _database_url(env: Mapping[str, str]) -> Secret | None:
+    url = (env.get("COCKPIT_DATABASE_URL") or "").strip()
+    if not url:
+        return None
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in ("postgresql", "postgres"):
+        # The value may hold a password: name the variable and the scheme only.
+        raise ConfigError(
+            "COCKPIT_DATABASE_URL",
+            "expected postgresql://user:password@host:port/dbname"
+            + (f" (got a {scheme}:// URL)" if scheme else ""),
+        )
+    return Secret(url)
+
+
 _GENERAL = {
     "data_dir": lambda env: Path(env.get("COCKPIT_DATA_DIR") or "./data"),
     "host": lambda env: env.get("COCKPIT_HOST") or "0.0.0.0",  # noqa: S104
@@ -161,6 +185,7 @@ _GENERAL = {
     ),
     "review_max_usd": _usd,
     "command_prefix": _prefix,
+    "database_url": _database_url,
 }
 _GITHUB = {
     "app_id": lambda env: (

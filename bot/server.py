@@ -7,6 +7,7 @@ import gc
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -17,21 +18,33 @@ from bot.agents.providers import ModelClients
 from bot.config import Settings
 from bot.context import Context
 from bot.github import GitHubApp
-from bot.inbox import Delivery, Inbox, InboxUnavailable, MalformedBody, process_delivery
+from bot.inbox import (
+    Delivery,
+    Inbox,
+    InboxUnavailable,
+    MalformedBody,
+    PgCommits,
+    SqliteCommits,
+    process_delivery,
+)
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS, Jobs
-from bot.storage import Database
+from bot.storage import open_database
 from bot.worktrees import Mirrors
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 25 * 1024 * 1024
 EVENT_WORKERS = 4
+# What one `cockpit serve` process does: `web` stores deliveries and their jobs, `worker`
+# runs jobs, `all` both. Separate roles need a database several processes share (Postgres).
+ROLES = ("all", "web", "worker")
 
 CONTEXT = web.AppKey("context", Context)
 INBOX = web.AppKey("inbox", Inbox)
 METRICS = web.AppKey("metrics", Metrics)
+ROLE = web.AppKey("role", str)
 
 # Start-up work given by the caller: job handlers, housekeeping jobs.
 Setup = Callable[[Context], Awaitable[None]]
@@ -103,10 +116,12 @@ async def webhook(request: web.Request) -> web.Response:
 
 async def healthz(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
+    role = request.app[ROLE]
     db_ok = await ctx.db.ping()
     counts = await ctx.jobs.counts() if db_ok else {}
-    workers_ok = ctx.jobs.workers_alive == ctx.jobs.workers_total > 0
-    inbox_ok = request.app[INBOX].alive
+    runs_jobs = role != "web"
+    workers_ok = ctx.jobs.workers_alive == ctx.jobs.workers_total > 0 or not runs_jobs
+    inbox_ok = request.app[INBOX].alive if role != "worker" else True
     healthy = db_ok and workers_ok and inbox_ok
     body = {
         "status": "ok" if healthy else "unhealthy",
@@ -115,6 +130,7 @@ async def healthz(request: web.Request) -> web.Response:
         "queue_depth": counts.get("queued", 0) + counts.get("waiting", 0),
         "running": counts.get("running", 0),
         "workers": {"alive": ctx.jobs.workers_alive, "total": ctx.jobs.workers_total},
+        "role": role,
     }
     return web.json_response(body, status=200 if healthy else 503)
 
@@ -139,10 +155,13 @@ async def errors_middleware(request: web.Request, handler: Callable) -> web.Stre
 
 
 def make_app(
-    settings: Settings, router: routing.Router, *, setup: Setup | None = None
+    settings: Settings, router: routing.Router, *, setup: Setup | None = None, role: str = "all"
 ) -> web.Application:
     """Build the server around the event handlers (`handlers.router`, given by the entry
-    point); databases, sessions and workers start with the app, not here."""
+    point); databases, sessions and workers start with the app, not here. A `worker` serves
+    only `/healthz` and `/metrics`."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}")
     if setup is None:
         from bot.workers import setup_workers
 
@@ -153,7 +172,9 @@ def make_app(
         handler_args={"auto_decompress": False},  # nothing is ever inflated (see `webhook`)
     )
     app[METRICS] = Metrics()
-    app.router.add_post("/webhooks/github", webhook)
+    app[ROLE] = role
+    if role != "worker":
+        app.router.add_post("/webhooks/github", webhook)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_view)
     app.cleanup_ctx.append(functools.partial(_lifecycle, settings, router, setup))
@@ -166,10 +187,18 @@ async def _lifecycle(
     for secret in settings.secrets():
         register_secret(secret)
     metrics = app[METRICS]
-    db = await Database.open(settings.db_path)
+    role = app[ROLE]
+    db = await open_database(settings)
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
-    jobs = Jobs(db)
-    inbox = Inbox(settings.db_path, jobs)
+    if settings.database_url is not None:
+        from bot.pgqueue import PgJobs
+
+        jobs: Any = PgJobs(db, settings.database_url.reveal())
+        await jobs.open()
+        inbox = Inbox(PgCommits(db, jobs), jobs)
+    else:
+        jobs = Jobs(db)
+        inbox = Inbox(SqliteCommits(settings.db_path), jobs)
     ctx = Context(
         settings=settings,
         db=db,
@@ -182,25 +211,31 @@ async def _lifecycle(
     )
     app[CONTEXT] = ctx
     app[INBOX] = inbox
-    jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
-    jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(
-        kind=job.kind, outcome=outcome
-    ).observe(seconds)
-    if setup is not None:
-        await setup(ctx)
-    recovered = await jobs.recover()
-    if recovered:
-        log.info("re-queued jobs left running", extra={"fields": {"count": recovered}})
-    await inbox.start()
+    runs_jobs = role != "web"
+    if runs_jobs:
+        jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
+        jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(
+            kind=job.kind, outcome=outcome
+        ).observe(seconds)
+        if setup is not None:
+            await setup(ctx)
+        recovered = await jobs.recover()
+        if recovered:
+            log.info("re-queued jobs left running", extra={"fields": {"count": recovered}})
+    if role != "worker":
+        await inbox.start()
     # Everything loaded so far (SDKs, templates, schema) lives as long as the process: move it
     # out of the cyclic GC's scans, so full collections stay short on the webhook path.
     gc.freeze()
-    jobs.start({EVENTS: EVENT_WORKERS, REVIEWS: settings.max_concurrent_reviews})
+    if runs_jobs:
+        jobs.start({EVENTS: EVENT_WORKERS, REVIEWS: settings.max_concurrent_reviews})
     try:
         yield
     finally:
         await inbox.stop()
         await jobs.stop()
+        if settings.database_url is not None:
+            await jobs.close()
         await ctx.models.close()
         await http.close()
         await db.close()

@@ -21,6 +21,7 @@ WORKTREE_TTL = 7 * 86400
 # last 3 days (7 on GitHub Enterprise Server), so a repeated delivery id still acts once.
 HISTORY_TTL = 30 * 86400
 MAINTENANCE_EVERY = 86400
+MAINTENANCE_CRON = "17 3 * * *"  # daily, for procrastinate's periodic tasks (UTC)
 PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against the inbox
 
 
@@ -28,7 +29,7 @@ async def prune_history(db: Database, older_than: float) -> tuple[int, int]:
     """Delete processed deliveries and finished jobs from before `older_than`, in chunks."""
     removed = []
     for sql in (
-        "DELETE FROM deliveries WHERE rowid IN (SELECT rowid FROM deliveries"
+        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
         " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
         "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs"
         " WHERE state IN ('done', 'failed', 'cancelled')"
@@ -47,16 +48,20 @@ async def cleanup_installation(ctx: Context, job: Job) -> None:
 
 
 async def maintenance(ctx: Context, job: Job) -> None:
-    """Housekeeping at start-up and then daily: worktrees past their TTL, old history."""
+    """Housekeeping at start-up and then daily: worktrees past their TTL (on this worker's
+    disk), old history."""
     removed = await ctx.mirrors.prune(WORKTREE_TTL)
     deliveries, jobs = await prune_history(ctx.db, time.time() - HISTORY_TTL)
+    if ctx.db.shared:  # procrastinate's finished jobs
+        await ctx.jobs.prune(HISTORY_TTL // 3600)
     log.info(
         "pruned worktrees and history",
         extra={"fields": {"worktrees": removed, "deliveries": deliveries, "jobs": jobs}},
     )
-    await ctx.jobs.enqueue(  # waits behind this one, then for its time
-        "maintenance", "maintenance", {}, queue=REVIEWS, delay=MAINTENANCE_EVERY
-    )
+    if not ctx.db.shared:  # on Postgres, procrastinate's periodic task brings it back
+        await ctx.jobs.enqueue(  # waits behind this one, then for its time
+            "maintenance", "maintenance", {}, queue=REVIEWS, delay=MAINTENANCE_EVERY
+        )
 
 
 async def setup_workers(ctx: Context) -> None:
@@ -71,7 +76,14 @@ async def setup_workers(ctx: Context) -> None:
         "session_turn": session_turn_job,
     }.items():
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
-    await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS, supersede=True)
+    if ctx.db.shared:
+        # Several workers: the daily run is one periodic job for all of them; each worker
+        # prunes its own disk (worktrees and mirrors are local to it) as it starts.
+        ctx.jobs.every("maintenance", MAINTENANCE_CRON, queue=REVIEWS)
+        removed = await ctx.mirrors.prune(WORKTREE_TTL)
+        log.info("pruned worktrees", extra={"fields": {"worktrees": removed}})
+    else:
+        await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS, supersede=True)
     await queue_interrupted(ctx)
     ended = await reconcile(ctx.db)
     if ended:
