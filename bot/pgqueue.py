@@ -209,6 +209,16 @@ class PgJobs:
             found[state] = found.get(state, 0) + int(row["n"])
         return found
 
+    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
+        """The states of the jobs of a kind and/or key, oldest first."""
+        rows = await self.db.fetchall(
+            "SELECT status::text AS state FROM procrastinate_jobs WHERE task_name = ?"
+            " AND (?::text IS NULL OR args->>'kind' = ?) AND (?::text IS NULL OR lock = ?)"
+            " ORDER BY id",
+            (TASK, kind, kind, key, key),
+        )
+        return [STATES.get(row["state"], row["state"]) for row in rows]
+
     def every(self, kind: str, cron: str, *, queue: str) -> None:
         """Run `kind` on this cron schedule (procrastinate's periodic tasks: one job per
         tick whichever workers are up). Call before `start`."""

@@ -19,6 +19,8 @@ from tests.world import (
     settle,
 )
 
+pytestmark = pytest.mark.backends
+
 PEOPLE = {
     "octocat": "admin",
     "maint": "maintain",

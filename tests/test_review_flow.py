@@ -13,6 +13,8 @@ from tests.conftest import wait_for
 from tests.models import Scripted
 from tests.world import build_world, settle
 
+pytestmark = pytest.mark.backends
+
 
 @pytest.fixture
 async def world(github, settings, tmp_path, aiohttp_client, anthropic_standin):
