@@ -37,8 +37,12 @@ TEMPLATE = "cockpit_template"
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests marked `backends` (or in a marked module) run once per storage backend."""
     if metafunc.definition.get_closest_marker("backends") and "backend" in metafunc.fixturenames:
-        only = metafunc.definition.get_closest_marker("sqlite_only")
-        metafunc.parametrize("backend", ("sqlite",) if only else BACKENDS, indirect=True)
+        chosen = [
+            name
+            for name in BACKENDS
+            if not metafunc.definition.get_closest_marker(f"{BACKENDS[name == 'sqlite']}_only")
+        ]
+        metafunc.parametrize("backend", chosen, indirect=True)
 
 
 @pytest.fixture(scope="session")
