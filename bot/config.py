@@ -67,6 +67,7 @@ class Settings:
     review_max_usd: float | None = None
     command_prefix: str = "/cockpit"
     database_url: Secret | None = field(default=None, repr=False)  # Postgres; None: SQLite
+    worker_timeout: float = 20.0  # Postgres: a worker silent this long is dead
 
     @property
     def db_path(self) -> Path:
@@ -186,6 +187,7 @@ _GENERAL = {
     "review_max_usd": _usd,
     "command_prefix": _prefix,
     "database_url": _database_url,
+    "worker_timeout": lambda env: float(_int(env, "COCKPIT_WORKER_TIMEOUT", 20, low=2, high=3600)),
 }
 _GITHUB = {
     "app_id": lambda env: (

@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 # Called once when a job fails for good, with the reason (e.g. to say so on the PR).
 GaveUpHook = Callable[[Job, str], Awaitable[None]]
 TASK = "cockpit.job"
-HEARTBEAT_SECONDS = 5.0
 STALLED_AFTER = 20.0  # a worker silent this long is dead: its jobs run again elsewhere
 POLL_SECONDS = 1.0  # fallback to LISTEN/NOTIFY for new jobs and abort requests
 STATES = {  # procrastinate's statuses as the SQLite queue names them
@@ -283,7 +282,7 @@ class PgJobs:
                 install_signal_handlers=False,
                 fetch_job_polling_interval=POLL_SECONDS,
                 abort_job_polling_interval=POLL_SECONDS,
-                update_heartbeat_interval=HEARTBEAT_SECONDS,
+                update_heartbeat_interval=self.stalled_after / 4,
                 stalled_worker_timeout=self.stalled_after,
                 shutdown_graceful_timeout=0.0,
             )

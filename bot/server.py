@@ -193,7 +193,9 @@ async def _lifecycle(
     if settings.database_url is not None:
         from bot.pgqueue import PgJobs
 
-        jobs: Any = PgJobs(db, settings.database_url.reveal())
+        jobs: Any = PgJobs(
+            db, settings.database_url.reveal(), stalled_after=settings.worker_timeout
+        )
         await jobs.open()
         inbox = Inbox(PgCommits(db, jobs), jobs)
     else:
