@@ -134,9 +134,12 @@ def commit(conn: sqlite3.Connection, batch: list[tuple[Delivery, tuple]]) -> lis
     A fixed handful of statements per batch, whatever its size: each statement hands the
     interpreter lock back and forth with the event loop, which is what a commit waits on."""
     now = time.time()
+    first: dict[str, tuple[Delivery, tuple]] = {}
+    for delivery, job in batch:  # a repeat within one batch is the same delivery
+        first.setdefault(delivery.id, (delivery, job))
     rows = {
-        d.id: (d.id, d.event, d.action, d.installation_id, d.repo, zlib.compress(d.body, 1), now)
-        for d, _ in batch
+        i: (i, d.event, d.action, d.installation_id, d.repo, zlib.compress(d.body, 1), now)
+        for i, (d, _) in first.items()
     }  # compressed before the write lock is taken
     ids = list(rows)
     conn.execute("BEGIN IMMEDIATE")
@@ -151,10 +154,7 @@ def commit(conn: sqlite3.Connection, batch: list[tuple[Delivery, tuple]]) -> lis
         }
         new = [i for i in ids if i not in seen]
         conn.executemany(DELIVERY_SQL, [rows[i] for i in new])
-        first = {}
-        for d, job in batch:
-            first.setdefault(d.id, job)
-        conn.executemany(INSERT_SQL, [first[i] for i in new])
+        conn.executemany(INSERT_SQL, [first[i][1] for i in new])
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

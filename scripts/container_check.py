@@ -2,46 +2,39 @@
 
     python scripts/container_check.py
 
-Run as root on a Debian machine (it is part of `.ci/run`); missing tools (podman, runc,
-debootstrap) are installed with apt-get. It works without a Docker engine or an image
-registry, and with cgroups in hybrid mode:
-
-- base image: when the Dockerfile's `FROM` (python:3.11-slim) is not in podman's store and
-  cannot be pulled, a stand-in is built once from Debian packages (debootstrap minbase bookworm
-  with python3, pip, the host's apt sources and CA certificates) and imported under that name;
-  later runs find it in the store;
-- build: `podman build --isolation chroot --pull=never --network host`;
-- run: runc with cgroupfs, `--no-healthcheck` (podman's health timers want systemd), so the
-  image's HEALTHCHECK command is run with `podman exec` instead.
+Run as root on a Debian machine (it is part of `.ci/run`). The image comes from
+`scripts/container_image.py` (tools from apt-get when missing; a debootstrap stand-in for
+python:3.11-slim when that cannot be pulled; `podman build --isolation chroot`). Containers run
+with runc and cgroupfs, which work with cgroups in hybrid mode, and `--no-healthcheck`
+(podman's health timers want systemd), so the image's HEALTHCHECK command is run with
+`podman exec` instead.
 
 Checks, each printed as it is made: the image size; the server runs as a non-root user;
 `cockpit demo` exits 0 inside the image; `cockpit serve` in a container, configured by an env
 file written the way `cockpit register` writes it and talking to the GitHub and model
 stand-ins on this host, turns a signed `pull_request` delivery into a draft; deliveries
 acknowledged just before a SIGKILL are all processed once the container is started again on
-the same /data volume; the HEALTHCHECK command passes while the server runs and fails when it
-is down. Exit status 1 when any check fails.
+the same /data volume; stopping it (SIGTERM) exits 0; the HEALTHCHECK command passes while
+the server runs and fails when it is down. Exit status 1 when any check fails.
 """
 
 from __future__ import annotations
 
 import asyncio
-import glob
 import json
 import os
 import re
 import secrets
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from container_image import IMAGE, Done, base_image, build, ensure_base, ensure_tools, sh
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -54,10 +47,6 @@ from bot.standin.repo import make_pr  # noqa: E402
 from bot.standin.scripted import MODEL, scripted_reviewer  # noqa: E402
 from tests import deliveries  # noqa: E402
 
-IMAGE = "localhost/pr-cockpit:check"
-SUITE = "bookworm"
-BASE_PACKAGES = ("python3", "python3-pip", "python-is-python3", "ca-certificates")
-TOOLS = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
 PODMAN_RUN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "run"]
 RUN_FLAGS = [
     "--no-healthcheck",
@@ -74,16 +63,6 @@ CRASH_DELIVERIES = 4
 DEADLINE = 900.0  # the whole check, base image included (about a minute when it is cached)
 
 
-@dataclass
-class Done:
-    code: int
-    out: str
-    err: str
-
-    def tail(self, lines: int = 25) -> str:
-        return "\n".join((self.out + self.err).strip().splitlines()[-lines:])
-
-
 class Report:
     def __init__(self) -> None:
         self.failed: list[str] = []
@@ -93,33 +72,6 @@ class Report:
         if not ok:
             self.failed.append(what)
         return ok
-
-    @staticmethod
-    def info(text: str) -> None:
-        print(f"info  {text}", flush=True)
-
-
-async def sh(
-    *args: str | Path,
-    timeout: float = 120,
-    env: dict[str, str] | None = None,
-    stdin: bytes | None = None,
-) -> Done:
-    """Run a command without blocking the stand-ins on this event loop."""
-    proc = await asyncio.create_subprocess_exec(
-        *map(str, args),
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return Done(-1, "", f"{args[0]} {args[1]}: timed out after {timeout:g}s")
-    return Done(proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))
 
 
 async def wait_until(
@@ -143,164 +95,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# -- tools and the base image -----------------------------------------------------------------
-
-
-def ensure_tools() -> None:
-    missing = sorted({package for tool, package in TOOLS.items() if not shutil.which(tool)})
-    if not missing:
-        return
-    Report.info(f"installing with apt-get: {' '.join(missing)}")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-    ):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            sys.exit(f"{' '.join(command)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
-
-
-def base_image() -> str:
-    """The Dockerfile's FROM, as podman names it in its store."""
-    text = (ROOT / "Dockerfile").read_text()
-    name = re.search(r"^FROM\s+(\S+)", text, re.M).group(1)  # type: ignore[union-attr]
-    first = name.split("/", 1)[0]
-    if "/" not in name:
-        return f"docker.io/library/{name}"
-    if "." not in first and ":" not in first and first != "localhost":
-        return f"docker.io/{name}"
-    return name
-
-
-async def ensure_base(name: str) -> None:
-    if (await sh("podman", "image", "exists", name)).code == 0:
-        Report.info(f"base image {name}: in podman's store (pulled, or built by an earlier run)")
-        return
-    pulled = await sh("podman", "pull", "-q", name, timeout=180)
-    if pulled.code == 0:
-        Report.info(f"base image {name}: pulled")
-        return
-    reason = pulled.tail(1)
-    Report.info(f"base image {name} cannot be pulled ({reason})")
-    Report.info(
-        f"building a stand-in for it from Debian packages: debootstrap --variant=minbase "
-        f"{SUITE} with {', '.join(BASE_PACKAGES)}, imported as {name}"
-    )
-    started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="cockpit-base-", dir="/var/tmp"))
-    try:
-        await asyncio.to_thread(build_standin_base, work / "root", name)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    Report.info(f"stand-in base image built in {time.monotonic() - started:.0f}s")
-
-
-def build_standin_base(root: Path, name: str) -> None:
-    include = ",".join(BASE_PACKAGES)
-    debootstrap = ["debootstrap", "--variant=minbase", f"--include={include}", SUITE]
-    done = subprocess.run(
-        [*debootstrap, str(root), host_mirror()], capture_output=True, text=True, timeout=900
-    )
-    if done.returncode:
-        sys.exit(f"debootstrap failed:\n{(done.stdout + done.stderr)[-3000:]}")
-    for marker in glob.glob(str(root / "usr/lib/python3*/EXTERNALLY-MANAGED")):
-        os.remove(marker)  # pip installs into the image's Python, as in python:3.11-slim
-    copy_host_apt_config(root)
-    added = add_host_certificates(root)
-    if added:
-        Report.info(f"added {added} CA certificate(s) this host trusts beyond Debian's")
-    for junk in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"):
-        for path in glob.glob(str(root / junk)):
-            if os.path.isfile(path):
-                os.remove(path)
-    changes = ["--change", "ENV=LANG=C.UTF-8", "--change", 'CMD=["python3"]']
-    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-    imported = subprocess.run(
-        ["podman", "import", "-q", *changes, "-", name],
-        stdin=tar.stdout,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    tar.wait()
-    if imported.returncode:
-        sys.exit(f"podman import failed:\n{imported.stderr[-3000:]}")
-
-
-def apt_sources() -> list[Path]:
-    found = [Path("/etc/apt/sources.list")]
-    found += sorted(Path("/etc/apt/sources.list.d").glob("*.list"))
-    found += sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
-    return [p for p in found if p.is_file() and p.stat().st_size]
-
-
-def host_mirror() -> str:
-    """The Debian archive this host installs from (its apt sources), for debootstrap."""
-    for path in apt_sources():
-        text = path.read_text()
-        if path.suffix == ".sources":
-            for stanza in re.split(r"\n\s*\n", text):
-                fields = dict(re.findall(r"^([A-Za-z-]+):\s*(.+)$", stanza, re.M))
-                if (
-                    "deb" in fields.get("Types", "").split()
-                    and SUITE in fields.get("Suites", "").split()
-                ):
-                    return fields["URIs"].split()[0]
-        else:
-            for line in text.splitlines():
-                words = re.sub(r"\[[^]]*\]", "", line).split()
-                if len(words) >= 3 and words[0] == "deb" and words[2] == SUITE:
-                    return words[1]
-    return "http://deb.debian.org/debian"
-
-
-def copy_host_apt_config(root: Path) -> None:
-    """The image's apt uses the host's sources (and proxy settings), like the host does."""
-    target = root / "etc/apt"
-    (target / "sources.list").unlink(missing_ok=True)
-    for path in apt_sources():
-        shutil.copy2(path, target / path.relative_to("/etc/apt"))
-    for folder in ("keyrings", "trusted.gpg.d"):
-        source = Path("/etc/apt") / folder
-        if source.is_dir():
-            shutil.copytree(source, target / folder, dirs_exist_ok=True)
-    for conf in Path("/etc/apt/apt.conf.d").glob("*"):
-        if conf.is_file() and "proxy" in conf.read_text(errors="replace").lower():
-            shutil.copy2(conf, target / "apt.conf.d" / conf.name)
-
-
-def add_host_certificates(root: Path) -> int:
-    """CA certificates the host trusts that Debian's bundle lacks (a TLS-inspecting proxy's
-    root, where there is one), so pip in the build reaches the package index as the host does."""
-    pem = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
-    host_bundle = Path("/etc/ssl/certs/ca-certificates.crt")
-    if not host_bundle.is_file():
-        return 0
-    known = set(pem.findall((root / "etc/ssl/certs/ca-certificates.crt").read_text()))
-    extra = [c for c in pem.findall(host_bundle.read_text()) if c not in known]
-    for n, cert in enumerate(extra):
-        (root / f"usr/local/share/ca-certificates/host-{n}.crt").write_text(cert + "\n")
-    if extra:
-        subprocess.run(["chroot", str(root), "update-ca-certificates"], capture_output=True)
-    return len(extra)
-
-
 # -- the image --------------------------------------------------------------------------------
-
-
-async def build(report: Report) -> bool:
-    started = time.monotonic()
-    done = await sh(
-        "podman", "build", "--format", "docker", "--isolation", "chroot", "--pull=never",
-        "--network", "host", "-t", IMAGE, ROOT,
-        timeout=600,
-    )  # fmt: skip
-    if not report.result(done.code == 0, "image builds", f"{time.monotonic() - started:.0f}s"):
-        print(done.tail(40))
-        return False
-    await sh("podman", "image", "prune", "-f")  # the previous run's image, now untagged
-    return True
 
 
 async def inspect(image: str, template: str) -> str:
@@ -358,7 +153,7 @@ async def check_healthcheck_when_down(report: Report) -> None:
             f"exit {done.code} (nothing listens on :{port})",
         )
     finally:
-        await sh("podman", "rm", "-f", "-t", "0", name)
+        await sh("podman", "rm", "-f", "-v", "-t", "0", name)
 
 
 # -- cockpit serve against the stand-ins ------------------------------------------------------
@@ -403,7 +198,7 @@ class Served:
 
     async def remove(self) -> None:
         if self.name:
-            await sh("podman", "rm", "-f", "-t", "0", self.name)
+            await sh("podman", "rm", "-f", "-v", "-t", "0", self.name)
 
 
 def pull_request_opened(clone_url: str, head_sha: str, base_sha: str) -> dict:
@@ -615,7 +410,10 @@ async def check_all() -> int:
     started = time.monotonic()
     base = base_image()
     await ensure_base(base)
-    if await build(report):
+    done, seconds = await build()
+    if not report.result(done.code == 0, "image builds", f"{seconds:.0f}s"):
+        print(done.tail(40))
+    else:
         await check_size(report, base)
         await check_demo(report)
         await check_serve(report)
