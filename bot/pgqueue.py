@@ -352,11 +352,11 @@ class PgJobs:
                     raise PermanentError(f"no handler for {job.kind!r}")
                 await handler(job)
             except asyncio.CancelledError:
-                if context.abort_reason() == job_context.AbortReason.USER_REQUEST:
-                    outcome = "cancelled"
-                    raise
-                outcome = "interrupted"  # this worker is stopping: run it again later
-                raise Interrupted("the worker stopped") from None
+                if context.abort_reason() == job_context.AbortReason.SHUTDOWN:
+                    outcome = "interrupted"  # this worker is stopping: run it again later
+                    raise Interrupted("the worker stopped") from None
+                outcome = "cancelled"  # stop, supersede, or the job saw it was superseded
+                raise
             except Exception as exc:
                 error = f"{exc.__class__.__name__}: {exc}"[:2000]
                 decision = retry_decision(exc, job.attempts, job.max_attempts)

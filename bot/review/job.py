@@ -246,6 +246,11 @@ class ReviewJob:
             on_tool_call=Progress(ctx, self.publisher, review_id),
             on_plan=planned,
         )
+        current = await get_review(ctx.db, review_id)
+        if current is None or current["state"] != state.RUNNING:
+            # Superseded or stopped while the model worked; the cancellation may still be on
+            # its way from another process: publish nothing for an older head.
+            raise asyncio.CancelledError
         await save_findings(ctx.db, review_id, draft.findings)
         await update_review(
             ctx.db,
