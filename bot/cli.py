@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bot.config import ConfigError, check_settings, load_settings
+from bot.config import PROVIDERS, ConfigError, check_settings, load_settings
 
 EXIT_CONFIG = 2
 
@@ -121,7 +121,51 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--no-browser", action="store_true", help="only print the page URL")
     register.set_defaults(func=cmd_register)
 
+    add_eval_parser(sub)
+
     return parser
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from bot.evals import commands
+
+    return int(getattr(commands, args.eval_func)(args))
+
+
+def add_eval_parser(sub: argparse._SubParsersAction) -> None:
+    evals = sub.add_parser("eval", help="replay labelled PRs and score the reviewer")
+    commands = evals.add_subparsers(dest="eval_command", required=True)
+
+    run = commands.add_parser("run", help="review golden cases and score them")
+    run.add_argument("--golden", nargs="+", metavar="FILE", help="golden file(s)")
+    run.add_argument("--provider", choices=PROVIDERS, help="the reviewer (default: the env's)")
+    run.add_argument("--model", help="model id(s), comma-separated, compared in one run")
+    run.add_argument("--verify", action="store_true", help="also run the verify pass")
+    run.add_argument("--judge", choices=("lexical", *PROVIDERS), default="lexical")
+    run.add_argument("--judge-model", metavar="M", help="the LLM judge's model id")
+    run.add_argument("--repo", metavar="PATH", help="a local clone to use as the repository")
+    run.add_argument("--jobs", type=int, default=1, metavar="N", help="cases at a time")
+    run.add_argument("--resume", type=int, metavar="RUN", help="finish (or re-score) a run")
+    run.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    run.add_argument(
+        "--report-dir", default="eval/reports", metavar="DIR", help="where the report goes"
+    )
+    run.set_defaults(func=cmd_eval, eval_func="cmd_eval_run")
+
+    history = commands.add_parser(
+        "golden-from-reviews", help="a golden file from this installation's published reviews"
+    )
+    history.add_argument("--repo", required=True, metavar="OWNER/NAME")
+    history.add_argument("--out", metavar="FILE")
+    history.set_defaults(func=cmd_eval, eval_func="cmd_golden_from_reviews")
+
+    martian = commands.add_parser(
+        "import-martian", help="convert the Martian Code Review Bench golden comments"
+    )
+    martian.add_argument("dir", metavar="DIR", help="folder with the benchmark's *.json files")
+    martian.add_argument("--out", metavar="FILE", default="eval/golden/martian.json")
+    martian.add_argument("--resolve", action="store_true", help="look up shas on GitHub")
+    martian.set_defaults(func=cmd_eval, eval_func="cmd_import_martian")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

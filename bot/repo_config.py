@@ -23,6 +23,7 @@ class RepoConfig:
     review_drafts: bool = False
     provider: str | None = None
     verify: bool = False
+    verify_provider: str | None = None  # None: the other provider when it is configured
     ignore: tuple[str, ...] = ()
     max_files: int = 60
     max_diff_bytes: int = 400_000
@@ -43,6 +44,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "review_drafts": (bool,),
     "provider": (str,),
     "verify": (bool,),
+    "verify_provider": (str,),
     "ignore": (list,),
     "max_files": (int,),
     "max_diff_bytes": (int,),
@@ -71,9 +73,10 @@ def parse_repo_config(text: str) -> RepoConfig:
             problems.append(f"`{key}` has the wrong type")
             continue
         values[key] = value
-    if "provider" in values and values["provider"] not in PROVIDERS:
-        problems.append(f"`provider` must be one of {', '.join(PROVIDERS)}")
-        values.pop("provider")
+    for key in ("provider", "verify_provider"):
+        if key in values and values[key] not in PROVIDERS:
+            problems.append(f"`{key}` must be one of {', '.join(PROVIDERS)}")
+            values.pop(key)
     if "approve_permission" in values and values["approve_permission"] not in COMMAND_LEVELS:
         problems.append(f"`approve_permission` must be one of {', '.join(COMMAND_LEVELS)}")
         values.pop("approve_permission")

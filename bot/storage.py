@@ -249,6 +249,21 @@ CREATE TABLE IF NOT EXISTS eval_findings (
     matched_label INTEGER,
     verify_status TEXT
 );
+CREATE INDEX IF NOT EXISTS eval_cases_run ON eval_cases(eval_run_id);
+CREATE INDEX IF NOT EXISTS eval_findings_case ON eval_findings(eval_case_id);
+
+-- An LLM judge's answer for one (finding, label) pair, so scoring again costs nothing.
+CREATE TABLE IF NOT EXISTS eval_judgements (
+    judge TEXT NOT NULL,
+    model TEXT NOT NULL,
+    finding_key TEXT NOT NULL,
+    label_key TEXT NOT NULL,
+    match INTEGER NOT NULL,
+    confidence REAL,
+    reasoning TEXT,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (judge, model, finding_key, label_key)
+);
 """
 
 # Columns added after their table first shipped: ensure_schema adds the missing ones, so an
@@ -259,6 +274,23 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("session_reviews", "pull_id", "INTEGER"),
     ("session_reviews", "review_id", "INTEGER"),
     ("sessions", "error", "TEXT"),
+    ("reviews", "base_sha", "TEXT"),
+    ("reviews", "verify_provider", "TEXT"),
+    ("reviews", "verify_error", "TEXT"),
+    ("eval_runs", "batch", "INTEGER"),
+    ("eval_runs", "judge", "TEXT"),
+    ("eval_runs", "status", "TEXT NOT NULL DEFAULT 'running'"),
+    ("eval_runs", "options", "TEXT NOT NULL DEFAULT '{}'"),
+    ("eval_runs", "verify_provider", "TEXT"),
+    ("eval_runs", "tokens", "INTEGER"),
+    ("eval_runs", "scores", "TEXT"),
+    ("eval_cases", "case_id", "TEXT"),
+    ("eval_cases", "status", "TEXT NOT NULL DEFAULT 'running'"),
+    ("eval_cases", "tokens", "INTEGER"),
+    ("eval_cases", "scores", "TEXT"),
+    ("eval_findings", "ordinal", "INTEGER"),
+    ("eval_findings", "end_line", "INTEGER"),
+    ("eval_findings", "verify_note", "TEXT"),
 )
 
 

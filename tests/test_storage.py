@@ -149,3 +149,22 @@ async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend,
             assert sorted(won) == [False, False, False, True]
     finally:
         await other.close()
+async def test_an_older_database_gains_new_columns_and_schema_runs_again_unchanged(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE reviews (id INTEGER PRIMARY KEY AUTOINCREMENT, pull_id INTEGER NOT NULL,"
+        " head_sha TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'queued', created_at REAL NOT NULL,"
+        " updated_at REAL NOT NULL);"
+        "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at) VALUES (1, 'abc', 0, 0);"
+    )
+    old.close()
+    db = await Database.open(path)
+    await db.ensure_schema()  # every start runs it again
+    columns = {row[1] for row in await db.fetchall("PRAGMA table_info(reviews)")}
+    assert {"verify_provider", "verify_error", "base_sha"} <= columns
+    row = await db.fetchone("SELECT head_sha, verify_error FROM reviews")
+    assert tuple(row) == ("abc", None)
+    eval_columns = {row[1] for row in await db.fetchall("PRAGMA table_info(eval_cases)")}
+    assert {"case_id", "status", "scores"} <= eval_columns
+    await db.close()

@@ -24,7 +24,7 @@ from bot.agents.base import (
     Usage,
     cost_usd,
 )
-from bot.agents.submit import SUBMIT_TOOL, InvalidReview, ReviewDraft, parse_submission
+from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.metrics import Metrics
 from bot.sessions.store import Session, append_messages, load_messages
@@ -42,14 +42,35 @@ NUDGE = (
 )
 
 
+@dataclass(frozen=True)
+class FinalAnswer:
+    """The tool that ends a turn with a structured answer, and how to read its input."""
+
+    tool: dict[str, Any]
+    parse: Callable[[Any], Any]  # raises InvalidAnswer saying what to fix (one repair turn)
+    nudge: str  # sent once when the model ends its turn without calling the tool
+    acknowledgement: str = SUBMITTED
+
+    @property
+    def name(self) -> str:
+        return str(self.tool["name"])
+
+
+SUBMIT_REVIEW = FinalAnswer(SUBMIT_TOOL, parse_submission, NUDGE)
+
+
 @dataclass
 class TurnResult:
     run_id: int
     text: str
-    draft: ReviewDraft | None
+    answer: Any  # what `final.parse` returned; None for a turn that expects no final tool
     tool_calls: int
     usage: dict[str, Usage] = field(default_factory=dict)
     cost_usd: float | None = None
+
+    @property
+    def draft(self) -> ReviewDraft | None:
+        return self.answer if isinstance(self.answer, ReviewDraft) else None
 
 
 @dataclass
@@ -67,6 +88,7 @@ class AgentRun:
     review_id: int | None = None
     expect_submit: bool = True
     offer_submit: bool | None = None  # default: when expected (a primary session keeps it)
+    final: FinalAnswer = SUBMIT_REVIEW
     subkind: str | None = None
     metrics: Metrics | None = None
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -124,8 +146,9 @@ class AgentRun:
                 self.provider.user_message(user_text),
                 github_comment_id=comment_id,
             )
+        final = self.final
         offer = self.expect_submit if self.offer_submit is None else self.offer_submit
-        tools = [*self.toolbox.definitions, *([SUBMIT_TOOL] if offer else [])]
+        tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
         repaired = False
         tool_calls = 0
         while True:
@@ -145,33 +168,35 @@ class AgentRun:
                     return TurnResult(run_id, reply.text, None, tool_calls)
                 if repaired:
                     raise AgentError(
-                        "the model ended without calling submit_review, even "
+                        f"the model ended without calling {final.name}, even "
                         "after being asked once more"
                     )
                 repaired = True
-                await append_messages(self.db, self.session.id, self.provider.user_message(NUDGE))
+                await append_messages(
+                    self.db, self.session.id, self.provider.user_message(final.nudge)
+                )
                 continue
             results: list[tuple[Any, str, bool]] = []
-            draft = None
+            answer = None
             for call in reply.tool_calls:
-                if call.name == "submit_review" and not self.expect_submit:
+                if call.name == final.name and not self.expect_submit:
                     results.append((call, NOT_NOW, True))
                     continue
-                if call.name == "submit_review":
+                if call.name == final.name:
                     try:
-                        draft = parse_submission(_as_dict(call.arguments))
-                        results.append((call, SUBMITTED, False))
-                    except InvalidReview as exc:
+                        answer = final.parse(_as_dict(call.arguments))
+                        results.append((call, final.acknowledgement, False))
+                    except InvalidAnswer as exc:
                         if repaired:
                             raise AgentError(
-                                f"invalid submit_review output after one repair turn: {exc}"
+                                f"invalid {final.name} output after one repair turn: {exc}"
                             ) from None
                         repaired = True
                         results.append(
                             (
                                 call,
-                                f"Invalid submit_review input: {exc}. Call "
-                                "submit_review again with corrected input.",
+                                f"Invalid {final.name} input: {exc}. Call "
+                                f"{final.name} again with corrected input.",
                                 True,
                             )
                         )
@@ -183,8 +208,8 @@ class AgentRun:
                     )
                 results.append((call, await self.toolbox.call(call.name, call.arguments), False))
             await append_messages(self.db, self.session.id, self.provider.tool_results(results))
-            if draft is not None:
-                return TurnResult(run_id, reply.text, draft, tool_calls)
+            if answer is not None:
+                return TurnResult(run_id, reply.text, answer, tool_calls)
 
     async def _send(self, request: ProviderRequest, started: float) -> ModelReply:
         attempt = 0

@@ -37,6 +37,17 @@ class ModelClients:
             return CodexProvider(self._openai, model or self.settings.codex_model)
         raise AgentError(f"unknown provider {name!r}; use claude or codex")
 
+    def configured(self, name: str) -> bool:
+        """Whether `name` can be used here: its SDK found a key in the environment."""
+        try:
+            self.provider(name)
+        except AgentError:
+            return False
+        if name == "claude":
+            assert self._anthropic is not None
+            return bool(self._anthropic.api_key or self._anthropic.auth_token)
+        return True
+
     async def close(self) -> None:
         for client in (self._anthropic, self._openai):
             if client is not None:

@@ -67,7 +67,11 @@ class ReviewDraft:
     findings: tuple[Finding, ...]
 
 
-class InvalidReview(ValueError):
+class InvalidAnswer(ValueError):
+    """A final tool's input does not match its schema; the message says how (repair turn)."""
+
+
+class InvalidReview(InvalidAnswer):
     """The model's `submit_review` input does not match the schema; the message says how."""
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import gidgethub
 
 from bot.agents.base import AgentError, Budget
+from bot.config import PROVIDERS
 from bot.logs import log_context
 from bot.queue import REVIEWS, Job
 from bot.repo_config import RepoConfig, fetch_repo_config
@@ -28,6 +29,7 @@ from bot.review.store import (
     save_findings,
     update_review,
 )
+from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.sessions.store import end_pull_sessions, open_sessions, turn_key
 from bot.worktrees import GitError, Worktree
 
@@ -156,6 +158,7 @@ class Progress:
     review_id: int
     calls: int = 0
     last: float = field(default_factory=time.monotonic)  # the start was just shown
+    phase: str = "reviewing"
 
     async def __call__(self, _tool: str) -> None:
         self.calls += 1
@@ -163,7 +166,7 @@ class Progress:
             return
         self.last = time.monotonic()
         await update_review(
-            self.ctx.db, self.review_id, progress=f"reviewing: {self.calls} tool call(s) so far"
+            self.ctx.db, self.review_id, progress=f"{self.phase}: {self.calls} tool call(s) so far"
         )
         try:
             await self.publisher.status(await get_review(self.ctx.db, self.review_id))
@@ -187,7 +190,8 @@ async def run_review_job(ctx: Context, job: Job) -> None:
         else:
             owner, name = pull["repo"].split("/", 1)
             known = await fetch_repo_config(gh, owner, name)
-        await ReviewJob(ctx, Publisher(ctx, gh, pull), pull, review["id"]).run(known)
+        verify = bool(job.payload.get("verify")) or known.verify
+        await ReviewJob(ctx, Publisher(ctx, gh, pull), pull, review["id"], verify).run(known)
 
 
 @dataclass
@@ -196,6 +200,7 @@ class ReviewJob:
     publisher: Publisher
     pull: sqlite3.Row
     review_id: int
+    verify: bool = False
 
     async def run(self, config: RepoConfig) -> None:
         await state.start(self.ctx.db, self.review_id, config_error=config.error)
@@ -219,6 +224,7 @@ class ReviewJob:
         ctx, review_id = self.ctx, self.review_id
         name = worktree_name(self.pull, review_id)
         tree = await prepare_worktree(ctx, self.pull, review["head_sha"], name)
+        await update_review(ctx.db, review_id, base_sha=tree.base_sha)
 
         async def planned(skipped: tuple[tuple[str, str], ...]) -> None:
             await update_review(
@@ -239,19 +245,32 @@ class ReviewJob:
         reviewer = Reviewer(
             ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
         )
+        progress = Progress(ctx, self.publisher, review_id)
         draft = await review_worktree(
-            reviewer,
-            tree,
-            request,
-            on_tool_call=Progress(ctx, self.publisher, review_id),
-            on_plan=planned,
+            reviewer, tree, request, on_tool_call=progress, on_plan=planned
         )
+        findings, verified = draft.findings, {}
+        if self.verify and findings:
+            provider = choose_provider(
+                request.provider,
+                config.verify_provider,
+                [p for p in PROVIDERS if ctx.models.configured(p)],
+            )
+            progress.phase = f"verifying {len(findings)} finding(s) with {provider}"
+            await update_review(ctx.db, review_id, progress=progress.phase)
+            verification = await verify_draft(
+                reviewer, tree, request, draft, provider=provider, on_tool_call=progress
+            )
+            findings = apply_verification(findings, verification)
+            verified = {"verify_provider": provider, "verify_error": verification.error}
+            if verification.error:
+                log.warning("verify pass failed", extra={"fields": {"reason": verification.error}})
         current = await get_review(ctx.db, review_id)
         if current is None or current["state"] != state.RUNNING:
             # Superseded or stopped while the model worked; the cancellation may still be on
             # its way from another process: publish nothing for an older head.
             raise asyncio.CancelledError
-        await save_findings(ctx.db, review_id, draft.findings)
+        await save_findings(ctx.db, review_id, findings)
         await update_review(
             ctx.db,
             review_id,
@@ -260,6 +279,7 @@ class ReviewJob:
             run_id=draft.run_id,
             skill_version_id=draft.skill_version_id,
             progress="publishing",
+            **verified,
         )
         await self.publisher.pending_review(await get_review(ctx.db, review_id))
         pull = await pull_by_id(ctx.db, self.pull["id"])

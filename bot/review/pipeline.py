@@ -43,6 +43,7 @@ class ReviewRequest:
     config: RepoConfig
     pull_id: int | None = None
     review_id: int | None = None
+    model: str | None = None  # None: the provider's configured model (eval replays choose)
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ async def review_worktree(
         await on_plan(plan.skipped)
     if not plan.reviewed:
         return Draft(NOTHING_TO_REVIEW, "comment", [], plan.skipped)
-    provider = reviewer.models.provider(request.provider)
+    provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(
         reviewer.db,
         provider=provider.name,

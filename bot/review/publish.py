@@ -147,6 +147,8 @@ class Publisher:
             config_error=review["config_error"],
             revision=review["revision"],
             revision_note=review["revision_note"],
+            verify_provider=review["verify_provider"],
+            verify_error=review["verify_error"],
             cost_line=cost_line,
             commands=suggested(review["state"], bool(review["stale"])),
             prefix=self.ctx.settings.command_prefix,
@@ -159,9 +161,6 @@ class Publisher:
             anchor = hashlib.sha256(finding["path"].encode()).hexdigest()
             side = "L" if finding["side"] == "LEFT" else "R"
             link = f"{self.pull['html_url']}/files#diff-{anchor}{side}{finding['line']}"
-        verify = finding["verify_status"] or "—"
-        if finding["verify_status"] == "refuted":
-            verify = "refuted (left out of approve)"
         return {
             "ordinal": finding["ordinal"],
             "severity": finding["severity"],
@@ -170,7 +169,9 @@ class Publisher:
             "title": finding["title"],
             "state": finding["state"],
             "checked_by": finding["checked_by"],
-            "verify": verify,
+            "verify_status": finding["verify_status"],
+            "verify_note": finding["verify_note"],
+            "verifier": review["verify_provider"],
         }
 
     # -- check run ----------------------------------------------------------------
@@ -214,7 +215,10 @@ class Publisher:
         findings = [
             f for f in await load_findings(self.ctx.db, review["id"]) if f["state"] == "kept"
         ]
-        annotations = [_annotation(f) for f in findings if f["line"]] if with_annotations else []
+        verifier = review["verify_provider"]
+        annotations = (
+            [_annotation(f, verifier) for f in findings if f["line"]] if with_annotations else []
+        )
         summary = fit(
             render(
                 "check_run.md.j2",
@@ -224,6 +228,8 @@ class Publisher:
                 summary=review["summary"],
                 findings=findings,
                 stale=bool(review["stale"]),
+                verifier=verifier,
+                verify_error=review["verify_error"],
             ),
             65_000,
         )
@@ -265,11 +271,13 @@ class Publisher:
     async def pending_review(self, review: sqlite3.Row, *, only: set[int] | None = None) -> int:
         """Create the pending review: inline comments where GitHub allows them, the rest in the
         body. If GitHub still refuses the inline comments (422) they move to the body: the
-        draft is never lost. `only` limits it to those finding ordinals (a partial approve)."""
+        draft is never lost. `only` limits it to those finding ordinals (a partial approve);
+        without it, findings the verify pass refuted stay out, as `approve` leaves them out."""
         findings = [
             f
             for f in await load_findings(self.ctx.db, review["id"])
-            if f["state"] == "kept" and (only is None or f["ordinal"] in only)
+            if f["state"] == "kept"
+            and (f["ordinal"] in only if only is not None else f["verify_status"] != "refuted")
         ]
         await self.delete_pending()
         url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
@@ -339,13 +347,24 @@ class Publisher:
         return {"commit_id": review["head_sha"], "body": body, "comments": comments}
 
 
-def _annotation(finding: sqlite3.Row) -> dict[str, Any]:
+def _annotation(finding: sqlite3.Row, verifier: str | None) -> dict[str, Any]:
     end = finding["end_line"] or finding["line"]
+    text = render(
+        "annotation.txt.j2",
+        ordinal=finding["ordinal"],
+        severity=finding["severity"],
+        title=finding["title"],
+        body=finding["body"],
+        verify_status=finding["verify_status"],
+        verify_note=finding["verify_note"],
+        verifier=verifier,
+    )
+    title, _, message = text.partition("\n")
     return {
         "path": finding["path"],
         "start_line": finding["line"],
         "end_line": end,
         "annotation_level": LEVELS.get(finding["severity"], "notice"),
-        "title": f"F{finding['ordinal']} · {finding['severity']} · {finding['title']}"[:255],
-        "message": (finding["body"] or finding["title"])[:64_000],
+        "title": title[:255],
+        "message": (message.strip() or finding["title"])[:64_000],
     }

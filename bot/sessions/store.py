@@ -63,6 +63,24 @@ async def create_session(
     return await get_session(db, session_id)
 
 
+async def start_verify_session(
+    db: Database,
+    *,
+    provider: str,
+    model: str,
+    pull_id: int | None,
+    review_id: int | None,
+    draft_session_id: int | None,
+) -> Session:
+    """The verify pass's own conversation (role `verify`), linked to the draft's session; it
+    ends with its one turn (`end_session`)."""
+    async with db.transaction() as conn:
+        session_id = await _insert(
+            conn, provider, model, "verify", pull_id, review_id, draft_session_id
+        )
+    return await get_session(db, session_id)
+
+
 async def _insert(
     conn: Any,
     provider: str,

@@ -2,7 +2,8 @@
 
 It behaves like a careful (if simple) model: reads the PR's diff, looks closer at what it
 flags, then submits findings for a fixed set of defect patterns on added lines. As a child
-session it critiques the parent's draft in prose; after `send-back` it revises its draft.
+session it critiques the parent's draft in prose; after `send-back` it revises its draft. As a
+verifier it reads each finding's line and refutes credentials that live in test code.
 Used by `cockpit demo`, the offline eval golden set and the tests.
 """
 
@@ -15,6 +16,9 @@ from bot.standin.models import Action, Conversation, call, say
 
 MODEL = "scripted-reviewer"
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+_FINDING = re.compile(r"^### F(\d+) · \w+ · `([^`:]+)(?::(\d+))?", re.M)
+_NUMBERED = re.compile(r"^\s*\d+\| ?(.*)$")
+_TEST_CODE = re.compile(r"(^|/)(tests?/|test_[^/]*$)")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,20 @@ PATTERNS = (
         "Hard-coded credential",
         "A credential in source is leaked to everyone with read access; load it from the "
         "environment.",
+    ),
+    Pattern(
+        re.compile(r"shell\s*=\s*True"),
+        "critical",
+        "Shell command built from input",
+        "With `shell=True` a value containing shell syntax runs arbitrary commands; pass an "
+        "argument list and no shell.",
+    ),
+    Pattern(
+        re.compile(r"=\s*open\("),
+        "major",
+        "File opened without being closed",
+        "The handle from `open()` is not closed on every path, so it leaks (and writes may be "
+        "lost); use `with open(...)`.",
     ),
     Pattern(
         re.compile(r"except\s*:"),
@@ -92,6 +110,8 @@ def scan_diff(diff: str) -> list[dict]:
 
 
 def scripted_reviewer(conversation: Conversation) -> Action:
+    if "submit_verification" in conversation.tools:
+        return _verify(conversation)
     if "submit_review" not in conversation.tools:
         return _critique(conversation)
     diff = conversation.result_of("git_diff")
@@ -164,3 +184,48 @@ def _critique(conversation: Conversation) -> Action:
     if conversation.last_user_text and len(conversation.user_texts) > 1:
         lines.append(f"On your question: {conversation.last_user_text[:200]}")
     return say("\n".join(lines))
+
+
+def _verify(conversation: Conversation) -> Action:
+    """Read every finding's line, then: a credential in test code is refuted, a line that
+    still shows its pattern is confirmed, anything else is uncertain."""
+    request = conversation.user_texts[0] if conversation.user_texts else ""
+    findings = [(int(n), path, int(line or 0)) for n, path, line in _FINDING.findall(request)]
+    reads = {
+        (args.get("path"), args.get("start_line")): result
+        for (name, args), result in zip(
+            conversation.tool_calls, conversation.tool_results, strict=False
+        )
+        if name == "read_file"
+    }
+    if findings and not reads:
+        return Action(
+            tools=[
+                ("read_file", {"path": path, "start_line": max(line, 1), "end_line": max(line, 1)})
+                for _, path, line in findings
+            ]
+        )
+    verdicts = []
+    for number, path, line in findings:
+        text = _line_text(reads.get((path, max(line, 1)), ""))
+        pattern = next((p for p in PATTERNS if p.regex.search(text)), None)
+        where = f"{path}:{line}"
+        if (
+            pattern is not None
+            and pattern.title == "Hard-coded credential"
+            and (_TEST_CODE.search(path))
+        ):
+            status, evidence = "refuted", f"{where} is test code: `{text}` is a fixture value"
+        elif pattern is not None:
+            status, evidence = "confirmed", f"{where} reads `{text}`"
+        else:
+            status, evidence = "uncertain", f"{where} does not show what the finding describes"
+        verdicts.append({"finding": number, "status": status, "evidence": evidence})
+    return call("submit_verification", verdicts=verdicts)
+
+
+def _line_text(result: str) -> str:
+    for line in result.splitlines():
+        if match := _NUMBERED.match(line):
+            return match.group(1).strip()
+    return ""

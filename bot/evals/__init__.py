@@ -1,0 +1,1 @@
+"""Eval replays: labelled PRs replayed through the production review pipeline and scored."""

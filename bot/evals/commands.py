@@ -1,0 +1,162 @@
+"""The `cockpit eval …` commands (parsed in bot/cli.py): options in, files and exit codes out."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from bot.config import ConfigError, load_settings
+from bot.evals.from_reviews import golden_from_reviews
+from bot.evals.golden import GoldenError, golden_problems, write_golden
+from bot.evals.martian import martian_golden, resolve_with_github
+from bot.evals.progress import ConsoleProgress, say
+from bot.evals.report import CHART_EXTRA, pct, run_entries, write_json, write_report
+from bot.evals.runner import EvalError, EvalOptions, EvalResult, resolve_models, run_eval
+from bot.storage import Database
+
+EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(say("error", message=message) + "\n")
+    return EXIT_USAGE
+
+
+def cmd_eval_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    progress = ConsoleProgress(out, tty=out.isatty())
+    try:
+        return asyncio.run(eval_run(args, out, progress))
+    except KeyboardInterrupt:
+        out.write(say("interrupted", batch=progress.batch or "RUN") + "\n")
+        return 130
+
+
+async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgress) -> int:
+    try:
+        settings = load_settings(github=False)
+    except ConfigError as exc:
+        return _error(str(exc))
+    options = None
+    if args.resume is None:
+        if not args.golden:
+            return _error("--golden FILE is required (or --resume RUN)")
+        if args.jobs < 1:
+            return _error("--jobs must be at least 1")
+        if args.judge_model and args.judge == "lexical":
+            return _error("--judge-model needs an LLM judge (--judge claude or --judge codex)")
+        provider = args.provider or settings.provider
+        try:
+            models = resolve_models(settings, provider, (args.model or "").split(","))
+        except EvalError as exc:
+            return _error(str(exc))
+        options = EvalOptions(
+            goldens=tuple(str(Path(g).resolve()) for g in args.golden),
+            provider=provider,
+            models=models,
+            verify=args.verify,
+            judge=args.judge,
+            repo=str(Path(args.repo).resolve()) if args.repo else None,
+            jobs=args.jobs,
+            judge_model=args.judge_model,
+        )
+    try:
+        result = await run_eval(settings, options, progress, resume=args.resume)
+    except EvalError as exc:
+        return _error(str(exc))
+    return finish(result, args, out)
+
+
+def finish(result: EvalResult, args: argparse.Namespace, out: TextIO) -> int:
+    entries = [entry for run in result.runs for entry in run_entries(result, run)]
+    out.write(say("summary", entries=entries, pct=pct) + "\n")
+    failed = sum(len(run.failed) for run in result.runs)
+    if failed:
+        out.write(say("failed_cases", count=failed, batch=result.batch) + "\n")
+    if result.source_changed:
+        out.write(say("source_changed", repos=result.source_changed) + "\n")
+    report, chart = write_report(result, Path(args.report_dir))
+    if args.json:
+        write_json(result, Path(args.json))
+    out.write(
+        say(
+            "written",
+            report=report,
+            chart=chart.path,
+            chart_missing=chart.missing,
+            chart_extra=CHART_EXTRA,
+            json_path=args.json,
+        )
+        + "\n"
+    )
+    return EXIT_OK if result.ok else EXIT_CASE_FAILED
+
+
+def cmd_golden_from_reviews(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    return asyncio.run(_golden_from_reviews(args, out))
+
+
+async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        settings = load_settings(github=False)
+    except ConfigError as exc:
+        return _error(str(exc))
+    db = await Database.open(settings.db_path)
+    try:
+        golden = await golden_from_reviews(db, args.repo)
+    except ValueError as exc:
+        return _error(str(exc))
+    finally:
+        await db.close()
+    name = args.repo.replace("/", "-")
+    path = Path(args.out or Path("eval") / "golden" / f"{name}-from-reviews.json")
+    write_golden(path, golden)
+    out.write(
+        say(
+            "golden_from_reviews",
+            path=path,
+            repo=args.repo,
+            cases=len(golden["cases"]),
+            labels=sum(len(c["labels"]) for c in golden["cases"]),
+            known=sum(len(c["known_false_positives"]) for c in golden["cases"]),
+        )
+        + "\n"
+    )
+    return EXIT_OK
+
+
+def cmd_import_martian(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    return asyncio.run(_import_martian(args, out))
+
+
+async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
+    directory = Path(args.dir)
+    try:
+        golden = martian_golden(directory)
+        pending = len(golden["cases"])
+        if args.resolve:
+            settings = load_settings(github=False)
+            pending = await resolve_with_github(golden, settings.api_url)
+    except (GoldenError, ConfigError) as exc:
+        return _error(str(exc))
+    except OSError as exc:
+        return _error(f"GitHub could not be reached to resolve shas ({exc.__class__.__name__})")
+    problems = golden_problems(golden)
+    if problems:
+        return _error("; ".join(problems[:10]))
+    path = Path(args.out)
+    write_golden(path, golden)
+    out.write(
+        say(
+            "martian",
+            path=path,
+            cases=len(golden["cases"]),
+            labels=sum(len(c["labels"]) for c in golden["cases"]),
+            files=len(list(directory.glob("*.json"))),
+            pending=pending,
+        )
+        + "\n"
+    )
+    return EXIT_OK

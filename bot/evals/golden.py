@@ -1,0 +1,252 @@
+"""Golden files: labelled PRs at fixed shas (format in README and `golden.schema.json`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+SCHEMA_FILE = Path(__file__).with_name("golden.schema.json")
+URL_SCHEMES = ("https://", "http://", "file://")
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_CASE_ID = re.compile(r"[A-Za-z0-9._:/-]+")
+_TOP_KEYS = {"version", "name", "description", "note", "repository", "base_ref", "cases"}
+_CASE_KEYS = {
+    "id",
+    "pr",
+    "url",
+    "original_url",
+    "repository",
+    "title",
+    "body",
+    "base_ref",
+    "base_sha",
+    "head_sha",
+    "labels",
+    "known_false_positives",
+    "note",
+}
+_LABEL_KEYS = {"path", "line", "title", "problem", "severity"}
+
+
+class GoldenError(ValueError):
+    """A golden file that cannot be used; the message lists what is wrong."""
+
+
+@dataclass(frozen=True)
+class Label:
+    problem: str
+    path: str | None = None
+    line: int | None = None
+    title: str | None = None
+    severity: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    repository: str  # a clone URL or an absolute local path
+    base_sha: str | None
+    head_sha: str | None
+    labels: tuple[Label, ...]
+    pr: int | None = None
+    url: str | None = None
+    title: str = ""
+    body: str = ""
+    base_ref: str | None = None
+    known_false_positives: tuple[Label, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Golden:
+    path: Path
+    name: str
+    cases: tuple[Case, ...]
+    description: str = ""
+    note: str | None = None
+    labels: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", sum(len(c.labels) for c in self.cases))
+
+
+def is_url(repository: str) -> bool:
+    return repository.startswith(URL_SCHEMES)
+
+
+def repository_key(repository: str) -> str:
+    """A stable `owner/name` for the eval's mirror of a repository."""
+    if is_url(repository) and not repository.startswith("file://"):
+        parts = urlparse(repository).path.strip("/").removesuffix(".git").split("/")
+        if len(parts) >= 2 and all(parts[-2:]):
+            return f"{parts[-2]}/{parts[-1]}"
+    digest = hashlib.sha256(repository.encode()).hexdigest()[:10]
+    name = Path(urlparse(repository).path if is_url(repository) else repository).name
+    return f"local/{name or 'repo'}-{digest}"
+
+
+def _label_problems(item: Any, where: str) -> list[str]:
+    if not isinstance(item, dict):
+        return [f"{where} must be an object"]
+    problems = [f"{where} has unknown key `{k}`" for k in sorted(set(item) - _LABEL_KEYS)]
+    problem = item.get("problem")
+    if not isinstance(problem, str) or not problem.strip():
+        problems.append(f"{where}.problem must be a non-empty string")
+    for key in ("path", "title", "severity"):
+        if key in item and not isinstance(item[key], str):
+            problems.append(f"{where}.{key} must be a string")
+    if "path" in item and isinstance(item["path"], str) and not item["path"]:
+        problems.append(f"{where}.path must not be empty")
+    line = item.get("line")
+    if "line" in item and (isinstance(line, bool) or not isinstance(line, int) or line < 1):
+        problems.append(f"{where}.line must be a positive integer")
+    return problems
+
+
+def _case_problems(item: Any, where: str, has_repository: bool) -> list[str]:
+    if not isinstance(item, dict):
+        return [f"{where} must be an object"]
+    problems = [f"{where} has unknown key `{k}`" for k in sorted(set(item) - _CASE_KEYS)]
+    case_id = item.get("id")
+    if not isinstance(case_id, str) or not _CASE_ID.fullmatch(case_id):
+        problems.append(f"{where}.id must be letters, digits and . _ : / -")
+    for key in ("base_sha", "head_sha"):
+        if key not in item:
+            problems.append(f"{where}.{key} is required (null when pending)")
+        elif item[key] is not None and (
+            not isinstance(item[key], str) or not _SHA.fullmatch(item[key])
+        ):
+            problems.append(f"{where}.{key} must be a full commit sha or null")
+    pr = item.get("pr")
+    if "pr" in item and (isinstance(pr, bool) or not isinstance(pr, int) or pr < 1):
+        problems.append(f"{where}.pr must be a positive integer")
+    for key in ("url", "original_url", "repository", "title", "body", "base_ref", "note"):
+        if key in item and not isinstance(item[key], str):
+            problems.append(f"{where}.{key} must be a string")
+    if "repository" in item and item["repository"] == "":
+        problems.append(f"{where}.repository must not be empty")
+    if not has_repository and not item.get("repository"):
+        problems.append(f"{where} has no repository (set one for the file or the case)")
+    if item.get("head_sha") is None and "pr" not in item and "head_sha" in item:
+        problems.append(f"{where} needs a head_sha or a pr number (for refs/pull/N/head)")
+    for key in ("labels", "known_false_positives"):
+        if key not in item:
+            if key == "labels":
+                problems.append(f"{where}.labels is required (an empty list for a clean PR)")
+            continue
+        if not isinstance(item[key], list):
+            problems.append(f"{where}.{key} must be a list")
+            continue
+        for n, label in enumerate(item[key]):
+            problems.extend(_label_problems(label, f"{where}.{key}[{n}]"))
+    return problems
+
+
+def golden_problems(data: Any) -> list[str]:
+    """Everything wrong with a golden document (empty when it is usable)."""
+    if not isinstance(data, dict):
+        return ["the file must hold a JSON object"]
+    problems = [f"unknown key `{k}`" for k in sorted(set(data) - _TOP_KEYS)]
+    if "version" in data and (type(data["version"]) is not int or data["version"] != 1):
+        problems.append("`version` must be 1")
+    for key in ("name", "description", "note", "repository", "base_ref"):
+        if key in data and not isinstance(data[key], str):
+            problems.append(f"`{key}` must be a string")
+    if data.get("repository") == "":
+        problems.append("`repository` must not be empty")
+    cases = data.get("cases")
+    if not isinstance(cases, list):
+        return [*problems, "`cases` must be a list"]
+    has_repository = isinstance(data.get("repository"), str) and bool(data["repository"])
+    seen: set[str] = set()
+    for n, case in enumerate(cases):
+        problems.extend(_case_problems(case, f"cases[{n}]", has_repository))
+        if isinstance(case, dict) and isinstance(case.get("id"), str):
+            if case["id"] in seen:
+                problems.append(f"cases[{n}].id {case['id']!r} is used twice")
+            seen.add(case["id"])
+    return problems
+
+
+def _resolve(repository: str, base: Path) -> str:
+    if is_url(repository):
+        return repository
+    path = Path(repository).expanduser()
+    return str(path if path.is_absolute() else (base / path).resolve())
+
+
+def _labels(items: list[dict[str, Any]]) -> tuple[Label, ...]:
+    return tuple(
+        Label(
+            problem=item["problem"].strip(),
+            path=item.get("path"),
+            line=item.get("line"),
+            title=item.get("title"),
+            severity=item.get("severity"),
+        )
+        for item in items
+    )
+
+
+def parse_golden(data: Any, path: Path, *, repository: str | None = None) -> Golden:
+    """A validated golden document; `repository` (from `--repo`) replaces its repositories."""
+    problems = golden_problems(data)
+    if problems:
+        shown = "; ".join(problems[:15])
+        more = f" (and {len(problems) - 15} more)" if len(problems) > 15 else ""
+        raise GoldenError(f"{path}: {shown}{more}")
+    base = path.parent
+    cases = []
+    for item in data["cases"]:
+        where = repository or item.get("repository") or data["repository"]
+        cases.append(
+            Case(
+                id=item["id"],
+                repository=_resolve(where, Path.cwd() if repository else base),
+                base_sha=item["base_sha"],
+                head_sha=item["head_sha"],
+                labels=_labels(item["labels"]),
+                pr=item.get("pr"),
+                url=item.get("url"),
+                title=item.get("title", ""),
+                body=item.get("body", ""),
+                base_ref=item.get("base_ref") or data.get("base_ref"),
+                known_false_positives=_labels(item.get("known_false_positives", [])),
+                note=item.get("note"),
+            )
+        )
+    return Golden(
+        path=path,
+        name=data.get("name") or path.stem,
+        cases=tuple(cases),
+        description=data.get("description", ""),
+        note=data.get("note"),
+    )
+
+
+def load_golden(path: Path | str, *, repository: str | None = None) -> Golden:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise GoldenError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GoldenError(f"{path}: not valid JSON ({exc})") from None
+    return parse_golden(data, path, repository=repository)
+
+
+def write_golden(path: Path, data: dict[str, Any]) -> None:
+    """Write a golden document (validated first) as stable, reviewable JSON."""
+    problems = golden_problems(data)
+    if problems:
+        raise GoldenError("; ".join(problems[:15]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

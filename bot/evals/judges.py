@@ -1,0 +1,287 @@
+"""Judges: does a finding describe the same issue as a label?
+
+`lexical` is offline and deterministic (path, line proximity, word overlap); `claude` and
+`codex` ask a model the question public benchmarks ask, once per (finding, label, judge
+model): answers are cached in `eval_judgements`, so scoring again costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bot.agents.base import AgentError, ProviderRequest, Usage, cost_usd
+from bot.agents.providers import ModelClients
+from bot.evals.golden import Label
+from bot.skills import prompt_text
+from bot.storage import Database
+from bot.texts import render
+
+LINE_WINDOW = 10  # a finding this many lines from a label's line can still be about it
+LOCATED_MIN = 0.10  # word overlap needed when path (and line) agree
+TEXT_MIN = 0.30  # word overlap needed when the label has no path (free-text labels)
+JUDGES = ("lexical", "claude", "codex")
+_STOPWORDS = """a an and are as at be been but by can could do does for from has have how if in
+into is it its may might more must no not of on once only or other should so some such than that
+the their them then there these they this those to too under up use used uses using was were
+what when where which while will with would you your"""
+STOPWORDS = frozenset(_STOPWORDS.split())
+_WORD = re.compile(r"[a-z0-9]+")
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+_JSON_OBJECT = re.compile(r"\{.*\}", re.S)
+
+
+@dataclass(frozen=True)
+class EvalFinding:
+    """A finding as the eval scores it (from a draft, or from `eval_findings` on resume)."""
+
+    ordinal: int
+    path: str
+    severity: str
+    title: str
+    body: str = ""
+    line: int | None = None
+    end_line: int | None = None
+    verify_status: str | None = None
+    verify_note: str | None = None
+
+    @classmethod
+    def from_row(cls, ordinal: int, row: Any) -> EvalFinding:
+        get = row.get if isinstance(row, dict) else (lambda key: row[key])
+        return cls(
+            ordinal=ordinal,
+            path=get("path"),
+            severity=get("severity"),
+            title=get("title"),
+            body=get("body") or "",
+            line=get("line"),
+            end_line=get("end_line"),
+            verify_status=get("verify_status"),
+            verify_note=get("verify_note"),
+        )
+
+
+def normal_path(path: str | None) -> str | None:
+    if not path:
+        return None
+    path = path.strip().replace("\\", "/")
+    for prefix in ("./", "a/", "b/", "/"):
+        path = path.removeprefix(prefix)
+    return path or None
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def words(text: str) -> frozenset[str]:
+    """Content words: identifiers split (camelCase, snake_case), stop words out, crude stems."""
+    split = _CAMEL.sub(r"\1 \2", text).lower()
+    return frozenset(_stem(w) for w in _WORD.findall(split) if len(w) > 1 and w not in STOPWORDS)
+
+
+def overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    """Dice coefficient of two word sets (0 when either is empty)."""
+    if not a or not b:
+        return 0.0
+    return 2 * len(a & b) / (len(a) + len(b))
+
+
+def _line_distance(finding: EvalFinding, line: int) -> int:
+    assert finding.line is not None
+    start, end = sorted((finding.line, finding.end_line or finding.line))
+    return 0 if start <= line <= end else min(abs(line - start), abs(line - end))
+
+
+def lexical_score(finding: EvalFinding, label: Label) -> float:
+    """0 when they do not match; else higher for a closer match. A label with a path must
+    agree on the path (and on the line within LINE_WINDOW when both have one) and share
+    some words; a free-text label must share more words."""
+    text = overlap(
+        words(f"{finding.title} {finding.body}"), words(f"{label.title or ''} {label.problem}")
+    )
+    finding_path, label_path = normal_path(finding.path), normal_path(label.path)
+    if label_path is None or finding_path is None:
+        return text if text >= TEXT_MIN else 0.0
+    if finding_path != label_path:
+        return 0.0
+    nearness = 0.25
+    if label.line is not None and finding.line is not None:
+        distance = _line_distance(finding, label.line)
+        if distance > LINE_WINDOW:
+            return 0.0
+        nearness = 1 - distance / (LINE_WINDOW + 1)
+    return 1 + nearness + text if text >= LOCATED_MIN else 0.0
+
+
+class Judge(Protocol):
+    name: str
+    model: str | None
+
+    async def scores(
+        self, findings: Sequence[EvalFinding], labels: Sequence[Label]
+    ) -> list[list[float]]: ...
+
+
+class LexicalJudge:
+    name = "lexical"
+    model = None
+
+    async def scores(
+        self, findings: Sequence[EvalFinding], labels: Sequence[Label]
+    ) -> list[list[float]]:
+        return [[lexical_score(f, label) for label in labels] for f in findings]
+
+
+def finding_text(finding: EvalFinding) -> str:
+    where = finding.path + (f":{finding.line}" if finding.line else "")
+    return f"{finding.title}\n({where}, {finding.severity})\n\n{finding.body}".strip()
+
+
+def label_text(label: Label) -> str:
+    parts = [label.title or ""]
+    if label.path:
+        parts.append(f"({label.path}{f':{label.line}' if label.line else ''})")
+    parts.append(label.problem)
+    return "\n".join(p for p in parts if p).strip()
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Answer:
+    match: bool
+    confidence: float
+    reasoning: str
+
+
+def parse_answer(text: str) -> Answer | None:
+    """The judge's JSON answer, or None when there is none to read."""
+    found = _JSON_OBJECT.search(text or "")
+    if found is None:
+        return None
+    try:
+        data = json.loads(found.group(0))
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("match"), bool):
+        return None
+    confidence = data.get("confidence", 1.0)
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+        confidence = 1.0
+    confidence = min(max(float(confidence), 0.0), 1.0)
+    return Answer(data["match"], confidence, str(data.get("reasoning", "")))
+
+
+@dataclass
+class LLMJudge:
+    """Asks `provider` whether each (finding, label) pair is the same underlying issue."""
+
+    db: Database
+    models: ModelClients
+    name: str
+    model: str | None = None
+    concurrency: int = 8
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    usage: dict[str, Usage] = field(default_factory=dict)
+    asked: int = 0
+    cached: int = 0
+    unreadable: int = 0
+
+    def __post_init__(self) -> None:
+        self._provider = self.models.provider(self.name, self.model)
+        if not self.models.configured(self.name):
+            raise AgentError(f"the {self.name} judge needs an API key in the environment")
+        self.model = self._provider.model
+        self._system = prompt_text("judge")
+        self._limit = asyncio.Semaphore(self.concurrency)
+
+    @property
+    def cost_usd(self) -> float | None:
+        costs = [cost_usd(model, usage) for model, usage in self.usage.items()]
+        return None if None in costs else sum(c for c in costs if c is not None)
+
+    @property
+    def tokens(self) -> int:
+        return sum(u.total for u in self.usage.values())
+
+    async def scores(
+        self, findings: Sequence[EvalFinding], labels: Sequence[Label]
+    ) -> list[list[float]]:
+        pairs = [(i, j) for i in range(len(findings)) for j in range(len(labels))]
+        answers = await asyncio.gather(
+            *(self._judge(finding_text(findings[i]), label_text(labels[j])) for i, j in pairs)
+        )
+        matrix = [[0.0] * len(labels) for _ in findings]
+        for (i, j), answer in zip(pairs, answers, strict=True):
+            if answer is not None and answer.match:
+                matrix[i][j] = max(answer.confidence, 0.01)
+        return matrix
+
+    async def _judge(self, finding: str, label: str) -> Answer | None:
+        keys = (self.name, self.model, _key(finding), _key(label))
+        row = await self.db.fetchone(
+            "SELECT match, confidence, reasoning FROM eval_judgements WHERE judge = ? AND"
+            " model = ? AND finding_key = ? AND label_key = ?",
+            keys,
+        )
+        if row is not None:
+            self.cached += 1
+            return Answer(bool(row["match"]), row["confidence"], row["reasoning"] or "")
+        async with self._limit:
+            answer = await self._ask(finding, label)
+        if answer is None:
+            self.unreadable += 1
+            return None
+        await self.db.execute(
+            "INSERT OR REPLACE INTO eval_judgements (judge, model, finding_key, label_key,"
+            " match, confidence, reasoning, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (*keys, int(answer.match), answer.confidence, answer.reasoning, time.time()),
+        )
+        return answer
+
+    async def _ask(self, finding: str, label: str) -> Answer | None:
+        provider = self._provider
+        request = ProviderRequest(
+            system=self._system,
+            tools=[],
+            messages=provider.user_message(
+                render("prompts/judge_request.md.j2", finding=finding, label=label)
+            ),
+            cache_key="pr-cockpit-eval-judge",
+        )
+        for attempt in range(1, 6):
+            try:
+                reply = await provider.send(request)
+            except Exception as exc:
+                advice = provider.transient(exc)
+                if advice is None or attempt == 5:
+                    raise AgentError(
+                        f"the {self.name} judge failed ({exc.__class__.__name__})"
+                    ) from exc
+                delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
+                await self.sleep(min(delay, 30.0))
+                continue
+            self.asked += 1
+            self.usage.setdefault(reply.model or provider.model, Usage()).add(reply.usage)
+            return parse_answer(reply.text)
+        return None
+
+
+def make_judge(name: str, db: Database, models: ModelClients, model: str | None = None) -> Judge:
+    if name == "lexical":
+        return LexicalJudge()
+    if name in ("claude", "codex"):
+        return LLMJudge(db, models, name, model)
+    raise AgentError(f"unknown judge {name!r}; use {', '.join(JUDGES)}")

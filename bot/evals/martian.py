@@ -1,0 +1,165 @@
+"""`cockpit eval import-martian`: the Martian Code Review Bench's offline golden comments
+(withmartian/code-review-benchmark, MIT) as a golden file.
+
+Each entry is a PR URL with free-text comments and a severity; there is no path, line or sha.
+Shas come from the GitHub API with `--resolve` (`GET /repos/{owner}/{repo}/pulls/{number}`
+against GITHUB_API_URL); without it they stay null, which `cockpit eval run` reads as
+"review refs/pull/N/head against the default branch".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bot.evals.golden import GoldenError
+
+_PR_URL = re.compile(
+    r"^https://github\.com/(?P<owner>[A-Za-z0-9_.-]+)/(?P<name>[A-Za-z0-9_.-]+)/pull/(?P<number>\d+)/?$"
+)
+SOURCE = (
+    "withmartian/code-review-benchmark offline/golden_comments (MIT, Copyright (c) 2025 Martian)"
+)
+
+
+@dataclass(frozen=True)
+class PullRef:
+    owner: str
+    name: str
+    number: int
+
+    @property
+    def clone_url(self) -> str:
+        return f"https://github.com/{self.owner}/{self.name}.git"
+
+
+def parse_pr_url(url: str) -> PullRef:
+    match = _PR_URL.match(url.strip())
+    if match is None:
+        raise GoldenError(f"not a GitHub pull request URL: {url!r}")
+    return PullRef(match["owner"], match["name"], int(match["number"]))
+
+
+def convert_entries(source: str, entries: Any) -> list[dict[str, Any]]:
+    """One Martian file's entries as golden cases (ids `<file>-<n>`, shas pending)."""
+    if not isinstance(entries, list):
+        raise GoldenError(f"{source}: expected a list of pull requests")
+    cases = []
+    for n, entry in enumerate(entries, start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
+            raise GoldenError(f"{source}[{n - 1}]: expected an object with a `url`")
+        ref = parse_pr_url(entry["url"])
+        comments = entry.get("comments")
+        if not isinstance(comments, list):
+            raise GoldenError(f"{source}[{n - 1}]: `comments` must be a list")
+        labels = []
+        for comment in comments:
+            text = comment.get("comment") if isinstance(comment, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                raise GoldenError(f"{source}[{n - 1}]: every comment needs a `comment` text")
+            label: dict[str, Any] = {"problem": text.strip()}
+            if isinstance(comment.get("severity"), str):
+                label["severity"] = comment["severity"]
+            labels.append(label)
+        case: dict[str, Any] = {
+            "id": f"{source}-{n}",
+            "pr": ref.number,
+            "url": entry["url"],
+            "repository": ref.clone_url,
+            "title": str(entry.get("pr_title", "")),
+            "base_sha": None,
+            "head_sha": None,
+            "labels": labels,
+        }
+        if isinstance(entry.get("original_url"), str):
+            case["original_url"] = entry["original_url"]
+        if isinstance(entry.get("az_comment"), str):
+            case["note"] = entry["az_comment"]
+        cases.append(case)
+    return cases
+
+
+def martian_golden(directory: Path) -> dict[str, Any]:
+    """Every `*.json` of the Martian golden comments folder, as one golden document."""
+    files = sorted(p for p in directory.glob("*.json") if p.is_file())
+    if not files:
+        raise GoldenError(f"{directory}: no golden comment files (*.json) found")
+    cases = []
+    for path in files:
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise GoldenError(f"{path}: cannot be read as JSON ({exc})") from None
+        cases.extend(convert_entries(path.stem, entries))
+    return {
+        "version": 1,
+        "name": "martian-offline",
+        "description": f"Converted from {SOURCE}: 50 pull requests of five open-source "
+        "codebases with human-verified golden comments. Labels are free text (no path or line): "
+        "judge with an LLM judge.",
+        "note": "shas pending: convert again with --resolve, or `cockpit eval run` reviews "
+        "refs/pull/N/head against the default branch",
+        "cases": cases,
+    }
+
+
+Fetch = Callable[[PullRef], Awaitable[dict[str, Any]]]
+
+
+def github_fetcher(session: aiohttp.ClientSession, api_url: str, token: str | None) -> Fetch:
+    """`GET /repos/{owner}/{repo}/pulls/{number}` on the API base (never a URL from data)."""
+    headers = {"Accept": "application/vnd.github+json", "User-Agent": "pr-cockpit-eval"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+
+    async def fetch(ref: PullRef) -> dict[str, Any]:
+        url = f"{api_url.rstrip('/')}/repos/{ref.owner}/{ref.name}/pulls/{ref.number}"
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(30)) as resp:
+            if resp.status != 200:
+                raise GoldenError(
+                    f"GitHub answered {resp.status} for {ref.owner}/{ref.name}#{ref.number}"
+                )
+            return await resp.json()
+
+    return fetch
+
+
+async def resolve_shas(golden: dict[str, Any], fetch: Fetch, *, concurrency: int = 4) -> int:
+    """Fill in each case's base and head sha from GitHub; returns how many are still pending."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(case: dict[str, Any]) -> bool:
+        async with limit:
+            try:
+                data = await fetch(parse_pr_url(case["url"]))
+            except (GoldenError, aiohttp.ClientError, TimeoutError, ValueError):
+                return False  # this one stays pending; the note says how many
+        head, base = data.get("head") or {}, data.get("base") or {}
+        if not isinstance(head.get("sha"), str) or not isinstance(base.get("sha"), str):
+            return False
+        case["head_sha"], case["base_sha"] = head["sha"], base["sha"]
+        if isinstance(base.get("ref"), str):
+            case["base_ref"] = base["ref"]
+        return True
+
+    resolved = await asyncio.gather(*(one(case) for case in golden["cases"]))
+    pending = resolved.count(False)
+    if pending:
+        golden["note"] = f"{pending} case(s) still have pending shas"
+    else:
+        golden.pop("note", None)
+    return pending
+
+
+async def resolve_with_github(golden: dict[str, Any], api_url: str) -> int:
+    token = os.environ.get("GITHUB_TOKEN") or None
+    async with aiohttp.ClientSession() as session:
+        return await resolve_shas(golden, github_fetcher(session, api_url, token))

@@ -1,0 +1,96 @@
+"""What `cockpit eval run` shows while it works: a progress bar with ETA and running cost on
+a terminal, one plain line per case otherwise (logs, CI)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, Progress, add_usd
+from bot.texts import render
+
+BAR_WIDTH = 24
+
+
+def say(kind: str, **context: object) -> str:
+    return render("eval/messages.txt.j2", kind=kind, **context).rstrip("\n")
+
+
+def eta_text(elapsed: float, done: int, total: int) -> str:
+    if not done or done >= total:
+        return "0:00"
+    seconds = round(elapsed / done * (total - done))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+@dataclass
+class ConsoleProgress(Progress):
+    stream: TextIO
+    tty: bool
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    usd: float | None = 0.0
+    started: float = field(default_factory=time.monotonic)
+    batch: int | None = None
+    _drawn: bool = False
+
+    def start(self, result: EvalResult, total: int, resumed: bool) -> None:
+        self.total, self.started, self.batch = total, time.monotonic(), result.batch
+        self.stream.write(
+            say(
+                "started",
+                batch=result.batch,
+                resumed=resumed,
+                models=[run.model for run in result.runs],
+                provider=result.options.provider,
+                cases=total // max(len(result.runs), 1),
+                verify=result.options.verify,
+                verifier=result.runs[0].verify_provider if result.runs else None,
+                judge=result.judge,
+            )
+            + "\n"
+        )
+        self.stream.flush()
+
+    def case_done(self, run: ModelRun, result: CaseResult) -> None:
+        self.done += 1
+        self.failed += bool(result.error)
+        self.usd = add_usd(self.usd, add_usd(result.review_usd, result.verify_usd))
+        counts = result.counts.get(VERIFIED if run.verify else ALL)
+        if self.tty:
+            filled = round(BAR_WIDTH * self.done / max(self.total, 1))
+            line = say(
+                "bar",
+                bar="█" * filled + "░" * (BAR_WIDTH - filled),
+                done=self.done,
+                total=self.total,
+                eta=eta_text(time.monotonic() - self.started, self.done, self.total),
+                usd=self.usd,
+                failed=self.failed,
+                model=run.model,
+                case=result.case.id,
+            )
+            self.stream.write("\r\033[K" + line)
+            self._drawn = True
+        else:
+            self.stream.write(
+                say(
+                    "case",
+                    done=self.done,
+                    total=self.total,
+                    model=run.model,
+                    result=result,
+                    counts=counts,
+                    refuted=sum(1 for f in result.findings if f.verify_status == "refuted"),
+                    usd=add_usd(result.review_usd, result.verify_usd),
+                )
+                + "\n"
+            )
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,247 @@
+"""Eval results for machines (`--json`) and people (a markdown report with an F1/cost chart)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, add_usd
+from bot.texts import render
+
+log = logging.getLogger(__name__)
+
+CHART_EXTRA = "pip install 'pr-cockpit[eval]'"
+
+
+def _variant_spend(cases: list[CaseResult], verify: bool) -> tuple[int, float | None, float]:
+    tokens, seconds = 0, 0.0
+    usd: float | None = 0.0
+    for case in cases:
+        tokens += case.review_tokens + (case.verify_tokens if verify else 0)
+        usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd if verify else 0.0))
+        seconds += case.wall_seconds - (0 if verify else case.verify_seconds)
+    return tokens, usd, seconds
+
+
+def _case_entry(case: CaseResult, variant: str, verify: bool) -> dict[str, Any]:
+    counts = case.counts.get(variant)
+    entry: dict[str, Any] = {"id": case.case.id, "labels": len(case.case.labels)}
+    if counts is None:
+        entry.update(tp=0, fp=0, fn=len(case.case.labels), findings=0)
+    else:
+        entry.update(
+            tp=counts.tp,
+            fp=counts.fp,
+            fn=counts.fn,
+            findings=counts.findings,
+            strict=counts.strict,
+            benchmark={
+                **counts.benchmark,
+                "matched_findings": counts.matched_findings,
+                "labels_hit": counts.labels_hit,
+            },
+            known_fp=counts.known_fp,
+        )
+    tokens, usd, seconds = _variant_spend([case], verify)
+    entry.update(
+        tokens=tokens,
+        usd=usd,
+        wall_seconds=round(seconds, 3),
+        head_sha=case.head_sha,
+        error=case.error,
+        notes=list(case.notes),
+    )
+    if verify:
+        entry["refuted"] = sum(1 for f in case.findings if f.verify_status == "refuted")
+        entry["verify_error"] = case.verify_error
+    return entry
+
+
+def run_entries(result: EvalResult, run: ModelRun) -> list[dict[str, Any]]:
+    """One entry per model without the verify pass, and one with it when it ran."""
+    entries = []
+    done = [c for c in run.cases if not c.error]
+    for variant in (ALL, VERIFIED) if run.verify else (ALL,):
+        verify = variant == VERIFIED
+        total = run.total(variant)
+        tokens, usd, seconds = _variant_spend(done, verify)
+        entries.append(
+            {
+                "provider": run.provider,
+                "model": run.model,
+                "verify": verify,
+                "verify_provider": run.verify_provider if verify else None,
+                "judge": result.judge,
+                "judge_model": result.judge_model,
+                "strict": total.strict,
+                "benchmark": total.benchmark,
+                "tokens": tokens,
+                "usd": usd,
+                "usd_per_tp": usd / total.tp if usd is not None and total.tp else None,
+                "wall_seconds": round(seconds, 3),
+                "elapsed_seconds": round(run.wall_seconds, 3),
+                "eval_run": run.id,
+                "batch": result.batch,
+                "failed_cases": len(run.failed),
+                "cases": [_case_entry(c, variant, verify) for c in run.cases],
+            }
+        )
+    return entries
+
+
+def results_json(result: EvalResult) -> dict[str, Any]:
+    return {
+        "batch": result.batch,
+        "golden": [str(g.path) for g in result.goldens],
+        "judge": {
+            "name": result.judge,
+            "model": result.judge_model,
+            "tokens": result.judge_tokens,
+            "usd": result.judge_usd,
+        },
+        "source_changed": result.source_changed,
+        "runs": [entry for run in result.runs for entry in run_entries(result, run)],
+    }
+
+
+def write_json(result: EvalResult, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results_json(result), indent=2) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Chart:
+    path: Path | None
+    missing: str | None = None  # why there is no chart
+
+
+def draw_chart(entries: list[dict[str, Any]], path: Path) -> Chart:
+    """F1 against cost per model (USD when every model's cost is known, else tokens)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return Chart(None, "matplotlib is not installed")
+    by_usd = all(e["usd"] is not None for e in entries)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    for e in entries:
+        x = e["usd"] if by_usd else e["tokens"]
+        y = e["strict"]["f1"] or 0.0
+        label = _plain(f"{e['model']}{' + verify' if e['verify'] else ''}")
+        ax.scatter([x], [y])
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("cost (USD)" if by_usd else "tokens (USD unknown)")
+    ax.set_ylabel("F1 (strict)")
+    ax.set_ylim(0, 1)
+    ax.margins(x=0.3)
+    ax.set_title("F1 against cost")
+    ax.grid(True, alpha=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Chart(path)
+
+
+def _plain(text: str) -> str:
+    """A chart label from user text: printable ASCII, and `$` not read as mathtext."""
+    ascii_only = "".join(c if c.isascii() and c.isprintable() else "?" for c in text)[:60]
+    return ascii_only.replace("$", r"\$")
+
+
+def write_report(result: EvalResult, directory: Path) -> tuple[Path, Chart]:
+    """`<directory>/eval-<batch>.md` and its chart `eval-<batch>-f1-cost.png`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = [entry for run in result.runs for entry in run_entries(result, run)]
+    chart = draw_chart(entries, directory / f"eval-{result.batch}-f1-cost.png")
+    markdown = render(
+        "eval/report.md.j2",
+        result=result,
+        entries=entries,
+        lifts=[_lift(result, run) for run in result.runs if run.verify],
+        models=[_model_view(run) for run in result.runs],
+        chart=chart.path.name if chart.path else None,
+        chart_missing=chart.missing,
+        chart_extra=CHART_EXTRA,
+        when=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        pct=pct,
+        num=num,
+        usd_text=usd_text,
+    )
+    path = directory / f"eval-{result.batch}.md"
+    path.write_text(markdown, encoding="utf-8")
+    return path, chart
+
+
+def _lift(result: EvalResult, run: ModelRun) -> dict[str, Any]:
+    without, with_verify = run_entries(result, run)
+    done = [c for c in run.cases if not c.error]
+    extra_usd = None
+    if with_verify["usd"] is not None and without["usd"] is not None:
+        extra_usd = with_verify["usd"] - without["usd"]
+    return {
+        "model": run.model,
+        "verifier": run.verify_provider,
+        "without": without,
+        "with": with_verify,
+        "refuted": sum(1 for c in done for f in c.findings if f.verify_status == "refuted"),
+        "lost": sum(max(c.counts[ALL].tp - c.counts[VERIFIED].tp, 0) for c in done),
+        "extra_tokens": with_verify["tokens"] - without["tokens"],
+        "extra_usd": extra_usd,
+        "verify_failed": sum(1 for c in done if c.verify_error),
+    }
+
+
+def _where(path: str | None, line: int | None) -> str:
+    return (path or "—") + (f":{line}" if line else "")
+
+
+def _model_view(run: ModelRun) -> dict[str, Any]:
+    variant = VERIFIED if run.verify else ALL
+    cases = []
+    for case in run.cases:
+        labels = case.case.labels
+        counts = None if case.error else case.counts.get(variant)
+        rows = [
+            {
+                "finding": f,
+                "where": _where(f.path, f.line),
+                "label": labels[case.pairs[n]] if n in case.pairs else None,
+            }
+            for n, f in enumerate(case.findings)
+        ]
+        matched = set(case.pairs.values())
+        cases.append(
+            {
+                "result": case,
+                "counts": counts,
+                "refuted": sum(1 for f in case.findings if f.verify_status == "refuted"),
+                "tokens": case.review_tokens + case.verify_tokens,
+                "usd": add_usd(case.review_usd, case.verify_usd),
+                "rows": rows,
+                "missed": [
+                    {"label": label, "where": _where(label.path, label.line)}
+                    for j, label in enumerate(labels)
+                    if j not in matched
+                ],
+            }
+        )
+    return {"run": run, "cases": cases}
+
+
+def pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}"
+
+
+def num(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def usd_text(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:.4f}"

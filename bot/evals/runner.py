@@ -1,0 +1,490 @@
+"""`cockpit eval run`: replay golden cases through the production review pipeline and score them.
+
+Each case gets a worktree of an eval-only mirror at its head sha and goes through
+`review_worktree` (and `verify_draft` with `--verify`) with production's prompts, tools and
+budgets. Nothing here can reach GitHub (no GitHub client is built) and the sources are only
+read: their fingerprints are compared after the run, which fails if one changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bot.agents.base import AgentError, Budget
+from bot.agents.providers import ModelClients
+from bot.config import PROVIDERS, Settings
+from bot.evals.golden import Case, Golden, load_golden
+from bot.evals.judges import EvalFinding, Judge, make_judge
+from bot.evals.scoring import Counts, score_case
+from bot.evals.sources import Sources, display_name, fingerprint
+from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
+from bot.review.verify import apply_verification, choose_provider, verify_draft
+from bot.sessions.store import end_session
+from bot.storage import Database
+from bot.worktrees import GitError
+
+ALL, VERIFIED = "all", "verified"  # the findings scored: every one, or those not refuted
+
+
+class EvalError(Exception):
+    """The eval cannot start (bad options, golden file or resume id); exit code 2."""
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    goldens: tuple[str, ...]
+    provider: str
+    models: tuple[str, ...]
+    verify: bool = False
+    judge: str = "lexical"
+    repo: str | None = None
+    jobs: int = 1
+    judge_model: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> EvalOptions:
+        data = json.loads(text)
+        return cls(**{**data, "goldens": tuple(data["goldens"]), "models": tuple(data["models"])})
+
+
+@dataclass
+class CaseResult:
+    """One case under one model: what the reviewer found and how it scored."""
+
+    case: Case
+    golden: str
+    findings: list[EvalFinding] = field(default_factory=list)
+    error: str | None = None
+    head_sha: str = ""
+    notes: tuple[str, ...] = ()
+    wall_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    review_tokens: int = 0
+    review_usd: float | None = 0.0
+    verify_tokens: int = 0
+    verify_usd: float | None = 0.0
+    verify_error: str | None = None
+    counts: dict[str, Counts] = field(default_factory=dict)
+    pairs: dict[int, int] = field(default_factory=dict)  # finding index → label index
+
+    def to_scores(self) -> dict[str, Any]:
+        return {
+            "counts": {name: c.to_dict() for name, c in self.counts.items()},
+            "pairs": {str(i): j for i, j in self.pairs.items()},
+            "notes": list(self.notes),
+            "verify_seconds": self.verify_seconds,
+            "review_tokens": self.review_tokens,
+            "review_usd": self.review_usd,
+            "verify_tokens": self.verify_tokens,
+            "verify_usd": self.verify_usd,
+            "verify_error": self.verify_error,
+        }
+
+
+@dataclass
+class ModelRun:
+    """One model's pass over every case (one `eval_runs` row)."""
+
+    id: int
+    provider: str
+    model: str
+    verify: bool
+    verify_provider: str | None
+    cases: list[CaseResult] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[CaseResult]:
+        return [c for c in self.cases if c.error]
+
+    def total(self, variant: str) -> Counts:
+        done = [c.counts[variant] for c in self.cases if not c.error]
+        return sum(done, Counts())
+
+
+@dataclass
+class EvalResult:
+    batch: int
+    options: EvalOptions
+    goldens: list[Golden]
+    runs: list[ModelRun]
+    judge: str
+    judge_model: str | None
+    judge_tokens: int = 0
+    judge_usd: float | None = 0.0
+    source_changed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.source_changed and not any(run.failed for run in self.runs)
+
+
+def add_usd(a: float | None, b: float | None) -> float | None:
+    """Unknown stays unknown: a sum with an unknown part is unknown."""
+    return None if a is None or b is None else a + b
+
+
+async def spend(db: Database, run_id: int | None) -> tuple[int, float | None]:
+    """Tokens and USD of one `runs` row (USD None when the model has no known rate)."""
+    if run_id is None:
+        return 0, 0.0
+    usage = await db.fetchone(
+        "SELECT COALESCE(SUM(input_tokens + output_tokens + cache_read_tokens"
+        " + cache_write_tokens), 0) FROM run_usage WHERE run_id = ?",
+        (run_id,),
+    )
+    run = await db.fetchone("SELECT cost_usd FROM runs WHERE id = ?", (run_id,))
+    return int(usage[0]), (run["cost_usd"] if run is not None else None)
+
+
+class Progress:
+    """What the runner reports as cases finish (a terminal bar or plain lines)."""
+
+    def start(self, result: EvalResult, total: int, resumed: bool) -> None: ...
+
+    def case_done(self, run: ModelRun, result: CaseResult) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+@dataclass
+class Runner:
+    settings: Settings
+    db: Database
+    models: ModelClients
+    sources: Sources
+    judge: Judge
+    progress: Progress
+
+    async def run_case(self, run: ModelRun, golden: Golden, case: Case, index: int) -> CaseResult:
+        result = CaseResult(case, str(golden.path))
+        started = time.monotonic()
+        prepared = None
+        try:
+            prepared = await self.sources.prepare(case, f"eval-{run.id}-{index}")
+            result.head_sha, result.notes = prepared.tree.head_sha, prepared.notes
+            reviewer = Reviewer(self.db, self.models, Budget(max_usd=self.settings.review_max_usd))
+            request = ReviewRequest(
+                repo=display_name(case.repository),
+                number=case.pr or 0,
+                title=case.title,
+                body=case.body,
+                base_ref=case.base_ref or "the default branch",
+                provider=run.provider,
+                config=await self.sources.repo_config(prepared.key),
+                model=run.model,
+            )
+            draft = await review_worktree(reviewer, prepared.tree, request)
+            if draft.session_id is not None:  # no PR to talk about it later: the talk ends
+                await end_session(self.db, draft.session_id)
+            result.review_tokens, result.review_usd = await spend(self.db, draft.run_id)
+            rows = draft.findings
+            if run.verify and rows:
+                rows = await self._verify(run, reviewer, prepared.tree, request, draft, result)
+            result.findings = [EvalFinding.from_row(n, r) for n, r in enumerate(rows, start=1)]
+        except (AgentError, GitError, OSError) as exc:
+            result.error = str(exc) or exc.__class__.__name__
+        finally:
+            if prepared is not None:
+                await self.sources.release(prepared)
+        result.wall_seconds = time.monotonic() - started
+        return result
+
+    async def _verify(
+        self,
+        run: ModelRun,
+        reviewer: Reviewer,
+        tree: Any,
+        request: ReviewRequest,
+        draft: Draft,
+        result: CaseResult,
+    ) -> list[dict[str, Any]]:
+        assert run.verify_provider is not None
+        started = time.monotonic()
+        verification = await verify_draft(
+            reviewer, tree, request, draft, provider=run.verify_provider
+        )
+        result.verify_seconds = time.monotonic() - started
+        result.verify_error = verification.error
+        result.verify_tokens, result.verify_usd = await spend(self.db, verification.run_id)
+        return apply_verification(draft.findings, verification)
+
+    async def score(self, result: CaseResult) -> None:
+        """Judge the findings against the labels; both variants when verify ran."""
+        case = result.case
+        scores = await self.judge.scores(result.findings, case.labels)
+        known = None
+        if case.known_false_positives and result.findings:
+            fp_scores = await self.judge.scores(result.findings, case.known_false_positives)
+            known = [any(s > 0 for s in row) for row in fp_scores]
+        result.counts[ALL], result.pairs = score_case(scores, len(case.labels), known_fp=known)
+        if any(f.verify_status for f in result.findings) or result.verify_error is not None:
+            kept = [f.verify_status != "refuted" for f in result.findings]
+            result.counts[VERIFIED], result.pairs = score_case(
+                scores, len(case.labels), kept=kept, known_fp=known
+            )
+        else:
+            result.counts[VERIFIED] = result.counts[ALL]
+
+    async def store_case(self, run: ModelRun, result: CaseResult) -> None:
+        final = result.counts.get(VERIFIED if run.verify else ALL, Counts())
+        strict = final.strict
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "DELETE FROM eval_findings WHERE eval_case_id IN (SELECT id FROM eval_cases"
+                " WHERE eval_run_id = ? AND case_id = ?)",
+                (run.id, result.case.id),
+            )
+            await conn.execute(
+                "DELETE FROM eval_cases WHERE eval_run_id = ? AND case_id = ?",
+                (run.id, result.case.id),
+            )
+            cursor = await conn.execute(
+                "INSERT INTO eval_cases (eval_run_id, case_id, pr, head_sha, status,"
+                " true_positives, false_positives, false_negatives, precision, recall, f1,"
+                " cost_usd, tokens, wall_seconds, error, scores)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run.id,
+                    result.case.id,
+                    result.case.pr or 0,
+                    result.head_sha,
+                    "failed" if result.error else "done",
+                    strict["tp"],
+                    strict["fp"],
+                    strict["fn"],
+                    strict["precision"],
+                    strict["recall"],
+                    strict["f1"],
+                    add_usd(result.review_usd, result.verify_usd),
+                    result.review_tokens + result.verify_tokens,
+                    result.wall_seconds,
+                    result.error,
+                    json.dumps(result.to_scores()),
+                ),
+            )
+            case_row = cursor.lastrowid
+            await conn.executemany(
+                "INSERT INTO eval_findings (eval_case_id, ordinal, path, line, end_line,"
+                " severity, title, body, matched_label, verify_status, verify_note)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        case_row,
+                        f.ordinal,
+                        f.path,
+                        f.line,
+                        f.end_line,
+                        f.severity,
+                        f.title,
+                        f.body,
+                        result.pairs.get(index),
+                        f.verify_status,
+                        f.verify_note,
+                    )
+                    for index, f in enumerate(result.findings)
+                ],
+            )
+
+    async def load_case(self, run: ModelRun, golden: Golden, case: Case) -> CaseResult | None:
+        """A case this run already finished (on `--resume`), or None to run it (again)."""
+        row = await self.db.fetchone(
+            "SELECT * FROM eval_cases WHERE eval_run_id = ? AND case_id = ? AND status = 'done'",
+            (run.id, case.id),
+        )
+        if row is None:
+            return None
+        saved = json.loads(row["scores"] or "{}")
+        findings = await self.db.fetchall(
+            "SELECT * FROM eval_findings WHERE eval_case_id = ? ORDER BY ordinal", (row["id"],)
+        )
+        return CaseResult(
+            case,
+            str(golden.path),
+            findings=[EvalFinding.from_row(f["ordinal"], f) for f in findings],
+            head_sha=row["head_sha"],
+            notes=tuple(saved.get("notes", ())),
+            wall_seconds=row["wall_seconds"] or 0.0,
+            verify_seconds=saved.get("verify_seconds", 0.0),
+            review_tokens=saved.get("review_tokens", 0),
+            review_usd=saved.get("review_usd"),
+            verify_tokens=saved.get("verify_tokens", 0),
+            verify_usd=saved.get("verify_usd"),
+            verify_error=saved.get("verify_error"),
+        )
+
+    async def run_model(
+        self, run: ModelRun, cases: Sequence[tuple[Golden, Case]], jobs: int
+    ) -> None:
+        started = time.monotonic()
+        limit = asyncio.Semaphore(jobs)
+
+        async def one(index: int, golden: Golden, case: Case) -> CaseResult:
+            async with limit:
+                result = await self.load_case(run, golden, case)
+                if result is None:
+                    result = await self.run_case(run, golden, case, index)
+                if result.error is None:
+                    try:
+                        await self.score(result)
+                    except AgentError as exc:
+                        result.error = f"judging failed: {exc}"
+                await self.store_case(run, result)
+                self.progress.case_done(run, result)
+                return result
+
+        run.cases = list(
+            await asyncio.gather(*(one(n, g, c) for n, (g, c) in enumerate(cases, start=1)))
+        )
+        run.wall_seconds = time.monotonic() - started
+        await self.finish_model(run)
+
+    async def finish_model(self, run: ModelRun) -> None:
+        final = run.total(VERIFIED if run.verify else ALL)
+        strict = final.strict
+        usd: float | None = 0.0
+        tokens = 0
+        for case in run.cases:
+            if not case.error:
+                usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd))
+                tokens += case.review_tokens + case.verify_tokens
+        scores = {name: run.total(name).to_dict() for name in (ALL, VERIFIED)}
+        await self.db.execute(
+            "UPDATE eval_runs SET status = ?, precision = ?, recall = ?, f1 = ?, cost_usd = ?,"
+            " tokens = ?, wall_seconds = ?, finished_at = ?, scores = ? WHERE id = ?",
+            (
+                "failed" if run.failed else "done",
+                strict["precision"],
+                strict["recall"],
+                strict["f1"],
+                usd,
+                tokens,
+                run.wall_seconds,
+                time.time(),
+                json.dumps(scores),
+                run.id,
+            ),
+        )
+
+
+def resolve_models(settings: Settings, provider: str, models: Sequence[str]) -> tuple[str, ...]:
+    if provider not in PROVIDERS:
+        raise EvalError(f"--provider must be one of {', '.join(PROVIDERS)}")
+    default = settings.claude_model if provider == "claude" else settings.codex_model
+    chosen = tuple(m.strip() for m in models if m.strip()) or (default,)
+    if len(set(chosen)) != len(chosen):
+        raise EvalError("--model lists a model twice")
+    return chosen
+
+
+async def _create_batch(
+    db: Database, options: EvalOptions, verify_provider: str | None, judge: str
+) -> list[ModelRun]:
+    runs = []
+    batch = None
+    for model in options.models:
+        run_id = await db.execute(
+            "INSERT INTO eval_runs (golden, provider, model, verify, verify_provider, judge,"
+            " options, status, batch, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+            (
+                json.dumps(list(options.goldens)),
+                options.provider,
+                model,
+                int(options.verify),
+                verify_provider,
+                judge,
+                options.to_json(),
+                batch,
+                time.time(),
+            ),
+        )
+        if batch is None:
+            batch = run_id
+            await db.execute("UPDATE eval_runs SET batch = ? WHERE id = ?", (batch, run_id))
+        runs.append(ModelRun(run_id, options.provider, model, options.verify, verify_provider))
+    return runs
+
+
+async def _load_batch(db: Database, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
+    rows = await db.fetchall("SELECT * FROM eval_runs WHERE batch = ? ORDER BY id", (batch,))
+    if not rows:
+        raise EvalError(f"there is no eval run {batch} to resume")
+    options = EvalOptions.from_json(rows[0]["options"])
+    runs = [
+        ModelRun(
+            row["id"], row["provider"], row["model"], bool(row["verify"]), row["verify_provider"]
+        )
+        for row in rows
+    ]
+    for run in runs:
+        await db.execute(
+            "UPDATE eval_runs SET status = 'running', finished_at = NULL WHERE id = ?", (run.id,)
+        )
+    return options, runs
+
+
+async def run_eval(
+    settings: Settings,
+    options: EvalOptions | None,
+    progress: Progress,
+    *,
+    resume: int | None = None,
+) -> EvalResult:
+    """Run (or resume) an eval; results are stored as they come, so an interrupted run
+    loses at most the cases in flight."""
+    db = await Database.open(settings.db_path)
+    models = ModelClients(settings)
+    try:
+        if resume is not None:
+            options, runs = await _load_batch(db, resume)
+        elif options is None:
+            raise EvalError("nothing to run")
+        try:
+            goldens = [load_golden(path, repository=options.repo) for path in options.goldens]
+            judge = make_judge(options.judge, db, models, options.judge_model)
+        except (ValueError, AgentError) as exc:
+            raise EvalError(str(exc)) from exc
+        verify_provider = None
+        if options.verify:
+            configured = [p for p in PROVIDERS if models.configured(p)]
+            verify_provider = choose_provider(options.provider, None, configured)
+        if resume is None:
+            runs = await _create_batch(db, options, verify_provider, options.judge)
+        cases = [(golden, case) for golden in goldens for case in golden.cases]
+        result = EvalResult(
+            runs[0].id if resume is None else resume,
+            options,
+            goldens,
+            runs,
+            judge.name,
+            judge.model,
+        )
+        repositories = sorted({case.repository for _, case in cases})
+        before = {repo: await fingerprint(repo) for repo in repositories}
+        progress.start(result, len(cases) * len(runs), resumed=resume is not None)
+        runner = Runner(settings, db, models, Sources.under(settings.data_dir), judge, progress)
+        try:
+            for run in runs:
+                await runner.run_model(run, cases, max(1, options.jobs))
+        finally:
+            progress.finish()
+        after = {repo: await fingerprint(repo) for repo in repositories}
+        result.source_changed = [repo for repo in repositories if before[repo] != after[repo]]
+        if result.source_changed:
+            await db.execute(
+                "UPDATE eval_runs SET status = 'failed' WHERE batch = ?", (result.batch,)
+            )
+        result.judge_tokens = getattr(judge, "tokens", 0)
+        result.judge_usd = getattr(judge, "cost_usd", 0.0)
+        return result
+    finally:
+        await models.close()
+        await db.close()

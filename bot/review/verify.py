@@ -1,0 +1,226 @@
+"""The verify pass: a second read-only run that tries to refute each finding of a draft.
+
+It runs through the same toolbox, loop, budgets and ledger as the review (its `runs` row has
+`subkind = verify`), preferably on the other provider. It only labels findings (`confirmed`,
+`refuted`, `uncertain`, with evidence); a verify pass that fails leaves the draft as it was
+and says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from bot.agents.base import AgentError
+from bot.agents.loop import AgentRun, FinalAnswer
+from bot.agents.submit import InvalidAnswer
+from bot.agents.toolbox import Toolbox
+from bot.config import PROVIDERS
+from bot.review.pipeline import Draft, Reviewer, ReviewRequest
+from bot.sessions.store import end_session, start_verify_session
+from bot.skills import load_skill
+from bot.texts import render
+from bot.worktrees import GitError, Worktree
+
+log = logging.getLogger(__name__)
+
+CONFIRMED, REFUTED, UNCERTAIN = "confirmed", "refuted", "uncertain"
+STATUSES = (CONFIRMED, REFUTED, UNCERTAIN)
+MAX_EVIDENCE = 1000
+NOT_ANSWERED = "the verifier gave no verdict for this finding"
+_REF = re.compile(r"^\s*F?(\d+)\s*$", re.I)
+
+VERIFY_TOOL: dict[str, Any] = {
+    "name": "submit_verification",
+    "description": "Submit one verdict per finding, once, when you are done checking. "
+    "`finding` is the finding's number (F1 is 1).",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "verdicts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "finding": {"type": "integer", "minimum": 1},
+                        "status": {"type": "string", "enum": list(STATUSES)},
+                        "evidence": {
+                            "type": "string",
+                            "description": "What you read, as path:line, and why it "
+                            "confirms or refutes the finding",
+                        },
+                    },
+                    "required": ["finding", "status", "evidence"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        "required": ["verdicts"],
+        "additionalProperties": False,
+    },
+}
+NUDGE = (
+    "You ended your turn without calling submit_verification. Call it now with one verdict "
+    "per finding (use `uncertain` where you could not decide)."
+)
+
+
+class InvalidVerification(InvalidAnswer):
+    """The model's `submit_verification` input does not match the schema."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The verify pass's outcome: a verdict per finding ordinal, or why it did not run."""
+
+    provider: str
+    verdicts: dict[int, Verdict] = field(default_factory=dict)
+    run_id: int | None = None
+    error: str | None = None
+
+
+def parse_verification(data: Any, *, count: int) -> dict[int, Verdict]:
+    """Validate `submit_verification` input for a draft of `count` findings; a finding the
+    verifier skipped is `uncertain`."""
+    if not isinstance(data, dict) or not isinstance(data.get("verdicts"), list):
+        raise InvalidVerification("input must be an object with a `verdicts` array")
+    problems = []
+    verdicts: dict[int, Verdict] = {}
+    for n, item in enumerate(data["verdicts"]):
+        where = f"verdicts[{n}]"
+        if not isinstance(item, dict):
+            problems.append(f"{where} must be an object")
+            continue
+        ref = item.get("finding")
+        if isinstance(ref, str) and (match := _REF.match(ref)):
+            ref = int(match.group(1))
+        if isinstance(ref, bool) or not isinstance(ref, int) or not 1 <= ref <= count:
+            problems.append(f"{where}.finding must be a finding number from 1 to {count}")
+            continue
+        status = item.get("status")
+        if status not in STATUSES:
+            problems.append(f"{where}.status must be one of {', '.join(STATUSES)}")
+            continue
+        evidence = item.get("evidence")
+        if not isinstance(evidence, str) or not evidence.strip():
+            problems.append(f"{where}.evidence must say what you read (path:line) and why")
+            continue
+        verdicts[ref] = Verdict(status, " ".join(evidence.split())[:MAX_EVIDENCE])
+    if problems:
+        raise InvalidVerification("; ".join(problems[:20]))
+    for ordinal in range(1, count + 1):
+        verdicts.setdefault(ordinal, Verdict(UNCERTAIN, NOT_ANSWERED))
+    return verdicts
+
+
+def choose_provider(
+    reviewer: str, configured_choice: str | None, available: Collection[str]
+) -> str:
+    """The repository's `verify_provider` if set; else the other provider when it is
+    configured here (a cross-vendor check); else the reviewer's own provider."""
+    if configured_choice:
+        return configured_choice
+    others = [p for p in PROVIDERS if p != reviewer and p in available]
+    return others[0] if others else reviewer
+
+
+def apply_verification(rows: list[dict[str, Any]], verification: Verification) -> list[dict]:
+    """The draft's findings (F1 is rows[0]) with the verifier's status and evidence."""
+    result = []
+    for ordinal, row in enumerate(rows, start=1):
+        verdict = verification.verdicts.get(ordinal)
+        if verdict is None:
+            result.append(dict(row))
+        else:
+            result.append({**row, "verify_status": verdict.status, "verify_note": verdict.evidence})
+    return result
+
+
+async def verify_draft(
+    reviewer: Reviewer,
+    tree: Worktree,
+    request: ReviewRequest,
+    draft: Draft,
+    *,
+    provider: str,
+    model: str | None = None,
+    on_tool_call: Callable[[str], Awaitable[None]] | None = None,
+) -> Verification:
+    """Run the verify pass over `draft`. Never raises for a failed pass (except when
+    cancelled): the result then carries the reason, and the draft stands unverified."""
+    if not draft.findings:
+        return Verification(provider)
+    try:
+        return await _verify(reviewer, tree, request, draft, provider, model, on_tool_call)
+    except asyncio.CancelledError:
+        raise
+    except (AgentError, GitError) as exc:
+        return Verification(provider, error=str(exc))
+    except OSError as exc:
+        return Verification(provider, error=f"a local error occurred ({exc.__class__.__name__})")
+    except Exception:
+        log.exception("verify pass crashed")
+        return Verification(provider, error="an internal error occurred; see the logs")
+
+
+async def _verify(
+    reviewer: Reviewer,
+    tree: Worktree,
+    request: ReviewRequest,
+    draft: Draft,
+    provider_name: str,
+    model: str | None,
+    on_tool_call: Callable[[str], Awaitable[None]] | None,
+) -> Verification:
+    provider = reviewer.models.provider(provider_name, model)
+    session = await start_verify_session(
+        reviewer.db,
+        provider=provider.name,
+        model=provider.model,
+        pull_id=request.pull_id,
+        review_id=request.review_id,
+        draft_session_id=draft.session_id,
+    )
+    skill = await load_skill(reviewer.db, "verify")
+    run = AgentRun(
+        db=reviewer.db,
+        provider=provider,
+        session=session,
+        toolbox=Toolbox(tree, on_call=on_tool_call),
+        system=skill.text,
+        kind="verify",
+        budget=reviewer.budget,
+        skill_version_id=skill.id,
+        review_id=request.review_id,
+        final=FinalAnswer(
+            VERIFY_TOOL,
+            partial(parse_verification, count=len(draft.findings)),
+            NUDGE,
+            "Verification submitted. Thank you.",
+        ),
+        metrics=reviewer.metrics,
+    )
+    prompt = render(
+        "prompts/verify_request.md.j2",
+        number=request.number,
+        repo=request.repo,
+        head_sha=tree.head_sha,
+        merge_base=tree.merge_base,
+        findings=list(enumerate(draft.findings, start=1)),
+    )
+    try:
+        result = await run.turn(prompt)
+    finally:
+        await end_session(reviewer.db, session.id)
+    return Verification(provider.name, result.answer, result.run_id)

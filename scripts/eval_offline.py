@@ -1,0 +1,57 @@
+"""Run `cockpit eval run` with no API key: the scripted model behind local model stand-ins.
+
+Starts the Anthropic and OpenAI stand-ins (real HTTP on 127.0.0.1, answered by the
+deterministic `scripted_reviewer`), points the SDKs at them, and runs the real command in a
+subprocess with the arguments given (the shipped planted set when no golden file is given).
+Both providers' model id is `scripted-reviewer` (its rate is zero: the run costs $0).
+
+    python scripts/eval_offline.py [--verify] [--jobs 4] [--json results.json] [...]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bot.standin.models import AnthropicStandin, OpenAIStandin  # noqa: E402
+from bot.standin.scripted import MODEL, scripted_reviewer  # noqa: E402
+
+PLANTED = ROOT / "eval" / "golden" / "planted" / "planted.json"
+
+
+async def main(argv: list[str]) -> int:
+    claude, codex = AnthropicStandin(scripted_reviewer), OpenAIStandin(scripted_reviewer)
+    await claude.start()
+    await codex.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="cockpit-eval-") as data:
+            env = {
+                **os.environ,
+                "ANTHROPIC_BASE_URL": claude.url,
+                "ANTHROPIC_API_KEY": "sk-ant-offline-standin",
+                "OPENAI_BASE_URL": f"{codex.url}/v1",
+                "OPENAI_API_KEY": "sk-offline-standin",
+                "COCKPIT_DATA_DIR": os.environ.get("COCKPIT_DATA_DIR", data),
+                "COCKPIT_CLAUDE_MODEL": MODEL,
+                "COCKPIT_CODEX_MODEL": MODEL,
+            }
+            args = list(argv)
+            if "--golden" not in args and "--resume" not in args:
+                args = ["--golden", str(PLANTED), *args]
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot", "eval", "run", *args, env=env, cwd=ROOT
+            )
+            return await proc.wait()
+    finally:
+        await claude.stop()
+        await codex.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main(sys.argv[1:])))

@@ -1,0 +1,362 @@
+"""The shipped offline set end to end: the scripted model behind the model stand-ins, the real
+SDKs, the production pipeline, and scores known in advance. The eval never writes to GitHub
+or to the repository it reads."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.cli import build_parser
+from bot.config import Settings
+from bot.evals.commands import eval_run
+from bot.evals.progress import ConsoleProgress, eta_text
+from bot.evals.report import results_json, write_report
+from bot.evals.runner import EvalOptions, Progress, run_eval
+from bot.evals.sources import fingerprint
+from bot.standin.scripted import MODEL
+
+ROOT = Path(__file__).resolve().parent.parent
+PLANTED_DIR = ROOT / "eval" / "golden" / "planted"
+
+# What the scripted model finds on the planted set, judged lexically: it catches the SQL
+# injection, the leaked file (twice: one match, one extra), the bare except, the shell
+# injection and the eval(); it misses both off-by-ones, the inverted freshness check, the
+# race, the unretried failures and the 300-is-success check; it raises a `== None` nit and
+# flags the test fixture's token, which the verify pass refutes.
+EXPECTED_CASES = {
+    "pr-1-pagination": (1, 0, 1),
+    "pr-2-settings-file": (2, 1, 0),
+    "pr-3-rate-cache": (0, 1, 2),
+    "pr-4-pdf-export": (1, 0, 1),
+    "pr-5-uploads": (1, 0, 2),
+    "pr-6-cli-help": (0, 0, 0),
+    "pr-7-item-tests": (0, 1, 0),
+}
+
+
+@pytest.fixture
+def planted(tmp_path) -> Path:
+    """A copy of the shipped set, so each test reads its own files."""
+    target = tmp_path / "golden"
+    shutil.copytree(PLANTED_DIR, target)
+    return target / "planted.json"
+
+
+@pytest.fixture
+def settings(tmp_path) -> Settings:
+    return Settings(data_dir=tmp_path / "data", claude_model=MODEL, codex_model=MODEL)
+
+
+def options(planted: Path, **changes) -> EvalOptions:
+    return EvalOptions(
+        **{"goldens": (str(planted),), "provider": "claude", "models": (MODEL,), **changes}
+    )
+
+
+def test_the_generator_reproduces_the_shipped_set(tmp_path):
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_planted_golden.py"), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    assert (tmp_path / "planted.json").read_text() == (PLANTED_DIR / "planted.json").read_text()
+
+    def heads(bundle: Path) -> str:
+        return subprocess.run(
+            ["git", "bundle", "list-heads", str(bundle)], capture_output=True, text=True
+        ).stdout
+
+    assert heads(tmp_path / "stockroom.bundle") == heads(PLANTED_DIR / "stockroom.bundle")
+    golden = json.loads((PLANTED_DIR / "planted.json").read_text())
+    assert len(golden["cases"]) == 7 and sum(len(c["labels"]) for c in golden["cases"]) == 11
+    assert sum(1 for c in golden["cases"] if len(c["labels"]) >= 2) == 5
+    assert sum(1 for c in golden["cases"] if not c["labels"]) == 2
+
+
+async def test_planted_set_scores_exactly_with_and_without_verify(
+    planted, settings, anthropic_standin, openai_standin, tmp_path
+):
+    bundle = await fingerprint(str(planted.parent / "stockroom.bundle"))
+    result = await run_eval(settings, options(planted, verify=True, jobs=3), Progress())
+    assert result.ok and result.runs[0].verify_provider == "codex"
+    assert result.source_changed == []
+    assert await fingerprint(str(planted.parent / "stockroom.bundle")) == bundle
+    without, with_verify = results_json(result)["runs"]
+
+    assert (without["provider"], without["model"], without["verify"]) == ("claude", MODEL, False)
+    assert without["strict"] == {
+        "tp": 5,
+        "fp": 3,
+        "fn": 6,
+        "precision": 5 / 8,
+        "recall": 5 / 11,
+        "f1": 10 / 19,
+    }
+    assert without["benchmark"] == {
+        "precision": 6 / 8,
+        "recall": 5 / 11,
+        "f1": pytest.approx(2 * (6 / 8) * (5 / 11) / (6 / 8 + 5 / 11)),
+    }
+    assert {c["id"]: (c["tp"], c["fp"], c["fn"]) for c in without["cases"]} == EXPECTED_CASES
+
+    assert with_verify["verify"] is True and with_verify["verify_provider"] == "codex"
+    assert with_verify["strict"] == {
+        "tp": 5,
+        "fp": 2,
+        "fn": 6,
+        "precision": 5 / 7,
+        "recall": 5 / 11,
+        "f1": 10 / 18,
+    }
+    assert with_verify["benchmark"]["precision"] == 6 / 7
+    refuted = {c["id"]: c["refuted"] for c in with_verify["cases"] if c["refuted"]}
+    assert refuted == {"pr-7-item-tests": 1}
+
+    # The stand-ins charge fixed tokens per answer (and the scripted model's rate is $0):
+    # 20 review answers from claude, 12 verify answers from codex.
+    assert (without["tokens"], without["usd"]) == (47_100, 0.0)
+    assert (with_verify["tokens"], with_verify["usd"]) == (65_100, 0.0)
+    assert with_verify["usd_per_tp"] == 0.0
+    assert len(anthropic_standin.requests) == 20 and len(openai_standin.requests) == 12
+
+    # The same prompts and tools as production: the review skill and the read-only toolbox.
+    first = anthropic_standin.normalise(anthropic_standin.requests[0])
+    assert first.system.startswith("You are PR Cockpit's code reviewer")
+    assert {
+        "read_file",
+        "list_files",
+        "search_code",
+        "git_diff",
+        "git_log",
+        "submit_review",
+    } == set(first.tools)
+
+    report, chart = write_report(result, tmp_path / "reports")
+    text = report.read_text()
+    assert "| claude | scripted-reviewer | no | 62.5 | 45.5 | 52.6 | 5 | 3 | 6 | 75.0 |" in text
+    assert "| scripted-reviewer | codex | 52.6 → 55.6 | 62.5 → 71.4 |" in text
+    assert "*(missed)* | `stockroom/items.py:21`" in text
+    if importlib.util.find_spec("matplotlib") is None:
+        assert chart.path is None and "pip install 'pr-cockpit[eval]'" in text
+    else:
+        assert chart.path is not None and chart.path.exists()
+
+
+async def test_eval_results_and_runs_are_stored(planted, settings, anthropic_standin):
+    result = await run_eval(settings, options(planted), Progress())
+    from bot.storage import Database
+
+    db = await Database.open(settings.db_path)
+    [run] = await db.fetchall("SELECT * FROM eval_runs")
+    assert (run["status"], run["batch"], run["judge"], run["verify"]) == (
+        "done",
+        run["id"],
+        "lexical",
+        0,
+    )
+    assert run["precision"] == 5 / 8 and run["tokens"] == 47_100
+    cases = await db.fetchall("SELECT * FROM eval_cases ORDER BY case_id")
+    assert [c["case_id"] for c in cases] == sorted(EXPECTED_CASES)
+    assert all(c["status"] == "done" and len(c["head_sha"]) == 40 for c in cases)
+    findings = await db.fetchall("SELECT * FROM eval_findings")
+    assert len(findings) == 8 and sum(f["matched_label"] is not None for f in findings) == 5
+    runs = await db.fetchall("SELECT kind, subkind, status FROM runs")
+    assert len(runs) == 7 and {tuple(r) for r in runs} == {("review", None, "done")}
+    await db.close()
+    assert result.batch == run["id"]
+
+
+async def test_several_models_make_one_comparison(planted, settings, anthropic_standin):
+    result = await run_eval(
+        settings, options(planted, models=(MODEL, "claude-sonnet-5-5")), Progress()
+    )
+    entries = results_json(result)["runs"]
+    assert [e["model"] for e in entries] == [MODEL, "claude-sonnet-5-5"]
+    assert entries[0]["strict"] == entries[1]["strict"]  # same scripted answers
+    assert entries[0]["usd"] == 0.0 and entries[1]["usd"] > 0  # priced by rates.json
+    assert len({e["batch"] for e in entries}) == 1
+
+
+async def test_resume_runs_only_unfinished_cases_and_rescoring_costs_nothing(
+    planted, settings, anthropic_standin
+):
+    first = await run_eval(settings, options(planted), Progress())
+    from bot.storage import Database
+
+    db = await Database.open(settings.db_path)
+    await db.execute(
+        "UPDATE eval_cases SET status = 'failed' WHERE case_id IN (?, ?)",
+        ("pr-1-pagination", "pr-6-cli-help"),
+    )
+    await db.close()
+    before = len(anthropic_standin.requests)
+    resumed = await run_eval(settings, None, Progress(), resume=first.batch)
+    assert len(anthropic_standin.requests) - before == 3 + 2  # those two cases again
+    assert results_json(resumed)["runs"][0]["strict"] == results_json(first)["runs"][0]["strict"]
+
+    before = len(anthropic_standin.requests)
+    again = await run_eval(settings, None, Progress(), resume=first.batch)
+    assert len(anthropic_standin.requests) == before
+    assert results_json(again)["runs"][0]["strict"]["f1"] == 10 / 19
+
+
+async def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "eval",
+        "run",
+        *args,
+        env=env,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode, out.decode()
+
+
+def cli_env(tmp_path: Path, github, claude, codex) -> dict[str, str]:
+    keep = ("PATH", "HOME", "LANG", "SYSTEMROOT")
+    return {
+        **{k: v for k, v in os.environ.items() if k in keep},
+        "COCKPIT_DATA_DIR": str(tmp_path / "data"),
+        "COCKPIT_CLAUDE_MODEL": MODEL,
+        "COCKPIT_CODEX_MODEL": MODEL,
+        "GITHUB_API_URL": github.url,
+        "ANTHROPIC_BASE_URL": claude.url,
+        "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789",
+        "OPENAI_BASE_URL": f"{codex.url}/v1",
+        "OPENAI_API_KEY": "sk-test-openai-0123456789",
+    }
+
+
+async def test_the_eval_command_never_writes_to_github_or_the_repository(
+    planted, tmp_path, github, anthropic_standin, openai_standin
+):
+    """The GitHub stand-in records no request at all, and a local clone given with --repo is
+    unchanged down to its files' modification times (git metadata included)."""
+    clone = tmp_path / "clone"
+    bundle = planted.parent / "stockroom.bundle"
+    subprocess.run(["git", "clone", "-q", str(bundle), str(clone)], check=True)
+    subprocess.run(
+        ["git", "-C", str(clone), "fetch", "-q", str(bundle), "+refs/pull/*:refs/pull/*"],
+        check=True,
+    )
+    before = await fingerprint(str(clone))
+    env = cli_env(tmp_path, github, anthropic_standin, openai_standin)
+    results = tmp_path / "results.json"
+    code, out = await run_cli(
+        [
+            *("--golden", str(planted), "--repo", str(clone), "--verify", "--jobs", "2"),
+            *("--json", str(results)),
+        ],
+        env,
+        tmp_path,
+    )
+    assert code == 0, out
+    assert "eval run 1: 7 case(s) \N{MULTIPLICATION SIGN} 1 model(s)" in out
+    assert "[7/7]" in out
+    assert github.requests == []
+    assert await fingerprint(str(clone)) == before
+    assert (tmp_path / "eval" / "reports" / "eval-1.md").exists()
+
+    data = json.loads(results.read_text())
+    for entry in data["runs"]:
+        assert {
+            "provider",
+            "model",
+            "verify",
+            "judge",
+            "strict",
+            "benchmark",
+            "tokens",
+            "usd",
+        } <= set(entry)
+        assert set(entry["strict"]) == {"tp", "fp", "fn", "precision", "recall", "f1"}
+        assert set(entry["benchmark"]) == {"precision", "recall", "f1"}
+        for case in entry["cases"]:
+            assert {"id", "tp", "fp", "fn", "findings", "labels"} <= set(case)
+    assert [e["verify"] for e in data["runs"]] == [False, True]
+
+
+async def test_a_source_that_changes_during_the_run_fails_it(planted, settings, anthropic_standin):
+    bundle = planted.parent / "stockroom.bundle"
+    scripted = anthropic_standin.policy
+
+    def meddling(conversation):
+        bundle.write_bytes(bundle.read_bytes() + b"\n")  # as if a tool had written to it
+        return scripted(conversation)
+
+    anthropic_standin.policy = meddling
+    result = await run_eval(settings, options(planted), Progress())
+    assert result.source_changed == [str(bundle)] and not result.ok
+
+
+async def test_a_case_that_cannot_run_fails_the_command_with_exit_1(
+    planted, tmp_path, anthropic_standin, monkeypatch
+):
+    golden = json.loads(planted.read_text())
+    golden["cases"][0]["head_sha"] = "0" * 40
+    del golden["cases"][0]["pr"]
+    planted.write_text(json.dumps(golden))
+    monkeypatch.setenv("COCKPIT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("COCKPIT_CLAUDE_MODEL", MODEL)
+    args = build_parser().parse_args(
+        ["eval", "run", "--golden", str(planted), "--report-dir", str(tmp_path / "reports")]
+    )
+    out = io.StringIO()
+    code = await eval_run(args, out, ConsoleProgress(out, tty=False))
+    assert code == 1
+    text = out.getvalue()
+    assert "pr-1-pagination: FAILED: head 0000000000000000000000000000000000000000 is not" in text
+    assert "1 case(s) failed" in text
+
+
+async def test_bad_options_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COCKPIT_DATA_DIR", str(tmp_path / "data"))
+    out = io.StringIO()
+    for argv, message in [
+        (["eval", "run"], "--golden FILE is required"),
+        (["eval", "run", "--golden", str(tmp_path / "none.json")], "cannot be read"),
+        (["eval", "run", "--resume", "99"], "no eval run 99"),
+        (["eval", "run", "--golden", "x.json", "--jobs", "0"], "--jobs must be at least 1"),
+    ]:
+        args = build_parser().parse_args(argv)
+        assert await eval_run(args, out, ConsoleProgress(out, tty=False)) == 2
+        assert message in capsys.readouterr().err
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+async def test_a_terminal_gets_a_progress_bar_with_eta_and_running_cost(
+    planted, settings, anthropic_standin
+):
+    screen = Terminal()
+    await run_eval(settings, options(planted), ConsoleProgress(screen, tty=True))
+    frames = screen.getvalue().split("\r\033[K")
+    assert len(frames) == 1 + 7
+    assert frames[-1].startswith("[████████████████████████] 7/7 · ETA 0:00 · $0.0000 · ")
+    assert "ETA" in frames[1] and "1/7" in frames[1]
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "done", "total", "expected"),
+    [(10.0, 1, 7, "1:00"), (5.0, 5, 5, "0:00"), (0.0, 0, 3, "0:00"), (90.0, 3, 5, "1:00")],
+)
+def test_eta(elapsed, done, total, expected):
+    assert eta_text(elapsed, done, total) == expected

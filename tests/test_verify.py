@@ -1,0 +1,266 @@
+"""The verify pass: a second read-only run labels each finding; refuted ones stay visible,
+marked, and are left out of `approve` unless listed; a failed pass never fails the review."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bot.repo_config import parse_repo_config
+from bot.review.verify import (
+    NOT_ANSWERED,
+    InvalidVerification,
+    Verdict,
+    Verification,
+    apply_verification,
+    choose_provider,
+    parse_verification,
+)
+from bot.server import make_app
+from bot.standin.models import fail
+from bot.texts import render
+from handlers import router
+from tests.world import BASE, build_world, comment_payload
+
+HEAD = {
+    "calc.py": "def parse(text):\n    return eval(text)\n\n\ndef total(values):\n"
+    "    return sum(values)\n",
+    "tests/test_calc.py": 'token = "test-token-1234"\n\n\ndef test_parse():\n'
+    '    assert parse("1") == 1\n',
+}
+VERIFY_CONFIG = {".github/cockpit.toml": "verify = true\n"}
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {
+                "verdicts": [
+                    {"finding": 1, "status": "confirmed", "evidence": "a.py:2 calls eval"},
+                    {"finding": "F2", "status": "refuted", "evidence": "tests/x.py:1  fixture"},
+                ]
+            },
+            {
+                1: Verdict("confirmed", "a.py:2 calls eval"),
+                2: Verdict("refuted", "tests/x.py:1 fixture"),
+            },
+        ),
+        (
+            {"verdicts": [{"finding": 2, "status": "uncertain", "evidence": "b.py:9 unclear"}]},
+            {1: Verdict("uncertain", NOT_ANSWERED), 2: Verdict("uncertain", "b.py:9 unclear")},
+        ),
+        (
+            {"verdicts": []},
+            {1: Verdict("uncertain", NOT_ANSWERED), 2: Verdict("uncertain", NOT_ANSWERED)},
+        ),
+    ],
+)
+def test_verdicts_are_read_per_finding_and_missing_ones_are_uncertain(data, expected):
+    assert parse_verification(data, count=2) == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ([], "an object with a `verdicts` array"),
+        ({"verdicts": [{"finding": 3, "status": "confirmed", "evidence": "x"}]}, "from 1 to 2"),
+        ({"verdicts": [{"finding": True, "status": "confirmed", "evidence": "x"}]}, "from 1 to 2"),
+        ({"verdicts": [{"finding": 1, "status": "maybe", "evidence": "x"}]}, "status must be"),
+        ({"verdicts": [{"finding": 1, "status": "refuted", "evidence": " "}]}, "evidence"),
+        ({"verdicts": ["F1 refuted"]}, "must be an object"),
+    ],
+)
+def test_invalid_verdicts_say_what_to_fix(data, problem):
+    with pytest.raises(InvalidVerification, match=problem):
+        parse_verification(data, count=2)
+
+
+@pytest.mark.parametrize(
+    ("reviewer", "configured", "available", "expected"),
+    [
+        ("claude", None, {"claude", "codex"}, "codex"),
+        ("codex", None, {"claude", "codex"}, "claude"),
+        ("claude", None, {"claude"}, "claude"),
+        ("claude", "claude", {"claude", "codex"}, "claude"),
+        ("claude", "codex", {"claude"}, "codex"),  # chosen but missing: the pass says why
+    ],
+)
+def test_verify_uses_the_other_provider_unless_the_repository_chooses(
+    reviewer, configured, available, expected
+):
+    assert choose_provider(reviewer, configured, available) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "provider", "error"),
+    [
+        ('verify = true\nverify_provider = "codex"\n', "codex", None),
+        ("verify = true\n", None, None),
+        ('verify_provider = "gemini"\n', None, "`verify_provider` must be one of claude, codex"),
+        ("verify_provider = 1\n", None, "`verify_provider` has the wrong type"),
+    ],
+)
+def test_repository_config_reads_verify_provider(text, provider, error):
+    config = parse_repo_config(text)
+    assert config.verify_provider == provider
+    assert (error in config.error) if error else config.error is None
+
+
+def test_verdicts_land_on_their_findings_in_order():
+    rows = [{"title": "a"}, {"title": "b"}]
+    verification = Verification("codex", {2: Verdict("refuted", "x.py:1 is a test")})
+    assert apply_verification(rows, verification) == [
+        {"title": "a"},
+        {"title": "b", "verify_status": "refuted", "verify_note": "x.py:1 is a test"},
+    ]
+
+
+@given(note=st.text(max_size=300), title=st.text(min_size=1, max_size=100))
+def test_verify_notes_stay_inside_their_status_table_cell(note, title):
+    finding = {
+        "ordinal": 1,
+        "severity": "major",
+        "where": "a.py:1",
+        "link": None,
+        "title": title,
+        "state": "kept",
+        "checked_by": "auto",
+        "verify_status": "refuted",
+        "verify_note": note,
+        "verifier": "codex",
+    }
+    body = render(
+        "status.md.j2",
+        headline="draft ready",
+        state="draft",
+        progress="draft ready",
+        short_sha="abcdef0",
+        provider="claude",
+        error=None,
+        stale=False,
+        stale_sha=None,
+        verdict="comment",
+        summary="s",
+        posted_by=None,
+        posted_event=None,
+        findings=[finding],
+        not_reviewed=[],
+        config_error=None,
+        revision=1,
+        revision_note=None,
+        verify_provider="codex",
+        verify_error=None,
+        cost_line="",
+        commands=[],
+        prefix="/cockpit",
+    )
+    [row] = [line for line in body.splitlines() if line.startswith("| F1 |")]
+    assert row.replace("\\|", "").count("|") == 6  # five cells, whatever the model wrote
+    assert "<!--" not in body.replace("<!-- pr-cockpit:status -->", "")
+    assert "@octocat" not in body.replace("@\u2060", "")
+
+
+@pytest.fixture
+async def world(github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin):
+    world = build_world(
+        github, tmp_path, head=HEAD, files=VERIFY_CONFIG, permissions={"octocat": "admin"}
+    )
+    world.client = await aiohttp_client(make_app(settings, router))
+    world.claude, world.codex = anthropic_standin, openai_standin
+    return world
+
+
+async def test_verify_refutes_a_false_positive_and_approve_leaves_it_out(world):
+    assert BASE["calc.py"] != HEAD["calc.py"]
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("draft")
+    assert review["verify_provider"] == "codex" and review["verify_error"] is None
+
+    findings = await world.ctx.db.fetchall("SELECT * FROM findings ORDER BY ordinal")
+    by_title = {f["title"]: f for f in findings}
+    eval_finding = by_title["eval() runs untrusted input"]
+    token = by_title["Hard-coded credential"]
+    assert eval_finding["verify_status"] == "confirmed"
+    assert (token["verify_status"], token["path"]) == ("refuted", "tests/test_calc.py")
+    assert token["verify_note"].startswith("tests/test_calc.py:1 is test code")
+
+    runs = await world.ctx.db.fetchall("SELECT * FROM runs ORDER BY id")
+    assert [(r["kind"], r["subkind"], r["provider"]) for r in runs] == [
+        ("review", None, "claude"),
+        ("review", "verify", "codex"),
+    ]
+    assert all(r["review_id"] == review["id"] and r["status"] == "done" for r in runs)
+    verify_request = world.codex.normalise(world.codex.requests[0])
+    assert "submit_verification" in verify_request.tools
+    assert "submit_review" not in verify_request.tools
+    assert {"read_file", "search_code", "git_diff"} <= set(verify_request.tools)
+
+    status = world.status_body()
+    assert f"| F{eval_finding['ordinal']} | critical |" in status
+    assert "✓ confirmed by codex" in status
+    assert "✗ refuted by codex: tests/test_calc.py:1 is test code" in status
+    assert "claude: 1 model run(s)" in status and "codex: 1 model run(s)" in status
+    [check] = world.github.check_runs.values()
+    assert "1 confirmed, 1 refuted, 0 uncertain" in check["output"]["summary"]
+    refuted_note = next(a for a in check["annotations"] if a["path"] == "tests/test_calc.py")
+    assert refuted_note["title"].endswith("(refuted by codex)")
+    [pending] = world.pending_reviews()
+    assert [c["path"] for c in pending["comments"]] == ["calc.py"]
+
+    await world.send("issue_comment", comment_payload(world, "/cockpit approve"))
+    await world.wait_review("posted")
+    [published] = world.github.reviews.values()
+    assert [c["path"] for c in published["comments"]] == ["calc.py"]
+    states = await world.ctx.db.fetchall("SELECT state FROM findings ORDER BY ordinal")
+    assert sorted(s["state"] for s in states) == ["kept", "skipped"]
+
+
+async def test_a_refuted_finding_is_published_when_listed(world):
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    token = await world.ctx.db.fetchone(
+        "SELECT ordinal FROM findings WHERE verify_status = 'refuted'"
+    )
+    await world.send(
+        "issue_comment", comment_payload(world, f"/cockpit approve F{token['ordinal']}")
+    )
+    await world.wait_review("posted")
+    [published] = world.github.reviews.values()
+    assert [c["path"] for c in published["comments"]] == ["tests/test_calc.py"]
+
+
+async def test_a_failed_verify_pass_leaves_the_draft_standing_and_says_why(world):
+    world.codex.policy = lambda conversation: fail(400, "invalid_request_error")
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("draft")
+    assert review["verify_error"] == "codex rejected the request (400)"
+    findings = await world.ctx.db.fetchall("SELECT verify_status FROM findings")
+    assert len(findings) == 2 and {f["verify_status"] for f in findings} == {None}
+    status = world.status_body()
+    assert "The verify pass (codex) did not run: codex rejected the request (400)" in status
+    assert "Draft ready" in status
+    [pending] = world.pending_reviews()
+    assert len(pending["comments"]) == 2
+    verify_run = await world.ctx.db.fetchone("SELECT * FROM runs WHERE subkind = 'verify'")
+    assert verify_run["status"] == "failed"
+
+
+async def test_review_verify_command_runs_the_pass_on_the_same_provider_without_a_second_key(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, monkeypatch
+):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    world = build_world(github, tmp_path, head=HEAD, permissions={"octocat": "admin"})
+    world.client = await aiohttp_client(make_app(settings, router))
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    first = await world.wait_review("draft")
+    assert first["verify_provider"] is None  # verify is off for this repository
+    await world.send("issue_comment", comment_payload(world, "/cockpit review --verify"))
+    await world.wait_review("draft", index=1)
+    second = (await world.review_rows())[1]
+    assert second["verify_provider"] == "claude" and second["verify_error"] is None
+    statuses = await world.ctx.db.fetchall(
+        "SELECT verify_status FROM findings WHERE review_id = ? ORDER BY ordinal", (second["id"],)
+    )
+    assert sorted(s["verify_status"] for s in statuses) == ["confirmed", "refuted"]
