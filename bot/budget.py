@@ -35,7 +35,7 @@ class Spend:
 async def spent_today(db: Database, installation_id: int | None, now: float) -> Spend:
     row = await db.fetchone(
         "SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM runs"
-        " WHERE installation_id IS ? AND started_at >= ?",
+        " WHERE COALESCE(installation_id, 0) = COALESCE(?, 0) AND started_at >= ?",
         (installation_id, day_start(now)),
     )
     return Spend(int(row[0]), float(row[1])) if row else Spend(0, 0.0)

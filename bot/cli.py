@@ -25,14 +25,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = load_settings()
     except ConfigError as exc:
         return _fail(exc)
+    if args.role != "all" and settings.database_url is None:
+        return _fail(
+            ConfigError(
+                "COCKPIT_DATABASE_URL",
+                f"--role {args.role} needs a database the other processes share: set it to"
+                " a postgresql:// URL (SQLite serves one process, --role all)",
+            )
+        )
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     setup_logging()
-    asyncio.run(_serve(settings, host, port))
+    asyncio.run(_serve(settings, host, port, args.role))
     return 0
 
 
-async def _serve(settings: Settings, host: str, port: int) -> None:
+async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
     """Serve until SIGTERM or SIGINT, then stop gracefully (see `stop_gracefully`)."""
     import asyncio
     import signal
@@ -42,7 +50,7 @@ async def _serve(settings: Settings, host: str, port: int) -> None:
     from bot.server import make_app, stop_gracefully
     from handlers import router
 
-    app = make_app(settings, router)
+    app = make_app(settings, router, role=role)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
@@ -98,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the webhook server")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--role",
+        choices=("web", "worker", "all"),
+        default="all",
+        help="web: store deliveries and their jobs; worker: run jobs; all: both (default)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     check = sub.add_parser("check-config", help="validate the environment, exit 0 or 2")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,14 +77,23 @@ class Settings:
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     model_timeout: float | None = None  # per model request; None: each provider's own
     command_prefix: str = "/cockpit"
+    database_url: Secret | None = field(default=None, repr=False)  # Postgres; None: SQLite
+    worker_timeout: float = 20.0  # Postgres: a worker silent this long is dead
 
     @property
     def db_path(self) -> Path:
         return self.data_dir / "cockpit.sqlite3"
 
     def secrets(self) -> list[str]:
-        """Every secret value this process knows, for log redaction."""
-        return [s.reveal() for s in (self.private_key, self.webhook_secret) if s]
+        """Every secret value this process knows, for log redaction (the database URL's
+        password too, wherever it appears)."""
+        found = [s.reveal() for s in (self.private_key, self.webhook_secret) if s]
+        if self.database_url is not None:
+            found.append(self.database_url.reveal())
+            password = urllib.parse.urlsplit(self.database_url.reveal()).password
+            if password:
+                found.append(password)
+        return found
 
 
 def _private_key(env: Mapping[str, str]) -> Secret:
@@ -177,6 +187,21 @@ def _prefix(env: Mapping[str, str]) -> str:
     return prefix
 
 
+def _database_url(env: Mapping[str, str]) -> Secret | None:
+    url = (env.get("COCKPIT_DATABASE_URL") or "").strip()
+    if not url:
+        return None
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in ("postgresql", "postgres"):
+        # The value may hold a password: name the variable and the scheme only.
+        raise ConfigError(
+            "COCKPIT_DATABASE_URL",
+            "expected postgresql://user:password@host:port/dbname"
+            + (f" (got a {scheme}:// URL)" if scheme else ""),
+        )
+    return Secret(url)
+
+
 _GENERAL = {
     "data_dir": lambda env: Path(env.get("COCKPIT_DATA_DIR") or "./data"),
     "host": lambda env: env.get("COCKPIT_HOST") or "0.0.0.0",  # noqa: S104
@@ -202,6 +227,8 @@ _GENERAL = {
     ),
     "model_timeout": lambda env: _seconds(env, "COCKPIT_MODEL_TIMEOUT_SECONDS", 0) or None,
     "command_prefix": _prefix,
+    "database_url": _database_url,
+    "worker_timeout": lambda env: float(_int(env, "COCKPIT_WORKER_TIMEOUT", 20, low=2, high=3600)),
 }
 _GITHUB = {
     "app_id": lambda env: (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -15,12 +16,16 @@ from bot.ratelimit import CommandLimits
 from bot.storage import Database
 from bot.worktrees import Mirrors
 
+if TYPE_CHECKING:
+    from bot.pg import PgDatabase
+    from bot.pgqueue import PgJobs
+
 
 @dataclass
 class Context:
     settings: Settings
-    db: Database
-    jobs: Jobs
+    db: Database | PgDatabase
+    jobs: Jobs | PgJobs
     github: GitHubApp
     metrics: Metrics
     http: aiohttp.ClientSession

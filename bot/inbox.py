@@ -16,14 +16,14 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import orjson
 from gidgethub import routing, sansio
 
 from bot.logs import log_context
-from bot.queue import EVENTS, INSERT_SQL, Job, Jobs
+from bot.queue import EVENTS, INSERT_SQL, Job
 from bot.storage import BUSY_TIMEOUT_MS
 
 if TYPE_CHECKING:
@@ -32,10 +32,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_ID = 2**63 - 1
-DELIVERY_SQL = (
-    "INSERT INTO deliveries"
-    " (id, event, action, installation_id, repo, body, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+DELIVERY_INSERT = (
+    "INSERT INTO deliveries (id, event, action, installation_id, repo, body, received_at)"
 )
+DELIVERY_SQL = DELIVERY_INSERT + " VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 class MalformedBody(ValueError):
@@ -166,20 +166,94 @@ def commit(conn: sqlite3.Connection, batch: list[tuple[Delivery, tuple]]) -> lis
     return stored
 
 
-class Inbox:
-    def __init__(self, path: Path, jobs: Jobs, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+class SqliteCommits:
+    """Group commits on the inbox's own sqlite3 connection, on a worker thread."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.path = path
-        self.jobs = jobs
         self.busy_timeout_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
-        self._waiting: list[tuple[Delivery, tuple, asyncio.Future[bool]]] = []
+
+    @property
+    def open(self) -> bool:
+        return self._conn is not None
+
+    async def start(self) -> None:
+        self._conn = await asyncio.to_thread(connect, self.path, self.busy_timeout_ms)
+
+    async def stop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await asyncio.to_thread(conn.close)
+
+    async def commit(self, batch: list[tuple[Delivery, Any]]) -> list[bool]:
+        if self._conn is None:
+            raise sqlite3.OperationalError("inbox is closed")
+        return await asyncio.to_thread(commit, self._conn, batch)
+
+
+class PgCommits:
+    """Group commits in one Postgres transaction: the deliveries (a repeated id is skipped by
+    its primary key, also when another web process stored it) and their procrastinate jobs,
+    deferred on the same connection, so both commit before the ack or neither does."""
+
+    def __init__(self, db: Any, jobs: Any) -> None:
+        self.db = db  # bot.pg.PgDatabase
+        self.jobs = jobs  # bot.pgqueue.PgJobs
+        self.open = False
+
+    async def start(self) -> None:
+        self.open = True
+
+    async def stop(self) -> None:
+        self.open = False
+
+    async def commit(self, batch: list[tuple[Delivery, Any]]) -> list[bool]:
+        now = time.time()
+        rows, first = {}, {}
+        for d, job in batch:
+            if d.id not in rows:
+                rows[d.id] = (d.id, d.event, d.action, d.installation_id, d.repo,
+                              zlib.compress(d.body, 1), now)  # fmt: skip
+                first[d.id] = job
+        ids = list(rows)
+        try:
+            async with self.db.transaction() as conn:
+                fresh: set[str] = set()
+                for n in range(0, len(ids), 500):
+                    chunk = [rows[i] for i in ids[n : n + 500]]
+                    cursor = await conn.execute(
+                        DELIVERY_INSERT + " VALUES "
+                        + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+                        + " ON CONFLICT (id) DO NOTHING RETURNING id",
+                        [value for row in chunk for value in row],
+                    )  # fmt: skip
+                    fresh.update(row[0] for row in await cursor.fetchall())
+                await self.jobs.insert_in(conn, [first[i] for i in ids if i in fresh])
+        except Exception as exc:
+            if isinstance(exc, (sqlite3.Error, OSError)):
+                raise
+            # procrastinate's own errors: the delivery was not stored either way
+            raise OSError(f"{exc.__class__.__name__}: {exc}") from exc
+        stored = []
+        for d, _ in batch:  # a repeat within one batch is stored once, for its first request
+            stored.append(d.id in fresh)
+            fresh.discard(d.id)
+        return stored
+
+
+class Inbox:
+    def __init__(self, commits: SqliteCommits | PgCommits, jobs: Any) -> None:
+        self.commits = commits
+        self.jobs = jobs
+        self._waiting: list[tuple[Delivery, Any, asyncio.Future[bool]]] = []
         self._committing: asyncio.Task | None = None
         self._failing = False  # the last commit failed (e.g. disk full): unhealthy until one works
         self._closing = False
 
     async def start(self) -> None:
         self._closing = False
-        self._conn = await asyncio.to_thread(connect, self.path, self.busy_timeout_ms)
+        await self.commits.start()
 
     async def stop(self) -> None:
         """Finish the commits under way (their requests get answers), then close; requests
@@ -188,17 +262,15 @@ class Inbox:
         if self._committing is not None:
             with contextlib.suppress(Exception):
                 await self._committing
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await asyncio.to_thread(conn.close)
+        await self.commits.stop()
 
     @property
     def alive(self) -> bool:
-        return self._conn is not None and not self._failing
+        return self.commits.open and not self._failing
 
     async def store(self, delivery: Delivery) -> bool:
         """Commit the delivery; True if it is new, False if this id was stored before."""
-        if self._conn is None or self._closing:
+        if not self.commits.open or self._closing:
             raise InboxUnavailable("inbox is not open")
         job = self.jobs.row(
             "delivery", delivery.key, {"delivery_id": delivery.id}, queue=EVENTS, max_attempts=5
@@ -211,12 +283,10 @@ class Inbox:
 
     async def _commit_waiting(self) -> None:
         try:
-            while self._waiting and self._conn is not None:
+            while self._waiting and self.commits.open:
                 batch, self._waiting = self._waiting, []
                 try:
-                    stored = await asyncio.to_thread(
-                        commit, self._conn, [(d, job) for d, job, _ in batch]
-                    )
+                    stored = await self.commits.commit([(d, job) for d, job, _ in batch])
                 except (sqlite3.Error, OverflowError, OSError) as exc:
                     self._failing = True
                     log.error("inbox commit failed", extra={"fields": {"reason": str(exc)}})

@@ -287,6 +287,15 @@ class Jobs:
         rows = await self.db.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
         return {row["state"]: row["n"] for row in rows}
 
+    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
+        """The states of the jobs of a kind and/or key, oldest first."""
+        rows = await self.db.fetchall(
+            "SELECT state FROM jobs WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR key = ?)"
+            " ORDER BY id",
+            (kind, kind, key, key),
+        )
+        return [row["state"] for row in rows]
+
     # -- workers ----------------------------------------------------------
 
     def wake(self, queue: str) -> None:

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import orjson
@@ -25,19 +26,24 @@ from bot.inbox import (
     Inbox,
     InboxUnavailable,
     MalformedBody,
+    PgCommits,
+    SqliteCommits,
     delivery_gave_up,
     process_delivery,
 )
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS, Jobs
-from bot.storage import Database
+from bot.storage import open_database
 from bot.worktrees import Mirrors
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 25 * 1024 * 1024
 EVENT_WORKERS = 4
+# What one `cockpit serve` process does: `web` stores deliveries and their jobs, `worker`
+# runs jobs, `all` both. Separate roles need a database several processes share (Postgres).
+ROLES = ("all", "web", "worker")
 
 @dataclass
 class Lifecycle:
@@ -48,6 +54,7 @@ LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 CONTEXT = web.AppKey("context", Context)
 INBOX = web.AppKey("inbox", Inbox)
 METRICS = web.AppKey("metrics", Metrics)
+ROLE = web.AppKey("role", str)
 
 # Start-up work given by the caller: job handlers, housekeeping jobs.
 Setup = Callable[[Context], Awaitable[None]]
@@ -122,10 +129,12 @@ async def webhook(request: web.Request) -> web.Response:
 
 async def healthz(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
+    role = request.app[ROLE]
     db_ok = await ctx.db.ping()
     counts = await ctx.jobs.counts() if db_ok else {}
-    workers_ok = ctx.jobs.workers_alive == ctx.jobs.workers_total > 0
-    inbox_ok = request.app[INBOX].alive
+    runs_jobs = role != "web"
+    workers_ok = ctx.jobs.workers_alive == ctx.jobs.workers_total > 0 or not runs_jobs
+    inbox_ok = request.app[INBOX].alive if role != "worker" else True
     stopping = request.app[LIFECYCLE].stopping
     healthy = db_ok and workers_ok and inbox_ok and not stopping
     reasons = ["stopping"] if stopping else []
@@ -143,6 +152,7 @@ async def healthz(request: web.Request) -> web.Response:
         "queue_depth": counts.get("queued", 0) + counts.get("waiting", 0),
         "running": counts.get("running", 0),
         "workers": {"alive": ctx.jobs.workers_alive, "total": ctx.jobs.workers_total},
+        "role": role,
     }
     return web.json_response(body, status=200 if healthy else 503)
 
@@ -167,10 +177,13 @@ async def errors_middleware(request: web.Request, handler: Callable) -> web.Stre
 
 
 def make_app(
-    settings: Settings, router: routing.Router, *, setup: Setup | None = None
+    settings: Settings, router: routing.Router, *, setup: Setup | None = None, role: str = "all"
 ) -> web.Application:
     """Build the server around the event handlers (`handlers.router`, given by the entry
-    point); databases, sessions and workers start with the app, not here."""
+    point); databases, sessions and workers start with the app, not here. A `worker` serves
+    only `/healthz` and `/metrics`."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}")
     if setup is None:
         from bot.workers import setup_workers
 
@@ -182,7 +195,9 @@ def make_app(
     )
     app[METRICS] = Metrics()
     app[LIFECYCLE] = Lifecycle()
-    app.router.add_post("/webhooks/github", webhook)
+    app[ROLE] = role
+    if role != "worker":
+        app.router.add_post("/webhooks/github", webhook)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_view)
     app.cleanup_ctx.append(functools.partial(_lifecycle, settings, router, setup))
@@ -213,10 +228,20 @@ async def _lifecycle(
     for secret in settings.secrets():
         register_secret(secret)
     metrics = app[METRICS]
-    db = await Database.open(settings.db_path)
+    role = app[ROLE]
+    db = await open_database(settings)
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
-    jobs = Jobs(db)
-    inbox = Inbox(settings.db_path, jobs)
+    if settings.database_url is not None:
+        from bot.pgqueue import PgJobs
+
+        jobs: Any = PgJobs(
+            db, settings.database_url.reveal(), stalled_after=settings.worker_timeout
+        )
+        await jobs.open()
+        inbox = Inbox(PgCommits(db, jobs), jobs)
+    else:
+        jobs = Jobs(db)
+        inbox = Inbox(SqliteCommits(settings.db_path), jobs)
     ctx = Context(
         settings=settings,
         db=db,
@@ -229,26 +254,32 @@ async def _lifecycle(
     )
     app[CONTEXT] = ctx
     app[INBOX] = inbox
-    jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
-    jobs.on_gave_up["delivery"] = functools.partial(delivery_gave_up, ctx)
-    jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(
-        kind=job.kind, outcome=outcome
-    ).observe(seconds)
-    if setup is not None:
-        await setup(ctx)
-    recovered = await jobs.recover()
-    if recovered:
-        log.info("re-queued jobs left running", extra={"fields": {"count": recovered}})
-    await inbox.start()
+    runs_jobs = role != "web"
+    if runs_jobs:
+        jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
+        jobs.on_gave_up["delivery"] = functools.partial(delivery_gave_up, ctx)
+        jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(
+            kind=job.kind, outcome=outcome
+        ).observe(seconds)
+        if setup is not None:
+            await setup(ctx)
+        recovered = await jobs.recover()
+        if recovered:
+            log.info("re-queued jobs left running", extra={"fields": {"count": recovered}})
+    if role != "worker":
+        await inbox.start()
     # Everything loaded so far (SDKs, templates, schema) lives as long as the process: move it
     # out of the cyclic GC's scans, so full collections stay short on the webhook path.
     gc.freeze()
-    jobs.start({EVENTS: EVENT_WORKERS, REVIEWS: settings.max_concurrent_reviews})
+    if runs_jobs:
+        jobs.start({EVENTS: EVENT_WORKERS, REVIEWS: settings.max_concurrent_reviews})
     try:
         yield
     finally:
         await inbox.stop()
         await jobs.stop()
+        if settings.database_url is not None:
+            await jobs.close()
         await ctx.models.close()
         await http.close()
         await db.close()

@@ -27,7 +27,8 @@ async def load_skill(db: Database, name: str = "review") -> Skill:
     text = prompt_text(name)
     digest = hashlib.sha256(text.encode()).hexdigest()
     await db.execute(
-        "INSERT OR IGNORE INTO skill_versions (name, sha256, body, created_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO skill_versions (name, sha256, body, created_at) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (sha256) DO NOTHING",
         (name, digest, text, time.time()),
     )
     row = await db.fetchone("SELECT id FROM skill_versions WHERE sha256 = ?", (digest,))

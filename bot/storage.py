@@ -322,11 +322,24 @@ CREATE TABLE IF NOT EXISTS notices (
 
 
 class Database:
-    """One aiosqlite connection; writes and multi-statement work go through `transaction()`."""
+    """One aiosqlite connection; writes and multi-statement work go through `transaction()`.
+
+    `bot.pg.PgDatabase` has the same methods over Postgres (`open_database` picks one)."""
+
+    shared = False  # one process owns the file
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
         self._lock = asyncio.Lock()
+        self._held: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        """One holder of `key` at a time, for work that talks to GitHub (no transaction is
+        kept open): in this process, since one process owns the file."""
+        lock = self._held.setdefault(key, asyncio.Lock())
+        async with lock:
+            yield
 
     @classmethod
     async def open(cls, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
@@ -359,7 +372,9 @@ class Database:
             await self.conn.executescript(AFTER_COLUMNS)
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def transaction(self, lock: str | None = None) -> AsyncIterator[aiosqlite.Connection]:
+        """One transaction. `lock` names what other processes must not change meanwhile
+        (Postgres takes an advisory lock); here BEGIN IMMEDIATE already excludes every writer."""
         async with self._lock:
             await self.conn.execute("BEGIN IMMEDIATE")
             try:
@@ -392,3 +407,13 @@ class Database:
         except (sqlite3.Error, ValueError):
             return False
         return True
+
+
+async def open_database(settings: Any) -> Any:
+    """The configured backend: Postgres when COCKPIT_DATABASE_URL is set, else the SQLite
+    file under COCKPIT_DATA_DIR."""
+    if settings.database_url is not None:
+        from bot.pg import PgDatabase
+
+        return await PgDatabase.open(settings.database_url.reveal())
+    return await Database.open(settings.db_path)

@@ -31,6 +31,7 @@ WORKTREE_TTL = 7 * 86400
 HISTORY_TTL = 30 * 86400
 CONVERSATION_TTL = 30 * 86400  # sessions, messages, reviews of PRs closed this long ago
 MAINTENANCE_EVERY = 86400
+MAINTENANCE_CRON = "17 3 * * *"  # daily, for procrastinate's periodic tasks (UTC)
 PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against the inbox
 
 
@@ -38,7 +39,7 @@ async def prune_history(db: Database, older_than: float) -> tuple[int, int]:
     """Delete processed deliveries and finished jobs from before `older_than`, in chunks."""
     removed = []
     for sql in (
-        "DELETE FROM deliveries WHERE rowid IN (SELECT rowid FROM deliveries"
+        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
         " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
         "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs"
         " WHERE state IN ('done', 'failed', 'cancelled')"
@@ -73,8 +74,8 @@ async def cleanup_installation(ctx: Context, job: Job) -> None:
 
 
 async def maintenance(ctx: Context, job: Job) -> None:
-    """Housekeeping at start-up and then daily: worktrees past their TTL, closed PRs' refs
-    and mirror gc, old history, conversations of long-closed PRs."""
+    """Housekeeping at start-up and then daily: worktrees past their TTL (on this worker's
+    disk), closed PRs' refs and mirror gc, old history, conversations of long-closed PRs."""
     now = time.time()
     removed = await ctx.mirrors.prune(WORKTREE_TTL)
     refs = 0
@@ -84,6 +85,8 @@ async def maintenance(ctx: Context, job: Job) -> None:
     deliveries, jobs = await prune_history(ctx.db, now - HISTORY_TTL)
     conversations = await prune_closed_conversations(ctx.db, now - CONVERSATION_TTL)
     await ctx.db.execute("DELETE FROM notices WHERE sent_at < ?", (now - 86400,))
+    if ctx.db.shared:  # procrastinate's finished jobs
+        await ctx.jobs.prune(HISTORY_TTL // 3600)
     log.info(
         "maintenance done",
         extra={
@@ -97,6 +100,8 @@ async def maintenance(ctx: Context, job: Job) -> None:
             }
         },
     )
+    if ctx.db.shared:
+        return  # on Postgres, procrastinate's periodic task brings it back
     later = await ctx.db.fetchone(  # a restart mid-run may have queued one already
         "SELECT 1 FROM jobs WHERE key = 'maintenance' AND state IN ('queued', 'waiting')"
         " AND id != ?",
@@ -122,7 +127,18 @@ async def setup_workers(ctx: Context) -> None:
     }.items():
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
     ctx.jobs.on_gave_up["review"] = functools.partial(review_gave_up, ctx)
+    if ctx.db.shared:
+        # Several workers: the daily run is one periodic job for all of them; each worker
+        # prunes its own disk (worktrees and mirrors are local to it) as it starts.
+        ctx.jobs.every("maintenance", MAINTENANCE_CRON, queue=REVIEWS)
+        removed = await ctx.mirrors.prune(WORKTREE_TTL)
+        log.info("pruned worktrees", extra={"fields": {"worktrees": removed}})
+        # Approves left `posting`: a recovery waits for the publishing lock, which a live
+        # process holds until it is done, and a dead one no longer holds.
+        await queue_interrupted(ctx)
+        return  # the rest a dead worker left mid-way is procrastinate's to retry
     await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS, supersede=True)
+    # One process: whatever was mid-way when it died is this process's to finish.
     await queue_interrupted(ctx)
     await state.recover_revisions(ctx.db)
     await close_interrupted_runs(ctx.db)

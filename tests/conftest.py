@@ -1,15 +1,19 @@
-"""Shared fixtures: the GitHub stand-in, settings, and a signed-delivery helper."""
+"""Shared fixtures: the GitHub stand-in, settings, a signed-delivery helper, and the two
+storage backends (modules marked `backends` run every test on SQLite and on Postgres)."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import dataclasses
 import json
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from bot.config import Settings
+from bot.config import Secret, Settings
 from bot.standin.github import GitHubStandin
 from bot.standin.openapi import OpenAPIValidator
 from tests import deliveries
@@ -26,9 +30,89 @@ async def github():
     await standin.stop()
 
 
+BACKENDS = ("sqlite", "postgres")
+TEMPLATE = "cockpit_template"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked `backends` (or in a marked module) run once per storage backend."""
+    if metafunc.definition.get_closest_marker("backends") and "backend" in metafunc.fixturenames:
+        chosen = [
+            name
+            for name in BACKENDS
+            if not metafunc.definition.get_closest_marker(f"{BACKENDS[name == 'sqlite']}_only")
+        ]
+        metafunc.parametrize("backend", chosen, indirect=True)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throwaway Postgres for the session, with a template database holding the schema
+    (each test gets a copy). No server here: the Postgres tests skip, saying why, except
+    in CI (CI=true), where that is an error."""
+    import psycopg
+
+    from tests.pgserver import PgCluster, Unavailable
+
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        url = cluster.create_database()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, _prepare_template(url)).result()
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {url.rsplit('/', 1)[1]} RENAME TO {TEMPLATE}")
+    except Unavailable as exc:
+        cluster.stop()
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs Postgres for the Postgres half of the suite: {exc}")
+        pytest.skip(f"Postgres tests skipped: no server could be started here ({exc})")
+    yield cluster
+    cluster.stop()
+
+
+async def _prepare_template(url: str) -> None:
+    from bot.pg import PgDatabase
+
+    db = await PgDatabase.open(url)
+    await db.close()
+
+
 @pytest.fixture
-def settings(tmp_path: Path, github: GitHubStandin) -> Settings:
-    return github.settings(tmp_path / "data", WEBHOOK_SECRET)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The storage backend under test: SQLite unless the test is marked `backends`."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture
+def database_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """A fresh Postgres database for this test (None on SQLite)."""
+    if backend != "postgres":
+        return None
+    return request.getfixturevalue("pg_cluster").create_database(TEMPLATE)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, github: GitHubStandin, database_url: str | None) -> Settings:
+    found = github.settings(tmp_path / "data", WEBHOOK_SECRET)
+    if database_url is not None:
+        found = dataclasses.replace(found, database_url=Secret(database_url))
+    return found
+
+
+@pytest.fixture
+async def db(tmp_path: Path, database_url: str | None):
+    """The Database of the backend under test, schema applied."""
+    from bot.storage import Database
+
+    if database_url is not None:
+        from bot.pg import PgDatabase
+
+        database = await PgDatabase.open(database_url)
+    else:
+        database = await Database.open(tmp_path / "q.sqlite3")
+    yield database
+    await database.close()
 
 
 Poster = Callable[..., Awaitable]

@@ -19,7 +19,10 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, env: dict[str, str], data_dir: Path, log_path: Path) -> None:
+    def __init__(
+        self, env: dict[str, str], data_dir: Path, log_path: Path, *, role: str = "all"
+    ) -> None:
+        self.role = role
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -35,7 +38,10 @@ class ServerProcess:
     async def start(self, timeout: float = 60.0) -> None:  # a loaded machine starts slowly
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"], env=self.env, stdout=log, stderr=log
+            [sys.executable, "-m", "bot", "serve", "--role", self.role],
+            env=self.env,
+            stdout=log,
+            stderr=log,
         )
         deadline = asyncio.get_running_loop().time() + timeout
         async with aiohttp.ClientSession() as session:

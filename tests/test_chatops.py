@@ -20,6 +20,8 @@ from tests.world import (
     settle,
 )
 
+pytestmark = pytest.mark.backends
+
 PEOPLE = {
     "octocat": "admin",
     "maint": "maintain",
@@ -304,6 +306,7 @@ async def test_a_strangers_command_flood_gets_one_answer_an_hour(world):
     assert len(await world.review_rows()) == 1  # nothing started
 
 
+@pytest.mark.sqlite_only("times its retries through the SQLite queue's backoff and jobs table")
 async def test_publishing_waits_for_github_as_long_as_it_takes(world, monkeypatch):
     monkeypatch.setattr(queue, "backoff_seconds", lambda attempts: 0.05)  # minutes, in life
     world.github.fail_next("POST", r"/reviews/\d+/events$", 0)  # unreachable

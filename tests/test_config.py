@@ -47,6 +47,8 @@ GOOD = {"GITHUB_APP_ID": "12", "GITHUB_PRIVATE_KEY": RSA_KEY, "GITHUB_WEBHOOK_SE
         ({"COCKPIT_PROVIDER": "gemini"}, "COCKPIT_PROVIDER"),
         ({"GITHUB_API_URL": "ftp://example"}, "GITHUB_API_URL"),
         ({"COCKPIT_COMMAND_PREFIX": "/two words"}, "COCKPIT_COMMAND_PREFIX"),
+        ({"COCKPIT_DATABASE_URL": "mysql://u:pw@h/db"}, "COCKPIT_DATABASE_URL"),
+        ({"COCKPIT_WORKER_TIMEOUT": "1"}, "COCKPIT_WORKER_TIMEOUT"),
     ],
 )
 def test_bad_value_names_the_variable(overrides, variable):
@@ -130,3 +132,21 @@ def test_check_config_exit_codes(tmp_path):
     good = run_cli("check-config", env={**env, **GOOD})
     assert good.returncode == 0, good.stdout
     assert "s3cret!" not in good.stdout + bad.stdout
+
+
+def test_the_database_url_is_a_secret_and_its_password_is_redacted():
+    url = "postgresql://cockpit:pg-pass-42@db:5432/cockpit"
+    settings = load_settings({**GOOD, "COCKPIT_DATABASE_URL": url})
+    assert "pg-pass-42" not in repr(settings)
+    assert {url, "pg-pass-42"} <= set(settings.secrets())
+    with pytest.raises(ConfigError) as refused:
+        load_settings({**GOOD, "COCKPIT_DATABASE_URL": "mysql://u:pg-pass-42@h/db"})
+    assert "pg-pass-42" not in str(refused.value)
+
+
+@pytest.mark.parametrize("role", ["web", "worker"])
+def test_separate_roles_need_postgres(tmp_path, role):
+    env = {"PATH": "/usr/bin:/bin", **GOOD, "COCKPIT_DATA_DIR": str(tmp_path)}
+    result = run_cli("serve", "--role", role, env=env)
+    assert result.returncode == 2
+    assert "COCKPIT_DATABASE_URL" in result.stderr and f"--role {role}" in result.stderr

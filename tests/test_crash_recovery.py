@@ -7,6 +7,7 @@ import json
 import sqlite3
 
 import aiohttp
+import pytest
 
 from tests import deliveries
 from tests.conftest import WEBHOOK_SECRET, wait_for
@@ -95,3 +96,76 @@ async def test_acknowledged_deliveries_are_processed_once_after_sigkill(tmp_path
     )
     assert delivery_jobs == [("done", DELIVERIES)]
     assert rows(db_path, "SELECT MAX(attempts) FROM deliveries")[0][0] <= 2
+
+
+def pg_rows(url, sql):
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql).fetchall()
+
+
+@pytest.mark.backends
+@pytest.mark.postgres_only("separate web and worker processes on one database")
+async def test_a_killed_worker_loses_nothing_when_web_and_workers_are_separate(
+    tmp_path, github, backend, database_url
+):
+    """A web process acknowledges; a worker process dies mid-processing (SIGKILL); a new
+    worker finishes every delivery, each once."""
+    github.add_repo("octo", "widgets", clone_url="file:///unused", installation_id=7)
+    env = {
+        **server_env(github),
+        "COCKPIT_DATABASE_URL": database_url,
+        "COCKPIT_WORKER_TIMEOUT": "3",
+    }
+    web = ServerProcess(env, tmp_path / "web", tmp_path / "web.log", role="web")
+    worker = ServerProcess(env, tmp_path / "w1", tmp_path / "w1.log", role="worker")
+    await web.start()
+    await worker.start()
+    github.gate.clear()  # GitHub stops answering: processing starts, then hangs
+    try:
+        async with aiohttp.ClientSession() as session:
+            for number in range(1, DELIVERIES + 1):
+                data = deliveries.payload("pull_request.opened")
+                deliveries.retarget(
+                    data, owner="octo", name="widgets", clone_url="file:///unused",
+                    installation_id=7,
+                )  # fmt: skip
+                data["pull_request"]["number"] = data["number"] = number
+                body = json.dumps(data).encode()
+                headers = deliveries.headers("pull_request", body, WEBHOOK_SECRET, f"pg-{number}")
+                async with session.post(
+                    f"{web.url}/webhooks/github", data=body, headers=headers
+                ) as response:
+                    assert response.status == 202
+            async with session.post(f"{worker.url}/webhooks/github", data=b"{}") as response:
+                assert response.status == 404  # a worker takes no deliveries
+        await wait_for(lambda: len(github.requests) > 0)  # the worker is mid-processing
+        worker.kill()
+        done = "SELECT COUNT(*) FROM deliveries WHERE status = 'done'"
+        assert pg_rows(database_url, done)[0][0] < DELIVERIES
+        github.gate.set()
+        replacement = ServerProcess(env, tmp_path / "w2", tmp_path / "w2.log", role="worker")
+        await replacement.start()
+        try:
+            await wait_for(lambda: pg_rows(database_url, done)[0][0] == DELIVERIES, timeout=60)
+            await asyncio.sleep(0.3)  # give any duplicate processing a chance to show itself
+        finally:
+            replacement.terminate()
+    finally:
+        worker.kill()
+        web.terminate()
+
+    reviews = pg_rows(
+        database_url,
+        "SELECT lock, COUNT(*) FROM procrastinate_jobs WHERE args->>'kind' = 'review'"
+        " GROUP BY lock",
+    )
+    assert len(reviews) == DELIVERIES and all(count == 1 for _lock, count in reviews)
+    states = pg_rows(
+        database_url,
+        "SELECT status::text, COUNT(*) FROM procrastinate_jobs"
+        " WHERE args->>'kind' = 'delivery' GROUP BY status",
+    )
+    assert states == [("succeeded", DELIVERIES)]
+    assert pg_rows(database_url, "SELECT MAX(attempts) FROM deliveries")[0][0] <= 2

@@ -63,11 +63,11 @@ async def test_a_large_batch_is_checked_for_repeats_in_chunks(conn):
 async def test_a_delivery_that_arrives_as_the_inbox_stops_gets_an_answer(tmp_path):
     import asyncio
 
-    from bot.inbox import Inbox, InboxUnavailable
+    from bot.inbox import Inbox, InboxUnavailable, SqliteCommits
     from bot.queue import Jobs
 
     db = await Database.open(tmp_path / "c.sqlite3")
-    box = Inbox(tmp_path / "c.sqlite3", Jobs(db))
+    box = Inbox(SqliteCommits(tmp_path / "c.sqlite3"), Jobs(db))
     await box.start()
 
     async def first_then_second():

@@ -16,6 +16,8 @@ from tests.conftest import wait_for
 from tests.models import Scripted
 from tests.world import build_world, settle
 
+pytestmark = pytest.mark.backends
+
 
 @pytest.fixture
 async def world(github, settings, tmp_path, aiohttp_client, anthropic_standin):
@@ -249,6 +251,7 @@ async def test_a_draft_finished_after_a_push_is_stale(world, github):
     assert "Stale draft" in world.status_body()
 
 
+@pytest.mark.sqlite_only("plays a dead process through the SQLite queue's jobs table")
 async def test_a_review_that_took_the_process_down_at_every_attempt_fails_on_the_pr(
     world, settings, aiohttp_client
 ):

@@ -21,6 +21,8 @@ from tests.serverproc import ServerProcess
 from tests.test_crash_recovery import server_env
 from tests.world import build_world, comment_payload
 
+pytestmark = pytest.mark.backends
+
 PEOPLE = {"octocat": "admin", "maint": "maintain", "reader": "read"}
 
 
@@ -205,12 +207,10 @@ async def test_stop_cancels_the_running_turn_and_drops_the_queue(world):
     await world.wait_idle()
     [review] = await world.review_rows()
     assert review["revision"] == 1  # nothing was revised
-    turns = await rows(
-        world,
-        "SELECT state FROM jobs WHERE kind = 'session_turn' AND key = ?",
-        (f"session:{(await primary_of_review(world.ctx.db, review['id'])).id}",),
+    turns = await world.ctx.jobs.states(
+        "session_turn", f"session:{(await primary_of_review(world.ctx.db, review['id'])).id}"
     )
-    assert sorted(t["state"] for t in turns) == ["cancelled", "cancelled"]
+    assert sorted(turns) == ["cancelled", "cancelled"]
     assert not any("revised the draft" in b for b in bodies(world))
 
 
@@ -466,6 +466,7 @@ async def rerun_last_turn(world):
     await world.ctx.jobs.handlers["session_turn"](Job.from_row(row))
 
 
+@pytest.mark.sqlite_only("replays a job row of the SQLite queue, as its start-up recovery does")
 async def test_a_finished_turn_run_again_after_a_crash_does_nothing_twice(world):
     await say_on_pr(world, "/cockpit codex-review")
     await say_on_pr(world, "/cockpit ask is F1 reachable?")

@@ -12,7 +12,7 @@ from bot.storage import Database
 
 
 @pytest.fixture
-async def db(tmp_path):
+async def sqlite_db(tmp_path):
     database = await Database.open(tmp_path / "s.sqlite3")
     yield database
     await database.close()
@@ -28,7 +28,8 @@ SQL = "INSERT INTO skill_versions (name, sha256, body, created_at) VALUES ('s', 
 
 
 @pytest.mark.parametrize("how", ["execute", "fetchall", "transaction"])
-async def test_writes_wait_for_a_lock_held_elsewhere_then_go_through(db, tmp_path, how):
+async def test_writes_wait_for_a_lock_held_elsewhere_then_go_through(sqlite_db, tmp_path, how):
+    db = sqlite_db
     other = hold_write_lock(tmp_path / "s.sqlite3")
     asyncio.get_running_loop().call_later(0.2, other.execute, "COMMIT")
     started = time.monotonic()
@@ -56,6 +57,98 @@ async def test_a_lock_held_too_long_fails_clearly(tmp_path):
         await db.close()
 
 
+# -- both backends: the Database interface ---------------------------------------------
+
+
+def sqlite_columns(path) -> dict[str, set[str]]:
+    with sqlite3.connect(path) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        return {t: {row[1] for row in conn.execute(f"PRAGMA table_info({t})")} for t in tables}
+
+
+@pytest.mark.backends
+@pytest.mark.postgres_only("compares the Postgres schema with SQLite's")
+async def test_postgres_has_exactly_the_sqlite_tables_and_columns(tmp_path, backend, db):
+    sqlite_db = await Database.open(tmp_path / "ref.sqlite3")
+    await sqlite_db.close()
+    expected = sqlite_columns(tmp_path / "ref.sqlite3")
+    await db.ensure_schema()  # again: nothing changes
+    rows = await db.fetchall(
+        "SELECT table_name, column_name FROM information_schema.columns"
+        " WHERE table_schema = 'public' AND table_name NOT LIKE 'procrastinate%'"
+    )
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        found.setdefault(row["table_name"], set()).add(row["column_name"])
+    assert found == expected
+
+
+@pytest.mark.backends
+async def test_ensure_schema_runs_again_and_keeps_rows(db, backend):
+    await db.execute("INSERT INTO pulls (repo, number) VALUES ('a/b', 1)")
+    await db.ensure_schema()
+    await db.ensure_schema()
+    assert (await db.fetchone("SELECT COUNT(*) FROM pulls"))[0] == 1
+
+
+@pytest.mark.backends
+async def test_insert_gives_the_new_id_and_update_its_rowcount(db, backend):
+    first = await db.execute("INSERT INTO pulls (repo, number) VALUES (?, ?)", ("a/b", 1))
+    second = await db.execute("INSERT INTO pulls (repo, number) VALUES (?, ?)", ("a/b", 2))
+    assert second == first + 1
+    async with db.transaction(lock="pulls") as conn:
+        cursor = await conn.execute(
+            "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at)"
+            " VALUES (?, 'abc', 0, 0)",
+            (first,),
+        )
+        assert cursor.lastrowid
+        cursor = await conn.execute("UPDATE pulls SET title = '100%?' WHERE number > ?", (0,))
+        assert cursor.rowcount == 2
+    row = await db.fetchone("SELECT * FROM pulls WHERE id = ?", (first,))
+    assert (row["repo"], row[2], row["title"], dict(row)["number"]) == ("a/b", "a/b", "100%?", 1)
+    assert await db.execute("UPDATE pulls SET title = 'x' WHERE number = 9") == 0
+
+
+@pytest.mark.backends
+async def test_a_violated_constraint_is_an_integrity_error_and_rolls_back(db, backend):
+    await db.execute("INSERT INTO pulls (repo, number) VALUES ('a/b', 1)")
+    with pytest.raises(sqlite3.IntegrityError, match="pulls"):
+        async with db.transaction() as conn:
+            await conn.execute("INSERT INTO pulls (repo, number) VALUES ('c/d', 1)")
+            await conn.execute("INSERT INTO pulls (repo, number) VALUES ('a/b', 1)")
+    assert (await db.fetchone("SELECT COUNT(*) FROM pulls"))[0] == 1
+
+
+@pytest.mark.backends
+@pytest.mark.postgres_only("one process owns a SQLite file")
+async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend, database_url):
+    """Two processes (two pools) approve the same draft at once: one claim wins."""
+    from bot.pg import PgDatabase
+    from bot.review import state
+
+    other = await PgDatabase.open(database_url)
+    try:
+        for n in range(20):
+            review_id = await db.execute(
+                "INSERT INTO reviews (pull_id, head_sha, state, created_at, updated_at)"
+                " VALUES (1, ?, 'draft', 0, 0)",
+                (f"sha{n}",),
+            )
+            won = await asyncio.gather(
+                *(
+                    state.claim_posting(d, review_id, who, "COMMENT", [])
+                    for d, who in ((db, "a"), (other, "b"), (db, "c"), (other, "d"))
+                )
+            )
+            assert sorted(won) == [False, False, False, True]
+    finally:
+        await other.close()
 async def test_an_older_database_gains_new_columns_and_schema_runs_again_unchanged(tmp_path):
     path = tmp_path / "old.sqlite3"
     old = sqlite3.connect(path)

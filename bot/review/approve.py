@@ -46,7 +46,8 @@ async def approve(
     if not await state.claim_posting(ctx.db, review_id, actor, event, chosen):
         return False
     try:
-        await publish(ctx, publisher, review_id, chosen)
+        async with ctx.db.hold(publishing_key(review_id)):
+            await publish(ctx, publisher, review_id, chosen)
     except Exception as exc:
         if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
             await queue_recovery(ctx, review_id)
@@ -143,14 +144,31 @@ async def queue_recovery(ctx: Context, review_id: int) -> None:
 
 
 async def queue_interrupted(ctx: Context) -> None:
-    """At start-up: every review left `posting` is checked and finished."""
-    for row in await ctx.db.fetchall("SELECT id FROM reviews WHERE state = 'posting'"):
+    """At start-up: every review left `posting` is checked and finished (one left `revising`
+    is given back as a draft); each waits for whoever may still be publishing it."""
+    for row in await ctx.db.fetchall(
+        "SELECT id FROM reviews WHERE state IN ('posting', 'revising')"
+    ):
         await queue_recovery(ctx, row["id"])
+
+
+def publishing_key(review_id: int) -> str:
+    """Whoever publishes a review holds this: an approve, or the recovery of one (so with
+    several processes a recovery never races an approve that is still under way)."""
+    return f"publishing:{review_id}"
 
 
 async def recover_posting(ctx: Context, review_id: int) -> str:
     """After a crash between the approve claim and GitHub's answer: look before retrying."""
+    async with ctx.db.hold(publishing_key(review_id)):
+        return await _recover(ctx, review_id)
+
+
+async def _recover(ctx: Context, review_id: int) -> str:
     review = await get_review(ctx.db, review_id)
+    if review is not None and review["state"] == state.REVISING:
+        await state.end_revision(ctx.db, review_id)  # its reviser died mid-way
+        return "revision given back"
     if review is None or review["state"] != state.POSTING:
         return "nothing to do"
     pull = await pull_by_id(ctx.db, review["pull_id"])

@@ -312,6 +312,11 @@ class ReviewJob:
             verified = {"verify_provider": provider, "verify_error": verification.error}
             if verification.error:
                 log.warning("verify pass failed", extra={"fields": {"reason": verification.error}})
+        current = await get_review(ctx.db, review_id)
+        if current is None or current["state"] != state.RUNNING:
+            # Superseded or stopped while the model worked; the cancellation may still be on
+            # its way from another process: publish nothing for an older head.
+            raise asyncio.CancelledError
         await state.set_findings(ctx.db, review_id, findings)
         await update_review(
             ctx.db,

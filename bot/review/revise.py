@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.review import state
+from bot.review.approve import publishing_key
 from bot.review.pipeline import Draft
 from bot.review.publish import Publisher
 from bot.review.store import get_review, load_findings
@@ -104,16 +105,17 @@ async def apply_revision(
         "check_run_id": None,
         **({"run_id": draft.run_id} if draft.run_id else {}),
     }
-    if not await state.begin_revision(
-        ctx.db, review_id, change.assigned, change.withdrawn, by=by, texts=texts
-    ):
-        return None
-    try:
-        await publisher.pending_review(await get_review(ctx.db, review_id))
-        await publisher.start_check(await get_review(ctx.db, review_id))
-        await publisher.finish_check(await get_review(ctx.db, review_id))
-    finally:
-        await state.end_revision(ctx.db, review_id)
+    async with ctx.db.hold(publishing_key(review_id)):
+        if not await state.begin_revision(
+            ctx.db, review_id, change.assigned, change.withdrawn, by=by, texts=texts
+        ):
+            return None
+        try:
+            await publisher.pending_review(await get_review(ctx.db, review_id))
+            await publisher.start_check(await get_review(ctx.db, review_id))
+            await publisher.finish_check(await get_review(ctx.db, review_id))
+        finally:
+            await state.end_revision(ctx.db, review_id)
     await publisher.status(await get_review(ctx.db, review_id))
     return change
 

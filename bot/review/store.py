@@ -133,7 +133,8 @@ async def automatic_reviews_since(
     (inside the caller's transaction)."""
     cursor = await conn.execute(
         "SELECT COUNT(*) FROM reviews r JOIN pulls p ON p.id = r.pull_id"
-        " WHERE p.installation_id IS ? AND p.author = ? AND r.requested_by IS NULL"
+        " WHERE COALESCE(p.installation_id, 0) = COALESCE(?, 0) AND p.author = ?"
+        " AND r.requested_by IS NULL"
         " AND r.state != 'held' AND r.created_at >= ?",
         (installation_id, author, since),
     )

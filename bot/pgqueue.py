@@ -1,0 +1,386 @@
+"""Jobs on procrastinate (Postgres): the `bot.queue.Jobs` interface for several processes.
+
+Every job is one procrastinate task, `cockpit.job`, whose arguments carry our kind, key and
+payload. The key is procrastinate's `lock` (one running job per key, in arrival order, also
+across retries and processes); superseding cancels the key's jobs of that kind (aborting a
+running one wherever it runs: procrastinate notifies its worker, which cancels the task)
+and defers the new one with a `queueing_lock`, so at most one superseding job of a kind and
+key ever waits. Retries follow `retry_decision` below; jobs of a worker that stopped sending
+heartbeats (a crash) are retried by the survivors; maintenance is a periodic task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import procrastinate
+from procrastinate import job_context, retry
+from procrastinate import jobs as pjobs
+from procrastinate.worker import Worker
+
+from bot.logs import log_context
+from bot.pg import Connection, PgDatabase
+from bot.queue import GaveUpHook, Job, JobHandler, PermanentError, backoff_seconds
+
+log = logging.getLogger(__name__)
+
+# Called once when a job fails for good, with the reason (e.g. to say so on the PR).
+TASK = "cockpit.job"
+STALLED_AFTER = 20.0  # a worker silent this long is dead: its jobs run again elsewhere
+POLL_SECONDS = 1.0  # fallback to LISTEN/NOTIFY for new jobs and abort requests
+STATES = {  # procrastinate's statuses as the SQLite queue names them
+    "todo": "queued",
+    "doing": "running",
+    "succeeded": "done",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "aborted": "cancelled",
+}
+
+
+class Interrupted(Exception):
+    """The worker stopped while the job ran: it runs again (procrastinate retries it)."""
+
+
+class _Retry(retry.BaseRetryStrategy):
+    def get_retry_decision(
+        self, *, exception: BaseException, job: pjobs.Job
+    ) -> retry.RetryDecision | None:
+        return retry_decision(exception, job.attempts + 1, int(job.task_kwargs["max_attempts"]))
+
+
+def retry_decision(
+    exception: BaseException, attempts: int, max_attempts: int
+) -> retry.RetryDecision | None:
+    """Retry with the SQLite queue's backoff until `max_attempts`; never a cancelled job
+    (stop, supersede) or a PermanentError. An interrupted job retries at once."""
+    if isinstance(exception, Interrupted):
+        return retry.RetryDecision(retry_in={"seconds": 0})
+    if not isinstance(exception, Exception) or isinstance(exception, PermanentError):
+        return None
+    if attempts >= max_attempts:
+        return None
+    return retry.RetryDecision(retry_in={"seconds": int(backoff_seconds(attempts))})
+
+
+class PgJobs:
+    """The queue in procrastinate's tables plus this process's procrastinate workers."""
+
+    def __init__(self, db: PgDatabase, url: str, *, stalled_after: float = STALLED_AFTER) -> None:
+        self.db = db
+        self.stalled_after = stalled_after
+        self.app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=4)
+        )
+        self.app.task(name=TASK, pass_context=True, retry=_Retry())(self._execute)
+        self.handlers: dict[str, JobHandler] = {}
+        self.on_finished: Callable[[Job, str, float], None] | None = None
+        self.on_gave_up: dict[str, GaveUpHook] = {}
+        self._workers: list[asyncio.Task] = []
+        self._procrastinate: list[Worker] = []
+        self._stopping = False
+        self._running = 0
+
+    async def open(self) -> None:
+        await self.app.open_async()
+
+    async def close(self) -> None:
+        await self.app.close_async()
+
+    # -- queue operations -------------------------------------------------
+
+    def row(
+        self,
+        kind: str,
+        key: str,
+        payload: dict[str, Any],
+        *,
+        queue: str,
+        max_attempts: int = 3,
+        delay: float = 0.0,
+        queueing_lock: str | None = None,
+    ) -> pjobs.Job:
+        """A job to defer, for callers that insert jobs in their own transaction."""
+        scheduled = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay) if delay else None
+        return pjobs.Job(
+            queue=queue,
+            lock=key,
+            queueing_lock=queueing_lock,
+            task_name=TASK,
+            task_kwargs={
+                "kind": kind,
+                "key": key,
+                "payload": payload,
+                "max_attempts": max_attempts,
+            },
+            scheduled_at=scheduled,
+        )
+
+    async def insert_in(self, conn: Connection, rows: list[pjobs.Job]) -> list[int]:
+        """Defer jobs inside the caller's transaction (they commit with it, or not at all)."""
+        if not rows:
+            return []
+        deferred = await self.app.job_manager.batch_defer_jobs_async(rows, connection=conn.raw)
+        return [int(job.id or 0) for job in deferred]
+
+    async def enqueue(
+        self,
+        kind: str,
+        key: str,
+        payload: dict[str, Any],
+        *,
+        queue: str,
+        supersede: bool = False,
+        max_attempts: int = 3,
+        delay: float = 0.0,
+        prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
+    ) -> int:
+        """Add a job; with `supersede`, the key's older jobs of this kind are cancelled (a
+        running one is aborted in whichever process runs it). `prepare` runs in the same
+        transaction and its result joins the payload."""
+        async with self.db.transaction(lock=f"jobs:{key}" if supersede else None) as conn:
+            if supersede:
+                await self._cancel_in(conn, key, kind)
+            if prepare is not None:
+                payload = {**payload, **await prepare(conn)}
+            row = self.row(
+                kind,
+                key,
+                payload,
+                queue=queue,
+                max_attempts=max_attempts,
+                delay=delay,
+                queueing_lock=f"{key}|{kind}" if supersede else None,
+            )
+            [job_id] = await self.insert_in(conn, [row])
+        return job_id
+
+    async def cancel(self, key: str, kind: str | None = None) -> int:
+        """Cancel the key's waiting jobs and abort its running ones; returns how many."""
+        async with self.db.transaction(lock=f"jobs:{key}") as conn:
+            return await self._cancel_in(conn, key, kind)
+
+    async def _cancel_in(self, conn: Connection, key: str, kind: str | None) -> int:
+        cursor = await conn.execute(
+            "SELECT id FROM procrastinate_jobs WHERE lock = ? AND task_name = ?"
+            " AND status IN ('todo', 'doing')"
+            + (" AND args->>'kind' = ?" if kind else "")
+            + " ORDER BY id DESC",  # the jobs in line first, then the running one
+            (key, TASK, kind) if kind else (key, TASK),
+        )
+        ids = [row[0] for row in await cursor.fetchall()]
+        for job_id in ids:
+            await self.app.job_manager.cancel_job_by_id_async(
+                job_id, abort=True, connection=conn.raw
+            )
+        return len(ids)
+
+    async def busy(self, key: str) -> bool:
+        """Whether the key has a job running or in line."""
+        row = await self.db.fetchone(
+            "SELECT 1 FROM procrastinate_jobs WHERE lock = ? AND status IN ('todo', 'doing')"
+            " LIMIT 1",
+            (key,),
+        )
+        return row is not None
+
+    async def pending(self) -> int:
+        """Jobs with work to do now: running, or waiting and due."""
+        row = await self.db.fetchone(
+            "SELECT COUNT(*) FROM procrastinate_jobs WHERE status = 'doing'"
+            " OR (status = 'todo' AND (scheduled_at IS NULL OR scheduled_at <= now()))"
+        )
+        return int(row[0]) if row else 0
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self.db.fetchall(
+            "SELECT status::text AS state, COUNT(*) AS n FROM procrastinate_jobs GROUP BY status"
+        )
+        found: dict[str, int] = {}
+        for row in rows:
+            state = STATES.get(row["state"], row["state"])
+            found[state] = found.get(state, 0) + int(row["n"])
+        return found
+
+    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
+        """The states of the jobs of a kind and/or key, oldest first."""
+        rows = await self.db.fetchall(
+            "SELECT status::text AS state FROM procrastinate_jobs WHERE task_name = ?"
+            " AND (?::text IS NULL OR args->>'kind' = ?) AND (?::text IS NULL OR lock = ?)"
+            " ORDER BY id",
+            (TASK, kind, kind, key, key),
+        )
+        return [STATES.get(row["state"], row["state"]) for row in rows]
+
+    def every(self, kind: str, cron: str, *, queue: str) -> None:
+        """Run `kind` on this cron schedule (procrastinate's periodic tasks: one job per
+        tick whichever workers are up). Call before `start`."""
+        self.app.periodic(
+            cron=cron,
+            periodic_id=kind,
+            queue=queue,
+            lock=kind,
+            queueing_lock=kind,
+            task_kwargs={"kind": kind, "key": kind, "payload": {}, "max_attempts": 1},
+        )(self.app.tasks[TASK])
+
+    async def prune(self, older_than_hours: int) -> None:
+        """Forget finished jobs (any outcome) older than this."""
+        await self.app.job_manager.delete_old_jobs(
+            nb_hours=older_than_hours,
+            include_failed=True,
+            include_cancelled=True,
+            include_aborted=True,
+        )
+
+    async def recover(self) -> int:
+        """Retry the jobs of workers that stopped sending heartbeats (a crashed process);
+        a job that used its last attempt fails for good instead. Returns how many ran again."""
+        manager = self.app.job_manager
+        stalled = await manager.get_stalled_jobs(seconds_since_heartbeat=self.stalled_after)
+        retried = 0
+        for found in stalled:
+            kwargs = found.task_kwargs
+            attempts, most = found.attempts + 1, int(kwargs.get("max_attempts", 1))
+            try:
+                if attempts < most:
+                    await manager.retry_job_by_id_async(int(found.id or 0), dt.datetime.now(dt.UTC))
+                    retried += 1
+                    continue
+                await manager.finish_job_by_id_async(
+                    int(found.id or 0), pjobs.Status.FAILED, delete_job=False
+                )
+            except procrastinate.exceptions.ConnectorException:
+                continue  # another worker recovered it first
+            job = self._job(found, kwargs)
+            reason = f"the process stopped while this job ran ({attempts} of {most} attempts)"
+            with log_context(job=job.id, job_kind=job.kind, key=job.key):
+                log.error("job failed for good: its worker died at every attempt")
+            await self._gave_up(job, reason)
+        return retried
+
+    # -- workers ----------------------------------------------------------
+
+    def wake(self, queue: str) -> None:
+        """Nothing to do: procrastinate's workers hear about new jobs through NOTIFY."""
+
+    def start(self, pools: dict[str, int]) -> None:
+        """One procrastinate worker per queue, running up to `size` jobs at once."""
+        self._stopping = False
+        for queue, size in pools.items():
+            worker = Worker(
+                self.app,
+                queues=[queue],
+                name=queue,
+                concurrency=size,
+                install_signal_handlers=False,
+                fetch_job_polling_interval=POLL_SECONDS,
+                abort_job_polling_interval=POLL_SECONDS,
+                update_heartbeat_interval=self.stalled_after / 4,
+                stalled_worker_timeout=self.stalled_after,
+                shutdown_graceful_timeout=0.0,
+            )
+            self._procrastinate.append(worker)
+            self._workers.append(asyncio.create_task(worker.run(), name=f"worker-{queue}"))
+        self._workers.append(asyncio.create_task(self._recoverer(), name="stalled-jobs"))
+
+    @property
+    def workers_alive(self) -> int:
+        return sum(1 for task in self._workers if not task.done())
+
+    @property
+    def workers_total(self) -> int:
+        return len(self._workers)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def running(self) -> int:
+        """Jobs this process is running now."""
+        return self._running
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop fetching; let running jobs finish for up to `grace` seconds; the rest are
+        interrupted and run again (here or in another worker)."""
+        self._stopping = True
+        for worker in self._procrastinate:
+            worker.shutdown_graceful_timeout = grace
+            worker.stop()
+        for task in self._workers:
+            if task.get_name() == "stalled-jobs":
+                task.cancel()
+        for task in self._workers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._workers.clear()
+        self._procrastinate.clear()
+
+    async def _recoverer(self) -> None:
+        while True:
+            await asyncio.sleep(self.stalled_after / 2)
+            try:
+                await self.recover()
+            except Exception:
+                log.exception("recovering stalled jobs failed")
+
+    # -- running one job ----------------------------------------------------
+
+    def _job(self, found: pjobs.Job, kwargs: dict[str, Any]) -> Job:
+        return Job(
+            id=int(found.id or 0),
+            kind=kwargs["kind"],
+            queue=found.queue,
+            key=kwargs["key"],
+            payload=kwargs.get("payload") or {},
+            attempts=found.attempts + 1,
+            max_attempts=int(kwargs.get("max_attempts", 1)),
+        )
+
+    async def _execute(self, context: job_context.JobContext, **kwargs: Any) -> None:
+        """procrastinate's task: run our handler for the job's kind."""
+        job = self._job(context.job, kwargs)
+        handler = self.handlers.get(job.kind)
+        started = time.monotonic()
+        outcome = "done"
+        self._running += 1
+        with log_context(job=job.id, job_kind=job.kind, key=job.key):
+            try:
+                if handler is None:
+                    log.error("no handler for job kind")
+                    raise PermanentError(f"no handler for {job.kind!r}")
+                await handler(job)
+            except asyncio.CancelledError:
+                if context.abort_reason() == job_context.AbortReason.SHUTDOWN:
+                    outcome = "interrupted"  # this worker is stopping: run it again later
+                    raise Interrupted("the worker stopped") from None
+                outcome = "cancelled"  # stop, supersede, or the job saw it was superseded
+                raise
+            except Exception as exc:
+                error = f"{exc.__class__.__name__}: {exc}"[:2000]
+                decision = retry_decision(exc, job.attempts, job.max_attempts)
+                outcome = "retrying" if decision else "failed"
+                log.warning("job raised", exc_info=True)
+                if decision is None:
+                    await self._gave_up(job, error)
+                raise
+            finally:
+                self._running -= 1
+                if self.on_finished:
+                    self.on_finished(job, outcome, time.monotonic() - started)
+
+    async def _gave_up(self, job: Job, reason: str) -> None:
+        hook = self.on_gave_up.get(job.kind)
+        if hook is None:
+            return
+        try:
+            await hook(job, reason)
+        except Exception:
+            log.exception("reporting a failed job failed", extra={"fields": {"job": job.id}})
