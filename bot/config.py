@@ -16,7 +16,7 @@ DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
 DEFAULT_CODEX_MODEL = "gpt-5.3-codex"
 PROVIDERS = ("claude", "codex")
-DEFAULT_REVIEW_MAX_USD = 2.0
+DEFAULT_REVIEW_MAX_USD = None  # SPEC: unset = no cap per run (the daily budget still holds)
 DEFAULT_DAILY_MAX_USD = 25.0
 DEFAULT_DAILY_MAX_RUNS = 200
 DEFAULT_MIN_FREE_MB = 1024

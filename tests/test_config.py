@@ -61,10 +61,11 @@ def test_bad_value_names_the_variable(overrides, variable):
 def test_money_limits_have_defaults_and_can_be_switched_off():
     defaults = load_settings(GOOD)
     assert (defaults.review_max_usd, defaults.daily_max_usd, defaults.daily_max_runs) == (
-        2.0,
+        None,  # unset: no cap per run, as the operators' contract says
         25.0,
         200,
     )
+    assert load_settings({**GOOD, "COCKPIT_REVIEW_MAX_USD": "2"}).review_max_usd == 2.0
     assert (defaults.min_free_mb, defaults.shutdown_grace) == (1024, 20.0)
     off = load_settings(
         {
