@@ -254,12 +254,17 @@ async def main() -> int:
                 f"  acknowledged {acked}, inbox rows {stored}, lost {lost}"
                 + ("" if exact else " (wrk stops mid-request: rows above acks were in flight)")
             )
-            met = ratio >= GUARD_RATIO and lost == 0
+            # The guard's ratio is judged with the Python client (as the foundation issue set
+            # it); wrk's is shown for comparison. Nothing acknowledged may be lost with either.
+            judged = client == "python"
+            met = (ratio >= GUARD_RATIO or not judged) and lost == 0
             met_all = met_all and met
-            print(
-                f"  guard: ratio >= {GUARD_RATIO:.2f} {'yes' if ratio >= GUARD_RATIO else 'NO'}, "
-                f"0 lost {'yes' if lost == 0 else 'NO'}"
+            ratio_text = (
+                f"ratio >= {GUARD_RATIO:.2f} {'yes' if ratio >= GUARD_RATIO else 'NO'}"
+                if judged
+                else "ratio shown for comparison"
             )
+            print(f"  guard: {ratio_text}, 0 lost {'yes' if lost == 0 else 'NO'}")
     print("\nguard held" if met_all else "\nguard NOT held")
     return 0 if met_all else 1
 
