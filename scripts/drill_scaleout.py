@@ -46,6 +46,7 @@ MODEL_SECONDS = 1.0
 CONCURRENCY = 4  # reviews at once per worker (COCKPIT_MAX_CONCURRENT_REVIEWS)
 INSTALLATION = 7
 PHASE_TIMEOUT = 240.0
+REPO_IDS = 700_000
 BASE = {"calc.py": "def parse(text):\n    return int(text)\n", "README.md": "# w\n"}
 HEAD = {"calc.py": "def parse(text):\n    return eval(text)\n"}
 
@@ -124,12 +125,15 @@ class Drill:
             data, owner="octo", name=f"w{n:02d}", clone_url=pr.clone_url,
             installation_id=INSTALLATION,
         )  # fmt: skip
+        data["repository"]["id"] = REPO_IDS + n  # one repository each (PRs are keyed by its id)
         data["number"] = data["pull_request"]["number"] = 1
         data["pull_request"]["head"]["sha"] = pr.head_sha
         data["pull_request"]["base"]["ref"] = pr.base_ref
         data["pull_request"]["base"]["sha"] = pr.base_sha
         data["pull_request"]["draft"] = False
         data["pull_request"]["state"] = "open"
+        # A maintainer's PRs: an outside author's get 3 automatic reviews a day, by policy.
+        data["pull_request"]["user"] = {"login": "octocat", "id": 1, "type": "User"}
         data["sender"] = {"login": "octocat", "id": 1, "type": "User"}
         return "pull_request", data
 
@@ -140,6 +144,7 @@ class Drill:
             data, owner="octo", name=f"w{n:02d}", clone_url=pr.clone_url,
             installation_id=INSTALLATION,
         )  # fmt: skip
+        data["repository"]["id"] = REPO_IDS + n  # one repository each (PRs are keyed by its id)
         deliveries.as_pr_comment(data, 1)
         data["comment"]["id"] = next(self.ids) + 100000
         data["comment"]["body"] = text
