@@ -34,7 +34,7 @@ from bot.inbox import (
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS, Jobs
-from bot.storage import open_database
+from bot.storage import Database
 from bot.worktrees import Mirrors
 
 log = logging.getLogger(__name__)
@@ -220,6 +220,16 @@ async def stop_gracefully(app: web.Application) -> None:
         "jobs stopped",
         extra={"fields": {"seconds": round(time.monotonic() - started, 2)}},
     )
+
+
+async def open_database(settings: Settings) -> Any:
+    """The configured backend: Postgres when COCKPIT_DATABASE_URL is set, else the SQLite
+    file under COCKPIT_DATA_DIR."""
+    if settings.database_url is not None:
+        from bot.pg import PgDatabase
+
+        return await PgDatabase.open(settings.database_url.reveal())
+    return await Database.open(settings.db_path)
 
 
 async def _lifecycle(

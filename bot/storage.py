@@ -324,7 +324,7 @@ CREATE TABLE IF NOT EXISTS notices (
 class Database:
     """One aiosqlite connection; writes and multi-statement work go through `transaction()`.
 
-    `bot.pg.PgDatabase` has the same methods over Postgres (`open_database` picks one)."""
+    `bot.pg.PgDatabase` has the same methods over Postgres (the server picks one)."""
 
     shared = False  # one process owns the file
 
@@ -407,13 +407,3 @@ class Database:
         except (sqlite3.Error, ValueError):
             return False
         return True
-
-
-async def open_database(settings: Any) -> Any:
-    """The configured backend: Postgres when COCKPIT_DATABASE_URL is set, else the SQLite
-    file under COCKPIT_DATA_DIR."""
-    if settings.database_url is not None:
-        from bot.pg import PgDatabase
-
-        return await PgDatabase.open(settings.database_url.reveal())
-    return await Database.open(settings.db_path)
