@@ -23,78 +23,8 @@ async def states(db) -> dict[int, str]:
     return {r["id"]: r["state"] for r in await db.fetchall("SELECT id, state FROM jobs")}
 
 
-async def test_one_running_job_per_key_in_order(db):
-    jobs = Jobs(db)
-    order: list[str] = []
-    release = asyncio.Event()
-
-    async def work(job):
-        order.append(f"start {job.payload['n']}")
-        await release.wait()
-        order.append(f"end {job.payload['n']}")
-
-    jobs.handlers["w"] = work
-    for n in range(3):
-        await jobs.enqueue("w", "pr-1", {"n": n}, queue="q")
-    jobs.start({"q": 3})
-    await wait_for(lambda: order == ["start 0"])
-    await asyncio.sleep(0.1)
-    assert order == ["start 0"]  # the same key waits even with idle workers
-    release.set()
-    await wait_for(lambda: len(order) == 6)
-    await jobs.stop()
-    assert order == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
-
-
-async def test_different_keys_run_concurrently(db):
-    jobs = Jobs(db)
-    running = set()
-    peak = 0
-
-    async def work(job):
-        nonlocal peak
-        running.add(job.key)
-        peak = max(peak, len(running))
-        await asyncio.sleep(0.1)
-        running.discard(job.key)
-
-    jobs.handlers["w"] = work
-    for n in range(4):
-        await jobs.enqueue("w", f"pr-{n}", {}, queue="q")
-    jobs.start({"q": 2})
-    await wait_for(lambda: peak >= 2)
-    await asyncio.sleep(0.3)
-    await jobs.stop()
-    assert peak == 2  # bounded by the pool size
-
-
-async def test_supersede_cancels_queued_and_running_older_jobs(db):
-    jobs = Jobs(db)
-    started = asyncio.Event()
-    cancelled = []
-
-    async def work(job):
-        if job.payload["sha"] == "old":
-            started.set()
-            try:
-                await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                cancelled.append(job.id)
-                raise
-
-    jobs.handlers["review"] = work
-    jobs.start({"q": 2})
-    old = await jobs.enqueue("review", "pr-1", {"sha": "old"}, queue="q")
-    await asyncio.wait_for(started.wait(), 5)
-    new = await jobs.enqueue("review", "pr-1", {"sha": "new"}, queue="q", supersede=True)
-
-    async def settled():
-        s = await states(db)
-        return s[old] == "cancelled" and s[new] == "done"
-
-    await wait_for(settled)
-    await jobs.stop()
-    assert cancelled == [old]
+# Per-key order, concurrency up to the pool size and supersede are tested on both backends
+# in tests/test_queue_backends.py.
 
 
 async def test_failures_retry_with_backoff_then_fail(db):
