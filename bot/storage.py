@@ -407,3 +407,12 @@ class Database:
         except (sqlite3.Error, ValueError):
             return False
         return True
+
+
+async def delete_in_chunks(db: Any, statement: str, older_than: float, chunk: int) -> int:
+    """Run a `DELETE … WHERE key IN (SELECT … WHERE … < ? LIMIT ?)` until it deletes nothing,
+    `chunk` rows at a time, so a write lock is never held long; returns how many went."""
+    total = 0
+    while count := await db.execute(statement, (older_than, chunk)):
+        total += count
+    return total

@@ -21,7 +21,7 @@ from bot.review.job import (
 from bot.review.store import prune_closed_reviews
 from bot.sessions.store import prune_closed_sessions, reconcile
 from bot.sessions.turns import session_turn_job
-from bot.storage import Database
+from bot.storage import Database, delete_in_chunks
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +37,22 @@ PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against 
 
 async def prune_history(db: Database, older_than: float) -> tuple[int, int]:
     """Delete processed deliveries and finished jobs from before `older_than`, in chunks."""
-    removed = []
-    for sql in (
+    deliveries = await delete_in_chunks(
+        db,
         "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
         " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
+        older_than,
+        PRUNE_CHUNK,
+    )
+    jobs = await delete_in_chunks(
+        db,
         "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs"
         " WHERE state IN ('done', 'failed', 'cancelled')"
         " AND COALESCE(finished_at, created_at) < ? LIMIT ?)",
-    ):
-        total = 0
-        while count := await db.execute(sql, (older_than, PRUNE_CHUNK)):
-            total += count
-        removed.append(total)
-    return removed[0], removed[1]
+        older_than,
+        PRUNE_CHUNK,
+    )
+    return deliveries, jobs
 
 
 async def prune_closed_conversations(db: Database, older_than: float) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 import aiosqlite
 
-from bot.storage import Database
+from bot.storage import Database, delete_in_chunks
 
 
 async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr: dict) -> int:
@@ -204,6 +204,5 @@ async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> i
         f"DELETE FROM reviews WHERE id IN (SELECT id FROM reviews WHERE pull_id IN ({closed})"
         " LIMIT ?)",
     ):
-        while count := await db.execute(sql, (older_than, chunk)):
-            total += count
+        total += await delete_in_chunks(db, sql, older_than, chunk)
     return total

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bot.storage import Database
+from bot.storage import Database, delete_in_chunks
 
 ACTIVE, BUSY, ENDED, FAILED = "active", "busy", "ended", "failed"
 OPEN = (ACTIVE, BUSY)
@@ -391,13 +391,13 @@ async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> 
     closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
     total = 0
     for sql in (
-        "DELETE FROM messages WHERE rowid IN (SELECT m.rowid FROM messages m JOIN sessions s"
-        f" ON s.id = m.session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
+        # By session (messages have no single-column key on Postgres), a few at a time.
+        "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions"
+        f" WHERE pull_id IN ({closed}) AND id IN (SELECT session_id FROM messages) LIMIT ?)",
         "DELETE FROM session_reviews WHERE id IN (SELECT r.id FROM session_reviews r JOIN"
         f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
         f"DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE pull_id IN ({closed})"
         " LIMIT ?)",
     ):
-        while count := await db.execute(sql, (older_than, chunk)):
-            total += count
+        total += await delete_in_chunks(db, sql, older_than, chunk)
     return total
