@@ -524,6 +524,7 @@ async def test_a_github_error_posting_the_critique_is_retried_not_fatal(world):
     world.github.fail_next("POST", r"/issues/1/comments$", 502)
     world.openai.gate.set()
     await wait_for(lambda: len(answers(world, "Codex")) == 1, timeout=30)
+    await world.wait_idle()  # the retried turn has ended, not only posted its answer
     [child] = await rows(world, "SELECT status FROM sessions WHERE role = 'child'")
     assert child["status"] == "active"
     assert len(world.openai.requests) == 2  # the paid answer was posted, not asked again
