@@ -155,8 +155,10 @@ def test_key_is_written_beside_the_env_file() -> None:
 
 @pytest.fixture
 async def standin():
+    """The stand-in as a GitHub Enterprise Server: `--github-url` names its host, the web
+    form is at the root, the API (the code exchange) only under /api/v3."""
     github = GitHubStandin()
-    await github.start()
+    await github.start(enterprise=True)
     yield github
     await github.stop()
 
@@ -284,7 +286,7 @@ async def test_reused_code_ends_with_a_clear_message(standin: GitHubStandin, tmp
     async with aiohttp.ClientSession() as http:
         back = await click_through(http, run.page_url)
         code = parse_qs(urlsplit(back).query)["code"][0]
-        async with http.post(f"{standin.url}/app-manifests/{code}/conversions") as response:
+        async with http.post(f"{standin.api_url}/app-manifests/{code}/conversions") as response:
             assert response.status == 201  # someone else used it first
         async with http.get(back) as response:
             assert response.status == 200
