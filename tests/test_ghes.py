@@ -9,7 +9,11 @@ the bot from calling one. The whole flow runs through the real server app.
 
 from __future__ import annotations
 
+import json
 import re
+import sqlite3
+import subprocess
+from unittest.mock import ANY
 
 import aiohttp
 import gidgethub
@@ -20,9 +24,13 @@ from bot.server import make_app
 from bot.standin.github import GitHubStandin
 from bot.standin.openapi import OpenAPIValidator
 from bot.standin.repo import make_pr
+from bot.worktrees import GitError, Mirrors
 from handlers import router
 from tests import deliveries
-from tests.conftest import WEBHOOK_SECRET
+from tests.conftest import WEBHOOK_SECRET, wait_for
+from tests.gitserver import TokenGitServer
+from tests.serverproc import ServerProcess
+from tests.tls import private_ca
 from tests.world import BASE, HEAD, INSTALLATION, NAME, OWNER, World
 
 NUMBER = 2  # the PR number of the published GHES examples
@@ -166,6 +174,11 @@ def payload_urls(data) -> set[str]:
     if isinstance(data, list):
         return set().union(*(payload_urls(v) for v in data)) if data else set()
     return {data} if isinstance(data, str) and "://" in data else set()
+
+
+def drafted(world: World) -> bool:
+    comments = world.github.status_comments(world.full_name, NUMBER)
+    return len(comments) == 1 and "Draft ready" in comments[0]["body"]
 
 
 def published_reviews(world: World) -> list[dict]:
@@ -499,3 +512,94 @@ async def test_graphql_without_a_token_is_refused(ghes, ghes_settings):
         with pytest.raises(gidgethub.GraphQLAuthorizationFailure):
             await gh.graphql("query { viewer { login } }", endpoint=graphql_url(ghes.api_url))
     assert ghes.calls("POST", r"^/api/graphql$")
+
+
+# -- a self-signed certificate: SSL_CERT_FILE ---------------------------------------------------
+
+
+@pytest.mark.parametrize("variable", ["SSL_CERT_FILE", "GIT_SSL_CAINFO"])
+async def test_git_trusts_the_private_ca_the_environment_names(
+    tmp_path, monkeypatch, variable: str
+) -> None:
+    for name in ("SSL_CERT_FILE", "GIT_SSL_CAINFO"):  # whatever this machine trusts
+        monkeypatch.delenv(name, raising=False)
+    pr = make_pr(tmp_path / "origin", base=BASE, head=HEAD, number=NUMBER)
+    served = tmp_path / "served"
+    served.mkdir()
+    subprocess.run(
+        ["git", "clone", "-q", "--mirror", str(pr.path), str(served / "w.git")], check=True
+    )
+    subprocess.run(["git", "update-server-info"], cwd=served / "w.git", check=True)
+    ca = private_ca(tmp_path / "ca")
+    token = "ghs_" + "T" * 36
+    server = TokenGitServer(served, token)
+    await server.start(ssl_context=ca.server_context())
+    try:
+        url = f"{server.url}/w.git"
+        assert url.startswith("https://")
+        mirrors = Mirrors(tmp_path / "data")
+        with pytest.raises(
+            GitError, match=r"certificate verification failed"
+        ):  # no CA named: refused
+            await mirrors.sync("octo/first", url, ["refs/heads/main"], token=token)
+        monkeypatch.setenv(variable, str(ca.ca_file))
+        await mirrors.sync("octo/widgets", url, [f"refs/pull/{NUMBER}/head"], token=token)
+    finally:
+        await server.stop()
+    assert server.authorised > 0
+
+
+async def test_a_self_signed_enterprise_server_end_to_end(tmp_path, anthropic_standin) -> None:
+    """`cockpit serve` with SSL_CERT_FILE naming the CA of a GHES whose certificate it signed:
+    the API over TLS under /api/v3, git over TLS with the installation token, a draft."""
+    ca = private_ca(tmp_path / "ca")
+    ghes = GitHubStandin(validator=OpenAPIValidator.from_file(deliveries.OPENAPI))
+    await ghes.start(enterprise=True, ssl_context=ca.server_context())
+    try:
+        pr = make_pr(tmp_path / "origin", base=BASE, head=HEAD, number=NUMBER)
+        repo = ghes.add_generated_pr(
+            OWNER, NAME, pr, installation_id=INSTALLATION, permissions={"octocat": "admin"}
+        )
+        ghes.serve_git(repo, pr.path / ".git", private=True)
+        world = World(ghes, pr, repo)
+        env = {
+            "GITHUB_APP_ID": ghes.app_id,
+            "GITHUB_PRIVATE_KEY": ghes.private_key_pem,
+            "GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "GITHUB_API_URL": ghes.api_url,
+            "GITHUB_APP_SLUG": ghes.slug,
+            "ANTHROPIC_BASE_URL": anthropic_standin.url,
+            "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789",
+            "SSL_CERT_FILE": str(ca.ca_file),
+        }
+        assert env["GITHUB_API_URL"].startswith("https://127.0.0.1:")
+        data_dir = tmp_path / "data"
+        server = ServerProcess(env, data_dir, tmp_path / "server.log")
+        await server.start()
+        try:
+            body = json.dumps(pr_event(world)).encode()
+            headers = deliveries.headers("pull_request", body, WEBHOOK_SECRET, "tls-1")
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(f"{server.url}/webhooks/github", data=body, headers=headers) as answer,
+            ):
+                assert answer.status == 202
+
+            def states():
+                with sqlite3.connect(data_dir / "cockpit.sqlite3") as conn:
+                    return conn.execute("SELECT state, error FROM reviews").fetchall()
+
+            def finished() -> bool:
+                failed = states() == [("failed", ANY)]
+                return failed or (states() == [("draft", None)] and drafted(world))
+
+            await wait_for(finished, 60)
+        finally:
+            server.terminate()
+        assert states() == [("draft", None)], (tmp_path / "server.log").read_text()[-3000:]
+        assert len(world.pending_reviews()) == 1
+        git_reads = ghes.calls("GET", rf"^/{OWNER}/{NAME}\.git/")
+        assert git_reads and all(r["headers"].get("Authorization") for r in git_reads)
+        assert ghes.violations == []
+    finally:
+        await ghes.stop()
