@@ -3,7 +3,9 @@ for 127.0.0.1 signed by it (a GitHub Enterprise Server with a self-signed certif
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import ipaddress
 import ssl
 from dataclasses import dataclass
@@ -20,6 +22,14 @@ class PrivateCA:
     ca_file: Path  # the CA certificate (PEM): what SSL_CERT_FILE names
     cert_file: Path
     key_file: Path
+
+    def server_spki_sha256(self) -> str:
+        """The server key's pin as chromium's --ignore-certificate-errors-spki-list takes it."""
+        cert = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
+        spki = cert.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return base64.b64encode(hashlib.sha256(spki).digest()).decode()
 
     def server_context(self) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
