@@ -114,8 +114,10 @@ class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
     """gidgethub client that only calls relative URLs, retries limits, and counts calls.
 
     The one absolute URL it follows is a pagination link GitHub itself just returned
-    (`Link: <…>; rel="next"`, absolute, often as `/repositories/{id}/…`), and only on the
-    API base; any other absolute URL — one found in a payload, even on the base — is refused.
+    (`Link: <…>; rel="next"`, absolute, often as `/repositories/{id}/…`): its path and query,
+    on this client's own base (a GHES writes its configured hostname into links, which may not
+    be the name the bot reaches it by). Any other absolute URL — one found in a payload, even
+    on the API host — is refused.
     """
 
     def __init__(
@@ -152,16 +154,23 @@ class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
 
     async def _make_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         if "://" in url:
-            base = self.base_url.rstrip("/") + "/"
-            if method != "GET" or url not in self._next_pages or not url.startswith(base):
+            if method != "GET" or url not in self._next_pages:
                 raise AbsoluteURLError(f"refusing to call an absolute URL ({method})")
-            url = url[len(base) - 1 :]
+            url = self._on_base(url)
         if self._token_source and kwargs.get("jwt") is None and kwargs.get("oauth_token") is None:
             kwargs["oauth_token"] = await self._token_source()
         data, more, status = await super()._make_request(method, url, *args, **kwargs)
         if more:
             self._next_pages[more] = True
         return data, more, status
+
+    def _on_base(self, link: str) -> str:
+        """A pagination link as a path relative to this client's base URL."""
+        root = urlsplit(self.base_url).path.rstrip("/")
+        parts = urlsplit(link)
+        if not parts.path.startswith(root + "/"):
+            raise AbsoluteURLError("refusing a page link outside the API root")
+        return parts.path[len(root) :] + (f"?{parts.query}" if parts.query else "")
 
     async def graphql(self, query: str, **variables: Any) -> Any:
         """A GraphQL query or mutation at this API's GraphQL endpoint (gidgethub's own

@@ -368,6 +368,29 @@ async def test_a_page_link_is_followed_only_when_github_gave_it(app, ghes):
     ]
 
 
+async def test_page_links_naming_the_servers_own_hostname_are_followed_on_our_base(app, ghes):
+    """A GHES reached by another name (an internal address) than the hostname it is configured
+    with writes that hostname into its links: the link's path is followed on GITHUB_API_URL."""
+    ghes.hostname_url = "https://github.example.test"
+    repo = ghes.repos[f"{OWNER}/{NAME}"]
+    for n in range(35):
+        ghes.issue_comments[n] = {
+            "id": n,
+            "repo": repo.full_name,
+            "number": 1,
+            "body": f"c{n}",
+            "user": {"login": "someone"},
+        }
+    gh = app.installation_api(INSTALLATION)
+    bodies = [c["body"] async for c in gh.getiter(f"/repos/{repo.full_name}/issues/1/comments")]
+    assert len(bodies) == 35
+    [_, second] = ghes.calls("GET", r"/comments$")
+    assert second["url_path"] == f"/api/v3/repositories/{repo.id}/issues/1/comments"
+    assert second["query"] == {"per_page": "30", "page": "2"}
+    with pytest.raises(AbsoluteURLError):  # not handed out as a page: refused, whatever its host
+        await gh.getitem(f"https://github.example.test/api/v3/repos/{repo.full_name}")
+
+
 async def test_graphql_goes_to_api_graphql_with_the_installation_token(app, ghes):
     repo = ghes.repos[f"{OWNER}/{NAME}"]
     pull = ghes.add_pull(repo, 5, head_sha="b" * 40, base_sha="a" * 40, diff="")

@@ -172,6 +172,9 @@ class GitHubStandin:
         self._runner: web.AppRunner | None = None
         self.url = ""  # the host: web pages, and REST too unless `enterprise`
         self.enterprise = False
+        # GHES writes its configured hostname into absolute URLs (links, html_url), which
+        # need not be the name a client reaches it by: set this to play that.
+        self.hostname_url: str | None = None
         # The manifest flow: who is signed in to the web UI, the manifests posted to the
         # new-App form, the Apps created from them, and their unexchanged codes.
         self.web_user = "octocat"
@@ -216,7 +219,7 @@ class GitHubStandin:
     @property
     def web_url(self) -> str:
         """Where `html_url`s point: the GHES host itself, or a github.com look-alike."""
-        return self.url if self.enterprise else "https://github.test"
+        return (self.hostname_url or self.url) if self.enterprise else "https://github.test"
 
     # -- set-up -------------------------------------------------------------
 
@@ -554,7 +557,8 @@ class GitHubStandin:
         if page * per_page < len(items):
             path = str(self.api_path(request.path))
             rest = path.removeprefix(f"/repos/{repo.full_name}")
-            base = f"{self.api_url}/repositories/{repo.id}{rest}?per_page={per_page}&page="
+            api = (self.hostname_url or self.url) + self.api_prefix
+            base = f"{api}/repositories/{repo.id}{rest}?per_page={per_page}&page="
             last = (len(items) + per_page - 1) // per_page
             headers["Link"] = f'<{base}{page + 1}>; rel="next", <{base}{last}>; rel="last"'
         return web.json_response(chunk, headers=headers)
