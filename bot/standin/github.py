@@ -392,15 +392,7 @@ class GitHubStandin:
         except ValueError:
             return _error(400, "Problems parsing JSON")
         path = self.api_path(request.path)
-        record = {
-            "method": request.method,
-            "path": path or request.path,
-            "url_path": request.path,
-            "body": body,
-            "headers": dict(request.headers),
-            "query": dict(request.query),
-        }
-        self.requests.append(record)
+        self._record(request, path or request.path, body)
         await self.gate.wait()
         if path is None:
             if self.enterprise and not request.path.startswith(ENTERPRISE_API + "/"):
@@ -430,6 +422,19 @@ class GitHubStandin:
                     return auth
                 return await handler(request, body or {}, **match.groupdict())
         return _error(404, "Not Found")
+
+    def _record(self, request: web.Request, path: str, body: Any) -> None:
+        """`path`: as GitHub routes it (see `api_path`); `url_path`: as it was requested."""
+        self.requests.append(
+            {
+                "method": request.method,
+                "path": path,
+                "url_path": request.path,
+                "body": body,
+                "headers": dict(request.headers),
+                "query": dict(request.query),
+            }
+        )
 
     def _routes(self) -> list[tuple[str, re.Pattern, Callable]]:
         repo = r"^/repos/(?P<owner>[^/]+)/(?P<name>[^/]+)"
@@ -813,16 +818,7 @@ class GitHubStandin:
         user `x-access-token`, an installation token of the repository as password."""
         info = request.match_info
         repo = self.repos.get(f"{info['owner']}/{info['name']}")
-        self.requests.append(
-            {
-                "method": request.method,
-                "path": request.path,
-                "url_path": request.path,
-                "body": None,
-                "headers": dict(request.headers),
-                "query": dict(request.query),
-            }
-        )
+        self._record(request, request.path, None)
         if repo is None or repo.git_dir is None:
             return web.Response(status=404, text="Repository not found.")
         if repo.private and not self._git_reader(request, repo):
@@ -869,16 +865,7 @@ class GitHubStandin:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        self.requests.append(
-            {
-                "method": "POST",
-                "path": request.path,
-                "url_path": request.path,
-                "body": body,
-                "headers": dict(request.headers),
-                "query": dict(request.query),
-            }
-        )
+        self._record(request, request.path, body)
         await self.gate.wait()
         scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
         known = self.tokens.get(credential) if scheme.lower() in ("token", "bearer") else None
