@@ -330,6 +330,33 @@ async def app(ghes, ghes_settings):
         yield GitHubApp(ghes_settings, session)
 
 
+async def test_jwt_token_etag_and_retries_work_under_api_v3(ghes, ghes_settings):
+    ghes.add_repo(
+        OWNER, NAME, clone_url="unused", installation_id=INSTALLATION, files={"a.toml": "x = 1"}
+    )
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    async with aiohttp.ClientSession() as session:
+        app = GitHubApp(ghes_settings, session, sleep=sleep)
+        gh = app.installation_api(INSTALLATION)
+        url = f"/repos/{OWNER}/{NAME}/contents/a.toml"
+        assert await gh.getitem(url) == await gh.getitem(url)
+        ghes.fail_next("GET", rf"^/repos/{OWNER}/{NAME}$", 403, headers={"Retry-After": "3"})
+        assert (await gh.getitem(f"/repos/{OWNER}/{NAME}"))["full_name"] == f"{OWNER}/{NAME}"
+    assert sleeps == [3.0]
+    [token] = ghes.calls("POST", r"/access_tokens$")
+    assert token["url_path"] == f"/api/v3/app/installations/{INSTALLATION}/access_tokens"
+    assert token["headers"]["Authorization"].lower().startswith("bearer ")  # the App JWT
+    contents = ghes.calls("GET", r"/contents/")
+    assert [c["url_path"] for c in contents] == [f"/api/v3{url}"] * 2
+    assert contents[1]["headers"]["If-None-Match"].startswith('"')
+    assert len(ghes.calls("GET", rf"^/repos/{OWNER}/{NAME}$")) == 2
+    assert ghes.violations == []
+
+
 async def test_payload_urls_are_refused_even_on_the_api_host(app, ghes):
     gh = app.installation_api(INSTALLATION)
     data = deliveries.ghes_payload(
