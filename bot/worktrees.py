@@ -59,6 +59,11 @@ def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
     if token:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
         config["http.extraHeader"] = f"Authorization: Basic {basic}"
+    # A private CA (GitHub Enterprise Server): git's libcurl does not read SSL_CERT_FILE
+    # itself, and this environment is built from nothing, so the file is passed on.
+    ca_file = os.environ.get("GIT_SSL_CAINFO") or os.environ.get("SSL_CERT_FILE")
+    if ca_file:
+        config["http.sslCAInfo"] = ca_file
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),

@@ -24,7 +24,10 @@ WEBHOOK_SECRET = "test-webhook-secret-123"
 
 @pytest.fixture
 async def github():
-    standin = GitHubStandin(validator=OpenAPIValidator.from_file(deliveries.OPENAPI))
+    standin = GitHubStandin(
+        validator=OpenAPIValidator.from_file(deliveries.OPENAPI),
+        graphql_schema=deliveries.GRAPHQL_SCHEMA,
+    )
     await standin.start()
     yield standin
     await standin.stop()
