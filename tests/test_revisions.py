@@ -558,7 +558,10 @@ async def test_a_reworded_dropped_finding_stays_dropped_and_the_reviser_is_told(
     dropped = told.split("dropped", 1)[1]
     assert "F2" in dropped and IS_NONE in dropped and "calc.py:6" in dropped
     assert await findings_of(world) == {1: (2, EVAL, "kept"), 2: (6, IS_NONE, "dropped")}
-    assert "| F3 |" not in world.status_body()
+    status = world.status_body()
+    assert "| F3 |" not in status
+    assert "withdrawn none · reported again but dropped by people F2" in status
+    assert any("reported again but dropped by people F2." in b for b in bodies(world))
     [pending] = world.pending_reviews()
     assert [c["line"] for c in pending["comments"]] == [2]
     await say_on_pr(world, "/cockpit approve")
