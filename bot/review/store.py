@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
-from dataclasses import dataclass, fields
 from typing import Any
 
 import aiosqlite
@@ -61,7 +61,8 @@ async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr:
             )
         if found is None:
             cursor = await conn.execute(
-                f"INSERT INTO pulls ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                f"INSERT INTO pulls ({', '.join(values)})"
+                f" VALUES ({', '.join('?' * len(values))})",
                 tuple(values.values()),
             )
             return int(cursor.lastrowid or 0)
@@ -153,7 +154,7 @@ async def update_review(db: Database, review_id: int, **fields: Any) -> None:
     )
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class DraftFinding:
     """A finding of a new or revised draft before it has an `F` number: the reviewer's claim
     as placed on the diff, and the verify pass's verdict once one is known."""
@@ -171,7 +172,7 @@ class DraftFinding:
     verify_note: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """A stored finding of a draft (a row of `findings`), whichever backend it came from."""
 
@@ -195,7 +196,7 @@ class Finding:
     @classmethod
     def from_row(cls, row: Any) -> Finding:
         """The one place a backend's row (sqlite3.Row, a Postgres row) becomes a record."""
-        values = {f.name: row[f.name] for f in fields(cls)}
+        values = {f.name: row[f.name] for f in dataclasses.fields(cls)}
         return cls(**{**values, "in_diff": bool(values["in_diff"])})
 
 
