@@ -16,10 +16,17 @@ import pytest
 from bot.config import Secret, Settings
 from bot.standin.github import GitHubStandin
 from bot.standin.openapi import OpenAPIValidator
+from bot.texts import strict_templates
 from tests import deliveries
 from tests.models import anthropic_standin, openai_standin  # noqa: F401 - shared fixtures
 
 WEBHOOK_SECRET = "test-webhook-secret-123"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every template the suite renders reads only values it was given (production renders
+    a missing one empty and logs it)."""
+    strict_templates(True)
 
 
 @pytest.fixture

@@ -73,7 +73,7 @@ async def test_pr_text_cannot_mention_or_instruct(world):
 async def test_synchronize_supersedes_a_running_review(world):
     world.model.gate.clear()  # the model is slow: the first review is still running
     await world.send("pull_request", world.pull_request_payload("opened"))
-    await world.wait_review("running", index=0)
+    await wait_for(lambda: world.model.requests)  # running, its check run made: the model thinks
     new_head = world.push({"calc.py": "def parse(text):\n    return eval(text)\n"})
     await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=new_head))
     first = await world.wait_review("superseded", index=0)

@@ -5,13 +5,24 @@ after it."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import jinja2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.texts import STATUS_MARKER, WJ, fenced, render, repo_url_of, safe_md, table_cell
+from bot.texts import (
+    STATUS_MARKER,
+    WJ,
+    fenced,
+    render,
+    repo_url_of,
+    safe_md,
+    strict_templates,
+    table_cell,
+)
 from tests.inert import read
 
 REPO_URL = "https://github.test/octo/widgets"
@@ -83,6 +94,7 @@ def status(text: dict[str, str], state: str) -> str:
             "kept": "F1",
             "added": "F3",
             "withdrawn": "F2",
+            "dropped": "F4",
         },
         verify_provider="codex",
         verify_error=text["error"] if state == "posted" else None,
@@ -301,3 +313,23 @@ def test_suggestion_cannot_close_its_fence():
     lines = body.strip().split("\n")
     assert lines[-1] == "`````" and "`````suggestion" in lines  # longer than any run inside
     assert fenced("a") == "```\na\n```"
+
+
+def test_a_missing_value_fails_in_tests_and_renders_empty_but_logged_in_production(caplog):
+    context = {
+        "number": 1,
+        "repo": "o/r",
+        "head_sha": "a" * 40,
+        "merge_base": "b" * 40,
+        "findings": [(1, {"path": "a.py", "severity": "nit", "title": "t", "body": "b"})],
+    }
+    with pytest.raises(jinja2.UndefinedError, match="line"):
+        render("prompts/verify_request.md.j2", **context)
+    strict_templates(False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="bot.texts"):
+            text = render("prompts/verify_request.md.j2", **context)
+    finally:
+        strict_templates(True)
+    assert "### F1 · nit · `a.py`" in text
+    assert any("'line'" in record.getMessage() for record in caplog.records)

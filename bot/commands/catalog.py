@@ -27,7 +27,11 @@ COMMANDS = (
         "review the current head now (supersedes older work)",
         starts_model=True,
     ),
-    Spec("drop", "F2 [F5 …]", "remove findings from the draft (pending review and status follow)"),
+    Spec(
+        "drop",
+        "F2 [F5 …]",
+        "remove findings from the draft (pending review, check run and status follow)",
+    ),
     Spec(
         "approve",
         "[F1 F3 …] [--request-changes | --comment]",

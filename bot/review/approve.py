@@ -4,7 +4,6 @@ crash or a GitHub error between the claim and GitHub's answer."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import TYPE_CHECKING
 
 import gidgethub
@@ -13,7 +12,7 @@ from bot.github import github_transient
 from bot.queue import REVIEWS, Job
 from bot.review import state
 from bot.review.publish import Publisher
-from bot.review.store import get_review, load_findings, pull_by_id, update_review
+from bot.review.store import Finding, get_review, load_findings, pull_by_id, update_review
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -27,16 +26,12 @@ class PublishFailed(Exception):
     """Publishing did not complete; the message says what happens next (shown on the PR)."""
 
 
-def select_findings(findings: list[sqlite3.Row], listed: tuple[int, ...]) -> list[int]:
+def select_findings(findings: list[Finding], listed: tuple[int, ...]) -> list[int]:
     """What `approve` publishes: the listed findings, or every kept one that verification
     did not refute (a refuted finding is published only when listed explicitly)."""
     if listed:
         return sorted(listed)
-    return [
-        f["ordinal"]
-        for f in findings
-        if f["state"] == state.KEPT and f["verify_status"] != "refuted"
-    ]
+    return [f.ordinal for f in findings if f.state == state.KEPT and f.verify_status != "refuted"]
 
 
 async def approve(
@@ -179,9 +174,7 @@ async def _recover(ctx: Context, review_id: int) -> str:
         await publisher.status(await get_review(ctx.db, review_id))
         return "already published"
     findings = await load_findings(ctx.db, review_id)
-    await publish(
-        ctx, publisher, review_id, [f["ordinal"] for f in findings if f["state"] == "kept"]
-    )
+    await publish(ctx, publisher, review_id, [f.ordinal for f in findings if f.state == "kept"])
     return "published"
 
 

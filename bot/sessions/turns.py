@@ -86,14 +86,14 @@ async def cross_review_context(
     part = excerpt(lines)
     findings = [
         {
-            "ordinal": f["ordinal"],
-            "severity": f["severity"],
-            "where": f["path"] + (f":{f['line']}" if f["line"] else ""),
-            "title": f["title"],
-            "body": f["body"],
+            "ordinal": f.ordinal,
+            "severity": f.severity,
+            "where": f.path + (f":{f.line}" if f.line else ""),
+            "title": f.title,
+            "body": f.body,
         }
         for f in await load_findings(ctx.db, review["id"])
-        if f["state"] == state.KEPT
+        if f.state == state.KEPT
     ]
     return render_text(
         "prompts/cross_review.md.j2",
@@ -267,7 +267,7 @@ class Turn:
             reviewer = Reviewer(
                 ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
             )
-            message = None if done is not None else self.text
+            message = None if done is not None else self.text + await self._decisions()
             draft = await revise_review(
                 reviewer,
                 tree,
@@ -277,7 +277,13 @@ class Turn:
                 source=self.source,
             )
         change = await apply_revision(
-            ctx, self.publisher, self.review["id"], draft, by=self.session.provider, after=child
+            ctx,
+            self.publisher,
+            self.review["id"],
+            draft,
+            by=self.session.provider,
+            after=child,
+            tree=tree,
         )
         if change is None:
             await self._link(await self._reply("not_revised", parent=self.session.provider))
@@ -289,8 +295,21 @@ class Turn:
             kept=refs(change.kept),
             added=refs(change.added),
             withdrawn=refs(change.withdrawn),
+            dropped=refs(change.dropped),
         )
         await self._link(reply)
+
+    async def _decisions(self) -> str:
+        """What the reviser must know besides the feedback: the findings people dropped and
+        those it withdrew itself (so it neither brings them back nor rewords them in)."""
+        findings = await load_findings(self.ctx.db, self.review["id"])
+        dropped = [f for f in findings if f.state == state.DROPPED]
+        withdrawn = [f for f in findings if f.state == state.WITHDRAWN]
+        if not dropped and not withdrawn:
+            return ""
+        return "\n\n" + render_text(
+            "prompts/revision_decisions.md.j2", dropped=dropped, withdrawn=withdrawn
+        )
 
     async def _failed(self, reason: str) -> None:
         log.warning("session turn failed", extra={"fields": {"reason": reason}})
