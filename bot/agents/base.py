@@ -127,3 +127,8 @@ class Provider(Protocol):
 
     def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
         """Native messages answering tool calls: (call, output, is_error)."""
+
+    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+        """`messages` with an error result `text` right after the reply of every tool call
+        that has no result (a turn stopped mid-tool, a killed process): the API refuses a
+        conversation holding a call without its result."""
