@@ -27,6 +27,7 @@ from bot.agents.base import (
 )
 from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
+from bot.budget import RUN_START_LOCK, charge_run
 from bot.metrics import Metrics
 from bot.sessions.store import Session, append_messages, load_messages
 from bot.sessions.transcript import answer_text
@@ -101,20 +102,7 @@ class AgentRun:
     ) -> TurnResult:
         """One turn: `user_text` (None to continue the stored conversation) from the PR
         comment `comment_id`, until the model answers (or submits its review)."""
-        run_id = await self.db.execute(
-            "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
-            " skill_version_id, status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-            (
-                self.kind if self.kind != "verify" else "review",
-                self.subkind or (self.kind if self.kind == "verify" else None),
-                self.session.id,
-                self.review_id,
-                self.provider.name,
-                self.provider.model,
-                self.skill_version_id,
-                time.time(),
-            ),
-        )
+        run_id = await self._start()
         usage: dict[str, Usage] = {}
         started = time.monotonic()
         calls = 0
@@ -135,6 +123,30 @@ class AgentRun:
         result.cost_usd = await self._finish(run_id, usage, "done", None, calls)
         result.usage = usage
         return result
+
+    async def _start(self) -> int:
+        """The run's ledger row, written only when its installation's daily budget has room
+        (DailyBudgetSpent otherwise): every model run passes here, whatever started it."""
+        now = time.time()
+        async with self.db.transaction(lock=RUN_START_LOCK) as conn:
+            cursor = await conn.execute(
+                "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
+                " skill_version_id, status, started_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                (
+                    self.kind if self.kind != "verify" else "review",
+                    self.subkind or (self.kind if self.kind == "verify" else None),
+                    self.session.id,
+                    self.review_id,
+                    self.provider.name,
+                    self.provider.model,
+                    self.skill_version_id,
+                    now,
+                ),
+            )
+            run_id = int(cursor.lastrowid or 0)
+            await charge_run(conn, run_id, self.budget, now)
+        return run_id
 
     async def _loop(
         self,
