@@ -81,9 +81,10 @@ async def test_stop_during_a_slow_tool_then_ask_again(world, who, tmp_path, monk
     assert statuses == {"active"}  # no session failed
 
 
-@pytest.mark.sqlite_only("reads the killed server's SQLite file")
-async def test_a_server_killed_mid_tool_resumes_the_turn_with_the_call_answered(
-    github, tmp_path, anthropic_standin, openai_standin, backend
+@pytest.mark.sqlite_only("reads the stopped server's SQLite file")
+@pytest.mark.parametrize("stop", ["SIGKILL", "SIGTERM past the shutdown grace"])
+async def test_a_server_stopped_mid_tool_resumes_the_turn_with_the_call_answered(
+    github, tmp_path, anthropic_standin, openai_standin, backend, stop
 ):
     pr = build_world(github, tmp_path, permissions=PEOPLE)
     slow = slow_git(tmp_path / "git")
@@ -94,6 +95,7 @@ async def test_a_server_killed_mid_tool_resumes_the_turn_with_the_call_answered(
         "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789",
         "OPENAI_BASE_URL": f"{openai_standin.url}/v1",
         "OPENAI_API_KEY": "sk-test-openai-0123456789",
+        "COCKPIT_SHUTDOWN_GRACE_SECONDS": "1",
     }
     data_dir = tmp_path / "data"
 
@@ -120,11 +122,17 @@ async def test_a_server_killed_mid_tool_resumes_the_turn_with_the_call_answered(
             data = comment_payload(pr, "/cockpit ask what does the history say?", comment_id=41)
             await post(session, server.url, "issue_comment", data, "k-2")
             await wait_for(slow.started.exists, timeout=30)  # git_log is running
-            server.kill()
+            if stop == "SIGKILL":
+                server.kill()
+            else:
+                server.terminate()  # running jobs are cancelled once the grace is over
     finally:
         server.kill()
-    stored = [json.loads(c) for (c,) in query("SELECT content FROM messages ORDER BY seq")]
-    assert "tool_use" in json.dumps(stored[-1]) and interrupted() not in json.dumps(stored)
+    stored = [c for (c,) in query("SELECT content FROM messages ORDER BY seq")]
+    if stop == "SIGKILL":  # no chance to record anything: the call is left unanswered
+        assert "tool_use" in stored[-1] and not any(interrupted() in c for c in stored)
+    else:  # the turn was cancelled when the grace ran out: it recorded the result
+        assert interrupted() in stored[-1] and "tool_result" in stored[-1]
 
     slow.release()
     restarted = ServerProcess(env, data_dir, tmp_path / "server.log")
