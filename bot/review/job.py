@@ -289,9 +289,7 @@ class ReviewJob:
             pull_id=self.pull["id"],
             review_id=review_id,
         )
-        reviewer = Reviewer(
-            ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
-        )
+        reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
         progress = Progress(ctx, self.publisher, review_id)
         draft = await review_worktree(
             reviewer, tree, request, on_tool_call=progress, on_plan=planned

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bot.agents.base import Budget
@@ -65,7 +65,7 @@ class Reviewer:
 
     db: Database
     models: ModelClients
-    budget: Budget = field(default_factory=Budget)
+    budget: Budget  # a server's: Budget.from_settings (the daily limits are in it)
     metrics: Metrics | None = None
 
 

@@ -242,9 +242,7 @@ async def _verified(
         pull_id=pull["id"],
         review_id=review["id"],
     )
-    reviewer = Reviewer(
-        ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
-    )
+    reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
     subset = [draft.findings[n] for n in change.unverified]
     verification = await verify_draft(
         reviewer, tree, request, replace(draft, findings=subset), provider=review["verify_provider"]
