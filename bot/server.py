@@ -45,6 +45,7 @@ EVENT_WORKERS = 4
 # runs jobs, `all` both. Separate roles need a database several processes share (Postgres).
 ROLES = ("all", "web", "worker")
 
+
 @dataclass
 class Lifecycle:
     stopping: bool = False  # a graceful stop began: deliveries get 503 (GitHub redelivers)
@@ -224,12 +225,22 @@ async def stop_gracefully(app: web.Application) -> None:
 
 async def open_database(settings: Settings) -> Any:
     """The configured backend: Postgres when COCKPIT_DATABASE_URL is set, else the SQLite
-    file under COCKPIT_DATA_DIR."""
-    if settings.database_url is not None:
-        from bot.pg import PgDatabase
+    file under COCKPIT_DATA_DIR (which applies its schema steps itself: one process owns it).
+    A Postgres schema behind this release's is refused (`bot.pg.SchemaBehind`) unless
+    COCKPIT_MIGRATE_ON_START=1 lets this process migrate it."""
+    if settings.database_url is None:
+        return await Database.open(settings.db_path)
+    from bot.pg import PgDatabase
 
-        return await PgDatabase.open(settings.database_url.reveal())
-    return await Database.open(settings.db_path)
+    db = await PgDatabase.open(settings.database_url.reveal())
+    try:
+        if settings.migrate_on_start:
+            await db.migrate()
+        await db.check_schema()
+    except BaseException:
+        await db.close()
+        raise
+    return db
 
 
 async def _lifecycle(
