@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import sqlite3
@@ -36,6 +37,8 @@ BACKOFF_CAP = 300.0
 # housekeeping (anything that may talk to a model or run git) on REVIEWS.
 EVENTS = "events"
 REVIEWS = "reviews"
+
+_CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_job", default=None)
 
 INSERT_SQL = (
     "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
@@ -325,8 +328,13 @@ class Jobs:
 
     @property
     def stopping(self) -> bool:
-        """True once a stop began: a handler cancelled now is interrupted, not cancelled."""
+        """True once a stop began."""
         return self._stopping
+
+    def interrupted(self) -> bool:
+        """Inside a job being cancelled: whether it is interrupted (a graceful stop: it runs
+        again at the next start, its state kept) rather than cancelled (stop, supersede)."""
+        return _CURRENT.get() in self._interrupted
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; let running jobs finish for up to `grace` seconds; re-queue the
@@ -375,7 +383,8 @@ class Jobs:
                 log.error("no handler for job kind")
                 await self._finish(job, "failed", f"no handler for {job.kind!r}")
                 return
-            task = asyncio.create_task(handler(job))
+            _CURRENT.set(job.id)
+            task = asyncio.create_task(handler(job))  # runs with this job as its current one
             self._running[job.id] = task
             heartbeat = asyncio.create_task(self._heartbeat(job))
             try:

@@ -254,7 +254,7 @@ class ReviewJob:
             await self.publisher.start_check(review)
             await self._review(review, config)
         except asyncio.CancelledError:
-            if not self.ctx.jobs.stopping:  # a graceful stop re-queues it: state stays
+            if not self.ctx.jobs.interrupted():  # an interrupted job runs again: state stays
                 await self._stopped()
             raise
         except Exception as exc:
