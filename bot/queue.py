@@ -97,6 +97,7 @@ class Jobs:
         self._running: dict[int, asyncio.Task] = {}
         self._interrupted: set[int] = set()  # cancelled by a stop, to be re-queued uncounted
         self._stopping = False
+        self._local: list[tuple[str, float]] = []
 
     # -- queue operations -------------------------------------------------
 
@@ -306,6 +307,11 @@ class Jobs:
         if event is not None:
             event.set()
 
+    def every_here(self, kind: str, seconds: float) -> None:
+        """Run `kind` in this process every `seconds` (the first time at once), outside the
+        queue: for what is local to a worker, like its disk. Call before `start`."""
+        self._local.append((kind, seconds))
+
     def start(self, pools: dict[str, int]) -> None:
         self._stopping = False
         for queue, size in pools.items():
@@ -313,6 +319,19 @@ class Jobs:
             for n in range(size):
                 self._workers.append(asyncio.create_task(self._worker(queue), name=f"{queue}-{n}"))
         self._workers.append(asyncio.create_task(self._reaper(), name="lease-reaper"))
+        for kind, seconds in self._local:
+            self._workers.append(asyncio.create_task(self._here(kind, seconds), name="local"))
+
+    async def _here(self, kind: str, seconds: float) -> None:
+        job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)
+        while not self._stopping:
+            handler = self.handlers.get(kind)
+            try:
+                if handler is not None:
+                    await handler(job)
+            except Exception:
+                log.exception("local periodic work failed", extra={"fields": {"kind": kind}})
+            await asyncio.sleep(seconds)
 
     @property
     def workers_alive(self) -> int:
@@ -350,7 +369,7 @@ class Jobs:
                 self._interrupted.add(job_id)
                 task.cancel()
         for task in self._workers:
-            if task.get_name() == "lease-reaper":
+            if task.get_name() in ("lease-reaper", "local"):
                 task.cancel()
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
