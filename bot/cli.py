@@ -82,9 +82,13 @@ async def _migrate(settings: Settings) -> str:
     finally:
         await pg.close()
     steps = ", ".join(map(str, done.steps)) or "none"
+    theirs = {
+        "created": "procrastinate's schema created",
+        "recorded": "procrastinate's existing schema recorded",
+    }.get(done.procrastinate_schema, "procrastinate's schema current")
     return (
-        f"Postgres: schema at version {done.version} (steps applied now: {steps}; procrastinate"
-        f" migrations applied now: {len(done.procrastinate)})"
+        f"Postgres: schema at version {done.version} (steps applied now: {steps}; {theirs},"
+        f" {len(done.procrastinate)} of its migrations applied now)"
     )
 
 

@@ -288,6 +288,7 @@ class Migrated:
     version: int
     steps: list[int] = field(default_factory=list)
     procrastinate: list[str] = field(default_factory=list)
+    procrastinate_schema: str = ""  # "created" (a new database) or "recorded" (an older one)
 
 
 async def _configure(conn: psycopg.AsyncConnection) -> None:
@@ -346,7 +347,7 @@ class PgDatabase:
         for step in storage.STEPS:
             if await self._in_step(lambda conn, step=step: self._apply_step(conn, step)):
                 done.steps.append(step.version)
-        await self._in_step(self._procrastinate_baseline)
+        done.procrastinate_schema = await self._in_step(self._procrastinate_baseline) or ""
         for path in procrastinate_migrations():
             if await self._in_step(lambda conn, path=path: self._apply_migration(conn, path)):
                 done.procrastinate.append(path.name)
@@ -397,13 +398,13 @@ class PgDatabase:
         )
         return True
 
-    async def _procrastinate_baseline(self, conn: psycopg.AsyncConnection) -> None:
+    async def _procrastinate_baseline(self, conn: psycopg.AsyncConnection) -> str | None:
         """A database without records: a new one gets procrastinate's whole schema (all its
         migrations, so to speak); one the last unversioned release made has its baseline."""
         from procrastinate.schema import SchemaManager
 
         if await (await conn.execute("SELECT 1 FROM procrastinate_migrations LIMIT 1")).fetchone():
-            return
+            return None
         present = await (
             await conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL")
         ).fetchone()
@@ -417,6 +418,7 @@ class PgDatabase:
                 "INSERT INTO procrastinate_migrations (name, applied_at) VALUES (%s, %s)",
                 (name, time.time()),
             )
+        return "recorded" if present and present[0] else "created"
 
     async def _apply_migration(self, conn: psycopg.AsyncConnection, path: Path) -> bool:
         cursor = await conn.execute(

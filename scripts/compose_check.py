@@ -337,7 +337,8 @@ async def check_stack(report: Report) -> None:
 
 async def start(report: Report, stack: Stack) -> bool:
     up = await stack.compose("up", "-d", "--no-build")
-    if not report.result(up.code == 0, "`podman-compose up -d` starts compose.yaml", up.tail(3)):
+    detail = "" if up.code == 0 else up.tail(10)
+    if not report.result(up.code == 0, "`podman-compose up -d` starts compose.yaml", detail):
         return False
 
     async def migrated() -> bool:
