@@ -474,29 +474,27 @@ class PgDatabase:
         connection of its own, released when the work ends or its process dies. A connection
         whose lock state is unknown (cancelled while waiting, or the unlock failed) is closed,
         not handed back to the pool holding a lock."""
-        async with self.pool.connection() as conn:
-            clean = False
-            try:
-                with _errors():
-                    await conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+        with _errors():  # waiting for a connection (PoolTimeout) too
+            async with self.pool.connection() as conn:
+                clean = False
                 try:
-                    yield
-                finally:
-                    with _errors():
+                    await conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+                    try:
+                        yield
+                    finally:
                         await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
-                    clean = True
-            finally:
-                if not clean:
-                    await conn.close()
+                        clean = True
+                finally:
+                    if not clean:
+                        await conn.close()
 
     @contextlib.asynccontextmanager
     async def transaction(self, lock: str | None = None) -> AsyncIterator[Connection]:
-        async with self.pool.connection() as conn:
-            with _errors():
-                async with conn.transaction():
-                    if lock is not None:
-                        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
-                    yield Connection(conn)
+        with _errors():  # also waiting for a connection (PoolTimeout)
+            async with self.pool.connection() as conn, conn.transaction():
+                if lock is not None:
+                    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
+                yield Connection(conn)
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
         """Run one statement; return rowcount (or the new row's id for an INSERT)."""

@@ -110,6 +110,7 @@ class PgJobs:
         # Jobs interrupted here (this process's worker stopped): job id -> (the worker id
         # that ran it, its attempts when fetched), until they are back in line uncounted.
         self._interrupted: dict[int, tuple[int | None, int]] = {}
+        self._settling = asyncio.Lock()
         self._local: list[tuple[str, float]] = []
         self.restarts = 0  # workers started again after stopping by themselves
 
@@ -354,36 +355,48 @@ class PgJobs:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), delay)
             delay = min(delay * 2, RESTART_CAP)
-            await self._settle_interrupted()
+            while not await self._settle_interrupted() and not self._stopping:
+                with contextlib.suppress(TimeoutError):  # before any worker fetches them
+                    await asyncio.wait_for(self._stopped.wait(), delay)
 
-    async def _settle_interrupted(self) -> None:
+    async def _settle_interrupted(self) -> bool:
         """Put the jobs interrupted here back in line with the attempts they had: still
         `doing` under the worker that stopped (its retry could not be written) they are
         retried; retried already (an attempt counted) they get it back. A job another worker
-        took meanwhile is left alone. What cannot be written now is tried at the next call."""
-        for job_id, (worker_id, attempts) in list(self._interrupted.items()):
-            try:
-                async with self.db.transaction() as conn:
-                    cursor = await conn.execute(
-                        "SELECT status::text, worker_id, attempts FROM procrastinate_jobs"
-                        " WHERE id = ? FOR UPDATE",
+        took meanwhile is left alone. False when the database could not be reached (what is
+        left is tried at the next call)."""
+        async with self._settling:
+            for job_id, (worker_id, attempts) in list(self._interrupted.items()):
+                if not await self._settle(job_id, worker_id, attempts):
+                    return False
+        return True
+
+    async def _settle(self, job_id: int, worker_id: int | None, attempts: int) -> bool:
+        try:
+            async with self.db.transaction() as conn:
+                cursor = await conn.execute(
+                    "SELECT status::text, worker_id, attempts FROM procrastinate_jobs"
+                    " WHERE id = ? FOR UPDATE",
+                    (job_id,),
+                )
+                row = await cursor.fetchone()
+                if row is not None and row[0] == "doing" and row[1] in (worker_id, None):
+                    await conn.execute(
+                        "SELECT procrastinate_retry_job_v2(?, now(), NULL, NULL, NULL)",
                         (job_id,),
                     )
-                    row = await cursor.fetchone()
-                    if row is not None and row[0] == "doing" and row[1] in (worker_id, None):
-                        await conn.execute(
-                            "SELECT procrastinate_retry_job_v2(?, now(), NULL, NULL, NULL)",
-                            (job_id,),
-                        )
-                        row = ("todo", None, attempts + 1)
-                    if row is not None and row[0] == "todo" and row[2] == attempts + 1:
-                        await conn.execute(
-                            "UPDATE procrastinate_jobs SET attempts = ? WHERE id = ?",
-                            (attempts, job_id),
-                        )
-            except (OSError, sqlite3.Error):
-                return  # Postgres is not back yet
-            del self._interrupted[job_id]
+                    row = ("todo", None, attempts + 1)
+                if row is not None and row[0] == "todo" and row[2] == attempts + 1:
+                    await conn.execute(
+                        "UPDATE procrastinate_jobs SET attempts = ? WHERE id = ?",
+                        (attempts, job_id),
+                    )
+        except (OSError, sqlite3.Error):
+            log.warning("interrupted jobs wait for the database", exc_info=True)
+            return False
+        log.info("interrupted job back in line", extra={"fields": {"job": job_id}})
+        self._interrupted.pop(job_id, None)
+        return True
 
     async def _here(self, kind: str, seconds: float) -> None:
         job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)

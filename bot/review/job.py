@@ -206,14 +206,13 @@ class Progress:
         if time.monotonic() - self.last < PROGRESS_EVERY:
             return
         self.last = time.monotonic()
-        if not await state.owns_run(self.ctx.db, self.review_id, self.owner):
-            return
-        await update_review(
-            self.ctx.db, self.review_id, progress=f"{self.phase}: {self.calls} tool call(s) so far"
-        )
-        try:
+        try:  # progress is shown when it can be: a hiccup here never fails the review
+            if not await state.owns_run(self.ctx.db, self.review_id, self.owner):
+                return
+            progress = f"{self.phase}: {self.calls} tool call(s) so far"
+            await update_review(self.ctx.db, self.review_id, progress=progress)
             await self.publisher.status(await get_review(self.ctx.db, self.review_id))
-        except gidgethub.GitHubException:
+        except (gidgethub.GitHubException, sqlite3.Error):
             log.warning("progress update failed", exc_info=True)
 
 
@@ -276,6 +275,11 @@ class ReviewJob:
                 await self._stopped()
             raise
         except Exception as exc:
+            if self.ctx.jobs.interrupted():  # its clean-up met the outage that interrupts it
+                raise asyncio.CancelledError from exc
+            if isinstance(exc, sqlite3.OperationalError) and not self.final_attempt:
+                log.warning("the database did not answer; the review is retried", exc_info=True)
+                raise
             if github_transient(exc) and not self.final_attempt:
                 log.warning("GitHub did not answer; the review is retried", exc_info=True)
                 raise
@@ -383,17 +387,24 @@ class ReviewJob:
             await self.publisher.status(await get_review(self.ctx.db, self.review_id))
 
     async def _ours(self, to: str, **fields: Any) -> bool:
-        """End the run as `to` if this attempt owns it; False (and nothing to tell GitHub)
-        when another attempt took it over."""
+        """End the run as `to`; True when this attempt did, or when a person or a newer
+        review stopped the run this attempt still owns (its end is then this attempt's to
+        show). False when another attempt took the run over, or it ended otherwise (failed for
+        good elsewhere): whoever ended it shows that end."""
         ctx = self.ctx
         if await state.end_run(ctx.db, self.review_id, self.owner, to, **fields):
             return True
-        return await state.owns_run(ctx.db, self.review_id, self.owner)
+        review = await get_review(ctx.db, self.review_id)
+        return (
+            review is not None
+            and review["run_owner"] == self.owner
+            and review["state"] in (state.CANCELLED, state.SUPERSEDED)
+        )
 
     async def _failed(self, reason: str) -> None:
         log.warning("review failed", extra={"fields": {"reason": reason}})
         if not await self._ours(state.FAILED, error=reason, progress="failed"):
-            log.warning("review run taken over by a later attempt: its failure is not shown")
+            log.warning("review run ended elsewhere: this failure is not shown")
             return
         await end_review_sessions(self.ctx.db, self.review_id)
         review = await get_review(self.ctx.db, self.review_id)
@@ -411,7 +422,7 @@ class ReviewJob:
 
     async def _stopped(self) -> None:
         if not await self._ours(state.CANCELLED, progress="stopped before it finished"):
-            log.warning("review run taken over by a later attempt: its stop is not shown")
+            log.warning("review run ended elsewhere: this stop is not shown")
             return
         await end_review_sessions(self.ctx.db, self.review_id)
         review = await get_review(self.ctx.db, self.review_id)
