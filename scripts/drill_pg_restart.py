@@ -255,8 +255,8 @@ class Drill:
         for line in self.figures:
             print(f"  {line}")
         print(f"  deliveries: {len(acked)} acknowledged, {len(processed)} processed,"
-              f" {len(self.refused)} refused with 503 while Postgres was away (GitHub redelivers"
-              " those)")  # fmt: skip
+              f" {len(self.refused)} refused with 503 while Postgres was away (not acknowledged:"
+              " they can be redelivered)")  # fmt: skip
         print(f"  reviews: {len(self.opened)} PRs opened, {len(published)} published,"
               f" {len(duplicates)} duplicates, {len(lost)} lost,"
               f" {len(cancelled)} check runs cancelled")  # fmt: skip
