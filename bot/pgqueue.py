@@ -394,7 +394,8 @@ class PgJobs:
         except (OSError, sqlite3.Error):
             log.warning("interrupted jobs wait for the database", exc_info=True)
             return False
-        log.info("interrupted job back in line", extra={"fields": {"job": job_id}})
+        found = {"job": job_id, "found": list(row or ()), "attempts": attempts}
+        log.info("interrupted job back in line", extra={"fields": found})
         self._interrupted.pop(job_id, None)
         return True
 

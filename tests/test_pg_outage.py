@@ -132,15 +132,20 @@ async def test_a_review_in_flight_survives_a_postgres_restart_and_workers_proces
             await wait_for(
                 lambda: rows(database, "SELECT state FROM reviews") == [("draft",)], timeout=90
             )
-            # Interrupted, not failed: the attempt is not counted against the review.
-            attempts = "SELECT attempts FROM procrastinate_jobs WHERE args->>'kind' = 'review'"
-            assert rows(database, attempts) == [(0,)]
+            # Interrupted, not failed: only the attempt that ran to the end is counted.
+            attempts = (
+                "SELECT status::text, attempts FROM procrastinate_jobs"
+                " WHERE args->>'kind' = 'review'"
+            )
+            await wait_for(lambda: rows(database, attempts)[:1] != [("doing", 0)], timeout=30)
+            assert rows(database, attempts) == [("succeeded", 1)]
             # The worker takes new work again, without being restarted.
             status = comment_payload(world, "/cockpit status", comment_id=9101)
             assert await post(session, web, "issue_comment", status, "c-1") == 202
             await wait_for(
-                lambda: rows(database, "SELECT status FROM deliveries WHERE id = 'c-1'")
-                == [("done",)],
+                lambda: (
+                    rows(database, "SELECT status FROM deliveries WHERE id = 'c-1'") == [("done",)]
+                ),
                 timeout=60,
             )
             code, health = await get(session, worker, "/healthz")
@@ -213,11 +218,13 @@ async def test_a_paused_worker_changes_nothing_on_github_when_it_resumes(
             await wait_for(lambda: len(model.requests) >= 2, timeout=60)  # B runs it again
             model.gate.set()
             await wait_for(  # B's job is over: its last call to GitHub was made
-                lambda: rows(
-                    database,
-                    "SELECT status::text FROM procrastinate_jobs WHERE args->>'kind' = 'review'",
-                )
-                == [("succeeded",)],
+                lambda: (
+                    rows(
+                        database,
+                        "SELECT status::text FROM procrastinate_jobs WHERE args->>'kind' = 'review'",
+                    )
+                    == [("succeeded",)]
+                ),
                 timeout=90,
             )
             drafted = len(github.requests)
