@@ -217,16 +217,9 @@ async def test_a_paused_worker_changes_nothing_on_github_when_it_resumes(
             first.proc.send_signal(signal.SIGSTOP)
             await wait_for(lambda: len(model.requests) >= 2, timeout=60)  # B runs it again
             model.gate.set()
-            await wait_for(  # B's job is over: its last call to GitHub was made
-                lambda: (
-                    rows(
-                        database,
-                        "SELECT status::text FROM procrastinate_jobs WHERE args->>'kind' = 'review'",
-                    )
-                    == [("succeeded",)]
-                ),
-                timeout=90,
-            )
+            job = "SELECT status::text FROM procrastinate_jobs WHERE args->>'kind' = 'review'"
+            # B's job is over: its last call to GitHub was made.
+            await wait_for(lambda: rows(database, job) == [("succeeded",)], timeout=90)
             drafted = len(github.requests)
             first.proc.send_signal(signal.SIGCONT)
             # A gets the answer that waited for it and runs its job to the end.
