@@ -149,6 +149,8 @@ async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend,
             assert sorted(won) == [False, False, False, True]
     finally:
         await other.close()
+
+
 async def test_an_older_database_gains_new_columns_and_schema_runs_again_unchanged(tmp_path):
     path = tmp_path / "old.sqlite3"
     old = sqlite3.connect(path)
