@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import logging
 import os
 import re
 import shutil
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,7 @@ STDERR_LIMIT = 64 << 10
 READ_CHUNK = 1 << 16
 GC_PRUNE = "1.day.ago"  # unreachable objects go once they are a day old
 GC_TIMEOUT = 1800.0
+FLOCK_POLL = 0.05  # seconds between tries for a mirror's file lock held by another process
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -208,9 +211,24 @@ class Mirrors:
     def tree_path(self, name: str) -> Path:
         return self.trees / _SAFE_NAME.sub("_", name)
 
-    def lock(self, mirror: Path) -> asyncio.Lock:
-        """One git operation per mirror at a time."""
-        return self._locks.setdefault(mirror, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def lock(self, mirror: Path) -> AsyncIterator[None]:
+        """One git operation per mirror at a time: in this process (an asyncio lock), and
+        across processes sharing the data directory (`fcntl.flock` on `<mirror>.lock`, polled
+        so a cancelled waiter never takes it later)."""
+        async with self._locks.setdefault(mirror, asyncio.Lock()):
+            mirror.parent.mkdir(parents=True, exist_ok=True)
+            with open(mirror.with_name(mirror.name + ".lock"), "a+b") as held:  # noqa: ASYNC230
+                while True:
+                    try:
+                        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        await asyncio.sleep(FLOCK_POLL)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(held, fcntl.LOCK_UN)
 
     async def sync(
         self, repo: str, clone_url: str, refs: list[str], token: str | None = None

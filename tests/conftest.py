@@ -85,6 +85,7 @@ async def _prepare_template(url: str) -> None:
     from bot.pg import PgDatabase
 
     db = await PgDatabase.open(url)
+    await db.migrate()
     await db.close()
 
 

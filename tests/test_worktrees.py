@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
@@ -168,3 +169,23 @@ async def test_gc_packs_a_mirror_and_drops_closed_pull_refs(tmp_path):
     )
     assert int(counts["in-pack"]) > 0  # packed; the dropped head waits a day, then goes
     assert pr.head_sha not in git(mirror, "rev-list", "--all")
+
+
+async def test_processes_sharing_a_data_dir_take_turns_on_a_mirror(tmp_path, pr):
+    """Several processes on one data directory (a shared volume): each has its own in-process
+    lock, so only the file lock keeps their clones and fetches of one mirror apart."""
+    processes = [Mirrors(tmp_path / "data") for _ in range(4)]  # one lock table each
+
+    async def review(n: int, mirrors: Mirrors) -> str:
+        await mirrors.sync("octo/widgets", pr.clone_url, ["refs/heads/main", "refs/pull/7/head"])
+        tree = await mirrors.add_worktree(
+            "octo/widgets", name=f"r{n}", head_sha=pr.head_sha, base_ref="refs/heads/main"
+        )
+        return tree.merge_base
+
+    for _ in range(3):  # a race may need a few rounds to show
+        done = await asyncio.gather(
+            *(review(n, m) for n, m in enumerate(processes)), return_exceptions=True
+        )
+        assert done == [pr.base_sha] * len(processes)
+        await processes[0].remove_repo("octo/widgets")

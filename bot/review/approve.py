@@ -37,11 +37,12 @@ def select_findings(findings: list[Finding], listed: tuple[int, ...]) -> list[in
 async def approve(
     ctx: Context, publisher: Publisher, review_id: int, actor: str, event: str, chosen: list[int]
 ) -> bool:
-    """Publish the chosen findings as `event`; False when another approve got there first."""
-    if not await state.claim_posting(ctx.db, review_id, actor, event, chosen):
-        return False
+    """Publish the chosen findings as `event`; False when another approve got there first.
+    The claim is made holding the publishing lock, so no recovery can start in between."""
     try:
         async with ctx.db.hold(publishing_key(review_id)):
+            if not await state.claim_posting(ctx.db, review_id, actor, event, chosen):
+                return False
             await publish(ctx, publisher, review_id, chosen)
     except Exception as exc:
         if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
@@ -89,8 +90,11 @@ async def waiting_for_github(
 
 async def publish(ctx: Context, publisher: Publisher, review_id: int, chosen: list[int]) -> None:
     """Rebuild the pending review with exactly the chosen findings, submit it, then refresh
-    the check run and status comment (their failures are logged, never reverted)."""
+    the check run and status comment (their failures are logged, never reverted). Called
+    holding the publishing lock; a review no longer `posting` was published meanwhile."""
     review = await get_review(ctx.db, review_id)
+    if review is None or review["state"] != state.POSTING:
+        return
     pending_id = await publisher.pending_review(review, only=set(chosen))
     await publisher.gh.post(
         "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}/events",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
@@ -290,3 +290,43 @@ def _values(finding: DraftFinding) -> tuple[object, ...]:
     values = {name: getattr(finding, name) for name in COLUMNS}
     values.update(side=finding.side or "RIGHT", in_diff=int(finding.in_diff))
     return tuple(values.values())
+
+
+# -- fencing: one job attempt owns a review's run ---------------------------------------------
+# The job attempt that starts a review owns its run (`run_owner`). When another attempt takes it
+# over (its worker was paused or cut off past the worker timeout, and the job ran again
+# elsewhere), the late one changes nothing: its transitions compare the owner, and it asks
+# `owns_run` before each call to GitHub.
+
+
+async def take_run(db: Database, review_id: int, owner: str, *, config_error: str | None) -> bool:
+    """queued / running → running, owned by `owner` (a later attempt takes it over)."""
+    return await _move(
+        db,
+        review_id,
+        RUNNING,
+        ACTIVE,
+        progress="preparing the worktree",
+        config_error=config_error,
+        run_owner=owner,
+    )
+
+
+async def owns_run(db: Database, review_id: int, owner: str) -> bool:
+    """Whether `owner` still owns the review's run (whatever its state now)."""
+    row = await db.fetchone(
+        "SELECT 1 FROM reviews WHERE id = ? AND run_owner = ?", (review_id, owner)
+    )
+    return row is not None
+
+
+async def end_run(db: Database, review_id: int, owner: str, to: str, **fields: Any) -> bool:
+    """running → draft / failed / cancelled, only while `owner` owns the run."""
+    assert to in (DRAFT, FAILED, CANCELLED)
+    fields = {"state": to, **fields, "updated_at": time.time()}
+    changed = await db.execute(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
+        " WHERE id = ? AND state = 'running' AND run_owner = ?",
+        (*fields.values(), review_id, owner),
+    )
+    return changed == 1
