@@ -100,7 +100,7 @@ async def test_publishing_under_the_lock_skips_a_review_published_meanwhile(
     [review] = await world.review_rows()
     pull = await pull_by_id(ctx.db, review["pull_id"])
     publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
-    chosen = [f["ordinal"] for f in await load_findings(ctx.db, review["id"])]
+    chosen = [f.ordinal for f in await load_findings(ctx.db, review["id"])]
     async with ctx.db.hold(publishing_key(review["id"])):
         await publish(ctx, publisher, review["id"], chosen)
     assert len(github.calls("POST", r"/reviews/\d+/events$")) == 1
