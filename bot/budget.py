@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from bot.agents.base import AgentError
 from bot.config import Settings
-from bot.storage import Database
+from bot.records.sqlite import Database
 from bot.texts import render
 
 # Run starts take this lock (Postgres: a transaction advisory lock; SQLite's BEGIN IMMEDIATE

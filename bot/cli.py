@@ -36,7 +36,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     setup_logging()
-    from bot.pg import MigrationFailed, SchemaBehind
+    from bot.records.postgres import MigrationFailed, SchemaBehind
 
     try:
         asyncio.run(_serve(settings, host, port, args.role))
@@ -54,7 +54,7 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
         settings = load_settings(github=False)
     except ConfigError as exc:
         return _fail(exc)
-    from bot.pg import MigrationFailed
+    from bot.records.postgres import MigrationFailed
 
     try:
         print(asyncio.run(_migrate(settings)))
@@ -65,7 +65,7 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
 
 
 async def _migrate(settings: Settings) -> str:
-    from bot.storage import Database
+    from bot.records.sqlite import Database
 
     if settings.database_url is None:
         db = await Database.open(settings.db_path)  # opening applies the steps
@@ -73,7 +73,7 @@ async def _migrate(settings: Settings) -> str:
             return f"SQLite {settings.db_path}: schema at version {await db.schema_version()}"
         finally:
             await db.close()
-    from bot.pg import PgDatabase
+    from bot.records.postgres import PgDatabase
 
     pg = await PgDatabase.open(settings.database_url.reveal())
     try:

@@ -13,12 +13,12 @@ from bot.github import GitHubApp
 from bot.metrics import Metrics
 from bot.queue import Jobs
 from bot.ratelimit import CommandLimits
-from bot.storage import Database
+from bot.records.sqlite import Database
 from bot.worktrees import Mirrors
 
 if TYPE_CHECKING:
-    from bot.pg import PgDatabase
     from bot.pgqueue import PgJobs
+    from bot.records.postgres import PgDatabase
 
 
 @dataclass

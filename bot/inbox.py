@@ -24,7 +24,7 @@ from gidgethub import routing, sansio
 
 from bot.logs import log_context
 from bot.queue import EVENTS, INSERT_SQL, Job
-from bot.storage import BUSY_TIMEOUT_MS
+from bot.records.sqlite import BUSY_TIMEOUT_MS
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -216,7 +216,7 @@ class PgCommits:
     deferred on the same connection, so both commit before the ack or neither does."""
 
     def __init__(self, db: Any, jobs: Any) -> None:
-        self.db = db  # bot.pg.PgDatabase
+        self.db = db  # bot.records.postgres.PgDatabase
         self.jobs = jobs  # bot.pgqueue.PgJobs
         self.open = False
 

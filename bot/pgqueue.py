@@ -32,8 +32,14 @@ from procrastinate import jobs as pjobs
 from procrastinate.worker import Worker
 
 from bot.logs import log_context
-from bot.pg import CONNECT_TIMEOUT, POOL_TIMEOUT, RECONNECT_TIMEOUT, Connection, PgDatabase
 from bot.queue import GaveUpHook, Job, JobHandler, PermanentError, backoff_seconds
+from bot.records.postgres import (
+    CONNECT_TIMEOUT,
+    POOL_TIMEOUT,
+    RECONNECT_TIMEOUT,
+    Connection,
+    PgDatabase,
+)
 
 log = logging.getLogger(__name__)
 

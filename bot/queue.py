@@ -24,7 +24,7 @@ from typing import Any
 import aiosqlite
 
 from bot.logs import log_context
-from bot.storage import Database
+from bot.records.sqlite import Database
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from bot.inbox import (
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS, Jobs
-from bot.storage import Database
+from bot.records.sqlite import Database
 from bot.worktrees import Mirrors
 
 log = logging.getLogger(__name__)
@@ -277,11 +277,11 @@ async def stop_gracefully(app: web.Application) -> None:
 async def open_database(settings: Settings) -> Any:
     """The configured backend: Postgres when COCKPIT_DATABASE_URL is set, else the SQLite
     file under COCKPIT_DATA_DIR (which applies its schema steps itself: one process owns it).
-    A Postgres schema behind this release's is refused (`bot.pg.SchemaBehind`) unless
+    A Postgres schema behind this release's is refused (`bot.records.postgres.SchemaBehind`) unless
     COCKPIT_MIGRATE_ON_START=1 lets this process migrate it."""
     if settings.database_url is None:
         return await Database.open(settings.db_path)
-    from bot.pg import PgDatabase
+    from bot.records.postgres import PgDatabase
 
     db = await PgDatabase.open(settings.database_url.reveal())
     try:

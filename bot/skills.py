@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 
-from bot.storage import Database
+from bot.records.sqlite import Database
 
 
 @dataclass(frozen=True)

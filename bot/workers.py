@@ -10,6 +10,7 @@ from bot.agents.loop import close_interrupted_runs
 from bot.context import Context
 from bot.queue import REVIEWS, Job
 from bot.ratelimit import forget_command_uses
+from bot.records.sqlite import Database, delete_in_chunks
 from bot.review import state
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.job import (
@@ -22,7 +23,6 @@ from bot.review.job import (
 from bot.review.store import prune_closed_reviews
 from bot.sessions.store import prune_closed_sessions, reconcile
 from bot.sessions.turns import session_turn_job
-from bot.storage import Database, delete_in_chunks
 
 log = logging.getLogger(__name__)
 

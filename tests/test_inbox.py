@@ -9,7 +9,7 @@ import pytest
 
 from bot import inbox
 from bot.inbox import Delivery
-from bot.storage import Database
+from bot.records.sqlite import Database
 
 
 def item(delivery_id: str, body: bytes = b'{"action": "opened"}', key: str | None = None):

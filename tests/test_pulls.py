@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bot.records.sqlite import Database
 from bot.review.store import find_pull, get_pull, upsert_pull
-from bot.storage import Database
 
 
 @pytest.fixture

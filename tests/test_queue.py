@@ -8,7 +8,7 @@ import pytest
 
 from bot import workers
 from bot.queue import Jobs, PermanentError, backoff_seconds
-from bot.storage import Database
+from bot.records.sqlite import Database
 from tests.conftest import wait_for
 
 

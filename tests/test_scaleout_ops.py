@@ -10,8 +10,8 @@ import subprocess
 import psycopg
 import pytest
 
-from bot.pg import PgDatabase
 from bot.ratelimit import CommandLimits, Limit
+from bot.records.postgres import PgDatabase
 from bot.review import state
 from bot.review.approve import publish, publishing_key
 from bot.review.publish import Publisher

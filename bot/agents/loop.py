@@ -29,10 +29,10 @@ from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_sub
 from bot.agents.toolbox import Toolbox
 from bot.budget import RUN_START_LOCK, charge_run
 from bot.metrics import Metrics
+from bot.records.sqlite import Database
 from bot.sessions.store import Session, append_messages, load_messages
 from bot.sessions.transcript import answer_text
 from bot.skills import prompt_text
-from bot.storage import Database
 
 log = logging.getLogger(__name__)
 

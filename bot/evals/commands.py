@@ -15,7 +15,7 @@ from bot.evals.martian import martian_golden, resolve_with_github
 from bot.evals.progress import ConsoleProgress, say
 from bot.evals.report import CHART_EXTRA, pct, run_entries, write_json, write_report
 from bot.evals.runner import EvalError, EvalOptions, EvalResult, resolve_models, run_eval
-from bot.storage import Database
+from bot.records.sqlite import Database
 
 EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -11,8 +11,8 @@ import datetime as dt
 import re
 from typing import Any
 
+from bot.records.sqlite import Database
 from bot.review import state
-from bot.storage import Database
 
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 from bot.agents.base import AgentError, ProviderRequest, Usage, cost_usd
 from bot.agents.providers import ModelClients
 from bot.evals.golden import Label
+from bot.records.sqlite import Database
 from bot.skills import prompt_text
-from bot.storage import Database
 from bot.texts import render
 
 LINE_WINDOW = 10  # a finding this many lines from a label's line can still be about it

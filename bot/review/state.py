@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
-from bot.storage import Database
+from bot.records.sqlite import Database
 
 if TYPE_CHECKING:
     from bot.review.store import DraftFinding

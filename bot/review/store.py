@@ -9,7 +9,7 @@ from typing import Any
 
 import aiosqlite
 
-from bot.storage import Database, delete_in_chunks
+from bot.records.sqlite import Database, delete_in_chunks
 
 
 async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr: dict) -> int:
@@ -61,8 +61,7 @@ async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr:
             )
         if found is None:
             cursor = await conn.execute(
-                f"INSERT INTO pulls ({', '.join(values)})"
-                f" VALUES ({', '.join('?' * len(values))})",
+                f"INSERT INTO pulls ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
                 tuple(values.values()),
             )
             return int(cursor.lastrowid or 0)

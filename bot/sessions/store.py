@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bot.storage import Database, delete_in_chunks
+from bot.records.sqlite import Database, delete_in_chunks
 
 ACTIVE, BUSY, ENDED, FAILED = "active", "busy", "ended", "failed"
 OPEN = (ACTIVE, BUSY)
@@ -373,8 +373,7 @@ async def session_cost(db: Database, session_id: int) -> float | None:
 async def delete_installation_sessions(db: Database, installation_id: int) -> None:
     """The App was uninstalled: its PRs' conversations are deleted."""
     sessions = (
-        "SELECT id FROM sessions WHERE pull_id IN"
-        " (SELECT id FROM pulls WHERE installation_id = ?)"
+        "SELECT id FROM sessions WHERE pull_id IN (SELECT id FROM pulls WHERE installation_id = ?)"
     )
     async with db.transaction() as conn:
         for statement in (
