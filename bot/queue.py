@@ -38,6 +38,17 @@ BACKOFF_CAP = 300.0
 EVENTS = "events"
 REVIEWS = "reviews"
 
+
+def review_key(pull_id: int) -> str:
+    """One running review per PR."""
+    return f"review:{pull_id}"
+
+
+def turn_key(session_id: int) -> str:
+    """A session's turns run one at a time, in the order they were asked."""
+    return f"session:{session_id}"
+
+
 _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_job", default=None)
 
 INSERT_SQL = (

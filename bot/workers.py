@@ -10,6 +10,9 @@ from bot.agents.loop import close_interrupted_runs
 from bot.context import Context
 from bot.queue import REVIEWS, Job
 from bot.ratelimit import forget_command_uses
+from bot.records.pulls import closed_pull_refs
+from bot.records.reviews import prune_closed_reviews
+from bot.records.sessions import prune_closed_sessions, reconcile
 from bot.records.sqlite import Database, delete_in_chunks
 from bot.review import state
 from bot.review.approve import queue_interrupted, recover_posting_job
@@ -20,8 +23,6 @@ from bot.review.job import (
     review_gave_up,
     run_review_job,
 )
-from bot.review.store import prune_closed_reviews
-from bot.sessions.store import prune_closed_sessions, reconcile
 from bot.sessions.turns import session_turn_job
 
 log = logging.getLogger(__name__)
@@ -62,14 +63,6 @@ async def prune_closed_conversations(db: Database, older_than: float) -> int:
     stays."""
     sessions = await prune_closed_sessions(db, older_than, PRUNE_CHUNK)
     return sessions + await prune_closed_reviews(db, older_than, PRUNE_CHUNK)
-
-
-async def closed_pull_refs(db: Database) -> dict[str, list[int]]:
-    rows = await db.fetchall("SELECT repo, number FROM pulls WHERE state = 'closed'")
-    found: dict[str, list[int]] = {}
-    for row in rows:
-        found.setdefault(row["repo"], []).append(row["number"])
-    return found
 
 
 async def cleanup_installation(ctx: Context, job: Job) -> None:

@@ -10,14 +10,16 @@ from gidgethub import routing, sansio
 from bot.budget import day_start
 from bot.context import Context
 from bot.github import permits
+from bot.records.pulls import upsert_pull
+from bot.records.reviews import automatic_reviews_since, head_handled
 from bot.repo_config import fetch_repo_config
 from bot.review import state
 from bot.review.job import close_pull, enqueue_review, held_text, queue_status_refresh
-from bot.review.store import already_handled, automatic_reviews_since, upsert_pull
 
 router = routing.Router()
 
 OUTSIDE_DAILY_REVIEWS = 3  # automatic reviews per author without write access, per UTC day
+RETRY_AFTER = 3600.0  # a head reviewed, stopped or held this recently is not reviewed again unasked
 
 
 async def outside_author(ctx: Context, gh: Any, event: sansio.Event) -> str | None:
@@ -46,7 +48,7 @@ async def review_new_head(
     config = await fetch_repo_config(gh, repo["owner"]["login"], repo["name"])
     wanted = config.auto_review and (not pr.get("draft") or config.review_drafts)
     now = time.time()
-    if wanted and not await already_handled(ctx.db, pull_id, head_sha, now):
+    if wanted and not await head_handled(ctx.db, pull_id, head_sha, now - RETRY_AFTER):
         author = await outside_author(ctx, gh, event)
         prefix = ctx.settings.command_prefix
         if author is not None and config.outside_prs == "on-command":

@@ -10,8 +10,9 @@ from bot.agents.loop import AgentRun, interrupted
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
 from bot.config import Settings
+from bot.records.messages import load_messages
+from bot.records.sessions import create_session
 from bot.records.sqlite import Database
-from bot.sessions.store import create_session, load_messages
 from bot.skills import load_skill
 from bot.standin.models import Action, call, fail, say
 from bot.standin.repo import make_pr

@@ -31,18 +31,21 @@ def test_the_readme_lists_exactly_the_commands_the_bot_runs():
 
 OWNERS = {
     # what is written: (the pattern of a write, the one module allowed to write it)
-    "reviews.state": (r"UPDATE reviews SET[^\"]*\b(state|stale)\s*=", "bot/review/state.py"),
+    "reviews.state": (
+        r"UPDATE reviews SET[^\"]*\b(state|stale)\s*=",
+        "bot/records/review_state.py",
+    ),
     "findings.state": (
         r"(UPDATE findings SET[^\"]*\bstate\s*=|INSERT INTO findings)",
-        "bot/review/state.py",
+        "bot/records/review_state.py",
     ),
     "sessions": (
         r"(UPDATE sessions SET|INSERT INTO sessions|DELETE FROM sessions)",
-        "bot/sessions/store.py",
+        "bot/records/sessions.py",
     ),
     "session_reviews": (
         r"(UPDATE|INSERT INTO|DELETE FROM) session_reviews",
-        "bot/sessions/store.py",
+        "bot/records/sessions.py",
     ),
 }
 
@@ -72,3 +75,20 @@ def test_every_server_model_run_gets_the_daily_budget():
         and not str(path.relative_to(ROOT)).startswith(("bot/evals/", "bot/agents/base.py"))
     ]
     assert offenders == []
+
+
+def test_only_the_review_state_machine_runs_its_sql():
+    """`bot.records.review_state` writes review and finding state; `bot.review.state`, which
+    names the transitions, is the only module that imports it."""
+    imports = re.compile(
+        r"^\s*(from bot\.records import [^\n]*\breview_state\b|from bot\.records\.review_state"
+        r" import|import bot\.records\.review_state)",
+        re.M,
+    )
+    offenders = [
+        path.relative_to(ROOT).as_posix()
+        for folder in ("bot", "handlers")
+        for path in (ROOT / folder).rglob("*.py")
+        if imports.search(path.read_text())
+    ]
+    assert offenders == ["bot/review/state.py"]

@@ -10,10 +10,12 @@ from dataclasses import fields, replace
 
 import pytest
 
+from bot.records.pulls import upsert_pull
+from bot.records.reviews import load_findings
+from bot.records.types import DraftFinding, Finding
 from bot.review import state
 from bot.review.approve import publishing_key
 from bot.review.revise import renumber
-from bot.review.store import DraftFinding, Finding, load_findings, upsert_pull
 from bot.standin.models import Conversation, call
 from bot.standin.scripted import scan_diff, scripted_reviewer
 from tests.conftest import wait_for

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bot.records.types import DraftFinding
 from bot.repo_config import parse_repo_config
-from bot.review.store import DraftFinding
 from bot.review.verify import (
     NOT_ANSWERED,
     InvalidVerification,

@@ -27,11 +27,12 @@ from bot.agents.base import (
 )
 from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
+from bot.agents.transcript import answer_text
 from bot.budget import RUN_START_LOCK, charge_run
 from bot.metrics import Metrics
+from bot.records.messages import append_messages, load_messages
 from bot.records.sqlite import Database
-from bot.sessions.store import Session, append_messages, load_messages
-from bot.sessions.transcript import answer_text
+from bot.records.types import Session
 from bot.skills import prompt_text
 
 log = logging.getLogger(__name__)

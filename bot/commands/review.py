@@ -15,12 +15,12 @@ from bot.review.job import enqueue_review, held_text, stop_pull_work
 
 async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
     pull = await pr.refresh()
-    if pull["state"] != "open":
+    if pull.state != "open":
         raise CommandFailed("this pull request is closed")
     provider = cmd.flag("provider")
     if provider is not None and provider not in PROVIDERS:
         raise CommandFailed(f"--provider must be one of {', '.join(PROVIDERS)}")
-    spent = await budget_used_up(pr.ctx.settings, pr.ctx.db, pull["installation_id"], time.time())
+    spent = await budget_used_up(pr.ctx.settings, pr.ctx.db, pull.installation_id, time.time())
     if spent is not None:
         raise CommandFailed(
             held_text("budget", spent=spent.describe(pr.ctx.settings), prefix=pr.prefix)
@@ -30,20 +30,18 @@ async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
     verify = bool(cmd.flag("verify")) or config.verify
     await enqueue_review(
         pr.ctx,
-        pull["id"],
-        pull["head_sha"],
+        pull.id,
+        pull.head_sha,
         provider=provider,
         verify=verify,
         config=config,
         reason="command",
         requested_by=pr.actor,
     )
-    return text(
-        pr, "review_queued", short_sha=pull["head_sha"][:7], provider=provider, verify=verify
-    )
+    return text(pr, "review_queued", short_sha=pull.head_sha[:7], provider=provider, verify=verify)
 
 
 async def cmd_stop(pr: PullRequest, cmd: Command) -> str | None:
     pull = await pr.known()
-    count = await stop_pull_work(pr.ctx, pull["id"], f"stopped by {pr.actor}")
+    count = await stop_pull_work(pr.ctx, pull.id, f"stopped by {pr.actor}")
     return text(pr, "stopped", count=count)

@@ -22,11 +22,11 @@ from bot.evals.golden import Case, Golden, load_golden
 from bot.evals.judges import EvalFinding, Judge, make_judge
 from bot.evals.scoring import Counts, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
+from bot.records.sessions import end_session
 from bot.records.sqlite import Database
+from bot.records.types import DraftFinding
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
-from bot.review.store import DraftFinding
 from bot.review.verify import apply_verification, choose_provider, verify_draft
-from bot.sessions.store import end_session
 from bot.worktrees import GitError
 
 ALL, VERIFIED = "all", "verified"  # the findings scored: every one, or those not refuted

@@ -19,26 +19,21 @@ from bot.budget import budget_used_up, disk
 from bot.config import PROVIDERS
 from bot.github import github_transient
 from bot.logs import log_context
-from bot.queue import REVIEWS, Job
-from bot.repo_config import RepoConfig, fetch_repo_config
-from bot.review import state
-from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
-from bot.review.publish import Publisher
-from bot.review.store import (
-    delete_installation,
-    get_review,
-    latest_review,
-    pull_by_id,
-    update_review,
-)
-from bot.review.verify import apply_verification, choose_provider, verify_draft
-from bot.sessions.store import (
+from bot.queue import REVIEWS, Job, review_key, turn_key
+from bot.records.pulls import delete_installation, installation_pulls, pull_by_id
+from bot.records.reviews import conversations_of, get_review, latest_review, update_review
+from bot.records.sessions import (
     delete_installation_sessions,
     end_pull_sessions,
     end_review_sessions,
     open_sessions,
-    turn_key,
 )
+from bot.records.types import Pull, Review
+from bot.repo_config import RepoConfig, fetch_repo_config
+from bot.review import state
+from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
+from bot.review.publish import Publisher
+from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.texts import render
 from bot.worktrees import GitError, Worktree
 
@@ -57,14 +52,9 @@ def held_text(kind: str, **context: Any) -> str:
     return render("held.md.j2", kind=kind, **context).strip()
 
 
-def review_key(pull_id: int) -> str:
-    """Serialisation key: one running review per PR."""
-    return f"review:{pull_id}"
-
-
-def worktree_name(pull: sqlite3.Row, review_id: int, session_id: int | None = None) -> str:
+def worktree_name(pull: Pull, review_id: int, session_id: int | None = None) -> str:
     """A review's worktree, or one session's of it (turns of two sessions may run at once)."""
-    name = f"{pull['repo']}-{pull['number']}-r{review_id}"
+    name = f"{pull.repo}-{pull.number}-r{review_id}"
     return name if session_id is None else f"{name}-s{session_id}"
 
 
@@ -155,12 +145,9 @@ async def end_sessions(ctx: Context, pull_id: int, *, keep_review: int | None = 
 
 async def forget_installation(ctx: Context, installation_id: int) -> None:
     """App uninstalled: cancel its work, delete its rows, and queue removal of its mirrors."""
-    rows = await ctx.db.fetchall(
-        "SELECT id FROM pulls WHERE installation_id = ?", (installation_id,)
-    )
-    for row in rows:
-        await ctx.jobs.cancel(review_key(row["id"]))
-        await end_sessions(ctx, row["id"])
+    for pull_id in await installation_pulls(ctx.db, installation_id):
+        await ctx.jobs.cancel(review_key(pull_id))
+        await end_sessions(ctx, pull_id)
     await delete_installation_sessions(ctx.db, installation_id)
     repos = await delete_installation(ctx.db, installation_id)
     ctx.github.forget_installation(installation_id)
@@ -172,17 +159,15 @@ async def forget_installation(ctx: Context, installation_id: int) -> None:
     )
 
 
-async def prepare_worktree(ctx: Context, pull: sqlite3.Row, head_sha: str, name: str) -> Worktree:
+async def prepare_worktree(ctx: Context, pull: Pull, head_sha: str, name: str) -> Worktree:
     """Fetch the base branch and `refs/pull/N/head` into the mirror; add the review's tree."""
-    clone_url = pull["clone_url"]
+    clone_url = pull.clone_url
     token = None
-    if clone_url.startswith("https://") and pull["installation_id"]:
-        token = await ctx.github.installation_token(pull["installation_id"])
-    base = f"refs/heads/{pull['base_ref']}"
-    await ctx.mirrors.sync(
-        pull["repo"], clone_url, [base, f"refs/pull/{pull['number']}/head"], token
-    )
-    return await ctx.mirrors.add_worktree(pull["repo"], name=name, head_sha=head_sha, base_ref=base)
+    if clone_url.startswith("https://") and pull.installation_id:
+        token = await ctx.github.installation_token(pull.installation_id)
+    base = f"refs/heads/{pull.base_ref}"
+    await ctx.mirrors.sync(pull.repo, clone_url, [base, f"refs/pull/{pull.number}/head"], token)
+    return await ctx.mirrors.add_worktree(pull.repo, name=name, head_sha=head_sha, base_ref=base)
 
 
 class TakenOver(Exception):
@@ -218,19 +203,19 @@ class Progress:
 
 async def run_review_job(ctx: Context, job: Job) -> None:
     review = await get_review(ctx.db, job.payload["review_id"])
-    if review is None or review["state"] not in state.ACTIVE:
+    if review is None or review.state not in state.ACTIVE:
         return
-    pull = await pull_by_id(ctx.db, review["pull_id"])
-    if pull is None or pull["state"] != "open":
-        await state.cancel(ctx.db, review["id"], "PR is closed")
+    pull = await pull_by_id(ctx.db, review.pull_id)
+    if pull is None or pull.state != "open":
+        await state.cancel(ctx.db, review.id, "PR is closed")
         return
-    with log_context(repo=pull["repo"], pr=pull["number"], review=review["id"]):
-        gh = ctx.github.installation_api(pull["installation_id"])
+    with log_context(repo=pull.repo, pr=pull.number, review=review.id):
+        gh = ctx.github.installation_api(pull.installation_id)
         config = job.payload.get("config")
         if config is not None:
             known = RepoConfig.from_payload(config)
         else:
-            owner, name = pull["repo"].split("/", 1)
+            owner, name = pull.repo.split("/", 1)
             known = await fetch_repo_config(gh, owner, name)
         verify = bool(job.payload.get("verify")) or known.verify
         final = job.attempts >= job.max_attempts
@@ -238,7 +223,7 @@ async def run_review_job(ctx: Context, job: Job) -> None:
             ctx,
             Publisher(ctx, gh, pull),
             pull,
-            review["id"],
+            review.id,
             verify,
             final_attempt=final,
             owner=f"{job.id}:{job.attempts}",
@@ -249,7 +234,7 @@ async def run_review_job(ctx: Context, job: Job) -> None:
 class ReviewJob:
     ctx: Context
     publisher: Publisher
-    pull: sqlite3.Row
+    pull: Pull
     review_id: int
     verify: bool = False
     final_attempt: bool = True  # else a GitHub hiccup is retried by the queue, not reported
@@ -289,10 +274,10 @@ class ReviewJob:
                 return
             await self._failed(describe(exc))
 
-    async def _review(self, review: sqlite3.Row, config: RepoConfig) -> None:
+    async def _review(self, review: Review, config: RepoConfig) -> None:
         ctx, review_id = self.ctx, self.review_id
         name = worktree_name(self.pull, review_id)
-        tree = await prepare_worktree(ctx, self.pull, review["head_sha"], name)
+        tree = await prepare_worktree(ctx, self.pull, review.head_sha, name)
         await update_review(ctx.db, review_id, base_sha=tree.base_sha)
 
         async def planned(skipped: tuple[tuple[str, str], ...]) -> None:
@@ -301,14 +286,14 @@ class ReviewJob:
             )
 
         request = ReviewRequest(
-            repo=self.pull["repo"],
-            number=self.pull["number"],
-            title=self.pull["title"],
-            body=self.pull["body"],
-            base_ref=self.pull["base_ref"],
-            provider=review["provider"],
+            repo=self.pull.repo,
+            number=self.pull.number,
+            title=self.pull.title,
+            body=self.pull.body,
+            base_ref=self.pull.base_ref,
+            provider=review.provider,
             config=config,
-            pull_id=self.pull["id"],
+            pull_id=self.pull.id,
             review_id=review_id,
         )
         reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
@@ -335,7 +320,7 @@ class ReviewJob:
         if not await state.owns_run(ctx.db, review_id, self.owner):
             raise TakenOver
         current = await get_review(ctx.db, review_id)
-        if current is None or current["state"] != state.RUNNING:
+        if current is None or current.state != state.RUNNING:
             # Superseded or stopped while the model worked; the cancellation may still be on
             # its way from another process: publish nothing for an older head.
             raise asyncio.CancelledError
@@ -353,14 +338,14 @@ class ReviewJob:
         if not await state.owns_run(ctx.db, review_id, self.owner):
             raise TakenOver
         await self.publisher.pending_review(await get_review(ctx.db, review_id))
-        pull = await pull_by_id(ctx.db, self.pull["id"])
-        moved = pull is not None and pull["head_sha"] != review["head_sha"]
+        pull = await pull_by_id(ctx.db, self.pull.id)
+        moved = pull is not None and pull.head_sha != review.head_sha
         drafted = await state.end_run(  # a push may have landed meanwhile: stale
             ctx.db, review_id, self.owner, state.DRAFT, progress="draft ready", stale=int(moved)
         )
         if not drafted:
             raise TakenOver
-        await end_sessions(ctx, self.pull["id"], keep_review=review_id)  # the old drafts' talk
+        await end_sessions(ctx, self.pull.id, keep_review=review_id)  # the old drafts' talk
         review = await get_review(ctx.db, review_id)
         await self.publisher.finish_check(review)
         await self.publisher.status(review)
@@ -372,9 +357,7 @@ class ReviewJob:
         space = disk(settings)
         if space.low:
             return held_text("disk", free_mb=space.free_mb, min_mb=space.min_mb, prefix=prefix)
-        spent = await budget_used_up(
-            settings, self.ctx.db, self.pull["installation_id"], time.time()
-        )
+        spent = await budget_used_up(settings, self.ctx.db, self.pull.installation_id, time.time())
         if spent is not None:
             return held_text("budget", spent=spent.describe(settings), prefix=prefix)
         return None
@@ -395,8 +378,8 @@ class ReviewJob:
         review = await get_review(ctx.db, self.review_id)
         return (
             review is not None
-            and review["run_owner"] == self.owner
-            and review["state"] in (state.CANCELLED, state.SUPERSEDED)
+            and review.run_owner == self.owner
+            and review.state in (state.CANCELLED, state.SUPERSEDED)
         )
 
     async def _failed(self, reason: str) -> None:
@@ -407,7 +390,7 @@ class ReviewJob:
         await end_review_sessions(self.ctx.db, self.review_id)
         review = await get_review(self.ctx.db, self.review_id)
         try:
-            if not review["check_run_id"]:  # it failed before its check run was made
+            if not review.check_run_id:  # it failed before its check run was made
                 await self.publisher.start_check(review)
                 review = await get_review(self.ctx.db, self.review_id)
             await self.publisher.finish_check(review, conclusion="failure", error=reason)
@@ -426,9 +409,9 @@ class ReviewJob:
         review = await get_review(self.ctx.db, self.review_id)
         try:
             await self.publisher.finish_check(
-                review, conclusion="cancelled", stopped=review["progress"] or "stopped"
+                review, conclusion="cancelled", stopped=review.progress or "stopped"
             )
-            if review["state"] == state.CANCELLED:
+            if review.state == state.CANCELLED:
                 await self.publisher.status(review)
         except gidgethub.GitHubException:
             log.exception("could not report the stop on GitHub")
@@ -449,9 +432,9 @@ async def refresh_status_job(ctx: Context, job: Job) -> None:
     review = await latest_review(ctx.db, job.payload["pull_id"]) if pull else None
     if pull is None or review is None:
         return
-    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
+    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
     await publisher.status(review)
-    if review["stale"] and review["state"] == state.DRAFT:
+    if review.stale and review.state == state.DRAFT:
         await publisher.finish_check(review, with_annotations=False)
 
 
@@ -459,24 +442,24 @@ async def review_gave_up(ctx: Context, job: Job, reason: str) -> None:
     """A review job failed for good without reporting it (e.g. it took the process down at
     every attempt): the review fails with the reason, and a job says so on the PR."""
     review = await get_review(ctx.db, job.payload["review_id"])
-    if review is None or not await state.fail(ctx.db, review["id"], GAVE_UP.format(reason=reason)):
+    if review is None or not await state.fail(ctx.db, review.id, GAVE_UP.format(reason=reason)):
         return  # it reported its own end already
     await ctx.jobs.enqueue(
-        "report_failure", f"status:{review['pull_id']}", {"review_id": review["id"]}, queue=REVIEWS
+        "report_failure", f"status:{review.pull_id}", {"review_id": review.id}, queue=REVIEWS
     )
 
 
 async def report_failure_job(ctx: Context, job: Job) -> None:
     """Show a failed review on the PR: check run `failure` and the status comment."""
     review = await get_review(ctx.db, job.payload["review_id"])
-    pull = await pull_by_id(ctx.db, review["pull_id"]) if review else None
-    if review is None or pull is None or review["state"] != state.FAILED:
+    pull = await pull_by_id(ctx.db, review.pull_id) if review else None
+    if review is None or pull is None or review.state != state.FAILED:
         return
-    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
-    if not review["check_run_id"]:  # it failed before its check run was made
+    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    if not review.check_run_id:  # it failed before its check run was made
         await publisher.start_check(review)
-        review = await get_review(ctx.db, review["id"])
-    await publisher.finish_check(review, conclusion="failure", error=review["error"])
+        review = await get_review(ctx.db, review.id)
+    await publisher.finish_check(review, conclusion="failure", error=review.error)
     await publisher.status(review)
 
 
@@ -484,18 +467,14 @@ async def cleanup_pull_job(ctx: Context, job: Job) -> None:
     pull = await pull_by_id(ctx.db, job.payload["pull_id"])
     if pull is None:
         return
-    rows = await ctx.db.fetchall(
-        "SELECT r.id AS review_id, s.id AS session_id FROM reviews r"
-        " LEFT JOIN sessions s ON s.review_id = r.id WHERE r.pull_id = ?",
-        (pull["id"],),
-    )
-    names = {worktree_name(pull, row["review_id"]) for row in rows} | {
-        worktree_name(pull, row["review_id"], row["session_id"])
-        for row in rows
-        if row["session_id"] is not None
+    found = await conversations_of(ctx.db, pull.id)
+    names = {worktree_name(pull, review_id) for review_id, _ in found} | {
+        worktree_name(pull, review_id, session_id)
+        for review_id, session_id in found
+        if session_id is not None
     }
     for name in sorted(names):
-        await ctx.mirrors.remove_worktree(pull["repo"], ctx.mirrors.tree_path(name))
-    current = await pull_by_id(ctx.db, pull["id"])
-    if current is not None and current["state"] == "closed":  # not reopened meanwhile
-        await ctx.mirrors.drop_pull_refs(pull["repo"], [pull["number"]])
+        await ctx.mirrors.remove_worktree(pull.repo, ctx.mirrors.tree_path(name))
+    current = await pull_by_id(ctx.db, pull.id)
+    if current is not None and current.state == "closed":  # not reopened meanwhile
+        await ctx.mirrors.drop_pull_refs(pull.repo, [pull.number])

@@ -19,11 +19,11 @@ from bot.agents.submit import ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
+from bot.records.sessions import create_session
 from bot.records.sqlite import Database
+from bot.records.types import DraftFinding, Session
 from bot.repo_config import RepoConfig
 from bot.review.plan import place, plan_files
-from bot.review.store import DraftFinding
-from bot.sessions.store import Session, create_session
 from bot.skills import load_skill
 from bot.texts import render
 from bot.worktrees import Worktree

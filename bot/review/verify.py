@@ -21,9 +21,9 @@ from bot.agents.loop import AgentRun, FinalAnswer
 from bot.agents.submit import InvalidAnswer
 from bot.agents.toolbox import Toolbox
 from bot.config import PROVIDERS
+from bot.records.sessions import end_session, start_verify_session
+from bot.records.types import DraftFinding
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
-from bot.review.store import DraftFinding
-from bot.sessions.store import end_session, start_verify_session
 from bot.skills import load_skill
 from bot.texts import render
 from bot.worktrees import GitError, Worktree
