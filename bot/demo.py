@@ -28,6 +28,7 @@ import aiohttp
 from aiohttp import web
 
 from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL
+from bot.records.reviews import newest_state
 from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
 from bot.standin.github import GitHubStandin
@@ -124,8 +125,7 @@ async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
 
 
 async def _review_state(app: web.Application) -> str | None:
-    row = await app[CONTEXT].db.fetchone("SELECT state FROM reviews ORDER BY id DESC LIMIT 1")
-    return row["state"] if row else None
+    return await newest_state(app[CONTEXT].db)
 
 
 async def _idle(app: web.Application) -> bool:

@@ -33,6 +33,7 @@ from procrastinate.worker import Worker
 
 from bot.logs import log_context
 from bot.queue import GaveUpHook, Job, JobHandler, PermanentError, backoff_seconds
+from bot.records import pgjobs
 from bot.records.postgres import (
     CONNECT_TIMEOUT,
     POOL_TIMEOUT,
@@ -53,14 +54,6 @@ STEADY_SECONDS = 60.0  # a worker that ran this long starts again after RESTART_
 _CURRENT: contextvars.ContextVar[job_context.JobContext | None] = contextvars.ContextVar(
     "cockpit_pg_job", default=None
 )
-STATES = {  # procrastinate's statuses as the SQLite queue names them
-    "todo": "queued",
-    "doing": "running",
-    "succeeded": "done",
-    "failed": "failed",
-    "cancelled": "cancelled",
-    "aborted": "cancelled",
-}
 
 
 class Interrupted(Exception):
@@ -200,14 +193,7 @@ class PgJobs:
             return await self._cancel_in(conn, key, kind)
 
     async def _cancel_in(self, conn: Connection, key: str, kind: str | None) -> int:
-        cursor = await conn.execute(
-            "SELECT id FROM procrastinate_jobs WHERE lock = ? AND task_name = ?"
-            " AND status IN ('todo', 'doing')"
-            + (" AND args->>'kind' = ?" if kind else "")
-            + " ORDER BY id DESC",  # the jobs in line first, then the running one
-            (key, TASK, kind) if kind else (key, TASK),
-        )
-        ids = [row[0] for row in await cursor.fetchall()]
+        ids = await pgjobs.open_ids(conn, TASK, key, kind)  # the jobs in line first
         for job_id in ids:
             await self.app.job_manager.cancel_job_by_id_async(
                 job_id, abort=True, connection=conn.raw
@@ -216,40 +202,18 @@ class PgJobs:
 
     async def busy(self, key: str) -> bool:
         """Whether the key has a job running or in line."""
-        row = await self.db.fetchone(
-            "SELECT 1 FROM procrastinate_jobs WHERE lock = ? AND status IN ('todo', 'doing')"
-            " LIMIT 1",
-            (key,),
-        )
-        return row is not None
+        return await pgjobs.busy(self.db, key)
 
     async def pending(self) -> int:
         """Jobs with work to do now: running, or waiting and due."""
-        row = await self.db.fetchone(
-            "SELECT COUNT(*) FROM procrastinate_jobs WHERE status = 'doing'"
-            " OR (status = 'todo' AND (scheduled_at IS NULL OR scheduled_at <= now()))"
-        )
-        return int(row[0]) if row else 0
+        return await pgjobs.pending(self.db)
 
     async def counts(self) -> dict[str, int]:
-        rows = await self.db.fetchall(
-            "SELECT status::text AS state, COUNT(*) AS n FROM procrastinate_jobs GROUP BY status"
-        )
-        found: dict[str, int] = {}
-        for row in rows:
-            state = STATES.get(row["state"], row["state"])
-            found[state] = found.get(state, 0) + int(row["n"])
-        return found
+        return await pgjobs.counts(self.db)
 
     async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
         """The states of the jobs of a kind and/or key, oldest first."""
-        rows = await self.db.fetchall(
-            "SELECT status::text AS state FROM procrastinate_jobs WHERE task_name = ?"
-            " AND (?::text IS NULL OR args->>'kind' = ?) AND (?::text IS NULL OR lock = ?)"
-            " ORDER BY id",
-            (TASK, kind, kind, key, key),
-        )
-        return [STATES.get(row["state"], row["state"]) for row in rows]
+        return await pgjobs.states(self.db, TASK, kind, key)
 
     def every(self, kind: str, cron: str, *, queue: str) -> None:
         """Run `kind` on this cron schedule (procrastinate's periodic tasks: one job per
@@ -379,28 +343,11 @@ class PgJobs:
 
     async def _settle(self, job_id: int, worker_id: int | None, attempts: int) -> bool:
         try:
-            async with self.db.transaction() as conn:
-                cursor = await conn.execute(
-                    "SELECT status::text, worker_id, attempts FROM procrastinate_jobs"
-                    " WHERE id = ? FOR UPDATE",
-                    (job_id,),
-                )
-                row = await cursor.fetchone()
-                if row is not None and row[0] == "doing" and row[1] in (worker_id, None):
-                    await conn.execute(
-                        "SELECT procrastinate_retry_job_v2(?, now(), NULL, NULL, NULL)",
-                        (job_id,),
-                    )
-                    row = ("todo", None, attempts + 1)
-                if row is not None and row[0] == "todo" and row[2] == attempts + 1:
-                    await conn.execute(
-                        "UPDATE procrastinate_jobs SET attempts = ? WHERE id = ?",
-                        (attempts, job_id),
-                    )
+            row = await pgjobs.put_back(self.db, job_id, worker_id, attempts)
         except (OSError, sqlite3.Error):
             log.warning("interrupted jobs wait for the database", exc_info=True)
             return False
-        found = {"job": job_id, "found": list(row or ()), "attempts": attempts}
+        found = {"job": job_id, "found": list(row), "attempts": attempts}
         log.info("interrupted job back in line", extra={"fields": found})
         self._interrupted.pop(job_id, None)
         return True

@@ -13,18 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
-
 from bot.logs import log_context
-from bot.records.sqlite import Database
+from bot.records import jobs as rows
+from bot.records.database import Database
+from bot.records.types import Job
 
 log = logging.getLogger(__name__)
 
@@ -51,37 +49,9 @@ def turn_key(session_id: int) -> str:
 
 _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_job", default=None)
 
-INSERT_SQL = (
-    "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-
 
 class PermanentError(Exception):
     """A job failure that retrying cannot fix (bad input, refused by policy)."""
-
-
-@dataclass(frozen=True)
-class Job:
-    id: int
-    kind: str
-    queue: str
-    key: str
-    payload: dict[str, Any]
-    attempts: int
-    max_attempts: int
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Job:
-        return cls(
-            id=row["id"],
-            kind=row["kind"],
-            queue=row["queue"],
-            key=row["key"],
-            payload=json.loads(row["payload"]),
-            attempts=row["attempts"],
-            max_attempts=row["max_attempts"],
-        )
 
 
 JobHandler = Callable[[Job], Awaitable[None]]
@@ -122,9 +92,17 @@ class Jobs:
         max_attempts: int = 3,
         delay: float = 0.0,
     ) -> tuple:
-        """Values for INSERT_SQL, for callers that insert jobs in their own transaction."""
+        """A job's values, for callers that insert jobs in their own transaction."""
         now = self.clock()
-        return (kind, queue, key, json.dumps(payload), max_attempts, now + delay, now)
+        return rows.new_row(
+            kind,
+            key,
+            payload,
+            queue=queue,
+            max_attempts=max_attempts,
+            run_after=now + delay,
+            now=now,
+        )
 
     async def enqueue(
         self,
@@ -136,7 +114,7 @@ class Jobs:
         supersede: bool = False,
         max_attempts: int = 3,
         delay: float = 0.0,
-        prepare: Callable[[aiosqlite.Connection], Awaitable[dict[str, Any]]] | None = None,
+        prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
     ) -> int:
         """Add a job; with `supersede`, older jobs of this kind and key are cancelled.
 
@@ -146,14 +124,13 @@ class Jobs:
         async with self.db.transaction() as conn:
             running: list[int] = []
             if supersede:
-                running = await self._cancel_in(conn, key, kind)
+                running = await rows.cancel_in(conn, key, kind, self.clock())
             if prepare is not None:
                 payload = {**payload, **await prepare(conn)}
-            cursor = await conn.execute(
-                INSERT_SQL,
+            job_id = await rows.insert(
+                conn,
                 self.row(kind, key, payload, queue=queue, max_attempts=max_attempts, delay=delay),
             )
-            job_id = int(cursor.lastrowid or 0)
         self._interrupt(running)
         self.wake(queue)
         return job_id
@@ -161,34 +138,12 @@ class Jobs:
     async def cancel(self, key: str, kind: str | None = None) -> int:
         """Cancel queued and running jobs for a key; return how many were affected."""
         async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "SELECT COUNT(*) FROM jobs WHERE key = ?"
-                " AND state IN ('queued', 'running', 'waiting')"
-                + (" AND kind = ?" if kind else ""),
-                (key, kind) if kind else (key,),
-            )
-            count = (await cursor.fetchone())[0]
-            running = await self._cancel_in(conn, key, kind)
+            count = await rows.count_open(conn, key, kind)
+            running = await rows.cancel_in(conn, key, kind, self.clock())
         self._interrupt(running)
         for queue in self._wake:  # a job of another kind may have moved up in this key's line
             self.wake(queue)
         return count
-
-    async def _cancel_in(self, conn: aiosqlite.Connection, key: str, kind: str | None) -> list[int]:
-        kind_clause = " AND kind = ?" if kind else ""
-        args: tuple = (key, kind) if kind else (key,)
-        now = self.clock()
-        # The jobs in line first: the head's exit then moves up only a job that stays.
-        for state in ("waiting", "queued"):
-            await conn.execute(
-                "UPDATE jobs SET state = 'cancelled', finished_at = ?, error = 'superseded'"
-                f" WHERE key = ? AND state = '{state}'{kind_clause}",
-                (now, *args),
-            )
-        cursor = await conn.execute(
-            f"SELECT id FROM jobs WHERE key = ? AND state = 'running'{kind_clause}", args
-        )
-        return [row[0] for row in await cursor.fetchall()]
 
     def _interrupt(self, job_ids: list[int]) -> None:
         for job_id in job_ids:
@@ -204,65 +159,34 @@ class Jobs:
         and a retry waiting out its backoff keeps its place.
         """
         now = self.clock()
-        row = await self.db.fetchone(
-            "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
-            " started_at = ?, lease_until = ?"
-            " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
-            "   AND j.run_after <= ? AND j.attempts < j.max_attempts"
-            "   AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.key = j.key AND r.state = 'running')"
-            "   ORDER BY j.run_after, j.id LIMIT 1)"
-            " RETURNING *",
-            (now, now + LEASE_SECONDS, queue, now),
-        )
-        return Job.from_row(row) if row else None
+        return await rows.claim(self.db, queue, now, now + LEASE_SECONDS)
 
     async def _finish(self, job: Job, state: str, error: str | None = None) -> None:
-        await self.db.execute(
-            "UPDATE jobs SET state = ?, error = ?, finished_at = ?, lease_until = NULL"
-            " WHERE id = ? AND state = 'running'",
-            (state, error, self.clock(), job.id),
-        )
+        await rows.finish(self.db, job.id, state, error, self.clock())
 
     async def _retry_or_fail(self, job: Job, error: str, *, permanent: bool) -> str:
         if permanent or job.attempts >= job.max_attempts:
             await self._finish(job, "failed", error)
             await self._gave_up(job, error)
             return "failed"
-        await self.db.execute(
-            "UPDATE jobs SET state = 'queued', error = ?, run_after = ?, lease_until = NULL"
-            " WHERE id = ? AND state = 'running'",
-            (error, self.clock() + backoff_seconds(job.attempts), job.id),
-        )
+        await rows.retry_at(self.db, job.id, error, self.clock() + backoff_seconds(job.attempts))
         return "retrying"
 
     async def recover(self) -> int:
         """Re-queue jobs a crashed process left running (their attempt stays counted); those
         already at their limit fail for good instead. Returns how many were re-queued."""
-        return await self._requeue_lost("state = 'running'", ())
+        return await self._requeue_lost()
 
     async def reap_expired_leases(self) -> int:
         alive = list(self._running)  # still running here: a late heartbeat, not a lost job
-        return await self._requeue_lost(
-            f"state = 'running' AND lease_until < ? AND id NOT IN ({','.join('?' * len(alive))})",
-            (self.clock(), *alive),
-        )
+        return await self._requeue_lost(expired_before=self.clock(), alive=alive)
 
-    async def _requeue_lost(self, where: str, args: tuple) -> int:
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "UPDATE jobs SET state = 'failed', lease_until = NULL, finished_at = ?,"
-                " error = 'the process stopped while this job ran (' || attempts || ' of '"
-                " || max_attempts || ' attempts)'"
-                f" WHERE {where} AND attempts >= max_attempts RETURNING *",
-                (self.clock(), *args),
-            )
-            exhausted = [Job.from_row(row) for row in await cursor.fetchall()]
-            cursor = await conn.execute(
-                "UPDATE jobs SET state = 'queued', lease_until = NULL, run_after = ?"
-                f" WHERE {where}",
-                (self.clock(), *args),
-            )
-            requeued = cursor.rowcount
+    async def _requeue_lost(
+        self, *, expired_before: float | None = None, alive: list[int] = ()
+    ) -> int:
+        exhausted, requeued = await rows.requeue_lost(
+            self.db, self.clock(), expired_before=expired_before, alive=alive
+        )
         for job in exhausted:
             reason = INTERRUPTED.format(attempts=job.attempts, max_attempts=job.max_attempts)
             with log_context(job=job.id, job_kind=job.kind, key=job.key):
@@ -281,35 +205,19 @@ class Jobs:
 
     async def busy(self, key: str) -> bool:
         """Whether the key has a job running or in line."""
-        row = await self.db.fetchone(
-            "SELECT 1 FROM jobs WHERE key = ? AND state IN ('queued', 'running', 'waiting')"
-            " LIMIT 1",
-            (key,),
-        )
-        return row is not None
+        return await rows.busy(self.db, key)
 
     async def pending(self) -> int:
         """Jobs with work to do now: running, waiting in a line, or queued and due (a job
         scheduled for later, like tomorrow's maintenance, does not count)."""
-        row = await self.db.fetchone(
-            "SELECT COUNT(*) FROM jobs WHERE state IN ('running', 'waiting')"
-            " OR (state = 'queued' AND run_after <= ?)",
-            (self.clock(),),
-        )
-        return row[0] if row else 0
+        return await rows.pending(self.db, self.clock())
 
     async def counts(self) -> dict[str, int]:
-        rows = await self.db.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
-        return {row["state"]: row["n"] for row in rows}
+        return await rows.counts(self.db)
 
     async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
         """The states of the jobs of a kind and/or key, oldest first."""
-        rows = await self.db.fetchall(
-            "SELECT state FROM jobs WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR key = ?)"
-            " ORDER BY id",
-            (kind, kind, key, key),
-        )
-        return [row["state"] for row in rows]
+        return await rows.states(self.db, kind, key)
 
     # -- workers ----------------------------------------------------------
 
@@ -447,11 +355,7 @@ class Jobs:
                 self.on_finished(job, outcome, time.monotonic() - started)
 
     async def _requeue_uncounted(self, job: Job) -> None:
-        await self.db.execute(
-            "UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), lease_until = NULL,"
-            " run_after = ? WHERE id = ? AND state = 'running'",
-            (self.clock(), job.id),
-        )
+        await rows.requeue_uncounted(self.db, job.id, self.clock())
 
     async def _reaper(self) -> None:
         """Re-queue jobs whose worker stopped renewing their lease."""
@@ -467,7 +371,4 @@ class Jobs:
     async def _heartbeat(self, job: Job) -> None:
         while True:
             await asyncio.sleep(LEASE_SECONDS / 3)
-            await self.db.execute(
-                "UPDATE jobs SET lease_until = ? WHERE id = ? AND state = 'running'",
-                (self.clock() + LEASE_SECONDS, job.id),
-            )
+            await rows.renew_lease(self.db, job.id, self.clock() + LEASE_SECONDS)

@@ -19,7 +19,6 @@ from aiohttp import web
 from gidgethub import routing
 
 from bot.agents.providers import ModelClients
-from bot.budget import disk
 from bot.config import Settings
 from bot.context import Context
 from bot.github import GitHubApp
@@ -37,7 +36,7 @@ from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS, Jobs
 from bot.records.sqlite import Database
-from bot.worktrees import Mirrors
+from bot.worktrees import Mirrors, disk
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +183,7 @@ async def healthz(request: web.Request) -> web.Response:
     workers_ok = _workers_ok(request)
     healthy = db_ok and workers_ok and inbox_ok and not stopping
     reasons = ["stopping"] if stopping else []
-    space = disk(ctx.settings)
+    space = disk(ctx.settings.data_dir, ctx.settings.min_free_mb)
     if space.low:  # the inbox still accepts; only new reviews wait
         reasons.append(
             f"low disk space: {space.free_mb} MB free, below COCKPIT_MIN_FREE_MB={space.min_mb};"

@@ -6,14 +6,16 @@ import functools
 import logging
 import time
 
-from bot.agents.loop import close_interrupted_runs
 from bot.context import Context
 from bot.queue import REVIEWS, Job
-from bot.ratelimit import forget_command_uses
+from bot.records import deliveries as delivery_rows
+from bot.records import jobs as job_rows
+from bot.records.database import Database
+from bot.records.notices import forget_command_uses, forget_notices
 from bot.records.pulls import closed_pull_refs
 from bot.records.reviews import prune_closed_reviews
+from bot.records.runs import close_interrupted_runs
 from bot.records.sessions import prune_closed_sessions, reconcile
-from bot.records.sqlite import Database, delete_in_chunks
 from bot.review import state
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.job import (
@@ -39,22 +41,10 @@ PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against 
 
 async def prune_history(db: Database, older_than: float) -> tuple[int, int]:
     """Delete processed deliveries and finished jobs from before `older_than`, in chunks."""
-    deliveries = await delete_in_chunks(
-        db,
-        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
-        " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
-        older_than,
-        PRUNE_CHUNK,
+    return (
+        await delivery_rows.prune(db, older_than, PRUNE_CHUNK),
+        await job_rows.prune(db, older_than, PRUNE_CHUNK),
     )
-    jobs = await delete_in_chunks(
-        db,
-        "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs"
-        " WHERE state IN ('done', 'failed', 'cancelled')"
-        " AND COALESCE(finished_at, created_at) < ? LIMIT ?)",
-        older_than,
-        PRUNE_CHUNK,
-    )
-    return deliveries, jobs
 
 
 async def prune_closed_conversations(db: Database, older_than: float) -> int:
@@ -88,7 +78,7 @@ async def maintenance(ctx: Context, job: Job) -> None:
     now = time.time()
     deliveries, jobs = await prune_history(ctx.db, now - HISTORY_TTL)
     conversations = await prune_closed_conversations(ctx.db, now - CONVERSATION_TTL)
-    await ctx.db.execute("DELETE FROM notices WHERE sent_at < ?", (now - 86400,))
+    await forget_notices(ctx.db, now - 86400)
     await forget_command_uses(ctx.db, now - 86400)
     if ctx.db.shared:  # procrastinate's finished jobs
         await ctx.jobs.prune(HISTORY_TTL // 3600)
@@ -100,12 +90,8 @@ async def maintenance(ctx: Context, job: Job) -> None:
     )
     if ctx.db.shared:
         return  # on Postgres, procrastinate's periodic task brings it back
-    later = await ctx.db.fetchone(  # a restart mid-run may have queued one already
-        "SELECT 1 FROM jobs WHERE key = 'maintenance' AND state IN ('queued', 'waiting')"
-        " AND id != ?",
-        (job.id,),
-    )
-    if later is None:
+    # a restart mid-run may have queued one already
+    if not await job_rows.in_line_behind(ctx.db, "maintenance", job.id):
         await ctx.jobs.enqueue(  # waits behind this one, then for its time
             "maintenance", "maintenance", {}, queue=REVIEWS, delay=MAINTENANCE_EVERY
         )

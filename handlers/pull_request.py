@@ -7,7 +7,7 @@ from typing import Any
 
 from gidgethub import routing, sansio
 
-from bot.budget import day_start
+from bot.agents.budget import day_start
 from bot.context import Context
 from bot.github import permits
 from bot.records.pulls import upsert_pull

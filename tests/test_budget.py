@@ -13,10 +13,10 @@ import os
 import pytest
 
 from bot.agents.base import Budget
+from bot.agents.budget import DailyBudgetSpent
 from bot.agents.loop import AgentRun
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
-from bot.budget import DailyBudgetSpent
 from bot.config import Settings
 from bot.records.pulls import upsert_pull
 from bot.records.sessions import create_session

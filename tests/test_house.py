@@ -47,20 +47,31 @@ OWNERS = {
         r"(UPDATE|INSERT INTO|DELETE FROM) session_reviews",
         "bot/records/sessions.py",
     ),
+    "messages": (r"(UPDATE|INSERT INTO) messages\b", "bot/records/messages.py"),
+    "jobs": (r"(UPDATE|INSERT INTO|DELETE FROM) jobs\b", "bot/records/jobs.py"),
 }
+# The schema's triggers belong to their table's definition, not to a writer of its rows.
+TRIGGER = re.compile(r"CREATE TRIGGER .*?\bEND;", re.S)
+
+
+def production_sources() -> dict[str, str]:
+    """bot/ and handlers/, the stand-ins left out (they play GitHub and the models)."""
+    return {
+        path.relative_to(ROOT).as_posix(): path.read_text()
+        for folder in ("bot", "handlers")
+        for path in (ROOT / folder).rglob("*.py")
+        if "standin" not in path.parts
+    }
 
 
 @pytest.mark.parametrize("what", sorted(OWNERS))
 def test_each_state_has_one_writer(what):
     pattern, owner = OWNERS[what]
     writes = re.compile(pattern, re.S)
-    offenders = [
-        str(path.relative_to(ROOT))
-        for folder in ("bot", "handlers")
-        for path in (ROOT / folder).rglob("*.py")
-        if writes.search(path.read_text()) and str(path.relative_to(ROOT)) != owner
+    writers = [
+        name for name, text in production_sources().items() if writes.search(TRIGGER.sub("", text))
     ]
-    assert offenders == []
+    assert writers == [owner]
 
 
 def test_every_server_model_run_gets_the_daily_budget():

@@ -9,6 +9,7 @@ import pytest
 
 from bot import inbox
 from bot.inbox import Delivery
+from bot.records.deliveries import connect
 from bot.records.sqlite import Database
 
 
@@ -22,7 +23,7 @@ def item(delivery_id: str, body: bytes = b'{"action": "opened"}', key: str | Non
 async def conn(tmp_path):
     db = await Database.open(tmp_path / "c.sqlite3")  # the real schema
     await db.close()
-    conn = inbox.connect(tmp_path / "c.sqlite3")
+    conn = connect(tmp_path / "c.sqlite3")
     yield conn
     conn.close()
 

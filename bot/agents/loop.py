@@ -25,13 +25,14 @@ from bot.agents.base import (
     Usage,
     cost_usd,
 )
+from bot.agents.budget import admission, day_start
 from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.agents.transcript import answer_text
-from bot.budget import RUN_START_LOCK, charge_run
 from bot.metrics import Metrics
+from bot.records.database import Database
 from bot.records.messages import append_messages, load_messages
-from bot.records.sqlite import Database
+from bot.records.runs import finish_run, start_run
 from bot.records.types import Session
 from bot.skills import prompt_text
 
@@ -129,25 +130,19 @@ class AgentRun:
         """The run's ledger row, written only when its installation's daily budget has room
         (DailyBudgetSpent otherwise): every model run passes here, whatever started it."""
         now = time.time()
-        async with self.db.transaction(lock=RUN_START_LOCK) as conn:
-            cursor = await conn.execute(
-                "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
-                " skill_version_id, status, started_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                (
-                    self.kind if self.kind != "verify" else "review",
-                    self.subkind or (self.kind if self.kind == "verify" else None),
-                    self.session.id,
-                    self.review_id,
-                    self.provider.name,
-                    self.provider.model,
-                    self.skill_version_id,
-                    now,
-                ),
-            )
-            run_id = int(cursor.lastrowid or 0)
-            await charge_run(conn, run_id, self.budget, now)
-        return run_id
+        return await start_run(
+            self.db,
+            kind=self.kind if self.kind != "verify" else "review",
+            subkind=self.subkind or (self.kind if self.kind == "verify" else None),
+            session_id=self.session.id,
+            review_id=self.review_id,
+            provider=self.provider.name,
+            model=self.provider.model,
+            skill_version_id=self.skill_version_id,
+            now=now,
+            since=day_start(now),
+            admit=admission(self.budget),
+        )
 
     async def _loop(
         self,
@@ -338,43 +333,22 @@ class AgentRun:
     ) -> float | None:
         costs = {model: cost_usd(model, u) for model, u in usage.items()}
         total = None if any(c is None for c in costs.values()) else sum(costs.values())
-        async with self.db.transaction() as conn:
-            for model, u in usage.items():
-                await conn.execute(
-                    "INSERT INTO run_usage (run_id, model, input_tokens, output_tokens,"
-                    " cache_read_tokens, cache_write_tokens, cost_usd)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        model,
-                        u.input_tokens,
-                        u.output_tokens,
-                        u.cache_read_tokens,
-                        u.cache_write_tokens,
-                        costs[model],
-                    ),
-                )
-            await conn.execute(
-                "UPDATE runs SET status = ?, error = ?, tool_calls = ?, cost_usd = ?,"
-                " finished_at = ? WHERE id = ?",
-                (status, error, tool_calls, total, time.time(), run_id),
-            )
+        await finish_run(
+            self.db,
+            run_id,
+            usage,
+            costs,
+            status=status,
+            error=error,
+            tool_calls=tool_calls,
+            cost_usd=total,
+        )
         return total
 
 
 def interrupted() -> str:
     """The result a tool call gets when its turn ended before the tool answered."""
     return prompt_text("tool_interrupted").strip()
-
-
-async def close_interrupted_runs(db: Database) -> int:
-    """At start-up: runs a dead process left `running` end as failed; their usage was not
-    recorded, so their cost stays unknown."""
-    return await db.execute(
-        "UPDATE runs SET status = 'failed', error = 'interrupted by a restart', finished_at = ?"
-        " WHERE status = 'running'",
-        (time.time(),),
-    )
 
 
 def _as_dict(arguments: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from bot.budget import budget_used_up
+from bot.agents.budget import budget_used_up
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text

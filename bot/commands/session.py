@@ -6,8 +6,8 @@ import time
 from importlib import resources
 
 from bot.agents.base import AgentError
+from bot.agents.budget import DailyBudgetSpent, refuse_when_spent
 from bot.agents.transcript import answer_text, feedback
-from bot.budget import DailyBudgetSpent, refuse_when_spent
 from bot.commands.draft import current_draft
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
@@ -16,6 +16,7 @@ from bot.config import PROVIDERS
 from bot.queue import turn_key
 from bot.records import messages, sessions
 from bot.records.reviews import latest_review
+from bot.records.runs import session_cost
 from bot.records.types import CrossReview, Review, Session
 from bot.review import state
 from bot.sessions.turns import ASK, CRITIQUE, REVISE, draft_message_id, queue_turn
@@ -53,7 +54,7 @@ async def _draft_and_reviewer(pr: PullRequest) -> tuple[Review, Session]:
 
 async def _room_for_a_run(pr: PullRequest) -> None:
     """A command that starts a model run says at once when today's budget is spent (the run
-    itself is refused anyway, wherever it starts: `bot.budget.charge_run`)."""
+    itself is refused anyway, wherever it starts: `bot.agents.budget.admission`)."""
     assert pr.pull is not None
     try:
         await refuse_when_spent(pr.ctx.settings, pr.ctx.db, pr.pull.installation_id, time.time())
@@ -178,5 +179,5 @@ async def cmd_end(pr: PullRequest, cmd: Command) -> str | None:
         "ended",
         provider=child.provider,
         count=await messages.count_messages(pr.ctx.db, child.id),
-        cost=await sessions.session_cost(pr.ctx.db, child.id),
+        cost=await session_cost(pr.ctx.db, child.id),
     )

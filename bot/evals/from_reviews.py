@@ -11,7 +11,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from bot.records.sqlite import Database
+from bot.records.database import Database
 from bot.review import state
 
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")

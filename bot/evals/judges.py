@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from bot.agents.base import AgentError, ProviderRequest, Usage, cost_usd
 from bot.agents.providers import ModelClients
 from bot.evals.golden import Label
-from bot.records.sqlite import Database
+from bot.records.database import Database
 from bot.skills import prompt_text
 from bot.texts import render
 

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from bot.records import sessions
-from bot.records.sqlite import Database
+from bot.records.database import Database
 from bot.records.types import Message
 
 

@@ -50,9 +50,9 @@ CREATE TABLE IF NOT EXISTS procrastinate_migrations (
     applied_at DOUBLE PRECISION NOT NULL
 )"""
 
-# The parts of the SQLite schema that only the SQLite queue needs (its line-keeping triggers
-# and their repair at start-up): on Postgres, jobs live in procrastinate's tables.
-_SQLITE_ONLY = re.compile(r"CREATE TRIGGER .*?\bEND;|^UPDATE jobs .*?;", re.S | re.M)
+# The parts of the SQLite schema that only the SQLite queue needs (its line-keeping triggers):
+# on Postgres, jobs live in procrastinate's tables.
+_SQLITE_ONLY = re.compile(r"CREATE TRIGGER .*?\bEND;", re.S)
 _COMMENT = re.compile(r"--[^\n]*")
 _TYPES = (
     (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bot.records.sqlite import Database
+from bot.records.database import Database
 from bot.records.types import Pull
 
 

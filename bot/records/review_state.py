@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from bot.records.sqlite import Database
+from bot.records.database import Database
 from bot.records.types import DraftFinding
 
 COLUMNS = (  # what a draft finding stores

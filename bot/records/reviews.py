@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bot.records.sqlite import Database, delete_in_chunks
+from bot.records.database import Database, delete_in_chunks
 from bot.records.types import Finding, Review
 
 
@@ -120,21 +120,6 @@ async def load_findings(db: Database, review_id: int) -> list[Finding]:
         "SELECT * FROM findings WHERE review_id = ? ORDER BY ordinal", (review_id,)
     )
     return [Finding.from_row(row) for row in rows]
-
-
-async def review_costs(db: Database, review_id: int) -> list[tuple[str, int, float | None]]:
-    """Per provider, in first-use order: the review's model runs (its own, its verify pass,
-    cross-review turns and revisions) and their USD (None when any run's cost is unknown)."""
-    rows = await db.fetchall(
-        "SELECT provider, cost_usd FROM runs WHERE review_id = ? ORDER BY id", (review_id,)
-    )
-    by_provider: dict[str, list[float | None]] = {}
-    for row in rows:
-        by_provider.setdefault(row["provider"], []).append(row["cost_usd"])
-    return [
-        (provider, len(costs), None if None in costs else sum(c for c in costs if c is not None))
-        for provider, costs in by_provider.items()
-    ]
 
 
 async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> int:

@@ -63,15 +63,7 @@ BEGIN
     AND NOT EXISTS (
         SELECT 1 FROM jobs WHERE key = NEW.key AND state IN ('queued', 'running'));
 END;
--- At every start, so the lines are right whatever happened before: jobs behind their key's
--- oldest (databases from before 'waiting') wait; a line without a head gets one.
-UPDATE jobs SET state = 'waiting' WHERE state = 'queued' AND EXISTS (
-    SELECT 1 FROM jobs r WHERE r.key = jobs.key
-    AND r.state IN ('queued', 'running') AND r.id < jobs.id);
-UPDATE jobs SET state = 'queued' WHERE state = 'waiting'
-    AND id IN (SELECT MIN(id) FROM jobs WHERE state = 'waiting' GROUP BY key)
-    AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.key = jobs.key
-        AND r.state IN ('queued', 'running'));
+-- (SQLite repairs the lines at every start: bot.records.jobs.REPAIR_LINES.)
 
 CREATE TABLE IF NOT EXISTS pulls (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

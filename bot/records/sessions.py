@@ -8,7 +8,7 @@ import sqlite3
 import time
 from typing import Any
 
-from bot.records.sqlite import Database, delete_in_chunks
+from bot.records.database import Database, delete_in_chunks
 from bot.records.types import CrossReview, Session
 
 ACTIVE, BUSY, ENDED, FAILED = "active", "busy", "ended", "failed"
@@ -256,13 +256,6 @@ async def reconcile(db: Database) -> int:
     for row in closed:
         await end_session(db, row["id"])
     return len(closed)
-
-
-async def session_cost(db: Database, session_id: int) -> float | None:
-    """USD of the session's runs; None when any run's cost is unknown."""
-    rows = await db.fetchall("SELECT cost_usd FROM runs WHERE session_id = ?", (session_id,))
-    costs = [row["cost_usd"] for row in rows]
-    return None if None in costs else sum(c for c in costs if c is not None)
 
 
 async def delete_installation_sessions(db: Database, installation_id: int) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiosqlite
 
+from bot.records.jobs import REPAIR_LINES
 from bot.records.schema import STEPS, VERSIONS
 
 BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
@@ -71,6 +72,7 @@ class Database:
                             f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
                         )
                 await self.conn.executescript(step.after)
+            await self.conn.executescript(REPAIR_LINES)
             recorded = await self.conn.execute_fetchall(
                 "INSERT INTO schema_versions (version, name, applied_at) VALUES "
                 + ", ".join("(?, ?, ?)" for _ in STEPS)
@@ -120,12 +122,3 @@ class Database:
         except (sqlite3.Error, ValueError):
             return False
         return True
-
-
-async def delete_in_chunks(db: Any, statement: str, older_than: float, chunk: int) -> int:
-    """Run a `DELETE … WHERE key IN (SELECT … WHERE … < ? LIMIT ?)` until it deletes nothing,
-    `chunk` rows at a time, so a write lock is never held long; returns how many went."""
-    total = 0
-    while count := await db.execute(statement, (older_than, chunk)):
-        total += count
-    return total

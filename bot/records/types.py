@@ -182,10 +182,49 @@ class Message:
 
 
 @dataclasses.dataclass(frozen=True)
-class Skill(Record):
-    """A system prompt's version, stored once per content hash."""
+class Skill:
+    """A system prompt's text and its stored version (`skill_versions`)."""
 
     id: int
     name: str
     sha256: str
     text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A job of the queue (either backend's): a kind of work on a key's line, its payload,
+    and its attempts so far (the running one included)."""
+
+    id: int
+    kind: str
+    queue: str
+    key: str
+    payload: dict[str, Any]
+    attempts: int
+    max_attempts: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> Job:
+        """A row of SQLite's `jobs`."""
+        return cls(
+            id=row["id"],
+            kind=row["kind"],
+            queue=row["queue"],
+            key=row["key"],
+            payload=json.loads(row["payload"]),
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredDelivery(Record):
+    """A delivery as the inbox stored it, waiting for its job."""
+
+    id: str
+    event: str
+    installation_id: int | None
+    repo: str | None
+    body: bytes  # zlib-compressed
+    status: str  # queued | done | ignored | failed

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import gidgethub
 
 from bot.agents.base import AgentError, Budget
-from bot.budget import budget_used_up, disk
+from bot.agents.budget import budget_used_up
 from bot.config import PROVIDERS
 from bot.github import github_transient
 from bot.logs import log_context
@@ -35,7 +35,7 @@ from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
 from bot.review.publish import Publisher
 from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.texts import render
-from bot.worktrees import GitError, Worktree
+from bot.worktrees import GitError, Worktree, disk
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -354,7 +354,7 @@ class ReviewJob:
         """Why no review may start now, whoever asked: disk below its watermark, or the
         installation's model budget for the day spent."""
         settings, prefix = self.ctx.settings, self.ctx.settings.command_prefix
-        space = disk(settings)
+        space = disk(settings.data_dir, settings.min_free_mb)
         if space.low:
             return held_text("disk", free_mb=space.free_mb, min_mb=space.min_mb, prefix=prefix)
         spent = await budget_used_up(settings, self.ctx.db, self.pull.installation_id, time.time())

@@ -19,8 +19,8 @@ from bot.agents.submit import ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
+from bot.records.database import Database
 from bot.records.sessions import create_session
-from bot.records.sqlite import Database
 from bot.records.types import DraftFinding, Session
 from bot.repo_config import RepoConfig
 from bot.review.plan import place, plan_files

@@ -20,10 +20,10 @@ from bot.records.reviews import (
     get_review,
     latest_draft,
     load_findings,
-    review_costs,
     status_comment_of,
     update_review,
 )
+from bot.records.runs import review_costs
 from bot.records.sessions import has_active_cross_review
 from bot.records.types import Finding, Pull, Review
 from bot.texts import STATUS_MARKER, fit, neutralise_mentions, render, repo_url_of, usd

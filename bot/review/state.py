@@ -16,8 +16,8 @@ import time
 from typing import Any
 
 from bot.records import review_state as sql
+from bot.records.database import Database
 from bot.records.reviews import owned_by
-from bot.records.sqlite import Database
 from bot.records.types import DraftFinding
 
 QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import gidgethub
 
 from bot.agents.base import AgentError, Budget
+from bot.agents.budget import DailyBudgetSpent
 from bot.agents.loop import AgentRun
 from bot.agents.toolbox import Toolbox
 from bot.agents.transcript import (
@@ -21,7 +22,6 @@ from bot.agents.transcript import (
     to_lines,
     tool_call,
 )
-from bot.budget import DailyBudgetSpent
 from bot.logs import log_context
 from bot.queue import REVIEWS, Job, turn_key
 from bot.records import messages, sessions
