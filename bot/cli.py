@@ -25,14 +25,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = load_settings()
     except ConfigError as exc:
         return _fail(exc)
-    if args.role != "all" and settings.database_url is None:
-        return _fail(
-            ConfigError(
-                "COCKPIT_DATABASE_URL",
-                f"--role {args.role} needs a database the other processes share: set it to"
-                " a postgresql:// URL (SQLite serves one process, --role all)",
-            )
-        )
+    from bot.backend import check_role
+
+    try:
+        check_role(settings, args.role)
+    except ConfigError as exc:
+        return _fail(exc)
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     setup_logging()
@@ -54,42 +52,15 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
         settings = load_settings(github=False)
     except ConfigError as exc:
         return _fail(exc)
+    from bot import backend
     from bot.records.postgres import MigrationFailed
 
     try:
-        print(asyncio.run(_migrate(settings)))
+        print(asyncio.run(backend.migrate(settings)))
     except (MigrationFailed, OSError) as exc:
         print(f"cockpit migrate: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-async def _migrate(settings: Settings) -> str:
-    from bot.records.sqlite import Database
-
-    if settings.database_url is None:
-        db = await Database.open(settings.db_path)  # opening applies the steps
-        try:
-            return f"SQLite {settings.db_path}: schema at version {await db.schema_version()}"
-        finally:
-            await db.close()
-    from bot.records.postgres import PgDatabase
-
-    pg = await PgDatabase.open(settings.database_url.reveal())
-    try:
-        done = await pg.migrate()
-        await pg.check_schema()
-    finally:
-        await pg.close()
-    steps = ", ".join(map(str, done.steps)) or "none"
-    theirs = {
-        "created": "procrastinate's schema created",
-        "recorded": "procrastinate's existing schema recorded",
-    }.get(done.procrastinate_schema, "procrastinate's schema current")
-    return (
-        f"Postgres: schema at version {done.version} (steps applied now: {steps}; {theirs},"
-        f" {len(done.procrastinate)} of its migrations applied now)"
-    )
 
 
 async def _serve(settings: Settings, host: str, port: int, role: str) -> None:

@@ -16,19 +16,21 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import msgspec
 import orjson
 from gidgethub import routing, sansio
 
 from bot.logs import log_context
-from bot.queue import EVENTS, Job
+from bot.queue import EVENTS, Job, JobQueue
 from bot.records import deliveries
 from bot.records.sqlite import BUSY_TIMEOUT_MS
 
 if TYPE_CHECKING:
     from bot.context import Context
+    from bot.queue.postgres import PgJobs
+    from bot.records.postgres import PgDatabase
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +150,26 @@ def commit(conn: sqlite3.Connection, batch: list[tuple[Delivery, tuple]]) -> lis
     return _stored(batch, deliveries.store_new(conn, *_rows(batch, time.time())))
 
 
+class Commits(Protocol):
+    """How a backend commits a batch of deliveries with their jobs (`open_backend` gives the
+    configured one)."""
+
+    @property
+    def open(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def commit(self, batch: list[tuple[Delivery, Any]]) -> list[bool]:
+        """Store each new delivery with its job in one transaction; True where it was new."""
+        ...
+
+    async def probe(self) -> bool:
+        """Whether a commit could go through now."""
+        ...
+
+
 class SqliteCommits:
     """Group commits on the inbox's own sqlite3 connection, on a worker thread."""
 
@@ -189,9 +211,9 @@ class PgCommits:
     its primary key, also when another web process stored it) and their procrastinate jobs,
     deferred on the same connection, so both commit before the ack or neither does."""
 
-    def __init__(self, db: Any, jobs: Any) -> None:
-        self.db = db  # bot.records.postgres.PgDatabase
-        self.jobs = jobs  # bot.pgqueue.PgJobs
+    def __init__(self, db: PgDatabase, jobs: PgJobs) -> None:
+        self.db = db
+        self.jobs = jobs
         self.open = False
 
     async def start(self) -> None:
@@ -227,7 +249,7 @@ class PgCommits:
 
 
 class Inbox:
-    def __init__(self, commits: SqliteCommits | PgCommits, jobs: Any) -> None:
+    def __init__(self, commits: Commits, jobs: JobQueue) -> None:
         self.commits = commits
         self.jobs = jobs
         self._waiting: list[tuple[Delivery, Any, asyncio.Future[bool]]] = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.commands.catalog import COMMANDS
+from bot.catalog import COMMANDS
 from bot.commands.run import HANDLERS
 
 ROOT = Path(__file__).resolve().parent.parent

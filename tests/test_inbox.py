@@ -65,7 +65,7 @@ async def test_a_delivery_that_arrives_as_the_inbox_stops_gets_an_answer(tmp_pat
     import asyncio
 
     from bot.inbox import Inbox, InboxUnavailable, SqliteCommits
-    from bot.queue import Jobs
+    from bot.queue.sqlite import Jobs
 
     db = await Database.open(tmp_path / "c.sqlite3")
     box = Inbox(SqliteCommits(tmp_path / "c.sqlite3"), Jobs(db))

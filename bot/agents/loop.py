@@ -35,17 +35,12 @@ from bot.records.messages import append_messages, load_messages
 from bot.records.runs import finish_run, start_run
 from bot.records.types import Session
 from bot.skills import prompt_text
+from bot.texts import render
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
 MAX_BACKOFF = 30.0
-SUBMITTED = "Review submitted. Thank you."
-NOT_NOW = "Do not submit a review in this turn: answer the message in plain text."
-NUDGE = (
-    "You ended your turn without calling submit_review. Call submit_review now with "
-    "your summary, verdict and findings (an empty findings list is fine)."
-)
 
 
 @dataclass(frozen=True)
@@ -54,15 +49,15 @@ class FinalAnswer:
 
     tool: dict[str, Any]
     parse: Callable[[Any], Any]  # raises InvalidAnswer saying what to fix (one repair turn)
-    nudge: str  # sent once when the model ends its turn without calling the tool
-    acknowledgement: str = SUBMITTED
+    nudge: str  # the prompt sent once when the model ends its turn without calling the tool
+    acknowledgement: str = "submitted"  # the prompt the tool call is answered with
 
     @property
     def name(self) -> str:
         return str(self.tool["name"])
 
 
-SUBMIT_REVIEW = FinalAnswer(SUBMIT_TOOL, parse_submission, NUDGE)
+SUBMIT_REVIEW = FinalAnswer(SUBMIT_TOOL, parse_submission, "submit_nudge")
 
 
 @dataclass
@@ -168,7 +163,9 @@ class AgentRun:
             # process died): take that step now; a request never ends with the model's text.
             if not self.expect_submit:
                 return TurnResult(run_id, answer_text(last), None, 0)
-            await append_messages(self.db, self.session.id, self.provider.user_message(final.nudge))
+            await append_messages(
+                self.db, self.session.id, self.provider.user_message(fragment(final.nudge))
+            )
             repaired = True
         offer = self.expect_submit if self.offer_submit is None else self.offer_submit
         tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
@@ -195,7 +192,7 @@ class AgentRun:
                     )
                 repaired = True
                 await append_messages(
-                    self.db, self.session.id, self.provider.user_message(final.nudge)
+                    self.db, self.session.id, self.provider.user_message(fragment(final.nudge))
                 )
                 continue
             results: list[tuple[ToolCall, str, bool]] = []
@@ -203,12 +200,12 @@ class AgentRun:
             try:
                 for call in reply.tool_calls:
                     if call.name == final.name and not self.expect_submit:
-                        results.append((call, NOT_NOW, True))
+                        results.append((call, fragment("not_now"), True))
                         continue
                     if call.name == final.name:
                         try:
                             answer = final.parse(_as_dict(call.arguments))
-                            results.append((call, final.acknowledgement, False))
+                            results.append((call, fragment(final.acknowledgement), False))
                         except InvalidAnswer as exc:
                             if repaired:
                                 raise AgentError(
@@ -218,8 +215,9 @@ class AgentRun:
                             results.append(
                                 (
                                     call,
-                                    f"Invalid {final.name} input: {exc}. Call "
-                                    f"{final.name} again with corrected input.",
+                                    render(
+                                        "prompts/invalid_answer.md.j2", tool=final.name, error=exc
+                                    ).strip(),
                                     True,
                                 )
                             )
@@ -346,9 +344,14 @@ class AgentRun:
         return total
 
 
+def fragment(name: str) -> str:
+    """A prompt fragment (templates/prompts/NAME.md) as the model is sent it."""
+    return prompt_text(name).strip()
+
+
 def interrupted() -> str:
     """The result a tool call gets when its turn ended before the tool answered."""
-    return prompt_text("tool_interrupted").strip()
+    return fragment("tool_interrupted")
 
 
 def _as_dict(arguments: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from bot.commands.catalog import BY_NAME
+from bot.catalog import BY_NAME
 from bot.commands.pr import PullRequest
 from bot.github import permits
 from bot.records import notices

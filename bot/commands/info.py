@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from bot.commands.catalog import COMMANDS
+from bot.catalog import COMMANDS
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.records.reviews import latest_review
+from bot.texts import message
 
 
 async def help_text(pr: PullRequest, unknown: str | None = None) -> str:
@@ -28,6 +29,6 @@ async def cmd_status(pr: PullRequest, cmd: Command) -> str | None:
     pull = await pr.known()
     review = await latest_review(pr.ctx.db, pull.id)
     if review is None:
-        raise CommandFailed(f"there is no review yet: run `{pr.prefix} review` to start one")
+        raise CommandFailed(message("no_review_yet", prefix=pr.prefix))
     await pr.publisher().status(review)
     return None

@@ -10,16 +10,17 @@ from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.config import PROVIDERS
 from bot.repo_config import fetch_repo_config
-from bot.review.job import enqueue_review, held_text, stop_pull_work
+from bot.review.lifecycle import enqueue_review, held_text, stop_pull_work
+from bot.texts import message
 
 
 async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
     pull = await pr.refresh()
     if pull.state != "open":
-        raise CommandFailed("this pull request is closed")
+        raise CommandFailed(message("pr_closed"))
     provider = cmd.flag("provider")
     if provider is not None and provider not in PROVIDERS:
-        raise CommandFailed(f"--provider must be one of {', '.join(PROVIDERS)}")
+        raise CommandFailed(message("bad_choice", flag="provider", choices=PROVIDERS))
     spent = await budget_used_up(pr.ctx.settings, pr.ctx.db, pull.installation_id, time.time())
     if spent is not None:
         raise CommandFailed(

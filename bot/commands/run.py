@@ -7,12 +7,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from bot.catalog import COMMANDS
 from bot.commands import draft, gate, info, review, session
-from bot.commands.catalog import COMMANDS
 from bot.commands.parse import Command, parse_commands
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import post, react, reply
 from bot.records.pulls import find_pull
+from bot.texts import message
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -90,7 +91,7 @@ async def run_one(pr: PullRequest, cmd: Command) -> bool:
             pr,
             "failed",
             command=cmd.name,
-            reason="an internal error occurred; the operator's logs have details",
+            reason=message("internal_error"),
         )
         return False
     return True

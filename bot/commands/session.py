@@ -20,6 +20,7 @@ from bot.records.runs import session_cost
 from bot.records.types import CrossReview, Review, Session
 from bot.review import state
 from bot.sessions.turns import ASK, CRITIQUE, REVISE, draft_message_id, queue_turn
+from bot.texts import message
 
 
 def default_instructions() -> str:
@@ -35,20 +36,12 @@ async def _draft_and_reviewer(pr: PullRequest) -> tuple[Review, Session]:
     review = await current_draft(pr)
     newest = await latest_review(pr.ctx.db, review.pull_id)
     if newest is not None and newest.state in state.ACTIVE:
-        raise CommandFailed(
-            "a new review of this PR is running; its draft replaces this one when it is done"
-        )
+        raise CommandFailed(message("review_running"))
     parent = await sessions.primary_of_review(pr.ctx.db, review.id)
     if parent is None:
-        raise CommandFailed(
-            "this draft has no reviewer conversation (nothing was reviewed); "
-            f"run `{pr.prefix} review` for a new draft"
-        )
+        raise CommandFailed(message("no_conversation", prefix=pr.prefix))
     if parent.status not in sessions.OPEN:
-        raise CommandFailed(
-            "this draft's conversation has ended (the PR was closed or the review was "
-            f"replaced); run `{pr.prefix} review` for a new draft"
-        )
+        raise CommandFailed(message("conversation_ended", prefix=pr.prefix))
     return review, parent
 
 
@@ -77,10 +70,10 @@ async def _end(pr: PullRequest, child: Session) -> None:
 async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
     review, parent = await _draft_and_reviewer(pr)
     if review.state != state.DRAFT:
-        raise CommandFailed("the draft is already published; run `review` for a new one")
+        raise CommandFailed(message("published_review_again"))
     provider = str(cmd.flag("with") or other_provider(review.provider))
     if provider not in PROVIDERS:
-        raise CommandFailed(f"--with must be one of {', '.join(PROVIDERS)}")
+        raise CommandFailed(message("bad_choice", flag="with", choices=PROVIDERS))
     active = await _active_child(pr, parent)
     if active is not None and not cmd.flag("restart"):
         return text(pr, "cross_review_active", provider=active[1].provider)
@@ -122,7 +115,7 @@ async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
 
 async def cmd_ask(pr: PullRequest, cmd: Command) -> str | None:
     if not cmd.text:
-        raise CommandFailed(f"say what to ask, e.g. `{pr.prefix} ask is F2 a real problem?`")
+        raise CommandFailed(message("what_to_ask", prefix=pr.prefix))
     _review, parent = await _draft_and_reviewer(pr)
     await _room_for_a_run(pr)
     active = await _active_child(pr, parent)
@@ -136,12 +129,10 @@ async def cmd_ask(pr: PullRequest, cmd: Command) -> str | None:
 async def cmd_send_back(pr: PullRequest, cmd: Command) -> str | None:
     review, parent = await _draft_and_reviewer(pr)
     if review.state != state.DRAFT or review.stale:
-        raise CommandFailed(
-            f"only a current, unpublished draft can be revised; run `{pr.prefix} review`"
-        )
+        raise CommandFailed(message("not_revisable", prefix=pr.prefix))
     active = await _active_child(pr, parent)
     if active is None:
-        raise CommandFailed(f"no cross-review is active: start one with `{pr.prefix} codex-review`")
+        raise CommandFailed(message("start_a_cross_review", prefix=pr.prefix))
     cross_review, child = active
     answers = [
         answer_text(item)
@@ -149,17 +140,14 @@ async def cmd_send_back(pr: PullRequest, cmd: Command) -> str | None:
         if answer_text(item)
     ]
     if not answers:
-        raise CommandFailed(
-            f"{child.provider.title()} has not answered yet; send it back once its critique is"
-            " posted"
-        )
+        raise CommandFailed(message("not_answered_yet", provider=child.provider))
     await _room_for_a_run(pr)
-    message = feedback(cross_review.child_adapter, answers[-1], cmd.text, pr.actor)
+    sent = feedback(cross_review.child_adapter, answers[-1], cmd.text, pr.actor)
     busy = await queue_turn(
         pr.ctx,
         parent,
         REVISE,
-        text=message,
+        text=sent,
         comment_id=pr.comment_id,
         line=cmd.line,
         child=child.provider,
@@ -171,7 +159,7 @@ async def cmd_end(pr: PullRequest, cmd: Command) -> str | None:
     _review, parent = await _draft_and_reviewer(pr)
     active = await _active_child(pr, parent)
     if active is None:
-        raise CommandFailed("no cross-review is active on this draft")
+        raise CommandFailed(message("no_cross_review"))
     child = active[1]
     await _end(pr, child)
     return text(

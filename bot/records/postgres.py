@@ -298,10 +298,9 @@ async def _configure(conn: psycopg.AsyncConnection) -> None:
 
 
 class PgDatabase:
-    """A connection pool; the same methods as `bot.records.sqlite.Database`. `transaction(lock=…)`
-    also takes a transaction-scoped advisory lock, so other processes wait for it."""
-
-    shared = True  # several processes may use this database at once
+    """`bot.records.database.Database` on a connection pool (several processes may share the
+    database). `transaction(lock=…)` also takes a transaction-scoped advisory lock, so other
+    processes wait for it."""
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from bot.records.database import Database
-from bot.records.types import DraftFinding
+from bot.records.types import DraftFinding, Review
 
 COLUMNS = (  # what a draft finding stores
     "path",
@@ -71,15 +71,18 @@ async def move(
     return changed == 1
 
 
-async def move_owned(db: Database, review_id: int, owner: str, to: str, **fields: Any) -> bool:
-    """running → to, only while `owner` owns the run."""
+async def move_owned(
+    db: Database, review_id: int, owner: str, to: str, **fields: Any
+) -> Review | None:
+    """running → to, only while `owner` owns the run; the review as it is now, or None when
+    it did not move."""
     fields = {"state": to, **fields, "updated_at": time.time()}
-    changed = await db.execute(
+    row = await db.fetchone(
         f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
-        " WHERE id = ? AND state = 'running' AND run_owner = ?",
+        " WHERE id = ? AND state = 'running' AND run_owner = ? RETURNING *",
         (*fields.values(), review_id, owner),
     )
-    return changed == 1
+    return Review.from_row(row) if row else None
 
 
 async def move_pull(

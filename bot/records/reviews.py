@@ -103,15 +103,16 @@ async def conversations_of(db: Database, pull_id: int) -> list[tuple[int, int | 
     return [(int(row["review_id"]), row["session_id"]) for row in rows]
 
 
-async def update_review(db: Database, review_id: int, **fields: Any) -> None:
-    """Write a review's details (progress, ids of its GitHub objects, …); its state and
-    staleness change only through `bot.review.state`."""
+async def update_review(db: Database, review_id: int, **fields: Any) -> Review | None:
+    """Write a review's details (progress, ids of its GitHub objects, …) and hand back the
+    review as it is now; its state and staleness change only through `bot.review.state`."""
     assert not {"state", "stale"} & fields.keys(), "use bot.review.state"
     fields["updated_at"] = time.time()
-    await db.execute(
-        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?",
+    row = await db.fetchone(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ? RETURNING *",
         (*fields.values(), review_id),
     )
+    return Review.from_row(row) if row else None
 
 
 async def load_findings(db: Database, review_id: int) -> list[Finding]:

@@ -20,11 +20,8 @@ BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
 
 class Database:
-    """One aiosqlite connection; writes and multi-statement work go through `transaction()`.
-
-    `bot.records.postgres.PgDatabase` has the same methods over Postgres (the server picks one)."""
-
-    shared = False  # one process owns the file
+    """`bot.records.database.Database` on one aiosqlite connection (one process owns the
+    file); writes and multi-statement work go through `transaction()`."""
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn

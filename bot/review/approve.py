@@ -15,6 +15,7 @@ from bot.records.reviews import get_review, load_findings, mid_publish, update_r
 from bot.records.types import Finding
 from bot.review import state
 from bot.review.publish import Publisher
+from bot.texts import message
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -59,31 +60,28 @@ async def approve(
             nothing_went_out = False  # GitHub cannot tell us now: the recovery job will
         if nothing_went_out:
             await state.release(ctx.db, review_id)
-            raise PublishFailed(
-                f"GitHub refused to publish ({_describe(exc)}); the draft is unchanged"
-            ) from exc
+            raise PublishFailed(message("publish_refused", reason=_describe(exc))) from exc
         await waiting_for_github(ctx, publisher, review_id, exc)
         await queue_recovery(ctx, review_id)
-        raise PublishFailed(
-            f"publishing is waiting for GitHub ({_describe(exc)}); PR Cockpit retries until "
-            "GitHub answers, publishes exactly once, and the status comment shows it"
-        ) from exc
+        raise PublishFailed(message("publish_waiting", reason=_describe(exc))) from exc
     return True
 
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, gidgethub.HTTPException):
-        return f"GitHub answered {int(exc.status_code)}"
-    return f"GitHub could not be reached: {exc.__class__.__name__}"
+        return message("github_status", status=int(exc.status_code))
+    return message("github_unreachable", error_class=exc.__class__.__name__)
 
 
 async def waiting_for_github(
     ctx: Context, publisher: Publisher, review_id: int, exc: BaseException
 ) -> None:
     """Say on the review (and, if GitHub lets us, the status comment) that publishing waits."""
-    await update_review(ctx.db, review_id, progress=f"waiting for GitHub ({_describe(exc)})")
+    review = await update_review(
+        ctx.db, review_id, progress=f"waiting for GitHub ({_describe(exc)})"
+    )
     try:
-        await publisher.status(await get_review(ctx.db, review_id))
+        await publisher.status(review)
     except Exception as failed:
         if not github_transient(failed) and not isinstance(failed, gidgethub.GitHubException):
             raise
@@ -199,10 +197,10 @@ async def recover_posting_job(ctx: Context, job: Job) -> None:
             raise
         # GitHub answered no (the PR is locked, the review was removed …): nothing went out.
         await state.release(ctx.db, review_id)
-        await update_review(
+        released = await update_review(
             ctx.db, review_id, progress=f"publishing failed: {_describe(exc)}; approve again"
         )
-        await publisher.status(await get_review(ctx.db, review_id))
+        await publisher.status(released)
         log.warning("GitHub refused an interrupted approve", extra={"fields": {"error": str(exc)}})
         return
     log.info("recovered an interrupted approve", extra={"fields": {"outcome": outcome}})

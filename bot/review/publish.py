@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import gidgethub
 
-from bot.commands.catalog import suggested
+from bot.catalog import suggested
+from bot.queue import Job
+from bot.records.pulls import pull_by_id
 from bot.records.reviews import (
     get_review,
     latest_draft,
+    latest_review,
     load_findings,
     status_comment_of,
     update_review,
@@ -26,7 +29,8 @@ from bot.records.reviews import (
 from bot.records.runs import review_costs
 from bot.records.sessions import has_active_cross_review
 from bot.records.types import Finding, Pull, Review
-from bot.texts import STATUS_MARKER, fit, neutralise_mentions, render, repo_url_of, usd
+from bot.review import state
+from bot.texts import STATUS_MARKER, fit, message, neutralise_mentions, render, repo_url_of, usd
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -36,18 +40,6 @@ log = logging.getLogger(__name__)
 CHECK_NAME = "PR Cockpit"
 ANNOTATION_BATCH = 50
 LEVELS = {"critical": "failure", "major": "warning", "minor": "notice", "nit": "notice"}
-HEADLINES = {
-    "queued": "review queued",
-    "running": "reviewing",
-    "draft": "draft ready",
-    "revising": "revising the draft",
-    "posting": "publishing",
-    "posted": "published",
-    "failed": "review failed",
-    "cancelled": "review stopped",
-    "superseded": "superseded by a newer review",
-    "held": "review not started",
-}
 
 
 def refs(ordinals: list[int]) -> str:
@@ -154,7 +146,7 @@ class Publisher:
         )
         return render(
             "status.md.j2",
-            headline=HEADLINES.get(review.state, review.state),
+            headline=message("headline", state=review.state),
             state=review.state,
             progress=review.progress or review.state,
             short_sha=review.head_sha[:7],
@@ -205,14 +197,16 @@ class Publisher:
 
     # -- check run ----------------------------------------------------------------
 
-    async def start_check(self, review: Review) -> int:
+    async def start_check(self, review: Review) -> Review:
+        """The review's check run in progress (a new one unless it has one); the review with
+        it."""
         if review.check_run_id:  # a retried or recovered job: reuse its check run
             await self.gh.patch(
                 "/repos/{owner}/{repo}/check-runs/{id}",
                 {**self.owner_repo, "id": review.check_run_id},
                 data={"status": "in_progress"},
             )
-            return int(review.check_run_id)
+            return review
         created = await self.gh.post(
             "/repos/{owner}/{repo}/check-runs",
             self.owner_repo,
@@ -225,8 +219,7 @@ class Publisher:
                 "output": {"title": "Reviewing", "summary": "PR Cockpit is preparing a draft."},
             },
         )
-        await update_review(self.ctx.db, review.id, check_run_id=created["id"])
-        return int(created["id"])
+        return await update_review(self.ctx.db, review.id, check_run_id=created["id"]) or review
 
     async def finish_check(
         self,
@@ -287,9 +280,9 @@ class Publisher:
         """A new check run showing the draft as it stands now (after a revision or a drop):
         annotations cannot be withdrawn from a check run, so the old one is left behind and
         GitHub shows the newest run of the name."""
-        await update_review(self.ctx.db, review_id, check_run_id=None)
-        await self.start_check(await get_review(self.ctx.db, review_id))
-        await self.finish_check(await get_review(self.ctx.db, review_id))
+        review = await update_review(self.ctx.db, review_id, check_run_id=None)
+        if review is not None:
+            await self.finish_check(await self.start_check(review))
 
     # -- pending review ---------------------------------------------------------------
 
@@ -405,3 +398,28 @@ def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
         "title": neutralise_mentions(title)[:255],
         "message": neutralise_mentions(message.strip() or finding.title)[:64_000],
     }
+
+
+async def refresh_status_job(ctx: Context, job: Job) -> None:
+    """Re-render the PR's status comment (and the check run of a stale draft)."""
+    pull = await pull_by_id(ctx.db, job.payload["pull_id"])
+    review = await latest_review(ctx.db, job.payload["pull_id"]) if pull else None
+    if pull is None or review is None:
+        return
+    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    await publisher.status(review)
+    if review.stale and review.state == state.DRAFT:
+        await publisher.finish_check(review, with_annotations=False)
+
+
+async def report_failure_job(ctx: Context, job: Job) -> None:
+    """Show a failed review on the PR: check run `failure` and the status comment."""
+    review = await get_review(ctx.db, job.payload["review_id"])
+    pull = await pull_by_id(ctx.db, review.pull_id) if review else None
+    if review is None or pull is None or review.state != state.FAILED:
+        return
+    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    if not review.check_run_id:  # it failed before its check run was made
+        review = await publisher.start_check(review)
+    await publisher.finish_check(review, conclusion="failure", error=review.error)
+    await publisher.status(review)

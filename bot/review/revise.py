@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bot.agents.base import Budget
 from bot.records.reviews import get_review, load_findings
 from bot.records.types import DraftFinding, Finding, Review
 from bot.repo_config import RepoConfig
@@ -243,7 +242,7 @@ async def _verified(
         pull_id=pull.id,
         review_id=review.id,
     )
-    reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
+    reviewer = Reviewer.of(ctx)
     subset = [draft.findings[n] for n in change.unverified]
     verification = await verify_draft(
         reviewer, tree, request, replace(draft, findings=subset), provider=review.verify_provider

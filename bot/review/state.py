@@ -18,7 +18,7 @@ from typing import Any
 from bot.records import review_state as sql
 from bot.records.database import Database
 from bot.records.reviews import owned_by
-from bot.records.types import DraftFinding
+from bot.records.types import DraftFinding, Review
 
 QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"
 REVISING = "revising"  # a draft while its revision is written to GitHub: not approvable
@@ -186,7 +186,10 @@ async def owns_run(db: Database, review_id: int, owner: str) -> bool:
     return await owned_by(db, review_id, owner)
 
 
-async def end_run(db: Database, review_id: int, owner: str, to: str, **fields: Any) -> bool:
-    """running → draft / failed / cancelled, only while `owner` owns the run."""
+async def end_run(
+    db: Database, review_id: int, owner: str, to: str, **fields: Any
+) -> Review | None:
+    """running → draft / failed / cancelled, only while `owner` owns the run; the review as
+    it ended (None: it did not, this attempt no longer owns it or it ended otherwise)."""
     assert to in (DRAFT, FAILED, CANCELLED)
     return await sql.move_owned(db, review_id, owner, to, **fields)

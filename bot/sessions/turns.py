@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import gidgethub
 
-from bot.agents.base import AgentError, Budget
+from bot import texts
+from bot.agents.base import AgentError
 from bot.agents.budget import DailyBudgetSpent
 from bot.agents.loop import AgentRun
 from bot.agents.toolbox import Toolbox
@@ -22,14 +23,15 @@ from bot.agents.transcript import (
     to_lines,
     tool_call,
 )
+from bot.github import describe_failure
 from bot.logs import log_context
 from bot.queue import REVIEWS, Job, turn_key
 from bot.records import messages, sessions
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings
-from bot.records.types import Message, Pull, Review, Session
+from bot.records.types import Message, Pull, Review, Session, Skill
 from bot.review import state
-from bot.review.job import INTERNAL_ERROR, describe, prepare_worktree, worktree_name
+from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
 from bot.review.publish import Publisher, refs
 from bot.review.revise import apply_revision
@@ -178,31 +180,24 @@ class Turn:
         except DailyBudgetSpent as exc:  # not run: the person is told, the session stays
             await self._not_run(str(exc))
         except AgentError as exc:  # the model gave up: the person is told, the critic ends
-            await self._failed(describe(exc))
+            await self._failed(describe_failure(exc))
         except (GitError, gidgethub.GitHubException, OSError):
             raise  # the job is retried; what was stored is resumed, not paid for again
         except Exception:
             log.exception("session turn crashed")
-            await self._failed(INTERNAL_ERROR)
+            await self._failed(texts.message("internal_error"))
         finally:
             await sessions.mark_idle(db, self.session.id)
 
-    def _agent(self, tree: Worktree, skill: Any) -> AgentRun:
-        ctx = self.ctx
-        return AgentRun(
-            db=ctx.db,
-            provider=ctx.models.provider(self.session.provider, self.session.model),
-            session=self.session,
-            toolbox=Toolbox(tree),
-            system=skill.text,
+    def _agent(self, tree: Worktree, skill: Skill) -> AgentRun:
+        return Reviewer.of(self.ctx).agent(
+            self.session,
+            Toolbox(tree),
+            skill,
             kind="session",
             subkind=self.mode,
-            budget=Budget.from_settings(ctx.settings),
-            skill_version_id=skill.id,
-            review_id=self.review.id,
             expect_submit=False,
             offer_submit=not self.child,  # the reviewer's earlier turns used it
-            metrics=ctx.metrics,
         )
 
     async def _answer(self, tree: Worktree, done: list[Message] | None) -> None:
@@ -266,7 +261,7 @@ class Turn:
         if submitted is not None:  # revised before a restart; not yet applied
             draft = await stored_draft(tree, self.session, submitted)
         else:
-            reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
+            reviewer = Reviewer.of(ctx)
             message = None if done is not None else self.text + await self._decisions()
             draft = await revise_review(
                 reviewer,

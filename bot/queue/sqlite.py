@@ -1,4 +1,4 @@
-"""Durable job queue in SQLite and the worker pools that run it.
+"""The job queue on SQLite (`bot.queue.JobQueue`) and the worker pools that run it.
 
 Jobs have a kind, a serialisation key (one running job per key), attempts with backoff,
 a lease renewed while they run, and cancellation: a newer job may supersede older ones
@@ -19,66 +19,38 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bot.logs import log_context
+from bot.queue import PermanentError, Workers, backoff_seconds, job_log
 from bot.records import jobs as rows
 from bot.records.database import Database
 from bot.records.types import Job
+from bot.texts import message
 
 log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 60.0
 POLL_SECONDS = 0.5
-BACKOFF_BASE = 2.0
-BACKOFF_CAP = 300.0
-
-# The queues and their worker pools: deliveries are routed on EVENTS; reviews, sessions and
-# housekeeping (anything that may talk to a model or run git) on REVIEWS.
-EVENTS = "events"
-REVIEWS = "reviews"
-
-
-def review_key(pull_id: int) -> str:
-    """One running review per PR."""
-    return f"review:{pull_id}"
-
-
-def turn_key(session_id: int) -> str:
-    """A session's turns run one at a time, in the order they were asked."""
-    return f"session:{session_id}"
-
 
 _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_job", default=None)
 
 
-class PermanentError(Exception):
-    """A job failure that retrying cannot fix (bad input, refused by policy)."""
-
-
-JobHandler = Callable[[Job], Awaitable[None]]
-# Called once when a job fails for good, with the reason (e.g. to say so on the PR).
-GaveUpHook = Callable[[Job, str], Awaitable[None]]
-INTERRUPTED = "the process stopped while this job ran ({attempts} of {max_attempts} attempts)"
-
-
-def backoff_seconds(attempts: int) -> float:
-    return min(BACKOFF_CAP, BACKOFF_BASE ** max(attempts, 1))
-
-
-class Jobs:
-    """The queue (rows in `jobs`) plus the asyncio workers that drain it."""
+class Jobs(Workers):
+    """The queue (rows in `jobs`, through `bot.records.jobs`) plus the asyncio workers that
+    drain it; one process owns it."""
 
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
         self.db = db
         self.clock = clock
-        self.handlers: dict[str, JobHandler] = {}
-        self.on_finished: Callable[[Job, str, float], None] | None = None
-        self.on_gave_up: dict[str, GaveUpHook] = {}
         self._wake: dict[str, asyncio.Event] = {}
-        self._workers: list[asyncio.Task] = []
         self._running: dict[int, asyncio.Task] = {}
         self._interrupted: set[int] = set()  # cancelled by a stop, to be re-queued uncounted
-        self._stopping = False
-        self._local: list[tuple[str, float]] = []
+        self._every: dict[str, tuple[str, float]] = {}  # kind -> (queue, seconds)
+
+    async def open(self) -> None:
+        """Nothing to open: the queue is tables of the database."""
+
+    async def close(self) -> None:
+        """Nothing to close (the database closes on its own)."""
 
     # -- queue operations -------------------------------------------------
 
@@ -188,20 +160,13 @@ class Jobs:
             self.db, self.clock(), expired_before=expired_before, alive=alive
         )
         for job in exhausted:
-            reason = INTERRUPTED.format(attempts=job.attempts, max_attempts=job.max_attempts)
-            with log_context(job=job.id, job_kind=job.kind, key=job.key):
+            reason = message(
+                "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts
+            )
+            with job_log(job):
                 log.error("job failed for good: interrupted at every attempt")
             await self._gave_up(job, reason)
         return requeued
-
-    async def _gave_up(self, job: Job, reason: str) -> None:
-        hook = self.on_gave_up.get(job.kind)
-        if hook is None:
-            return
-        try:
-            await hook(job, reason)
-        except Exception:
-            log.exception("reporting a failed job failed", extra={"fields": {"job": job.id}})
 
     async def busy(self, key: str) -> bool:
         """Whether the key has a job running or in line."""
@@ -226,39 +191,34 @@ class Jobs:
         if event is not None:
             event.set()
 
-    def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds` (the first time at once), outside the
-        queue: for what is local to a worker, like its disk. Call before `start`."""
-        self._local.append((kind, seconds))
+    async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
+        """Run `kind` now (superseding one left in line), then, each time it is done, again
+        `seconds` later (one process owns the queue: a job queues its own next run)."""
+        self._every[kind] = (queue, seconds)
+        await self.enqueue(kind, kind, {}, queue=queue, supersede=True)
+
+    async def _next_run(self, job: Job) -> None:
+        queue, seconds = self._every[job.kind]
+        if not await rows.in_line_behind(self.db, job.key, job.id):  # a restart queued one
+            await self.enqueue(job.kind, job.key, {}, queue=queue, delay=seconds)
+
+    async def prune(self, older_than: float, *, chunk: int) -> int:
+        """Forget finished jobs from before `older_than`, `chunk` at a time (the write lock
+        is never held long against the inbox)."""
+        return await rows.prune(self.db, older_than, chunk)
+
+    async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
+        """One process owns the database: whatever was mid-way when it died is its own to
+        finish, now."""
+        await work()
 
     def start(self, pools: dict[str, int]) -> None:
-        self._stopping = False
+        self._start_local()
         for queue, size in pools.items():
             self._wake[queue] = asyncio.Event()
             for n in range(size):
                 self._workers.append(asyncio.create_task(self._worker(queue), name=f"{queue}-{n}"))
         self._workers.append(asyncio.create_task(self._reaper(), name="lease-reaper"))
-        for kind, seconds in self._local:
-            self._workers.append(asyncio.create_task(self._here(kind, seconds), name="local"))
-
-    async def _here(self, kind: str, seconds: float) -> None:
-        job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)
-        while not self._stopping:
-            handler = self.handlers.get(kind)
-            try:
-                if handler is not None:
-                    await handler(job)
-            except Exception:
-                log.exception("local periodic work failed", extra={"fields": {"kind": kind}})
-            await asyncio.sleep(seconds)
-
-    @property
-    def workers_alive(self) -> int:
-        return sum(1 for task in self._workers if not task.done())
-
-    @property
-    def workers_total(self) -> int:
-        return len(self._workers)
 
     @property
     def running(self) -> int:
@@ -277,7 +237,7 @@ class Jobs:
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; let running jobs finish for up to `grace` seconds; re-queue the
         rest without counting the attempt (they run again at the next start)."""
-        self._stopping = True
+        self._begin_stop()
         for event in self._wake.values():
             event.set()
         running = list(self._running.values())
@@ -287,13 +247,7 @@ class Jobs:
             if not task.done():
                 self._interrupted.add(job_id)
                 task.cancel()
-        for task in self._workers:
-            if task.get_name() in ("lease-reaper", "local"):
-                task.cancel()
-        for task in self._workers:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._workers.clear()
+        await self._end_workers("lease-reaper")
 
     async def _worker(self, queue: str) -> None:
         wake = self._wake[queue]
@@ -316,7 +270,7 @@ class Jobs:
     async def _run(self, job: Job) -> None:
         handler = self.handlers.get(job.kind)
         started = time.monotonic()
-        with log_context(job=job.id, job_kind=job.kind, key=job.key):
+        with job_log(job):
             if handler is None:
                 log.error("no handler for job kind")
                 await self._finish(job, "failed", f"no handler for {job.kind!r}")
@@ -351,8 +305,12 @@ class Jobs:
             finally:
                 heartbeat.cancel()
                 self._running.pop(job.id, None)
-            if self.on_finished:
-                self.on_finished(job, outcome, time.monotonic() - started)
+            if outcome == "done" and job.kind in self._every:
+                try:
+                    await self._next_run(job)
+                except (sqlite3.Error, ValueError):
+                    log.exception("queueing the next run failed")
+            self._finished(job, outcome, started)
 
     async def _requeue_uncounted(self, job: Job) -> None:
         await rows.requeue_uncounted(self.db, job.id, self.clock())
