@@ -322,6 +322,11 @@ def parse_repo_config(text: str, source: Source | None = None) -> RepoConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         return RepoConfig(problems=(f"it is not valid TOML ({exc})",), unusable=True, source=source)
+    return from_data(data, source)
+
+
+def from_data(data: dict[str, Any], source: Source | None = None) -> RepoConfig:
+    """The config from the file's parsed TOML."""
     problems: list[str] = []
     entries: list[tuple[str, str, Any]] = []  # (where it was written, key, value)
     for name, value in data.items():
@@ -382,6 +387,29 @@ def toml_value(value: Any) -> str:
     return str(value)
 
 
+@dataclass(frozen=True)
+class Setting:
+    """One key as `/cockpit config` shows it."""
+
+    key: str
+    value: str  # as it would be written in the file; "" when unset
+    from_file: bool
+    unset: str  # what an unset value means
+    pending: bool
+
+
+def effective(config: RepoConfig) -> list[Setting]:
+    """Every key's value and whether the file set it (else it is the default)."""
+    shown = []
+    for name, rule in KEYS.items():
+        value = getattr(config, name)
+        text = "" if value is None or value == "" else toml_value(value)
+        if len(text) > 120:
+            text = text[:119] + "…"
+        shown.append(Setting(name, text, name in config.set_keys, rule.unset, rule.pending))
+    return shown
+
+
 def type_text(rule: Rule) -> str:
     if rule.kind == CHOICE:
         return " \\| ".join(f'`"{c}"`' for c in rule.choices)
@@ -414,7 +442,13 @@ def reference_table() -> str:
 
 
 def _property(name: str, rule: Rule) -> dict[str, Any]:
-    description = rule.meaning + (f" Unset: {rule.unset}." if rule.unset else "")
+    description = (
+        rule.meaning[0].upper()
+        + rule.meaning[1:]
+        + (PENDING if rule.pending else "")
+        + "."
+        + (f" Unset: {rule.unset}." if rule.unset and default_of(name) in (None, "") else "")
+    )
     schema: dict[str, Any] = {"description": description}
     default = default_of(name)
     if rule.kind == BOOLEAN:
