@@ -56,6 +56,10 @@ def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
         "core.untrackedCache": "false",
         "core.quotePath": "false",
         "core.bigFileThreshold": "1m",  # larger blobs diff as binary, never line by line
+        # Short ids of a fixed length: by default their length grows with the number of
+        # objects, so a partial mirror and a full one (or one mirror, months apart) would show
+        # the same diff and log with different ids.
+        "core.abbrev": "12",
         "core.askPass": "",
         "credential.helper": "",
         "protocol.ext.allow": "never",
