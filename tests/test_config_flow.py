@@ -100,7 +100,7 @@ async def test_config_replies_with_each_value_and_where_it_came_from(world):
     assert "| `max_files` | `5` | `.github/cockpit.toml` |" in answer
     assert "| `max_diff_bytes` | `400000` | default |" in answer  # its value was refused
     assert "| `verify` | `false` | default |" in answer
-    assert "| `provider` | `\"claude\"` (the server's `COCKPIT_PROVIDER`) | server |" in answer
+    assert '| `provider` | `"claude"` (the server\'s `COCKPIT_PROVIDER`) | server |' in answer
     assert "| `auto_review` | `true` | default |" in answer  # not the PR's `false`
     assert '| `paths` † | `[{glob = "calc.py", instructions = …}]` |' in answer
     assert "- unknown key `colour` (ignored)" in answer

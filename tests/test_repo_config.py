@@ -30,6 +30,7 @@ from bot.repo_config import (
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = ROOT / "templates" / "cockpit.schema.json"
+CHOICES = ", ".join(f'"{p}"' for p in PROVIDERS)
 
 
 def readme_config_section() -> str:
@@ -107,7 +108,7 @@ def test_the_provider_choices_come_from_the_server_config():
         (
             'provider = "gemini"\n',
             {},
-            ['`provider` must be one of "claude", "codex" (the default applies)'],
+            [f"`provider` must be one of {CHOICES} (the default applies)"],
         ),
         ("[review]\nverify = true\nmax_files = 5\n", {"verify": True, "max_files": 5}, []),
         (
