@@ -65,11 +65,18 @@ def as_pr_comment(data: dict[str, Any], pr_number: int) -> dict[str, Any]:
 
 
 def retarget(
-    data: dict[str, Any], *, owner: str, name: str, clone_url: str, installation_id: int
+    data: dict[str, Any],
+    *,
+    owner: str,
+    name: str,
+    clone_url: str,
+    installation_id: int,
+    default_branch: str = "main",
 ) -> dict[str, Any]:
     """Point a published payload at a stand-in repository and installation."""
     repo = data["repository"]
     repo["name"] = name
+    repo["default_branch"] = default_branch  # the stand-in's repositories' (the examples': master)
     repo["full_name"] = f"{owner}/{name}"
     repo["owner"]["login"] = owner
     repo["clone_url"] = clone_url

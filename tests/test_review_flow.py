@@ -146,8 +146,8 @@ async def test_invalid_repo_config_is_reported_not_fatal(world, github):
     github.repos["octo/widgets"].files[".github/cockpit.toml"] = "auto_review = maybe\n"
     await world.send("pull_request", world.pull_request_payload("opened"))
     await world.wait_review("draft")
-    assert "configuration was not used" in world.status_body()
-    assert ".github/cockpit.toml is not valid TOML" in world.status_body()
+    assert "`.github/cockpit.toml` was not used: it is not valid TOML" in world.status_body()
+    assert "The defaults apply" in world.status_body()
 
 
 async def test_draft_prs_are_skipped_unless_enabled(world, github):

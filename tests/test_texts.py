@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.repo_config import Source, effective, from_data
 from bot.texts import (
     STATUS_MARKER,
     WJ,
@@ -186,6 +187,14 @@ def reply(text: dict[str, str], kind: str) -> str:
         state_line="latest review: draft",
         commands=[("approve", "publish the draft")],
         repo_url=REPO_URL,
+        # `config`: a file whose values and problems carry the text
+        path=".github/cockpit.toml",
+        branch=text["path"],
+        source=Source(blob_sha="0123456789abcdef"),
+        settings=effective(from_data({"ignore": [text["config"]], "instructions": text["body"]})),
+        problems=(text["config"], text["error"]),
+        unusable=False,
+        server_provider="claude",
     )
 
 
@@ -199,6 +208,7 @@ SURFACES = [
     (reply, "help"),
     (reply, "session_failed"),
     (reply, "turn_failed"),
+    (reply, "config"),
 ]
 FIELDS = ("summary", "title", "body", "path", "verify", "progress", "error", "config")
 

@@ -109,8 +109,8 @@ def test_verify_uses_the_other_provider_unless_the_repository_chooses(
     [
         ('verify = true\nverify_provider = "codex"\n', "codex", None),
         ("verify = true\n", None, None),
-        ('verify_provider = "gemini"\n', None, "`verify_provider` must be one of claude, codex"),
-        ("verify_provider = 1\n", None, "`verify_provider` has the wrong type"),
+        ('verify_provider = "gemini"\n', None, '`verify_provider` must be one of "claude"'),
+        ("verify_provider = 1\n", None, "`verify_provider` must be one of"),
     ],
 )
 def test_repository_config_reads_verify_provider(text, provider, error):

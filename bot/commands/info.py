@@ -1,4 +1,4 @@
-"""`help` and `status`."""
+"""`help`, `status` and `config`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.records.reviews import latest_review
+from bot.repo_config import CONFIG_PATH, effective, fetch_repo_config
 from bot.texts import message
 
 
@@ -32,3 +33,19 @@ async def cmd_status(pr: PullRequest, cmd: Command) -> str | None:
         raise CommandFailed(message("no_review_yet", prefix=pr.prefix))
     await pr.publisher().status(review)
     return None
+
+
+async def cmd_config(pr: PullRequest, cmd: Command) -> str | None:
+    """What applies here now: the default branch's file (never the PR's), key by key."""
+    config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
+    return text(
+        pr,
+        "config",
+        path=CONFIG_PATH,
+        branch=pr.repo.get("default_branch"),
+        source=config.source,
+        settings=effective(config),
+        problems=config.problems,
+        unusable=config.unusable,
+        server_provider=pr.ctx.settings.provider,
+    )

@@ -32,6 +32,7 @@ HANDLERS: dict[str, CommandFn] = {
     "ask": session.cmd_ask,
     "send-back": session.cmd_send_back,
     "end": session.cmd_end,
+    "config": info.cmd_config,
 }
 assert HANDLERS.keys() == {spec.name for spec in COMMANDS}, "the catalog lists every command"
 

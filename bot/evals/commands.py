@@ -6,16 +6,18 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from bot.config import ConfigError, load_settings
-from bot.evals.from_reviews import golden_from_reviews
 from bot.evals.golden import GoldenError, golden_problems, write_golden
-from bot.evals.martian import martian_golden, resolve_with_github
-from bot.evals.progress import ConsoleProgress, say
-from bot.evals.report import CHART_EXTRA, pct, run_entries, write_json, write_report
-from bot.evals.runner import EvalError, EvalOptions, EvalResult, resolve_models, run_eval
-from bot.records.sqlite import Database
+from bot.evals.messages import resume_hint, say
+
+if TYPE_CHECKING:
+    from bot.evals.progress import ConsoleProgress
+    from bot.evals.runner import EvalResult
+
+# Each command imports what only it needs when it runs: `eval run` needs the model SDKs (a
+# second or more to import), `import-martian` and `golden-from-reviews` do not.
 
 EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -26,19 +28,25 @@ def _error(message: str) -> int:
 
 
 def cmd_eval_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from bot.evals.progress import ConsoleProgress
+
     progress = ConsoleProgress(out, tty=out.isatty())
     try:
         return asyncio.run(eval_run(args, out, progress))
     except KeyboardInterrupt:
-        out.write(say("interrupted", batch=progress.batch or "RUN") + "\n")
+        resume = resume_hint(progress.batch or "RUN", progress.data_dir or Path("data"))
+        out.write(say("interrupted", resume=resume) + "\n")
         return 130
 
 
 async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgress) -> int:
+    from bot.evals.runner import EvalError, EvalOptions, resolve_models, run_eval
+
     try:
         settings = load_settings(github=False)
     except ConfigError as exc:
         return _error(str(exc))
+    progress.data_dir = settings.data_dir
     options = None
     if args.resume is None:
         if not args.golden:
@@ -66,18 +74,21 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
         result = await run_eval(settings, options, progress, resume=args.resume)
     except EvalError as exc:
         return _error(str(exc))
-    return finish(result, args, out)
+    return finish(result, args, out, settings.data_dir)
 
 
-def finish(result: EvalResult, args: argparse.Namespace, out: TextIO) -> int:
+def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: Path) -> int:
+    from bot.evals.report import CHART_EXTRA, pct, run_entries, write_json, write_report
+
+    resume = resume_hint(result.batch, data_dir)
     entries = [entry for run in result.runs for entry in run_entries(result, run)]
     out.write(say("summary", entries=entries, pct=pct) + "\n")
     failed = sum(len(run.failed) for run in result.runs)
     if failed:
-        out.write(say("failed_cases", count=failed, batch=result.batch) + "\n")
+        out.write(say("failed_cases", count=failed, resume=resume) + "\n")
     if result.source_changed:
         out.write(say("source_changed", repos=result.source_changed) + "\n")
-    report, chart = write_report(result, Path(args.report_dir))
+    report, chart = write_report(result, Path(args.report_dir), resume=resume)
     if args.json:
         write_json(result, Path(args.json))
     out.write(
@@ -99,6 +110,9 @@ def cmd_golden_from_reviews(args: argparse.Namespace, out: TextIO = sys.stdout) 
 
 
 async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
+    from bot.evals.from_reviews import golden_from_reviews
+    from bot.records.sqlite import Database
+
     try:
         settings = load_settings(github=False)
     except ConfigError as exc:
@@ -132,6 +146,8 @@ def cmd_import_martian(args: argparse.Namespace, out: TextIO = sys.stdout) -> in
 
 
 async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
+    from bot.evals.martian import martian_golden, resolve_with_github
+
     directory = Path(args.dir)
     try:
         golden = martian_golden(directory)

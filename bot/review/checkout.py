@@ -24,12 +24,23 @@ def worktree_name(pull: Pull, review_id: int, session_id: int | None = None) -> 
 async def prepare_worktree(ctx: Context, pull: Pull, head_sha: str, name: str) -> Worktree:
     """Fetch the base branch and `refs/pull/N/head` into the mirror; add the review's tree."""
     clone_url = pull.clone_url
-    token = None
-    if clone_url.startswith("https://") and pull.installation_id:
-        token = await ctx.github.installation_token(pull.installation_id)
+    installation = pull.installation_id
+    token_source = None
+    if clone_url.startswith("https://") and installation:
+
+        async def token_source() -> str:  # the mirror fetches blobs as the review reads them
+            return await ctx.github.installation_token(installation)
+
     base = f"refs/heads/{pull.base_ref}"
-    await ctx.mirrors.sync(pull.repo, clone_url, [base, f"refs/pull/{pull.number}/head"], token)
-    return await ctx.mirrors.add_worktree(pull.repo, name=name, head_sha=head_sha, base_ref=base)
+    await ctx.mirrors.sync(
+        pull.repo,
+        clone_url,
+        [base, f"refs/pull/{pull.number}/head"],
+        await token_source() if token_source else None,
+    )
+    return await ctx.mirrors.add_worktree(
+        pull.repo, name=name, head_sha=head_sha, base_ref=base, token=token_source
+    )
 
 
 async def cleanup_pull_job(ctx: Context, job: Job) -> None:

@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import ssl
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,7 +99,8 @@ class StandinRepo:
     files: dict[str, str] = field(default_factory=dict)  # on the default branch (contents API)
     permissions: dict[str, str] = field(default_factory=dict)
     id: int = 0
-    git_dir: Path | None = None  # served over git's dumb HTTP protocol at `<host>/o/r.git`
+    git_dir: Path | None = None  # served over git's smart HTTP at `<host>/o/r.git`; then the
+    # contents API reads the default branch of this repository, as GitHub does
     private: bool = True  # git reads need an installation token (HTTP Basic)
 
     @property
@@ -360,7 +362,8 @@ class GitHubStandin:
             app.router.add_post(owner + "/settings/apps/new", self._new_app_form)
             app.router.add_post(owner + "/settings/apps", self._create_app)
         app.router.add_post(self.graphql_path, self._graphql_request)
-        app.router.add_get("/{owner}/{name}.git/{tail:.+}", self._git)
+        app.router.add_route("GET", "/{owner}/{name}.git/{tail:.+}", self._git)
+        app.router.add_route("POST", "/{owner}/{name}.git/{tail:.+}", self._git)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner, self.url = await serve_local(app, port, ssl_context=ssl_context)
         return self.url
@@ -793,10 +796,16 @@ class GitHubStandin:
     ) -> web.Response:
         repo = self._repo(owner, name)
         ref = request.query.get("ref", repo.default_branch)
-        if ref != repo.default_branch or path not in repo.files:
+        if repo.git_dir is not None:  # a served repository: its branch, as GitHub reads it
+            content = await asyncio.to_thread(git_blob, repo.git_dir, ref, path)
+        elif ref == repo.default_branch and path in repo.files:
+            content = repo.files[path].encode()
+        else:
+            content = None
+        if content is None:
             return _error(404, "Not Found")
-        content = repo.files[path].encode()
-        etag = '"' + hashlib.sha1(content, usedforsecurity=False).hexdigest() + '"'
+        sha = blob_sha(content)
+        etag = f'"{sha}"'
         if request.headers.get("If-None-Match") == etag:
             return web.Response(status=304, headers={"ETag": etag})
         return web.json_response(
@@ -806,6 +815,7 @@ class GitHubStandin:
                 "path": path,
                 "encoding": "base64",
                 "size": len(content),
+                "sha": sha,
                 "content": base64.b64encode(content).decode(),
             },
             headers={"ETag": etag},
@@ -814,8 +824,10 @@ class GitHubStandin:
     # -- git over HTTP ----------------------------------------------------------------------------
 
     async def _git(self, request: web.Request) -> web.StreamResponse:
-        """git's dumb HTTP protocol (`info/refs`, then objects), with GitHub's Basic auth:
-        user `x-access-token`, an installation token of the repository as password."""
+        """git's smart HTTP protocol, as GitHub serves it (`info/refs?service=git-upload-pack`,
+        then `POST git-upload-pack`; protocol v2, partial-clone filters, any object asked for
+        by id), run by `git http-backend`, with GitHub's Basic auth: user `x-access-token`, an
+        installation token of the repository as password. Read-only, like a clone URL."""
         info = request.match_info
         repo = self.repos.get(f"{info['owner']}/{info['name']}")
         self._record(request, request.path, None)
@@ -827,18 +839,13 @@ class GitHubStandin:
                 text="Authentication failed",
                 headers={"WWW-Authenticate": 'Basic realm="GitHub"'},
             )
-        if info["tail"] == "info/refs":  # git fetches it first: make it list the refs now
-            proc = await asyncio.create_subprocess_exec(
-                "git",
-                "update-server-info",
-                cwd=repo.git_dir,
-                env={"PATH": os.environ.get("PATH", "")},
-            )
-            await proc.wait()
-        target = (repo.git_dir / info["tail"]).resolve()
-        if not target.is_relative_to(repo.git_dir.resolve()) or not target.is_file():
-            return web.Response(status=404)
-        return web.FileResponse(target)
+        smart = (request.method, info["tail"]) in (
+            ("GET", "info/refs"),
+            ("POST", "git-upload-pack"),
+        )
+        if not smart or request.query.get("service", "git-upload-pack") != "git-upload-pack":
+            return web.Response(status=403, text="Only git's smart HTTP protocol, read-only.")
+        return await _http_backend(request, repo.git_dir, info["tail"])
 
     def _git_reader(self, request: web.Request, repo: StandinRepo) -> bool:
         scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
@@ -1023,3 +1030,79 @@ def _error(status: int, message: str, errors: list[str] | None = None) -> web.Re
     if errors:
         body["errors"] = errors
     return web.json_response(body, status=status)
+
+
+GIT_SERVER_CONFIG = {  # what GitHub's git servers allow: partial clones and fetches by id
+    "uploadpack.allowFilter": "true",
+    "uploadpack.allowAnySHA1InWant": "true",
+}
+
+
+def _git_server_env(git_dir: Path) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(git_dir),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_COUNT": str(len(GIT_SERVER_CONFIG)),
+    }
+    for n, (key, value) in enumerate(GIT_SERVER_CONFIG.items()):
+        env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
+    return env
+
+
+async def _http_backend(request: web.Request, git_dir: Path, tail: str) -> web.Response:
+    """One request through `git http-backend` (CGI). aiohttp has already inflated a gzipped
+    request body, so the backend is not told about the encoding."""
+    body = await request.read()
+    env = {
+        **_git_server_env(git_dir),
+        "GIT_PROJECT_ROOT": str(git_dir.parent),
+        "GIT_HTTP_EXPORT_ALL": "1",
+        "PATH_INFO": f"/{git_dir.name}/{tail}",
+        "REQUEST_METHOD": request.method,
+        "QUERY_STRING": request.query_string,
+        "CONTENT_TYPE": request.headers.get("Content-Type", ""),
+        "CONTENT_LENGTH": str(len(body)),
+        "GIT_PROTOCOL": request.headers.get("Git-Protocol", ""),
+        "REMOTE_ADDR": request.remote or "127.0.0.1",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        "http-backend",
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate(body)
+    ends = [(out.find(sep), sep) for sep in (b"\r\n\r\n", b"\n\n") if sep in out]
+    at, sep = min(ends) if ends else (len(out), b"")
+    head, payload = out[:at], out[at + len(sep) :]
+    status, headers = 200, {}
+    for line in head.decode("latin-1").splitlines():
+        name, _, value = line.partition(":")
+        if name.lower() == "status":
+            status = int(value.split()[0])
+        elif name:
+            headers[name.strip()] = value.strip()
+    if proc.returncode and status == 200:
+        return web.Response(status=500, text=err.decode(errors="replace")[-500:])
+    return web.Response(status=status, body=payload, headers=headers)
+
+
+def git_blob(git_dir: Path, rev: str, path: str) -> bytes | None:
+    """A file of a served repository at `rev`, or None when it has no such file."""
+    found = subprocess.run(
+        ["git", "cat-file", "blob", "--end-of-options", f"{rev}:{path}"],
+        cwd=git_dir,
+        env=_git_server_env(git_dir),
+        capture_output=True,
+        timeout=30,
+    )
+    return found.stdout if found.returncode == 0 else None
+
+
+def blob_sha(content: bytes) -> str:
+    """The git blob id GitHub's contents API answers as `sha`."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content, usedforsecurity=False).hexdigest()
