@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -103,3 +104,33 @@ def test_only_the_review_state_machine_runs_its_sql():
         if imports.search(path.read_text())
     ]
     assert offenders == ["bot/review/state.py"]
+
+
+SQL = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER)\b")
+
+
+def sql_literals(source: str) -> list[str]:
+    """String literals (and f-strings) that start with a SQL statement's first word."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        text = None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        elif isinstance(node, ast.JoinedStr) and node.values:
+            first = node.values[0]
+            text = first.value if isinstance(first, ast.Constant) else None
+        if text and SQL.match(text):
+            found.append(text.strip()[:60])
+    return found
+
+
+def test_sql_lives_only_in_the_records_floor():
+    """Every statement is bot/records/'s: above it, code calls the floor's functions and
+    reads typed records (the stand-ins, which play GitHub and the models, are not the bot)."""
+    offenders = {
+        name: literals
+        for name, text in production_sources().items()
+        if not name.startswith("bot/records/") and (literals := sql_literals(text))
+    }
+    assert offenders == {}
+    assert sql_literals(ROOT.joinpath("bot/records/jobs.py").read_text())  # it can see SQL

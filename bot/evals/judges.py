@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import json
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 from bot.agents.base import AgentError, ProviderRequest, Usage, cost_usd
 from bot.agents.providers import ModelClients
 from bot.evals.golden import Label
+from bot.records import evals
 from bot.records.database import Database
 from bot.skills import prompt_text
 from bot.texts import render
@@ -52,18 +52,18 @@ class EvalFinding:
     verify_note: str | None = None
 
     @classmethod
-    def from_row(cls, ordinal: int, row: Any) -> EvalFinding:
-        get = row.get if isinstance(row, dict) else (lambda key: row[key])
+    def of(cls, ordinal: int, finding: Any) -> EvalFinding:
+        """A draft's finding (`DraftFinding`) or a stored one (`StoredEvalFinding`)."""
         return cls(
             ordinal=ordinal,
-            path=get("path"),
-            severity=get("severity"),
-            title=get("title"),
-            body=get("body") or "",
-            line=get("line"),
-            end_line=get("end_line"),
-            verify_status=get("verify_status"),
-            verify_note=get("verify_note"),
+            path=finding.path,
+            severity=finding.severity,
+            title=finding.title,
+            body=finding.body or "",
+            line=finding.line,
+            end_line=finding.end_line,
+            verify_status=finding.verify_status,
+            verify_note=finding.verify_note,
         )
 
 
@@ -231,23 +231,17 @@ class LLMJudge:
 
     async def _judge(self, finding: str, label: str) -> Answer | None:
         keys = (self.name, self.model, _key(finding), _key(label))
-        row = await self.db.fetchone(
-            "SELECT match, confidence, reasoning FROM eval_judgements WHERE judge = ? AND"
-            " model = ? AND finding_key = ? AND label_key = ?",
-            keys,
-        )
-        if row is not None:
+        known = await evals.judgement(self.db, keys)
+        if known is not None:
             self.cached += 1
-            return Answer(bool(row["match"]), row["confidence"], row["reasoning"] or "")
+            return Answer(*known)
         async with self._limit:
             answer = await self._ask(finding, label)
         if answer is None:
             self.unreadable += 1
             return None
-        await self.db.execute(
-            "INSERT OR REPLACE INTO eval_judgements (judge, model, finding_key, label_key,"
-            " match, confidence, reasoning, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (*keys, int(answer.match), answer.confidence, answer.reasoning, time.time()),
+        await evals.store_judgement(
+            self.db, keys, answer.match, answer.confidence, answer.reasoning
         )
         return answer
 

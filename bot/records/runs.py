@@ -128,3 +128,14 @@ async def session_cost(db: Database, session_id: int) -> float | None:
     rows = await db.fetchall("SELECT cost_usd FROM runs WHERE session_id = ?", (session_id,))
     costs = [row["cost_usd"] for row in rows]
     return None if None in costs else sum(c for c in costs if c is not None)
+
+
+async def run_spend(db: Database, run_id: int) -> tuple[int, float | None]:
+    """Tokens and USD of one run (USD None when its model has no known rate)."""
+    usage = await db.fetchone(
+        "SELECT COALESCE(SUM(input_tokens + output_tokens + cache_read_tokens"
+        " + cache_write_tokens), 0) FROM run_usage WHERE run_id = ?",
+        (run_id,),
+    )
+    run = await db.fetchone("SELECT cost_usd FROM runs WHERE id = ?", (run_id,))
+    return int(usage[0]), (run["cost_usd"] if run is not None else None)

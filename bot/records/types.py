@@ -228,3 +228,40 @@ class StoredDelivery(Record):
     repo: str | None
     body: bytes  # zlib-compressed
     status: str  # queued | done | ignored | failed
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalRun(Record):
+    """One model's pass over an eval batch's cases (`eval_runs`)."""
+
+    id: int
+    provider: str
+    model: str
+    verify: bool
+    verify_provider: str | None
+    options: str  # JSON: the batch's options
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalCase(Record):
+    """A case an eval run finished (`eval_cases`)."""
+
+    id: int
+    head_sha: str
+    wall_seconds: float | None
+    scores: str | None  # JSON: what the report needs besides the counts
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredEvalFinding(Record):
+    """A finding an eval case scored (`eval_findings`)."""
+
+    ordinal: int | None
+    path: str | None
+    line: int | None
+    end_line: int | None
+    severity: str | None
+    title: str | None
+    body: str | None
+    verify_status: str | None
+    verify_note: str | None
