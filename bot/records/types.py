@@ -42,11 +42,6 @@ class Pull(Record):
     updated_at: float | None
     repo_id: int | None  # GitHub's id: a renamed repository keeps it
 
-    @property
-    def owner_name(self) -> tuple[str, str]:
-        owner, name = self.repo.split("/", 1)
-        return owner, name
-
 
 @dataclasses.dataclass(frozen=True)
 class Review(Record):
