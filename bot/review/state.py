@@ -67,25 +67,6 @@ async def hold(db: Database, review_id: int, why: str) -> bool:
     return await sql.move(db, review_id, HELD, ACTIVE, progress=why)
 
 
-async def start(db: Database, review_id: int, *, config_error: str | None) -> bool:
-    """queued → running (a retried job finds it running already)."""
-    return await sql.move(
-        db,
-        review_id,
-        RUNNING,
-        ACTIVE,
-        progress="preparing the worktree",
-        config_error=config_error,
-    )
-
-
-async def to_draft(db: Database, review_id: int, *, stale: bool) -> bool:
-    """running → draft; `stale` when the PR moved on while the review ran."""
-    return await sql.move(
-        db, review_id, DRAFT, (RUNNING,), progress="draft ready", stale=int(stale)
-    )
-
-
 async def fail(db: Database, review_id: int, error: str) -> bool:
     return await sql.move(db, review_id, FAILED, ACTIVE, error=error, progress="failed")
 
