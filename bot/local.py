@@ -249,7 +249,6 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
     from bot.review.verify import choose_provider
     from bot.storage import Database
 
-    _require_key(options.provider or settings.provider, options.provider is not None)
     mirrors = Mirrors(work)
     revisions = await resolve(options, mirrors.env())
     config = parse_repo_config(revisions.config_text) if revisions.config_text else RepoConfig()
@@ -419,6 +418,11 @@ def run_review_local(options: LocalOptions) -> int:
     except ConfigError as exc:
         print(f"cockpit review-local: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        _require_key(options.provider or settings.provider, options.provider is not None)
+    except LocalError as exc:  # before any work: nothing read, nothing written
+        print(f"cockpit review-local: {exc}", file=sys.stderr)
+        return exc.code
     work = Path(tempfile.mkdtemp(prefix="cockpit-review-local-"))
     try:
         settings = dataclasses.replace(settings, data_dir=work)
