@@ -370,11 +370,8 @@ def _texts() -> dict[str, dict[str, str]]:
 
 def _epilog(name: str) -> str:
     text = _texts()[name]
-    return (
-        "examples:"
-        + text["examples"].rstrip()
-        + ("\n" + text["footer"] if "footer" in text else "")
-    )
+    footer = "\n\n" + text["footer"].strip() if "footer" in text else ""
+    return "examples:\n" + text["examples"].rstrip() + footer
 
 
 def _common(*, top: bool) -> argparse.ArgumentParser:

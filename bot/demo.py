@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bot.checks import git_check
 from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL
 from bot.repo_config import CONFIG_PATH
 from bot.server import CONTEXT, make_app
@@ -276,6 +277,10 @@ def live_problem() -> str | None:
 
 def run_demo(keep: bool = False, live: bool = False, started: float | None = None) -> int:
     logging.basicConfig(level=logging.ERROR)
+    git = git_check()
+    if git.problem:  # the repository, the mirror and the reviewer's tools all run git
+        print(f"cockpit demo: {git.line()}", file=sys.stderr)
+        return 2
     if live:
         problem = live_problem()
         if problem is not None:
