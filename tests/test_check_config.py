@@ -184,6 +184,10 @@ async def test_a_postgres_schema_behind_is_named_and_a_current_one_passes(
     )
     assert code == 2
     assert "has no recorded schema version" in out and "run `cockpit migrate` first" in out
+    told = {**env, "COCKPIT_DATABASE_URL": fresh, "COCKPIT_MIGRATE_ON_START": "1"}
+    code, out, _ = await cockpit("check-config", env=told, cwd=tmp_path)
+    assert code == 0, out
+    assert "`cockpit serve` applies the missing steps at start" in out
     current = pg_cluster.create_database(TEMPLATE)
     code, out, _ = await cockpit(
         "check-config", env={**env, "COCKPIT_DATABASE_URL": current}, cwd=tmp_path
