@@ -1,11 +1,13 @@
-"""Process configuration, read once from the environment."""
+"""Process configuration, read once from the environment (and `./cockpit.env`)."""
 
 from __future__ import annotations
 
 import os
+import tomllib
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import NoReturn
 
@@ -16,6 +18,9 @@ DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
 DEFAULT_CODEX_MODEL = "gpt-5.3-codex"
 PROVIDERS = ("claude", "codex")
+# What a provider needs set before it can run: any one of these variables.
+MODEL_KEYS = {"claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"), "codex": ("OPENAI_API_KEY",)}
+ENV_FILE = "cockpit.env"  # read from the current folder by every command (`--env-file` too)
 DEFAULT_REVIEW_MAX_USD = None  # SPEC: unset = no cap per run (the daily budget still holds)
 DEFAULT_DAILY_MAX_USD = 25.0
 DEFAULT_DAILY_MAX_RUNS = 200
@@ -97,6 +102,16 @@ class Settings:
         return found
 
 
+def shown_url(url: str) -> str:
+    """A URL fit to print: its password (if any) replaced by `***`."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
 def _private_key(env: Mapping[str, str]) -> Secret:
     text = env.get("GITHUB_PRIVATE_KEY")
     variable = "GITHUB_PRIVATE_KEY"
@@ -174,6 +189,34 @@ def _api_url(env: Mapping[str, str]) -> str:
     return url
 
 
+def _base_url(env: Mapping[str, str], name: str) -> None:
+    """The SDKs append their paths to a custom base URL: OpenAI's `/responses` to a root that
+    ends in `/v1`, Anthropic's `/v1/messages` to the bare host. The usual slip fails at the
+    first review with a 404; here it fails at start with the fix."""
+    url = (env.get(name) or "").strip()
+    if not url:
+        return
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(name, f"expected an http(s) URL, got {url!r}")
+    segments = [s for s in parts.path.split("/") if s]
+    if name == "OPENAI_BASE_URL" and "v1" not in segments:
+        fixed = url.rstrip("/") + "/v1"
+        raise ConfigError(name, f"the API root ends in /v1: set it to {fixed}")
+    if name == "ANTHROPIC_BASE_URL" and segments[-1:] == ["v1"]:
+        fixed = url.rstrip("/").removesuffix("/v1")
+        raise ConfigError(name, f"the SDK adds /v1 itself: set it to {fixed}")
+
+
+def missing_model_key(provider: str, env: Mapping[str, str] | None = None) -> ConfigError | None:
+    """Which variable to set before `provider` can run here (None: it is set)."""
+    env = os.environ if env is None else env
+    names = MODEL_KEYS.get(provider, ())
+    if not names or any((env.get(name) or "").strip() for name in names):
+        return None
+    return ConfigError(names[0], f"not set; the {provider} provider needs it")
+
+
 def _provider(env: Mapping[str, str]) -> str:
     provider = env.get("COCKPIT_PROVIDER") or "claude"
     if provider not in PROVIDERS:
@@ -247,26 +290,91 @@ _GITHUB = {
 }
 
 
+# Values no setting holds (the SDKs read them) but a slip in which fails fast all the same.
+_CHECKED = (
+    lambda env: _base_url(env, "OPENAI_BASE_URL"),
+    lambda env: _base_url(env, "ANTHROPIC_BASE_URL"),
+)
+
+
 def load_settings(env: Mapping[str, str] | None = None, *, github: bool = True) -> Settings:
     """Read settings; raise ConfigError on the first bad value.
 
     `github=False` skips the App credentials (for commands that never talk to GitHub).
     """
     env = os.environ if env is None else env
+    for check in _CHECKED:
+        check(env)
     parsers = _GENERAL | _GITHUB if github else _GENERAL
     return Settings(**{name: parse(env) for name, parse in parsers.items()})
 
 
-def check_settings(env: Mapping[str, str] | None = None) -> list[ConfigError]:
+def check_settings(
+    env: Mapping[str, str] | None = None, *, github: bool = True
+) -> list[ConfigError]:
     """Every problem with the environment, not just the first (for `cockpit check-config`)."""
     env = os.environ if env is None else env
     problems: list[ConfigError] = []
-    for parse in (_GENERAL | _GITHUB).values():
+    parsers = _GENERAL | _GITHUB if github else _GENERAL
+    for parse in (*_CHECKED, *parsers.values()):
         try:
             parse(env)
         except ConfigError as exc:
             problems.append(exc)
     return problems
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """`KEY=value` lines as `cockpit register` writes them (and `docker run --env-file`
+    reads them), with what people add by hand: comments, `export`, quoted values (a PEM in
+    double quotes may span lines). Read by python-dotenv, without `${VAR}` expansion: a
+    secret with a `$` in it stays as written."""
+    from dotenv import dotenv_values
+
+    with path.open(encoding="utf-8") as stream:
+        values = dotenv_values(stream=stream, interpolate=False)
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def load_env_file(
+    path: Path | None, environ: MutableMapping[str, str] | None = None
+) -> Path | None:
+    """Fill the environment from `path` (default: `./cockpit.env` when it exists), before
+    anything reads it (aiohttp reads SSL_CERT_FILE as it is imported). A variable the
+    process environment already has wins. Returns the file read, if any."""
+    environ = os.environ if environ is None else environ
+    if path is None:
+        path = Path(ENV_FILE)
+        if not path.is_file():
+            return None
+    try:
+        values = read_env_file(path)
+    except FileNotFoundError:
+        raise ConfigError("--env-file", f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            "--env-file", f"{path}: cannot read it ({exc.__class__.__name__})"
+        ) from None
+    for key, value in values.items():
+        environ.setdefault(key, value)
+    return path
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One row of the environment table (`cockpit help environment`, the README's)."""
+
+    names: tuple[str, ...]
+    meaning: str
+    default: str
+
+
+def environment() -> list[Variable]:
+    """Every environment variable the bot reads, from `templates/environment.toml`."""
+    data = tomllib.loads(resources.files("templates").joinpath("environment.toml").read_text())
+    return [
+        Variable(tuple(row["names"]), row["meaning"], row["default"]) for row in data["variable"]
+    ]
 
 
 def _raise(exc: Exception) -> NoReturn:

@@ -117,20 +117,21 @@ def test_serve_refuses_to_start_without_webhook_secret(tmp_path):
         **GOOD,
         "GITHUB_WEBHOOK_SECRET": "",
         "COCKPIT_DATA_DIR": str(tmp_path),
+        "COCKPIT_PORT": "0",
+        "ANTHROPIC_API_KEY": "sk-ant-test",
     }
     result = run_cli("serve", env=env)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        "cockpit: configuration error: GITHUB_WEBHOOK_SECRET: not set; "
-        "the server refuses unsigned webhooks"
-    ]
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "✗ GITHUB_WEBHOOK_SECRET: not set; the server refuses unsigned webhooks"
+    assert lines[-1].startswith("cockpit serve: not started: 1 problem(s) above.")
 
 
 def test_check_config_exit_codes(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "COCKPIT_DATA_DIR": str(tmp_path)}
-    bad = run_cli("check-config", env=env)
+    env = {"PATH": "/usr/bin:/bin", "COCKPIT_DATA_DIR": str(tmp_path), "ANTHROPIC_API_KEY": "k"}
+    bad = run_cli("check-config", "--offline", env=env)
     assert bad.returncode == 2 and "GITHUB_APP_ID" in bad.stdout
-    good = run_cli("check-config", env={**env, **GOOD})
+    good = run_cli("check-config", "--offline", env={**env, **GOOD})
     assert good.returncode == 0, good.stdout
     assert "s3cret!" not in good.stdout + bad.stdout
 

@@ -325,8 +325,19 @@ class _Standin(abc.ABC):
     async def start(self) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(self.path, self._handle)
+        app.router.add_get("/v1/models/{model}", self._model)
         self._runner, self.url = await serve_local(app)
         return self.url
+
+    async def _model(self, request: web.Request) -> web.Response:
+        """`GET /v1/models/{id}` (what `cockpit check-config` asks): every id exists here."""
+        if not request.headers.get("Authorization", "").startswith("Bearer "):
+            return self._error(401, "authentication_error", {})
+        return web.json_response(self.model_info(request.match_info["model"]))
+
+    def model_info(self, model: str) -> dict[str, Any]:
+        """The model object the real API answers (provider-specific where it differs)."""
+        return {"id": model, "object": "model", "created": 1735689600, "owned_by": "stand-in"}
 
     async def stop(self) -> None:
         if self._runner:
@@ -373,6 +384,14 @@ class _Standin(abc.ABC):
 
 class AnthropicStandin(_Standin):
     path = "/v1/messages"
+
+    def model_info(self, model: str) -> dict[str, Any]:
+        return {
+            "type": "model",
+            "id": model,
+            "display_name": model,
+            "created_at": "2025-01-01T00:00:00Z",
+        }
 
     def reject(self, body: dict[str, Any]) -> Rejection | None:
         return anthropic_rejection(body)
