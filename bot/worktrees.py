@@ -92,7 +92,8 @@ async def run_git(
     """Run `git <args>` with a fixed argv (no shell). Output is streamed with a byte cap:
     past `limit` bytes git is stopped and the answer holds `limit + 1` bytes (see
     `truncated`), so a 64 MiB commit subject or a 50 MB blob never lands in memory whole.
-    stderr keeps its first STDERR_LIMIT bytes; the rest is read and dropped."""
+    stderr keeps its first STDERR_LIMIT bytes; the rest is read and dropped. Once git is
+    stopped (cap or timeout) its pipes are closed, unread: see `_stop`."""
     proc = await asyncio.create_subprocess_exec(
         "git",
         *args,
@@ -114,7 +115,7 @@ async def run_git(
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
-            proc.kill()  # enough read; git must not block on a full pipe
+            _stop(proc)  # enough read; what git wrote past the cap is dropped unread
             log.warning(
                 "git output truncated",
                 extra={"fields": {"command": args[0], "limit_bytes": limit}},
@@ -133,7 +134,7 @@ async def run_git(
         out, err = await asyncio.wait_for(asyncio.shield(reader), timeout)
         await asyncio.wait_for(proc.wait(), timeout)
     except (TimeoutError, asyncio.CancelledError) as exc:
-        proc.kill()
+        _stop(proc)
         await proc.wait()
         with contextlib.suppress(BaseException):  # the pipes close with the process
             await reader
@@ -148,6 +149,21 @@ async def run_git(
         message = err.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
     return out
+
+
+def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Kill git and close our ends of its pipes. `Process.wait()` returns only once every
+    pipe has closed, and a pipe may never report its end by itself: asyncio stops reading
+    one whose buffer is full (the rest of a capped answer), and a child git started (gc's
+    repack, fetch's helpers) may still hold it. Closed, the pipes end now; whatever wrote
+    to them gets SIGPIPE."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    transport = proc._transport  # type: ignore[attr-defined]  # asyncio has no public way
+    for fd in (1, 2):
+        pipe = transport.get_pipe_transport(fd)
+        if pipe is not None:
+            pipe.close()
 
 
 def truncated(out: bytes, limit: int = OUTPUT_LIMIT) -> bool:
