@@ -200,9 +200,13 @@ class Worktree:
 
 
 class Mirrors:
-    """Bare mirrors under `<data>/mirrors`, worktrees under `<data>/worktrees`."""
+    """Bare mirrors under `<data>/mirrors`, worktrees under `<data>/worktrees`.
+
+    Every path is absolute: git runs in other folders (the mirror's parent, the mirror) and
+    reads the paths it is given from there."""
 
     def __init__(self, data_dir: Path) -> None:
+        data_dir = data_dir.absolute()
         self.root = data_dir / "mirrors"
         self.trees = data_dir / "worktrees"
         self.home = data_dir / "git-home"

@@ -35,6 +35,21 @@ async def test_fork_head_is_fetched_from_refs_pull(tmp_path, pr):
     assert not (tree.path / "src").exists()  # … without a checkout
 
 
+async def test_a_relative_data_dir_works_from_any_folder(tmp_path, pr, monkeypatch):
+    """git runs in the mirror's parent and in the mirror: every path it gets is absolute,
+    so `Mirrors(Path("data"))` clones into ./data, not into a `data` nested in itself."""
+    monkeypatch.chdir(tmp_path)
+    mirrors = Mirrors(Path("data"))
+    mirror = await mirrors.sync("octo/widgets", pr.clone_url, ["refs/pull/7/head"])
+    tree = await mirrors.add_worktree(
+        "octo/widgets", name="r1", head_sha=pr.head_sha, base_ref="refs/heads/main"
+    )
+    assert mirror == tmp_path / "data" / "mirrors" / "octo" / "widgets.git"
+    assert (mirror / "HEAD").is_file() and tree.path.is_absolute()
+    await mirrors.remove_worktree("octo/widgets", tree.path)
+    assert not tree.path.exists()
+
+
 async def test_new_push_is_fetched_into_the_existing_mirror(tmp_path, pr):
     mirrors = Mirrors(tmp_path / "data")
     await mirrors.sync("octo/widgets", pr.clone_url, ["refs/pull/7/head"])
