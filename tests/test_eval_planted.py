@@ -270,7 +270,7 @@ async def test_the_eval_command_never_writes_to_github_or_the_repository(
     assert "[7/7]" in out
     assert github.requests == []
     assert await fingerprint(str(clone)) == before
-    assert (tmp_path / "eval" / "reports" / "eval-1.md").exists()
+    assert len(list((tmp_path / "eval" / "reports").glob("eval-*-run1.md"))) == 1
 
     data = json.loads(results.read_text())
     for entry in data["runs"]:
