@@ -21,7 +21,8 @@ def free_port() -> int:
 class ServerProcess:
     """`cockpit serve` on a free loopback port. `data_dir=None` leaves COCKPIT_DATA_DIR
     unset (the default, `./data`, under `cwd`); `command` runs another installation's
-    `cockpit` (a wheel's venv) instead of this checkout's `python -m bot`."""
+    `cockpit` (a wheel's venv) instead of this checkout's `python -m bot`; `flags` gives
+    the listen address as `--host`/`--port` rather than in the environment."""
 
     def __init__(
         self,
@@ -32,16 +33,18 @@ class ServerProcess:
         role: str = "all",
         cwd: Path | None = None,
         command: list[str] | None = None,
+        flags: bool = False,
     ) -> None:
         self.role = role
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        listen = {"host": "127.0.0.1", "port": str(self.port)}
         self.env = {
             **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")},
             **env,
-            "COCKPIT_HOST": "127.0.0.1",
-            "COCKPIT_PORT": str(self.port),
+            **({} if flags else {f"COCKPIT_{k.upper()}": v for k, v in listen.items()}),
         }
+        self.flags = [f"--{k}={v}" for k, v in listen.items()] if flags else []
         if data_dir is not None:
             self.env["COCKPIT_DATA_DIR"] = str(data_dir)
         self.cwd = cwd
@@ -52,7 +55,7 @@ class ServerProcess:
     async def start(self, timeout: float = 60.0) -> None:  # a loaded machine starts slowly
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [*self.command, "serve", "--role", self.role],
+            [*self.command, "serve", "--role", self.role, *self.flags],
             env=self.env,
             cwd=self.cwd,
             stdout=log,
