@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -75,8 +76,13 @@ async def test_serve_from_a_folder_with_the_default_data_dir_prepares_a_draft(
             return bool(world.pending_reviews()) or any("❌" in c["body"] for c in comments)
 
         await wait_for(settled, timeout=60)
+        # Stopped as an operator stops it, while the stand-ins (on this loop) keep answering
+        # whatever the review still has to tell GitHub.
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(server.proc.wait, 60)
     finally:
-        server.terminate()
+        server.kill()
     assert "❌" not in world.status_body()
     [pending] = world.pending_reviews()
     assert pending["commit_id"] == world.pr.head_sha and pending["comments"]
