@@ -36,8 +36,60 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     setup_logging()
-    asyncio.run(_serve(settings, host, port, args.role))
+    from bot.pg import MigrationFailed, SchemaBehind
+
+    try:
+        asyncio.run(_serve(settings, host, port, args.role))
+    except (SchemaBehind, MigrationFailed) as exc:
+        print(f"cockpit: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
+
+
+def cmd_migrate(_args: argparse.Namespace) -> int:
+    """Apply the schema's missing steps (ours and procrastinate's on Postgres), record them."""
+    import asyncio
+
+    try:
+        settings = load_settings(github=False)
+    except ConfigError as exc:
+        return _fail(exc)
+    from bot.pg import MigrationFailed
+
+    try:
+        print(asyncio.run(_migrate(settings)))
+    except (MigrationFailed, OSError) as exc:
+        print(f"cockpit migrate: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _migrate(settings: Settings) -> str:
+    from bot.storage import Database
+
+    if settings.database_url is None:
+        db = await Database.open(settings.db_path)  # opening applies the steps
+        try:
+            return f"SQLite {settings.db_path}: schema at version {await db.schema_version()}"
+        finally:
+            await db.close()
+    from bot.pg import PgDatabase
+
+    pg = await PgDatabase.open(settings.database_url.reveal())
+    try:
+        done = await pg.migrate()
+        await pg.check_schema()
+    finally:
+        await pg.close()
+    steps = ", ".join(map(str, done.steps)) or "none"
+    theirs = {
+        "created": "procrastinate's schema created",
+        "recorded": "procrastinate's existing schema recorded",
+    }.get(done.procrastinate_schema, "procrastinate's schema current")
+    return (
+        f"Postgres: schema at version {done.version} (steps applied now: {steps}; {theirs},"
+        f" {len(done.procrastinate)} of its migrations applied now)"
+    )
 
 
 async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
@@ -113,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="web: store deliveries and their jobs; worker: run jobs; all: both (default)",
     )
     serve.set_defaults(func=cmd_serve)
+
+    migrate = sub.add_parser(
+        "migrate", help="apply the database schema (ours and procrastinate's) and record it"
+    )
+    migrate.set_defaults(func=cmd_migrate)
 
     check = sub.add_parser("check-config", help="validate the environment, exit 0 or 2")
     check.set_defaults(func=cmd_check_config)

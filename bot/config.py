@@ -79,6 +79,7 @@ class Settings:
     command_prefix: str = "/cockpit"
     database_url: Secret | None = field(default=None, repr=False)  # Postgres; None: SQLite
     worker_timeout: float = 20.0  # Postgres: a worker silent this long is dead
+    migrate_on_start: bool = False  # Postgres: `serve` applies missing schema steps itself
 
     @property
     def db_path(self) -> Path:
@@ -239,6 +240,7 @@ _GENERAL = {
     "command_prefix": _prefix,
     "database_url": _database_url,
     "worker_timeout": lambda env: float(_int(env, "COCKPIT_WORKER_TIMEOUT", 20, low=2, high=3600)),
+    "migrate_on_start": lambda env: bool(_int(env, "COCKPIT_MIGRATE_ON_START", 0, low=0, high=1)),
 }
 _GITHUB = {
     "app_id": lambda env: (

@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import cachetools
@@ -31,8 +32,26 @@ PERMISSION_TTL = 300.0  # a person's repository permission is trusted this long
 PERMISSIONS = ("none", "read", "triage", "write", "maintain", "admin")
 
 
+NEXT_PAGES_REMEMBERED = 64  # pagination links handed out by GitHub, per client
+
+
 class AbsoluteURLError(ValueError):
     """A URL from a payload would bypass GITHUB_API_URL; the bot only calls relative paths."""
+
+
+def graphql_url(api_url: str) -> str:
+    """GitHub's GraphQL endpoint for a REST base URL (GITHUB_API_URL).
+
+    github.com and GHE.com serve it beside the REST root (`https://api.github.com/graphql`);
+    GitHub Enterprise Server serves REST at `/api/v3` and GraphQL at `/api/graphql`.
+    """
+    parts = urlsplit(api_url.strip())
+    path = parts.path.rstrip("/")
+    if path.endswith("/api/v3"):
+        path = path.removesuffix("/v3") + "/graphql"
+    else:
+        path += "/graphql"
+    return urlunsplit(parts._replace(path=path, query="", fragment=""))
 
 
 @dataclass(frozen=True)
@@ -82,14 +101,24 @@ def github_transient(exc: BaseException) -> bool:
         status = int(exc.status_code)
         headers = {k.lower() for k in (exc.headers or {})}
         limited = status == 403 and "retry-after" in headers  # a secondary rate limit
-        return status >= 500 or status == 429 or limited or isinstance(
-            exc, gidgethub.RateLimitExceeded
+        return (
+            status >= 500
+            or status == 429
+            or limited
+            or isinstance(exc, gidgethub.RateLimitExceeded)
         )
     return False
 
 
 class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
-    """gidgethub client that only calls relative URLs, retries limits, and counts calls."""
+    """gidgethub client that only calls relative URLs, retries limits, and counts calls.
+
+    The one absolute URL it follows is a pagination link GitHub itself just returned
+    (`Link: <…>; rel="next"`, absolute, often as `/repositories/{id}/…`): its path and query,
+    on this client's own base (a GHES writes its configured hostname into links, which may not
+    be the name the bot reaches it by). Any other absolute URL — one found in a payload, even
+    on the API host — is refused.
+    """
 
     def __init__(
         self,
@@ -114,6 +143,8 @@ class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
         self._token_source = token_source
         self._metrics = metrics
         self._sleep = sleep
+        self._next_pages: cachetools.LRUCache = cachetools.LRUCache(NEXT_PAGES_REMEMBERED)
+        self.graphql_url = graphql_url(base_url)
 
     def __repr__(self) -> str:
         return f"CockpitGitHubAPI(base_url={self.base_url!r})"
@@ -123,14 +154,30 @@ class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
 
     async def _make_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         if "://" in url:
-            # GitHub's pagination links (`Link: rel="next"`) are absolute URLs on our own
-            # API base; any other absolute URL (e.g. from a payload) is refused.
-            if not url.startswith(self.base_url.rstrip("/") + "/"):
+            if method != "GET" or url not in self._next_pages:
                 raise AbsoluteURLError(f"refusing to call an absolute URL ({method})")
-            url = url[len(self.base_url.rstrip("/")) :]
+            url = self._on_base(url)
         if self._token_source and kwargs.get("jwt") is None and kwargs.get("oauth_token") is None:
             kwargs["oauth_token"] = await self._token_source()
-        return await super()._make_request(method, url, *args, **kwargs)
+        data, more, status = await super()._make_request(method, url, *args, **kwargs)
+        if more:
+            self._next_pages[more] = True
+        return data, more, status
+
+    def _on_base(self, link: str) -> str:
+        """A pagination link as a path relative to this client's base URL."""
+        root = urlsplit(self.base_url).path.rstrip("/")
+        parts = urlsplit(link)
+        if not parts.path.startswith(root + "/"):
+            raise AbsoluteURLError("refusing a page link outside the API root")
+        return parts.path[len(root) :] + (f"?{parts.query}" if parts.query else "")
+
+    async def graphql(self, query: str, **variables: Any) -> Any:
+        """A GraphQL query or mutation at this API's GraphQL endpoint (gidgethub's own
+        `graphql()` ignores `base_url` and would go to github.com), with the client's token."""
+        if self._token_source is not None:
+            self.oauth_token = await self._token_source()
+        return await super().graphql(query, endpoint=self.graphql_url, **variables)
 
     async def _request(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes = b""

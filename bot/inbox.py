@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_ID = 2**63 - 1
+# Postgres: a commit's statements, and the whole commit with its wait for a connection.
+PG_STATEMENT_SECONDS = 4
+PG_COMMIT_SECONDS = 7.0
 DELIVERY_INSERT = (
     "INSERT INTO deliveries (id, event, action, installation_id, repo, body, received_at)"
 )
@@ -191,6 +194,21 @@ class SqliteCommits:
             raise sqlite3.OperationalError("inbox is closed")
         return await asyncio.to_thread(commit, self._conn, batch)
 
+    async def probe(self) -> bool:
+        """Whether a commit could take the write lock now."""
+        if self._conn is None:
+            return False
+        try:
+            await asyncio.to_thread(_probe, self._conn)
+        except sqlite3.Error:
+            return False
+        return True
+
+
+def _probe(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("ROLLBACK")
+
 
 class PgCommits:
     """Group commits in one Postgres transaction: the deliveries (a repeated id is skipped by
@@ -208,7 +226,19 @@ class PgCommits:
     async def stop(self) -> None:
         self.open = False
 
+    async def probe(self) -> bool:
+        return self.open and await self.db.ping()
+
     async def commit(self, batch: list[tuple[Delivery, Any]]) -> list[bool]:
+        """Bounded, so a delivery gets its 503 well within GitHub's 10 s when Postgres is
+        away or a lock holds the tables (an acknowledged delivery is always committed)."""
+        try:
+            async with asyncio.timeout(PG_COMMIT_SECONDS):
+                return await self._commit(batch)
+        except TimeoutError:
+            raise OSError(f"the commit took over {PG_COMMIT_SECONDS:g} s") from None
+
+    async def _commit(self, batch: list[tuple[Delivery, Any]]) -> list[bool]:
         now = time.time()
         rows, first = {}, {}
         for d, job in batch:
@@ -219,6 +249,7 @@ class PgCommits:
         ids = list(rows)
         try:
             async with self.db.transaction() as conn:
+                await conn.execute(f"SET LOCAL statement_timeout = '{PG_STATEMENT_SECONDS}s'")
                 fresh: set[str] = set()
                 for n in range(0, len(ids), 500):
                     chunk = [rows[i] for i in ids[n : n + 500]]
@@ -267,6 +298,13 @@ class Inbox:
     @property
     def alive(self) -> bool:
         return self.commits.open and not self._failing
+
+    async def recover(self) -> bool:
+        """After a failed commit: whether a probe of the commit path works again (then the
+        inbox is alive again without waiting for a delivery to get through)."""
+        if self.commits.open and not self._closing and await self.commits.probe():
+            self._failing = False
+        return self.alive
 
     async def store(self, delivery: Delivery) -> bool:
         """Commit the delivery; True if it is new, False if this id was stored before."""

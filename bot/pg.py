@@ -5,22 +5,50 @@ two backends have the same tables and columns; every dialect difference lives he
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import re
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import psycopg.errors
 import psycopg.rows
+import psycopg_pool
 from psycopg_pool import AsyncConnectionPool
 
 from bot import storage
 
+log = logging.getLogger(__name__)
+
 POOL_MAX = 10
 SCHEMA_LOCK = 0x636F636B  # "cock": one process at a time migrates the schema
+# An outage must fail fast: a delivery gets its 503 well within GitHub's 10 s, health answers
+# within 2 s, and a pool reconnects within seconds of the server being back (psycopg_pool's
+# backoff doubles until `reconnect_timeout`; past it, the next request starts afresh).
+CONNECT_TIMEOUT = 3  # seconds to open a connection
+POOL_TIMEOUT = 3.0  # seconds to wait for a pooled connection
+RECONNECT_TIMEOUT = 5.0
+PING_TIMEOUT = 1.5
+STATEMENT_TIMEOUT = "60s"  # any statement of the server's own work (maintenance is chunked)
+# Migrations take their locks for at most this long, then try again (a long `pg_dump` or
+# report holding a table never stops ingress behind a waiting ALTER).
+LOCK_TIMEOUT = "5s"
+MIGRATE_TRIES = 12
+# The last migration of the procrastinate release (3.10) whose schema the last release without
+# versioned steps created: such a database has exactly these, and nothing records them.
+PROCRASTINATE_BASELINE = "03.04.00_50_post_add_retry_failed_job_procedure.sql"
+PROCRASTINATE_VERSIONS = """
+CREATE TABLE IF NOT EXISTS procrastinate_migrations (
+    name TEXT PRIMARY KEY,
+    applied_at DOUBLE PRECISION NOT NULL
+)"""
 
 # The parts of the SQLite schema that only the SQLite queue needs (its line-keeping triggers
 # and their repair at start-up): on Postgres, jobs live in procrastinate's tables.
@@ -37,6 +65,15 @@ _TYPES = (
 )
 _INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.I)
 _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \(\s*id INTEGER PRIMARY KEY AUTOINCREMENT")
+_CREATES = re.compile(r"CREATE (?:TABLE|(?:UNIQUE )?INDEX) IF NOT EXISTS (\w+)")
+
+
+class SchemaBehind(RuntimeError):
+    """The database's schema is older than this release's (the message says what to run)."""
+
+
+class MigrationFailed(RuntimeError):
+    """A migration step could not be applied (the message says why)."""
 
 
 class IntegrityError(sqlite3.IntegrityError):
@@ -75,40 +112,71 @@ CREATE TRIGGER runs_charge_installation BEFORE INSERT ON runs
 _TRIGGER_NAME = re.compile(r"CREATE TRIGGER IF NOT EXISTS (\w+)")
 
 
-@lru_cache(maxsize=1)
-def after_columns_ddl() -> tuple[str, ...]:
-    """`storage.AFTER_COLUMNS` for Postgres: its tables and indexes translated, each of its
-    triggers from `_TRIGGERS` (a trigger without a Postgres form fails loudly)."""
-    names = _TRIGGER_NAME.findall(storage.AFTER_COLUMNS)
+@dataclass(frozen=True)
+class Statement:
+    """One DDL statement and a query saying whether what it makes is there already (then it
+    is skipped: an existing table is never locked by a migration that would change nothing)."""
+
+    sql: str
+    present: str
+
+
+def step_ddl(step: storage.Step) -> tuple[Statement, ...]:
+    """A schema step in Postgres terms: its tables and indexes translated, its added columns,
+    then its later statements, each trigger from `_TRIGGERS` (a trigger without a Postgres form,
+    or any other kind of statement, fails loudly)."""
+    names = _TRIGGER_NAME.findall(step.after)
     missing = [name for name in names if name not in _TRIGGERS]
     if missing:
         raise ValueError(f"no Postgres form for the trigger(s): {', '.join(missing)}")
-    return (*_statements(storage.AFTER_COLUMNS), *(_TRIGGERS[name] for name in names))
+    found = [*_statements(step.schema)]
+    for table, column, declaration in step.columns:
+        found.append(
+            Statement(
+                f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {column_type(declaration)}",
+                "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema ="
+                f" current_schema() AND table_name = '{table}' AND column_name = '{column}')",
+            )
+        )
+    found += _statements(step.after)
+    found += [
+        Statement(
+            _TRIGGERS[name],
+            f"SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '{name}'"
+            " AND NOT tgisinternal)",
+        )
+        for name in names
+    ]
+    return tuple(found)
 
 
-@lru_cache(maxsize=1)
-def ddl() -> tuple[str, ...]:
-    """The Postgres statements for `storage.SCHEMA`: its tables and indexes, typed for
-    Postgres. Any other kind of statement must be decided on here, so it fails loudly."""
-    return _statements(storage.SCHEMA)
-
-
-def _statements(schema: str) -> tuple[str, ...]:
-    text = _COMMENT.sub("", _SQLITE_ONLY.sub("", schema))
+def _statements(schema: str) -> list[Statement]:
+    text = _COMMENT.sub("", _SQLITE_ONLY.sub("", schema))  # triggers: see `_TRIGGERS`
     statements = []
     for statement in (s.strip() for s in text.split(";")):
         if not statement:
             continue
-        if not re.match(r"CREATE (TABLE|(UNIQUE )?INDEX) IF NOT EXISTS ", statement):
+        name = _CREATES.match(statement)
+        if name is None:
             raise ValueError(f"no Postgres translation for: {statement[:60]}")
-        statements.append(column_type(statement))
-    return tuple(statements)
+        statements.append(
+            Statement(column_type(statement), f"SELECT to_regclass('{name.group(1)}') IS NOT NULL")
+        )
+    return statements
+
+
+def procrastinate_migrations() -> list[Path]:
+    """procrastinate's migration files, oldest first (their names sort by version)."""
+    from procrastinate.schema import SchemaManager
+
+    folder = Path(SchemaManager.get_migrations_path())
+    return sorted(folder.glob("*.sql"), key=lambda path: path.name)
 
 
 @lru_cache(maxsize=1)
 def id_tables() -> frozenset[str]:
     """Tables with a generated `id`: an INSERT into them reports it as SQLite's lastrowid."""
-    return frozenset(_TABLE.findall(storage.SCHEMA))
+    return frozenset(_TABLE.findall("".join(step.schema for step in storage.STEPS)))
 
 
 @lru_cache(maxsize=1024)
@@ -213,6 +281,22 @@ class Connection:
                 await cursor.executemany(text, [tuple(r) for r in rows])
 
 
+@dataclass
+class Migrated:
+    """What `migrate` did: our steps and procrastinate's migrations applied now."""
+
+    version: int
+    steps: list[int] = field(default_factory=list)
+    procrastinate: list[str] = field(default_factory=list)
+    procrastinate_schema: str = ""  # "created" (a new database) or "recorded" (an older one)
+
+
+async def _configure(conn: psycopg.AsyncConnection) -> None:
+    """Every pooled connection: a statement never runs unbounded (a pooler in session mode
+    keeps it; a `options` startup parameter it might refuse)."""
+    await conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+
+
 class PgDatabase:
     """A connection pool; the same methods as `storage.Database`. `transaction(lock=…)`
     also takes a transaction-scoped advisory lock, so other processes wait for it."""
@@ -224,73 +308,193 @@ class PgDatabase:
 
     @classmethod
     async def open(cls, url: str, *, max_size: int = POOL_MAX) -> PgDatabase:
+        """Connect (the schema is `migrate`'s; `check_schema` says whether it is current)."""
         pool = AsyncConnectionPool(
             url,
             min_size=1,
             max_size=max_size,
-            kwargs={"autocommit": True, "row_factory": _row_factory},
+            kwargs={
+                "autocommit": True,
+                "row_factory": _row_factory,
+                "connect_timeout": CONNECT_TIMEOUT,
+            },
+            configure=_configure,
             open=False,
             check=AsyncConnectionPool.check_connection,
+            timeout=POOL_TIMEOUT,
+            reconnect_timeout=RECONNECT_TIMEOUT,
         )
         with _errors():
-            await pool.open(wait=True, timeout=30)
-        db = cls(pool)
-        try:
-            await db.ensure_schema()
-        except BaseException:
-            await pool.close()
-            raise
-        return db
+            try:
+                await pool.open(wait=True, timeout=30)
+            except BaseException:
+                await pool.close()
+                raise
+        return cls(pool)
 
     async def close(self) -> None:
         await self.pool.close()
 
-    async def ensure_schema(self) -> None:
-        """Create what is missing (tables, indexes, added columns, procrastinate's schema),
-        one process at a time; safe to run at every start."""
+    # -- the schema ----------------------------------------------------------------
+
+    async def migrate(self) -> Migrated:
+        """Apply what is missing, in order, each step once and recorded: our steps
+        (`storage.STEPS`), then procrastinate's schema or its newer migrations. Each runs in
+        its own transaction under the schema lock with `lock_timeout`, tried again while a
+        long transaction holds a table."""
+        await self._in_step(self._bootstrap)
+        done = Migrated(version=0)
+        for step in storage.STEPS:
+            if await self._in_step(lambda conn, step=step: self._apply_step(conn, step)):
+                done.steps.append(step.version)
+        done.procrastinate_schema = await self._in_step(self._procrastinate_baseline) or ""
+        for path in procrastinate_migrations():
+            if await self._in_step(lambda conn, path=path: self._apply_migration(conn, path)):
+                done.procrastinate.append(path.name)
+        done.version = await self.schema_version()
+        if done.steps or done.procrastinate:
+            log.info(
+                "schema migrated",
+                extra={"fields": {"steps": done.steps, "procrastinate": done.procrastinate}},
+            )
+        return done
+
+    async def _in_step(self, work: Any) -> Any:
+        for attempt in range(1, MIGRATE_TRIES + 1):
+            try:
+                async with self.pool.connection() as conn, conn.transaction():
+                    await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+                    await conn.execute("SET LOCAL statement_timeout = 0")
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                    return await work(conn)
+            except psycopg.errors.LockNotAvailable as exc:
+                if attempt == MIGRATE_TRIES:
+                    raise MigrationFailed(
+                        f"a table stayed locked by another transaction ({exc}); {attempt} tries"
+                        f" of lock_timeout {LOCK_TIMEOUT}: see pg_stat_activity, then run it"
+                        " again"
+                    ) from None
+                log.warning("migration waits for a lock", extra={"fields": {"try": attempt}})
+                await asyncio.sleep(min(0.5 * attempt, 5.0))
+        return None
+
+    async def _bootstrap(self, conn: psycopg.AsyncConnection) -> None:
+        for text in (storage.VERSIONS, PROCRASTINATE_VERSIONS):
+            await conn.execute(column_type(text))
+
+    async def _apply_step(self, conn: psycopg.AsyncConnection, step: storage.Step) -> bool:
+        cursor = await conn.execute(
+            "SELECT 1 FROM schema_versions WHERE version = %s", (step.version,)
+        )
+        if await cursor.fetchone():
+            return False
+        for statement in step_ddl(step):
+            present = await (await conn.execute(statement.present)).fetchone()
+            if not (present and present[0]):
+                await conn.execute(statement.sql)
+        await conn.execute(
+            "INSERT INTO schema_versions (version, name, applied_at) VALUES (%s, %s, %s)",
+            (step.version, step.name, time.time()),
+        )
+        return True
+
+    async def _procrastinate_baseline(self, conn: psycopg.AsyncConnection) -> str | None:
+        """A database without records: a new one gets procrastinate's whole schema (all its
+        migrations, so to speak); one the last unversioned release made has its baseline."""
         from procrastinate.schema import SchemaManager
 
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            for statement in ddl():
-                await conn.execute(statement)
-            for table, column, declaration in storage.ADDED_COLUMNS:
-                await conn.execute(
-                    f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
-                    f" {column_type(declaration)}"
-                )
-            for statement in after_columns_ddl():
-                await conn.execute(statement)
-            cursor = await conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL")
-            present = await cursor.fetchone()
-            if not (present and present[0]):
-                await conn.execute(SchemaManager.get_schema())
+        if await (await conn.execute("SELECT 1 FROM procrastinate_migrations LIMIT 1")).fetchone():
+            return None
+        present = await (
+            await conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL")
+        ).fetchone()
+        names = [path.name for path in procrastinate_migrations()]
+        if present and present[0]:
+            names = [name for name in names if name <= PROCRASTINATE_BASELINE]
+        else:
+            await conn.execute(SchemaManager.get_schema())
+        for name in names:
+            await conn.execute(
+                "INSERT INTO procrastinate_migrations (name, applied_at) VALUES (%s, %s)",
+                (name, time.time()),
+            )
+        return "recorded" if present and present[0] else "created"
+
+    async def _apply_migration(self, conn: psycopg.AsyncConnection, path: Path) -> bool:
+        cursor = await conn.execute(
+            "SELECT 1 FROM procrastinate_migrations WHERE name = %s", (path.name,)
+        )
+        if await cursor.fetchone():
+            return False
+        await conn.execute(path.read_text())
+        await conn.execute(
+            "INSERT INTO procrastinate_migrations (name, applied_at) VALUES (%s, %s)",
+            (path.name, time.time()),
+        )
+        return True
+
+    async def schema_version(self) -> int:
+        """The newest of our steps recorded (0: none, or no record at all)."""
+        row = await self.fetchone("SELECT to_regclass('schema_versions') IS NOT NULL")
+        if not (row and row[0]):
+            return 0
+        row = await self.fetchone("SELECT COALESCE(MAX(version), 0) FROM schema_versions")
+        return int(row[0]) if row else 0
+
+    async def missing_migrations(self) -> list[str]:
+        """procrastinate's migrations this release has and the database has not recorded."""
+        names = [path.name for path in procrastinate_migrations()]
+        row = await self.fetchone("SELECT to_regclass('procrastinate_migrations') IS NOT NULL")
+        if not (row and row[0]):
+            return names
+        recorded = {r[0] for r in await self.fetchall("SELECT name FROM procrastinate_migrations")}
+        return [name for name in names if name not in recorded]
+
+    async def check_schema(self) -> None:
+        """SchemaBehind unless every step and procrastinate migration of this release is
+        recorded (a newer schema is fine: steps only add, so a rollout may run both)."""
+        version, missing = await self.schema_version(), await self.missing_migrations()
+        if version >= storage.SCHEMA_VERSION and not missing:
+            return
+        if version == 0:
+            found = "has no recorded schema version (new, or made by a release before versions)"
+        else:
+            extra = f" and {len(missing)} procrastinate migration(s)" if missing else ""
+            found = f"schema is at version {version}; this release needs"
+            found += f" version {storage.SCHEMA_VERSION}{extra}"
+        raise SchemaBehind(
+            f"the database {found}: run `cockpit migrate` first (or set COCKPIT_MIGRATE_ON_START=1)"
+        )
+
+    # -- work -----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
         """One holder of `key` at a time across every process: a session advisory lock on a
-        connection of its own, released when the work ends or its process dies."""
-        async with self.pool.connection() as conn:
-            await conn.set_autocommit(True)
-            try:
-                with _errors():
-                    await conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+        connection of its own, released when the work ends or its process dies. A connection
+        whose lock state is unknown (cancelled while waiting, or the unlock failed) is closed,
+        not handed back to the pool holding a lock."""
+        with _errors():  # waiting for a connection (PoolTimeout) too
+            async with self.pool.connection() as conn:
+                clean = False
                 try:
-                    yield
-                finally:
-                    with _errors():
+                    await conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+                    try:
+                        yield
+                    finally:
                         await conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
-            finally:
-                await conn.set_autocommit(False)
+                        clean = True
+                finally:
+                    if not clean:
+                        await conn.close()
 
     @contextlib.asynccontextmanager
     async def transaction(self, lock: str | None = None) -> AsyncIterator[Connection]:
-        async with self.pool.connection() as conn:
-            with _errors():
-                async with conn.transaction():
-                    if lock is not None:
-                        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
-                    yield Connection(conn)
+        with _errors():  # also waiting for a connection (PoolTimeout)
+            async with self.pool.connection() as conn, conn.transaction():
+                if lock is not None:
+                    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
+                yield Connection(conn)
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
         """Run one statement; return rowcount (or the new row's id for an INSERT)."""
@@ -312,8 +516,11 @@ class PgDatabase:
         return await cursor.fetchall()
 
     async def ping(self) -> bool:
+        """Whether the server answers within PING_TIMEOUT (health never hangs on it)."""
         try:
-            await self.fetchone("SELECT 1")
-        except (sqlite3.Error, psycopg.Error, TimeoutError):
+            async with asyncio.timeout(PING_TIMEOUT):
+                async with self.pool.connection(timeout=PING_TIMEOUT) as conn:
+                    await conn.execute("SELECT 1")
+        except (sqlite3.Error, psycopg.Error, psycopg_pool.PoolTimeout, TimeoutError):
             return False
         return True

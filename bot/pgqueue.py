@@ -7,14 +7,21 @@ running one wherever it runs: procrastinate notifies its worker, which cancels t
 and defers the new one with a `queueing_lock`, so at most one superseding job of a kind and
 key ever waits. Retries follow `retry_decision` below; jobs of a worker that stopped sending
 heartbeats (a crash) are retried by the survivors; maintenance is a periodic task.
+
+A procrastinate worker stops by itself when one of its connections fails (Postgres restarted):
+each runs under a supervisor that starts it again with backoff, in this process (compose or a
+bare host has no orchestrator to restart it). The jobs it had to interrupt go back in line
+without counting an attempt: an interruption seen by a living process is not a crash.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime as dt
 import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,7 +32,7 @@ from procrastinate import jobs as pjobs
 from procrastinate.worker import Worker
 
 from bot.logs import log_context
-from bot.pg import Connection, PgDatabase
+from bot.pg import CONNECT_TIMEOUT, POOL_TIMEOUT, RECONNECT_TIMEOUT, Connection, PgDatabase
 from bot.queue import GaveUpHook, Job, JobHandler, PermanentError, backoff_seconds
 
 log = logging.getLogger(__name__)
@@ -34,6 +41,12 @@ log = logging.getLogger(__name__)
 TASK = "cockpit.job"
 STALLED_AFTER = 20.0  # a worker silent this long is dead: its jobs run again elsewhere
 POLL_SECONDS = 1.0  # fallback to LISTEN/NOTIFY for new jobs and abort requests
+RESTART_FIRST = 0.5  # seconds before a worker that stopped by itself starts again …
+RESTART_CAP = 4.0  # … doubling up to this while it keeps failing (Postgres still down)
+STEADY_SECONDS = 60.0  # a worker that ran this long starts again after RESTART_FIRST
+_CURRENT: contextvars.ContextVar[job_context.JobContext | None] = contextvars.ContextVar(
+    "cockpit_pg_job", default=None
+)
 STATES = {  # procrastinate's statuses as the SQLite queue names them
     "todo": "queued",
     "doing": "running",
@@ -76,16 +89,30 @@ class PgJobs:
         self.db = db
         self.stalled_after = stalled_after
         self.app = procrastinate.App(
-            connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=4)
+            connector=procrastinate.PsycopgConnector(
+                conninfo=url,
+                min_size=1,
+                max_size=4,
+                timeout=POOL_TIMEOUT,
+                reconnect_timeout=RECONNECT_TIMEOUT,
+                kwargs={"connect_timeout": CONNECT_TIMEOUT},
+            )
         )
         self.app.task(name=TASK, pass_context=True, retry=_Retry())(self._execute)
         self.handlers: dict[str, JobHandler] = {}
         self.on_finished: Callable[[Job, str, float], None] | None = None
         self.on_gave_up: dict[str, GaveUpHook] = {}
         self._workers: list[asyncio.Task] = []
-        self._procrastinate: list[Worker] = []
+        self._procrastinate: dict[str, Worker] = {}
         self._stopping = False
+        self._stopped = asyncio.Event()
         self._running = 0
+        # Jobs interrupted here (this process's worker stopped): job id -> (the worker id
+        # that ran it, its attempts when fetched), until they are back in line uncounted.
+        self._interrupted: dict[int, tuple[int | None, int]] = {}
+        self._settling = asyncio.Lock()
+        self._local: list[tuple[str, float]] = []
+        self.restarts = 0  # workers started again after stopping by themselves
 
     async def open(self) -> None:
         await self.app.open_async()
@@ -270,25 +297,119 @@ class PgJobs:
     def wake(self, queue: str) -> None:
         """Nothing to do: procrastinate's workers hear about new jobs through NOTIFY."""
 
+    def every_here(self, kind: str, seconds: float) -> None:
+        """Run `kind` in this process every `seconds` (the first time at once), whatever the
+        other workers do: for what is local to a worker, like its disk. Call before `start`."""
+        self._local.append((kind, seconds))
+
     def start(self, pools: dict[str, int]) -> None:
-        """One procrastinate worker per queue, running up to `size` jobs at once."""
+        """One supervised procrastinate worker per queue, running up to `size` jobs at once."""
         self._stopping = False
+        self._stopped.clear()
         for queue, size in pools.items():
-            worker = Worker(
-                self.app,
-                queues=[queue],
-                name=queue,
-                concurrency=size,
-                install_signal_handlers=False,
-                fetch_job_polling_interval=POLL_SECONDS,
-                abort_job_polling_interval=POLL_SECONDS,
-                update_heartbeat_interval=self.stalled_after / 4,
-                stalled_worker_timeout=self.stalled_after,
-                shutdown_graceful_timeout=0.0,
+            self._workers.append(
+                asyncio.create_task(self._supervise(queue, size), name=f"worker-{queue}")
             )
-            self._procrastinate.append(worker)
-            self._workers.append(asyncio.create_task(worker.run(), name=f"worker-{queue}"))
         self._workers.append(asyncio.create_task(self._recoverer(), name="stalled-jobs"))
+        for kind, seconds in self._local:
+            self._workers.append(
+                asyncio.create_task(self._here(kind, seconds), name=f"local-{kind}")
+            )
+
+    def _worker(self, queue: str, size: int) -> Worker:
+        return Worker(
+            self.app,
+            queues=[queue],
+            name=queue,
+            concurrency=size,
+            install_signal_handlers=False,
+            fetch_job_polling_interval=POLL_SECONDS,
+            abort_job_polling_interval=POLL_SECONDS,
+            update_heartbeat_interval=self.stalled_after / 4,
+            stalled_worker_timeout=self.stalled_after,
+            shutdown_graceful_timeout=0.0,
+        )
+
+    async def _supervise(self, queue: str, size: int) -> None:
+        """Keep a worker for `queue` running until `stop`: one that stops by itself (a
+        connection of its failed: Postgres restarted or went away) is started again, after
+        RESTART_FIRST seconds, doubling to RESTART_CAP while it keeps failing."""
+        delay = RESTART_FIRST
+        while not self._stopping:
+            worker = self._procrastinate[queue] = self._worker(queue, size)
+            started = time.monotonic()
+            reason = "it stopped"
+            try:
+                await worker.run()
+            except Exception as exc:
+                reason = f"{exc.__class__.__name__}: {exc}"[:300]
+            if self._stopping:
+                return
+            if time.monotonic() - started > STEADY_SECONDS:
+                delay = RESTART_FIRST
+            self.restarts += 1
+            log.error(
+                "job worker stopped by itself; starting it again",
+                extra={"fields": {"queue": queue, "reason": reason, "in_seconds": delay}},
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), delay)
+            delay = min(delay * 2, RESTART_CAP)
+            while not await self._settle_interrupted() and not self._stopping:
+                with contextlib.suppress(TimeoutError):  # before any worker fetches them
+                    await asyncio.wait_for(self._stopped.wait(), delay)
+
+    async def _settle_interrupted(self) -> bool:
+        """Put the jobs interrupted here back in line with the attempts they had: still
+        `doing` under the worker that stopped (its retry could not be written) they are
+        retried; retried already (an attempt counted) they get it back. A job another worker
+        took meanwhile is left alone. False when the database could not be reached (what is
+        left is tried at the next call)."""
+        async with self._settling:
+            for job_id, (worker_id, attempts) in list(self._interrupted.items()):
+                if not await self._settle(job_id, worker_id, attempts):
+                    return False
+        return True
+
+    async def _settle(self, job_id: int, worker_id: int | None, attempts: int) -> bool:
+        try:
+            async with self.db.transaction() as conn:
+                cursor = await conn.execute(
+                    "SELECT status::text, worker_id, attempts FROM procrastinate_jobs"
+                    " WHERE id = ? FOR UPDATE",
+                    (job_id,),
+                )
+                row = await cursor.fetchone()
+                if row is not None and row[0] == "doing" and row[1] in (worker_id, None):
+                    await conn.execute(
+                        "SELECT procrastinate_retry_job_v2(?, now(), NULL, NULL, NULL)",
+                        (job_id,),
+                    )
+                    row = ("todo", None, attempts + 1)
+                if row is not None and row[0] == "todo" and row[2] == attempts + 1:
+                    await conn.execute(
+                        "UPDATE procrastinate_jobs SET attempts = ? WHERE id = ?",
+                        (attempts, job_id),
+                    )
+        except (OSError, sqlite3.Error):
+            log.warning("interrupted jobs wait for the database", exc_info=True)
+            return False
+        found = {"job": job_id, "found": list(row or ()), "attempts": attempts}
+        log.info("interrupted job back in line", extra={"fields": found})
+        self._interrupted.pop(job_id, None)
+        return True
+
+    async def _here(self, kind: str, seconds: float) -> None:
+        job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)
+        while not self._stopping:
+            handler = self.handlers.get(kind)
+            try:
+                if handler is not None:
+                    await handler(job)
+            except Exception:
+                log.exception("local periodic work failed", extra={"fields": {"kind": kind}})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), seconds)
 
     @property
     def workers_alive(self) -> int:
@@ -302,6 +423,13 @@ class PgJobs:
     def stopping(self) -> bool:
         return self._stopping
 
+    def interrupted(self) -> bool:
+        """Inside a job being cancelled: whether it is interrupted (its worker stops, here
+        or because a connection failed: it runs again, its state kept) rather than cancelled
+        (stop, supersede)."""
+        context = _CURRENT.get()
+        return context is not None and (context.abort_reason() == job_context.AbortReason.SHUTDOWN)
+
     @property
     def running(self) -> int:
         """Jobs this process is running now."""
@@ -309,19 +437,21 @@ class PgJobs:
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop fetching; let running jobs finish for up to `grace` seconds; the rest are
-        interrupted and run again (here or in another worker)."""
+        interrupted and run again (here or in another worker), their attempt not counted."""
         self._stopping = True
-        for worker in self._procrastinate:
+        self._stopped.set()
+        for worker in self._procrastinate.values():
             worker.shutdown_graceful_timeout = grace
             worker.stop()
         for task in self._workers:
-            if task.get_name() == "stalled-jobs":
+            if task.get_name() == "stalled-jobs" or task.get_name().startswith("local-"):
                 task.cancel()
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._workers.clear()
         self._procrastinate.clear()
+        await self._settle_interrupted()
 
     async def _recoverer(self) -> None:
         while True:
@@ -351,6 +481,7 @@ class PgJobs:
         started = time.monotonic()
         outcome = "done"
         self._running += 1
+        _CURRENT.set(context)
         with log_context(job=job.id, job_kind=job.kind, key=job.key):
             try:
                 if handler is None:
@@ -360,6 +491,8 @@ class PgJobs:
             except asyncio.CancelledError:
                 if context.abort_reason() == job_context.AbortReason.SHUTDOWN:
                     outcome = "interrupted"  # this worker is stopping: run it again later
+                    found = context.job
+                    self._interrupted[job.id] = (found.worker_id, found.attempts)
                     raise Interrupted("the worker stopped") from None
                 outcome = "cancelled"  # stop, supersede, or the job saw it was superseded
                 raise

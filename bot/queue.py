@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import sqlite3
@@ -36,6 +37,8 @@ BACKOFF_CAP = 300.0
 # housekeeping (anything that may talk to a model or run git) on REVIEWS.
 EVENTS = "events"
 REVIEWS = "reviews"
+
+_CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_job", default=None)
 
 INSERT_SQL = (
     "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
@@ -94,6 +97,7 @@ class Jobs:
         self._running: dict[int, asyncio.Task] = {}
         self._interrupted: set[int] = set()  # cancelled by a stop, to be re-queued uncounted
         self._stopping = False
+        self._local: list[tuple[str, float]] = []
 
     # -- queue operations -------------------------------------------------
 
@@ -303,6 +307,11 @@ class Jobs:
         if event is not None:
             event.set()
 
+    def every_here(self, kind: str, seconds: float) -> None:
+        """Run `kind` in this process every `seconds` (the first time at once), outside the
+        queue: for what is local to a worker, like its disk. Call before `start`."""
+        self._local.append((kind, seconds))
+
     def start(self, pools: dict[str, int]) -> None:
         self._stopping = False
         for queue, size in pools.items():
@@ -310,6 +319,19 @@ class Jobs:
             for n in range(size):
                 self._workers.append(asyncio.create_task(self._worker(queue), name=f"{queue}-{n}"))
         self._workers.append(asyncio.create_task(self._reaper(), name="lease-reaper"))
+        for kind, seconds in self._local:
+            self._workers.append(asyncio.create_task(self._here(kind, seconds), name="local"))
+
+    async def _here(self, kind: str, seconds: float) -> None:
+        job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)
+        while not self._stopping:
+            handler = self.handlers.get(kind)
+            try:
+                if handler is not None:
+                    await handler(job)
+            except Exception:
+                log.exception("local periodic work failed", extra={"fields": {"kind": kind}})
+            await asyncio.sleep(seconds)
 
     @property
     def workers_alive(self) -> int:
@@ -325,8 +347,13 @@ class Jobs:
 
     @property
     def stopping(self) -> bool:
-        """True once a stop began: a handler cancelled now is interrupted, not cancelled."""
+        """True once a stop began."""
         return self._stopping
+
+    def interrupted(self) -> bool:
+        """Inside a job being cancelled: whether it is interrupted (a graceful stop: it runs
+        again at the next start, its state kept) rather than cancelled (stop, supersede)."""
+        return _CURRENT.get() in self._interrupted
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; let running jobs finish for up to `grace` seconds; re-queue the
@@ -342,7 +369,7 @@ class Jobs:
                 self._interrupted.add(job_id)
                 task.cancel()
         for task in self._workers:
-            if task.get_name() == "lease-reaper":
+            if task.get_name() in ("lease-reaper", "local"):
                 task.cancel()
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -375,7 +402,8 @@ class Jobs:
                 log.error("no handler for job kind")
                 await self._finish(job, "failed", f"no handler for {job.kind!r}")
                 return
-            task = asyncio.create_task(handler(job))
+            _CURRENT.set(job.id)
+            task = asyncio.create_task(handler(job))  # runs with this job as its current one
             self._running[job.id] = task
             heartbeat = asyncio.create_task(self._heartbeat(job))
             try:

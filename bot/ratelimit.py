@@ -1,11 +1,12 @@
-"""Sliding-window limits on commands that start model work, per PR and per person."""
+"""Sliding-window limits on commands that start model work, per PR and per person, counted in
+the database (`command_uses`) so every process sees the same window."""
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,26 +21,34 @@ class CommandLimits:
         *,
         per_pr: Limit = Limit(6, 3600),
         per_user: Limit = Limit(20, 3600),
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.per_pr = per_pr
         self.per_user = per_user
         self.clock = clock
-        self._seen: dict[str, deque[float]] = {}
 
-    def check(self, pr: str, user: str) -> tuple[str, float] | None:
-        """None if allowed (and counted); else (why, seconds until allowed)."""
+    async def check(self, db: Any, pr: str, user: str) -> tuple[str, float] | None:
+        """None if allowed (and counted); else (why, seconds until allowed). One decision at
+        a time across processes (an advisory lock on Postgres, the write lock on SQLite)."""
         now = self.clock()
-        for key, limit, why in (
-            (f"pr:{pr}", self.per_pr, "this PR"),
-            (f"user:{user}", self.per_user, "you"),
-        ):
-            window = self._seen.setdefault(key, deque())
-            while window and now - window[0] > limit.seconds:
-                window.popleft()
-            if len(window) >= limit.count:
-                wait = limit.seconds - (now - window[0])
-                return f"at most {limit.count} per hour for {why}", wait
-        for key in (f"pr:{pr}", f"user:{user}"):
-            self._seen[key].append(now)
+        rules = ((f"pr:{pr}", self.per_pr, "this PR"), (f"user:{user}", self.per_user, "you"))
+        async with db.transaction(lock="command_uses") as conn:
+            for key, limit, why in rules:
+                cursor = await conn.execute(
+                    "SELECT COUNT(*), MIN(used_at) FROM command_uses WHERE key = ? AND used_at > ?",
+                    (key, now - limit.seconds),
+                )
+                count, first = await cursor.fetchone()
+                if count >= limit.count:
+                    wait = limit.seconds - (now - first)
+                    return f"at most {limit.count} per hour for {why}", wait
+            await conn.executemany(
+                "INSERT INTO command_uses (key, used_at) VALUES (?, ?)",
+                [(key, now) for key, _, _ in rules],
+            )
         return None
+
+
+async def forget_command_uses(db: Any, older_than: float) -> int:
+    """Maintenance: uses older than every window."""
+    return await db.execute("DELETE FROM command_uses WHERE used_at < ?", (older_than,))

@@ -379,6 +379,7 @@ async def register(
             settings_url=f"{target.apps_url}/{conversion['slug']}",
             generated_secret=registered.generated_secret,
             public_url=options.public_url,
+            web_url=target.web_url,
         )
     )
     return 0

@@ -1,104 +1,353 @@
-"""Per-repository rules from `.github/cockpit.toml` on the default branch (never the PR's)."""
+"""Per-repository rules from `.github/cockpit.toml` on the default branch (never the PR's).
+
+`RepoConfig`'s fields are the one table of keys: each carries its type, default and meaning
+(`key(...)`), and parsing, the JSON Schema shipped for editors (`templates/cockpit.schema.json`),
+the README's reference table and `/cockpit config` are all derived from them. A key that is
+unknown or has a bad value is reported and left at its default; the rest of the file applies.
+
+    python -m bot.repo_config schema   # the JSON Schema (tests hold the shipped file to it)
+    python -m bot.repo_config table    # the README's reference table (tests hold it too)
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import json
+import sys
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
 import gidgethub
+import pathspec
 
+from bot.agents.submit import SEVERITIES
 from bot.config import PROVIDERS
 from bot.github import PERMISSIONS
 
 CONFIG_PATH = ".github/cockpit.toml"
 COMMAND_LEVELS = PERMISSIONS[PERMISSIONS.index("write") :]  # who may run commands or approve
 OUTSIDE_PRS = ("review", "on-command")  # PRs whose author lacks write access
+SECTION = "review"  # every key may also sit in a `[review]` table
+MAX_TEXT = 20_000  # characters of one `instructions` text
+SCHEMA_KEY = "$schema"  # an editor's schema association (Taplo); the bot ignores it
+PENDING = " (read and checked; reviews do not use it yet)"
+
+BOOLEAN, INTEGER, CHOICE, GLOBS, TEXT, PATHS = (
+    "boolean",
+    "integer",
+    "choice",
+    "globs",
+    "text",
+    "paths",
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one key accepts and means: the single source of every derived form."""
+
+    kind: str  # BOOLEAN | INTEGER | CHOICE | GLOBS | TEXT | PATHS
+    meaning: str
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    unset: str = ""  # what a default of None means
+    pending: bool = False  # read and checked; reviews do not use it yet
+
+
+def key(default: Any, kind: str, meaning: str, **rule: Any) -> Any:
+    """A RepoConfig field that is a key of the file."""
+    return field(default=default, metadata={"rule": Rule(kind, meaning, **rule)})
+
+
+@dataclass(frozen=True)
+class PathRule:
+    """`[[review.paths]]`: instructions for the files one gitignore-style glob matches."""
+
+    glob: str
+    instructions: str
+
+    def matches(self, path: str) -> bool:
+        return _spec((self.glob,)).match_file(path)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the file was read: the default branch's `.github/cockpit.toml`, at a blob sha."""
+
+    path: str = CONFIG_PATH
+    blob_sha: str | None = None
 
 
 @dataclass(frozen=True)
 class RepoConfig:
-    auto_review: bool = True
-    review_drafts: bool = False
-    provider: str | None = None
-    verify: bool = False
-    verify_provider: str | None = None  # None: the other provider when it is configured
-    ignore: tuple[str, ...] = ()
-    max_files: int = 60
-    max_diff_bytes: int = 400_000
-    approve_permission: str = "write"
-    outside_prs: str = "review"
-    error: str | None = field(default=None, compare=False)
+    auto_review: bool = key(
+        True, BOOLEAN, "review on opened, reopened, ready_for_review and synchronize"
+    )
+    review_drafts: bool = key(False, BOOLEAN, "also review draft PRs")
+    provider: str | None = key(
+        None,
+        CHOICE,
+        "who reviews",
+        choices=PROVIDERS,
+        unset="the server's `COCKPIT_PROVIDER`",
+    )
+    verify: bool = key(
+        False, BOOLEAN, "a second read-only run tries to refute each finding before it is shown"
+    )
+    verify_provider: str | None = key(
+        None,
+        CHOICE,
+        "who verifies",
+        choices=PROVIDERS,
+        unset="the other provider when its key is set, else the reviewer's",
+    )
+    ignore: tuple[str, ...] = key(
+        (),
+        GLOBS,
+        "files never reviewed (gitignore-style globs; `!` re-includes)",
+    )
+    max_files: int = key(
+        60, INTEGER, "files reviewed per PR (source first, then tests, then docs)", minimum=1
+    )
+    max_diff_bytes: int = key(400_000, INTEGER, "diff bytes reviewed per PR", minimum=1)
+    approve_permission: str = key(
+        "write", CHOICE, "who may publish a draft", choices=COMMAND_LEVELS
+    )
+    outside_prs: str = key(
+        "review",
+        CHOICE,
+        "PRs whose author lacks write access: reviewed automatically (3 a day per author), "
+        "or only on `/cockpit review`",
+        choices=OUTSIDE_PRS,
+    )
+    instructions: str = key(
+        "", TEXT, "the team's review rules, for every file", pending=True, unset="none"
+    )
+    paths: tuple[PathRule, ...] = key(
+        (),
+        PATHS,
+        "`[[review.paths]]` tables: `glob` (gitignore-style) and `instructions` for the files "
+        "it matches",
+        pending=True,
+    )
+    min_severity: str = key(
+        "nit",
+        CHOICE,
+        "findings below this severity are folded away",
+        choices=SEVERITIES,
+        pending=True,
+    )
+    max_findings: int | None = key(
+        None, INTEGER, "inline findings per draft", minimum=1, pending=True, unset="no cap"
+    )
+    # What was read, not keys: the file's problems (each shown on the status comment), the
+    # keys it set, and where it was read (None: there is no file).
+    problems: tuple[str, ...] = field(default=(), compare=False)
+    unusable: bool = field(default=False, compare=False)  # nothing in the file applied
+    set_keys: frozenset[str] = field(default=frozenset(), compare=False)
+    source: Source | None = field(default=None, compare=False)
+
+    @property
+    def error(self) -> str | None:
+        """What the status comment says about the file, or None when all of it applied."""
+        if not self.problems:
+            return None
+        listed = "; ".join(self.problems)
+        if self.unusable:
+            return f"`{CONFIG_PATH}` was not used: {listed}. The defaults apply"
+        return f"`{CONFIG_PATH}`: {listed}. The rest of the file applies"
+
+    def ignores(self, path: str) -> bool:
+        """Whether the `ignore` globs leave `path` (relative to the repository) out."""
+        return bool(self.ignore) and _spec(self.ignore).match_file(path)
 
     def to_payload(self) -> dict[str, Any]:
         """As plain JSON, so a job can carry the config its handler already read."""
-        return {**asdict(self), "ignore": list(self.ignore)}
+        data: dict[str, Any] = {name: _plain(getattr(self, name)) for name in KEYS}
+        data.update(
+            problems=list(self.problems),
+            unusable=self.unusable,
+            set_keys=sorted(self.set_keys),
+            source=None if self.source is None else _plain(self.source),
+        )
+        return data
 
     @classmethod
     def from_payload(cls, data: dict[str, Any]) -> RepoConfig:
-        return cls(**{**data, "ignore": tuple(data.get("ignore", ()))})
+        """The inverse of `to_payload`; a payload from an older version keeps what it can."""
+        values: dict[str, Any] = {}
+        for name, rule in KEYS.items():
+            if name in data:
+                value = data[name]
+                if rule.kind == GLOBS:
+                    value = tuple(value)
+                elif rule.kind == PATHS:
+                    value = tuple(PathRule(**item) for item in value)
+                values[name] = value
+        source = data.get("source")
+        return cls(
+            **values,
+            problems=tuple(data.get("problems", ())),
+            unusable=bool(data.get("unusable", False)),
+            set_keys=frozenset(data.get("set_keys", ())),
+            source=Source(**source) if isinstance(source, dict) else None,
+        )
 
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "auto_review": (bool,),
-    "review_drafts": (bool,),
-    "provider": (str,),
-    "verify": (bool,),
-    "verify_provider": (str,),
-    "ignore": (list,),
-    "max_files": (int,),
-    "max_diff_bytes": (int,),
-    "approve_permission": (str,),
-    "outside_prs": (str,),
-}
+def _rules() -> dict[str, Rule]:
+    return {f.name: f.metadata["rule"] for f in fields(RepoConfig) if "rule" in f.metadata}
 
 
-def parse_repo_config(text: str) -> RepoConfig:
-    """Parse the file; any problem gives the defaults plus an `error` to show on the PR."""
+KEYS: dict[str, Rule] = _rules()
+_FIELDS: dict[str, Field] = {f.name: f for f in fields(RepoConfig)}
+
+
+def default_of(name: str) -> Any:
+    default = _FIELDS[name].default
+    assert default is not MISSING
+    return default
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, PathRule | Source):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    return value
+
+
+@functools.lru_cache(maxsize=256)
+def _spec(globs: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
+    return pathspec.GitIgnoreSpec.from_lines(globs)
+
+
+def glob_problem(glob: Any, *, negation: bool = True) -> str | None:
+    """Why `glob` is not a usable gitignore-style pattern, or None."""
+    if not isinstance(glob, str) or not glob.strip():
+        return "is not a non-empty string"
+    if glob.startswith("#"):
+        return "starts with `#`, which gitignore reads as a comment (write `\\#`)"
+    if glob.startswith("!") and not negation:
+        return "cannot be negated here"
+    try:
+        [pattern] = pathspec.GitIgnoreSpec.from_lines([glob]).patterns
+    except ValueError:  # pathspec's pattern errors are ValueErrors
+        return "is not a gitignore-style glob"
+    if pattern.include is None:
+        return "matches nothing"
+    return None
+
+
+# -- checking one key ---------------------------------------------------------------------------
+
+
+class Refused(Exception):
+    """A value a key does not accept; the message completes "`key` …"."""
+
+
+def _check(name: str, rule: Rule, value: Any) -> Any:
+    """The value as RepoConfig holds it, or Refused."""
+    if rule.kind == BOOLEAN:
+        if not isinstance(value, bool):
+            raise Refused("must be true or false")
+        return value
+    if rule.kind == INTEGER:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Refused("must be an integer")
+        if rule.minimum is not None and value < rule.minimum:
+            raise Refused(f"must be at least {rule.minimum}")
+        return value
+    if rule.kind == CHOICE:
+        if value not in rule.choices:
+            raise Refused(f"must be one of {_choices(rule)}")
+        return value
+    if rule.kind == TEXT:
+        if not isinstance(value, str):
+            raise Refused("must be a string")
+        if len(value) > MAX_TEXT:
+            raise Refused(f"is longer than {MAX_TEXT} characters")
+        return value
+    if rule.kind == GLOBS:
+        if not isinstance(value, list):
+            raise Refused("must be a list of glob strings")
+        for n, glob in enumerate(value):
+            problem = glob_problem(glob)
+            if problem:
+                raise Refused(f"entry {n + 1} ({_shown(glob)}) {problem}")
+        return tuple(value)
+    if rule.kind == PATHS:
+        return _check_paths(value)
+    raise AssertionError(f"unknown kind {rule.kind} of `{name}`")
+
+
+def _check_paths(value: Any) -> tuple[PathRule, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise Refused("must be `[[review.paths]]` tables, each with `glob` and `instructions`")
+    found = []
+    for n, table in enumerate(value, 1):
+        extra = sorted(set(table) - {"glob", "instructions"})
+        if extra:
+            raise Refused(f"table {n} has unknown key(s) {', '.join(f'`{k}`' for k in extra)}")
+        if "glob" not in table or "instructions" not in table:
+            raise Refused(f"table {n} needs both `glob` and `instructions`")
+        problem = glob_problem(table["glob"], negation=False)
+        if problem:
+            raise Refused(f"table {n}: `glob` ({_shown(table['glob'])}) {problem}")
+        if not isinstance(table["instructions"], str) or len(table["instructions"]) > MAX_TEXT:
+            raise Refused(f"table {n}: `instructions` must be a string of at most {MAX_TEXT}")
+        found.append(PathRule(table["glob"], table["instructions"]))
+    return tuple(found)
+
+
+def _choices(rule: Rule) -> str:
+    return ", ".join(f'"{c}"' for c in rule.choices)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+# -- the file ----------------------------------------------------------------------------------
+
+
+def parse_repo_config(text: str, source: Source | None = None) -> RepoConfig:
+    """Parse the file: good keys apply, each bad or unknown one is a problem (and keeps its
+    default); a file that is not TOML gives the defaults and says why."""
+    source = source or Source()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        return RepoConfig(error=f"{CONFIG_PATH} is not valid TOML: {exc}")
-    if isinstance(data.get("review"), dict):
-        data = {**data, **data.pop("review")}
-    problems = []
+        return RepoConfig(problems=(f"it is not valid TOML ({exc})",), unusable=True, source=source)
+    return from_data(data, source)
+
+
+def from_data(data: dict[str, Any], source: Source | None = None) -> RepoConfig:
+    """The config from the file's parsed TOML."""
+    problems: list[str] = []
+    entries: list[tuple[str, str, Any]] = []  # (where it was written, key, value)
+    for name, value in data.items():
+        if name == SECTION and isinstance(value, dict):
+            entries += [(f"{SECTION}.{k}", k, v) for k, v in value.items()]
+        elif name != SCHEMA_KEY:
+            entries.append((name, name, value))
     values: dict[str, Any] = {}
-    known = {f.name for f in fields(RepoConfig)} - {"error"}
-    for key, value in data.items():
-        if key not in known:
-            problems.append(f"unknown key `{key}`")
+    for written, name, value in entries:
+        rule = KEYS.get(name)
+        if rule is None:
+            problems.append(f"unknown key `{written}` (ignored)")
             continue
-        if not isinstance(value, _TYPES[key]) or (
-            isinstance(value, bool) and bool not in _TYPES[key]
-        ):
-            problems.append(f"`{key}` has the wrong type")
-            continue
-        values[key] = value
-    for key in ("provider", "verify_provider"):
-        if key in values and values[key] not in PROVIDERS:
-            problems.append(f"`{key}` must be one of {', '.join(PROVIDERS)}")
-            values.pop(key)
-    if "approve_permission" in values and values["approve_permission"] not in COMMAND_LEVELS:
-        problems.append(f"`approve_permission` must be one of {', '.join(COMMAND_LEVELS)}")
-        values.pop("approve_permission")
-    if "outside_prs" in values and values["outside_prs"] not in OUTSIDE_PRS:
-        problems.append(f"`outside_prs` must be one of {', '.join(OUTSIDE_PRS)}")
-        values.pop("outside_prs")
-    if "ignore" in values:
-        if all(isinstance(g, str) for g in values["ignore"]):
-            values["ignore"] = tuple(values["ignore"])
-        else:
-            problems.append("`ignore` must be a list of glob strings")
-            values.pop("ignore")
-    for key in ("max_files", "max_diff_bytes"):
-        if key in values and values[key] <= 0:
-            problems.append(f"`{key}` must be positive")
-            values.pop(key)
-    if problems:
-        return RepoConfig(error=f"{CONFIG_PATH}: " + "; ".join(problems))
-    return RepoConfig(**values)
+        if name in values:
+            problems.append(f"`{name}` is set twice (the last one applies)")
+        try:
+            values[name] = _check(name, rule, value)
+        except Refused as why:
+            values.pop(name, None)
+            problems.append(f"`{written}` {why} (the default applies)")
+    return RepoConfig(**values, problems=tuple(problems), set_keys=frozenset(values), source=source)
 
 
 async def fetch_repo_config(gh: Any, owner: str, repo: str) -> RepoConfig:
@@ -113,9 +362,155 @@ async def fetch_repo_config(gh: Any, owner: str, repo: str) -> RepoConfig:
             return RepoConfig()
         raise
     if not isinstance(item, dict) or item.get("type") != "file":
-        return RepoConfig(error=f"{CONFIG_PATH} is not a file")
+        return RepoConfig(problems=("it is not a file",), unusable=True, source=Source())
+    source = Source(blob_sha=item.get("sha") if isinstance(item.get("sha"), str) else None)
     try:
         text = base64.b64decode(item.get("content", "")).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
-        return RepoConfig(error=f"{CONFIG_PATH} is not UTF-8 text")
-    return parse_repo_config(text)
+        return RepoConfig(problems=("it is not UTF-8 text",), unusable=True, source=source)
+    return parse_repo_config(text, source)
+
+
+# -- derived forms: what a value looks like, the reference table, the JSON Schema --------------
+
+
+def toml_value(value: Any) -> str:
+    """A value as it would be written in the file."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, PathRule):
+        return f"{{glob = {toml_value(value.glob)}, instructions = …}}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key as `/cockpit config` shows it."""
+
+    key: str
+    value: str  # as it would be written in the file; "" when unset
+    from_file: bool
+    unset: str  # what an unset value means
+    pending: bool
+
+
+def effective(config: RepoConfig) -> list[Setting]:
+    """Every key's value and whether the file set it (else it is the default)."""
+    shown = []
+    for name, rule in KEYS.items():
+        value = getattr(config, name)
+        text = "" if value is None or value == "" else toml_value(value)
+        if len(text) > 120:
+            text = text[:119] + "…"
+        shown.append(Setting(name, text, name in config.set_keys, rule.unset, rule.pending))
+    return shown
+
+
+def type_text(rule: Rule) -> str:
+    if rule.kind == CHOICE:
+        return " \\| ".join(f'`"{c}"`' for c in rule.choices)
+    if rule.kind == INTEGER:
+        return f"integer ≥ {rule.minimum}" if rule.minimum is not None else "integer"
+    return {
+        BOOLEAN: "boolean",
+        TEXT: "string",
+        GLOBS: "list of globs",
+        PATHS: "array of tables",
+    }[rule.kind]
+
+
+def default_text(name: str) -> str:
+    rule, default = KEYS[name], default_of(name)
+    if default is None or default == "":
+        return f"unset: {rule.unset}"
+    if rule.kind == TEXT:
+        return toml_value(default)
+    return f"`{toml_value(default)}`"
+
+
+def reference_table() -> str:
+    """The README's table of keys (tests/test_repo_config.py holds the README to it)."""
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for name, rule in KEYS.items():
+        meaning = rule.meaning + (PENDING if rule.pending else "")
+        rows.append(f"| `{name}` | {type_text(rule)} | {default_text(name)} | {meaning} |")
+    return "\n".join(rows)
+
+
+def _property(name: str, rule: Rule) -> dict[str, Any]:
+    description = (
+        rule.meaning[0].upper()
+        + rule.meaning[1:]
+        + (PENDING if rule.pending else "")
+        + "."
+        + (f" Unset: {rule.unset}." if rule.unset and default_of(name) in (None, "") else "")
+    )
+    schema: dict[str, Any] = {"description": description}
+    default = default_of(name)
+    if rule.kind == BOOLEAN:
+        schema["type"] = "boolean"
+    elif rule.kind == INTEGER:
+        schema["type"] = "integer"
+        if rule.minimum is not None:
+            schema["minimum"] = rule.minimum
+    elif rule.kind == CHOICE:
+        schema.update(type="string", enum=list(rule.choices))
+    elif rule.kind == TEXT:
+        schema.update(type="string", maxLength=MAX_TEXT)
+    elif rule.kind == GLOBS:
+        schema.update(type="array", items={"type": "string", "minLength": 1})
+    elif rule.kind == PATHS:
+        schema.update(
+            type="array",
+            items={
+                "type": "object",
+                "properties": {
+                    "glob": {"type": "string", "minLength": 1},
+                    "instructions": {"type": "string", "maxLength": MAX_TEXT},
+                },
+                "required": ["glob", "instructions"],
+                "additionalProperties": False,
+            },
+        )
+    if default is not None:
+        schema["default"] = _plain(default)
+    return schema
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the file for editors (Taplo / Even Better TOML), from the keys."""
+    properties = {name: _property(name, rule) for name, rule in KEYS.items()}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "PR Cockpit repository configuration (.github/cockpit.toml)",
+        "description": "Read from the default branch. Every key is optional and may also sit "
+        "in a [review] table. Unknown keys and bad values are reported on the PR's status "
+        "comment and keep their default; the rest applies.",
+        "type": "object",
+        "properties": {
+            SCHEMA_KEY: {"type": "string", "description": "this schema, for editors"},
+            **properties,
+            SECTION: {
+                "type": "object",
+                "description": "the same keys, in a [review] table",
+                "properties": properties,
+                "additionalProperties": False,
+            },
+        },
+        "additionalProperties": False,
+    }
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
+    if what not in ("schema", "table"):
+        sys.exit("usage: python -m bot.repo_config schema|table")
+    sys.stdout.write(schema_text() if what == "schema" else reference_table() + "\n")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import hmac
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -41,9 +43,11 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 25 * 1024 * 1024
 EVENT_WORKERS = 4
+HEALTH_SECONDS = 1.8  # every health answer comes within 2 s, whatever the database does
 # What one `cockpit serve` process does: `web` stores deliveries and their jobs, `worker`
 # runs jobs, `all` both. Separate roles need a database several processes share (Postgres).
 ROLES = ("all", "web", "worker")
+
 
 @dataclass
 class Lifecycle:
@@ -127,15 +131,57 @@ async def webhook(request: web.Request) -> web.Response:
     return _reply(202, "accepted")
 
 
+async def _ready(request: web.Request) -> tuple[bool, bool, bool]:
+    """(database reachable, inbox working, stopping). A successful ping lets the inbox clear
+    a failed commit by itself (a probe of its own connection), so readiness comes back when
+    the database does, with or without traffic."""
+    ctx = request.app[CONTEXT]
+    db_ok = await ctx.db.ping()
+    inbox_ok = True
+    if request.app[ROLE] != "worker":
+        inbox = request.app[INBOX]
+        inbox_ok = inbox.alive or (db_ok and await inbox.recover())
+    return db_ok, inbox_ok, request.app[LIFECYCLE].stopping
+
+
+def _workers_ok(request: web.Request) -> bool:
+    jobs = request.app[CONTEXT].jobs
+    return request.app[ROLE] == "web" or jobs.workers_alive == jobs.workers_total > 0
+
+
+async def healthz_live(request: web.Request) -> web.Response:
+    """The process works (its loops run): a failure here means restart it. A database
+    outage is not one: the process waits it out and recovers by itself."""
+    ok = _workers_ok(request)
+    return web.json_response({"status": "ok" if ok else "dead"}, status=200 if ok else 503)
+
+
+async def healthz_ready(request: web.Request) -> web.Response:
+    """It can take traffic now: database reachable, inbox working, not stopping."""
+    try:
+        async with asyncio.timeout(HEALTH_SECONDS):
+            db_ok, inbox_ok, stopping = await _ready(request)
+    except TimeoutError:
+        db_ok, inbox_ok, stopping = False, False, request.app[LIFECYCLE].stopping
+    ok = db_ok and inbox_ok and not stopping
+    body = {"status": "ready" if ok else "not ready", "db": db_ok, "inbox": inbox_ok}
+    return web.json_response({**body, "stopping": stopping}, status=200 if ok else 503)
+
+
 async def healthz(request: web.Request) -> web.Response:
+    """The summary: readiness, the workers and the queue, and reasons to worry."""
     ctx = request.app[CONTEXT]
     role = request.app[ROLE]
-    db_ok = await ctx.db.ping()
-    counts = await ctx.jobs.counts() if db_ok else {}
-    runs_jobs = role != "web"
-    workers_ok = ctx.jobs.workers_alive == ctx.jobs.workers_total > 0 or not runs_jobs
-    inbox_ok = request.app[INBOX].alive if role != "worker" else True
-    stopping = request.app[LIFECYCLE].stopping
+    counts: dict[str, int] = {}
+    try:
+        async with asyncio.timeout(HEALTH_SECONDS):
+            db_ok, inbox_ok, stopping = await _ready(request)
+            counts = await ctx.jobs.counts() if db_ok else {}
+    except TimeoutError:
+        db_ok, inbox_ok, stopping = False, False, request.app[LIFECYCLE].stopping
+    except sqlite3.Error:  # the database went away between the ping and the count
+        db_ok = False
+    workers_ok = _workers_ok(request)
     healthy = db_ok and workers_ok and inbox_ok and not stopping
     reasons = ["stopping"] if stopping else []
     space = disk(ctx.settings)
@@ -151,7 +197,11 @@ async def healthz(request: web.Request) -> web.Response:
         "inbox": inbox_ok,
         "queue_depth": counts.get("queued", 0) + counts.get("waiting", 0),
         "running": counts.get("running", 0),
-        "workers": {"alive": ctx.jobs.workers_alive, "total": ctx.jobs.workers_total},
+        "workers": {
+            "alive": ctx.jobs.workers_alive,
+            "total": ctx.jobs.workers_total,
+            "restarts": getattr(ctx.jobs, "restarts", 0),
+        },
         "role": role,
     }
     return web.json_response(body, status=200 if healthy else 503)
@@ -199,6 +249,8 @@ def make_app(
     if role != "worker":
         app.router.add_post("/webhooks/github", webhook)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/healthz/live", healthz_live)
+    app.router.add_get("/healthz/ready", healthz_ready)
     app.router.add_get("/metrics", metrics_view)
     app.cleanup_ctx.append(functools.partial(_lifecycle, settings, router, setup))
     return app
@@ -224,12 +276,22 @@ async def stop_gracefully(app: web.Application) -> None:
 
 async def open_database(settings: Settings) -> Any:
     """The configured backend: Postgres when COCKPIT_DATABASE_URL is set, else the SQLite
-    file under COCKPIT_DATA_DIR."""
-    if settings.database_url is not None:
-        from bot.pg import PgDatabase
+    file under COCKPIT_DATA_DIR (which applies its schema steps itself: one process owns it).
+    A Postgres schema behind this release's is refused (`bot.pg.SchemaBehind`) unless
+    COCKPIT_MIGRATE_ON_START=1 lets this process migrate it."""
+    if settings.database_url is None:
+        return await Database.open(settings.db_path)
+    from bot.pg import PgDatabase
 
-        return await PgDatabase.open(settings.database_url.reveal())
-    return await Database.open(settings.db_path)
+    db = await PgDatabase.open(settings.database_url.reveal())
+    try:
+        if settings.migrate_on_start:
+            await db.migrate()
+        await db.check_schema()
+    except BaseException:
+        await db.close()
+        raise
+    return db
 
 
 async def _lifecycle(

@@ -1,11 +1,15 @@
-"""SQLite storage (aiosqlite, WAL) and the idempotent schema, applied at every start."""
+"""SQLite storage (aiosqlite, WAL) and the schema's versioned steps (`STEPS`), shared by both
+backends: SQLite applies them at every start (idempotently: one process owns the file),
+Postgres through `cockpit migrate` (see `bot.pg`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,9 @@ import aiosqlite
 
 BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
+# Step 1 of the schema (below): the tables as the last release without versioned steps made
+# them, with its columns added later (ADDED_COLUMNS) and what came after them (AFTER_COLUMNS).
+# Frozen: a change to the schema is a new step in STEPS, never an edit here.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS deliveries (
     id TEXT PRIMARY KEY,
@@ -266,8 +273,8 @@ CREATE TABLE IF NOT EXISTS eval_judgements (
 );
 """
 
-# Columns added after their table first shipped: ensure_schema adds the missing ones, so an
-# older database upgrades in place at start-up. (table, column, declaration)
+# Columns added after their table first shipped (part of step 1): added where missing, so a
+# database older still upgrades in place. (table, column, declaration)
 ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("reviews", "revision", "INTEGER NOT NULL DEFAULT 1"),
     ("reviews", "revision_note", "TEXT"),
@@ -321,6 +328,53 @@ CREATE TABLE IF NOT EXISTS notices (
 """
 
 
+@dataclass(frozen=True)
+class Step:
+    """One versioned change of the schema: tables and indexes (`CREATE … IF NOT EXISTS`),
+    then added columns, then what needs them. Every statement is safe to run again, so SQLite
+    applies every step at every start; Postgres applies each once (`cockpit migrate`)."""
+
+    version: int
+    name: str
+    schema: str = ""
+    columns: tuple[tuple[str, str, str], ...] = ()
+    after: str = ""
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        1,
+        "the schema of the last release before versioned steps",
+        SCHEMA,
+        ADDED_COLUMNS,
+        AFTER_COLUMNS,
+    ),
+    Step(
+        2,
+        "command rate limits in the database; review runs owned by one job attempt",
+        schema="""
+-- One row per model-starting command, so every process counts the same window.
+CREATE TABLE IF NOT EXISTS command_uses (
+    key TEXT NOT NULL,
+    used_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS command_uses_key ON command_uses(key, used_at);
+""",
+        # The job attempt that runs a review: a late one (a paused worker) changes nothing.
+        columns=(("reviews", "run_owner", "TEXT"),),
+    ),
+)
+SCHEMA_VERSION = STEPS[-1].version
+# Which steps a database has, and when they came (both backends).
+VERSIONS = """
+CREATE TABLE IF NOT EXISTS schema_versions (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at REAL NOT NULL
+);
+"""
+
+
 class Database:
     """One aiosqlite connection; writes and multi-statement work go through `transaction()`.
 
@@ -354,22 +408,38 @@ class Database:
         await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         await conn.execute("PRAGMA foreign_keys=ON")
         db = cls(conn)
-        await db.ensure_schema()
+        await db.migrate()
         return db
 
     async def close(self) -> None:
         await self.conn.close()
 
-    async def ensure_schema(self) -> None:
+    async def migrate(self) -> list[int]:
+        """Apply every step (each is idempotent: one process owns the file, so every start
+        runs them all) and record the new ones; returns the versions recorded now."""
         async with self._lock:
-            await self.conn.executescript(SCHEMA)
-            for table, column, declaration in ADDED_COLUMNS:
-                present = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
-                if column not in {row["name"] for row in present}:
-                    await self.conn.execute(
-                        f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
-                    )
-            await self.conn.executescript(AFTER_COLUMNS)
+            await self.conn.executescript(VERSIONS)
+            for step in STEPS:
+                await self.conn.executescript(step.schema)
+                for table, column, declaration in step.columns:
+                    present = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
+                    if column not in {row["name"] for row in present}:
+                        await self.conn.execute(
+                            f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+                        )
+                await self.conn.executescript(step.after)
+            recorded = await self.conn.execute_fetchall(
+                "INSERT INTO schema_versions (version, name, applied_at) VALUES "
+                + ", ".join("(?, ?, ?)" for _ in STEPS)
+                + " ON CONFLICT (version) DO NOTHING RETURNING version",
+                [value for step in STEPS for value in (step.version, step.name, time.time())],
+            )
+        return sorted(row[0] for row in recorded)
+
+    async def schema_version(self) -> int:
+        """The newest step recorded (0: none)."""
+        row = await self.fetchone("SELECT MAX(version) FROM schema_versions")
+        return int(row[0] or 0) if row else 0
 
     @contextlib.asynccontextmanager
     async def transaction(self, lock: str | None = None) -> AsyncIterator[aiosqlite.Connection]:

@@ -9,11 +9,14 @@ touch, so the text reads the same, also inside code, and nothing is deleted.
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import cache
 from typing import Any
 
 import jinja2
+
+log = logging.getLogger(__name__)
 
 STATUS_MARKER = "<!-- pr-cockpit:status -->"
 GITHUB_BODY_LIMIT = 65_536
@@ -41,12 +44,28 @@ _OPENER = re.compile(r"(`{3,}|~{3,})(.*)")
 _NESTED_FENCE = re.compile(r"^([ \t>*+\-0-9.)]*?)(?=`{3}|~{3})")
 
 
+_strict = False
+
+
+def strict_templates(strict: bool = True) -> None:
+    """The test suite turns this on: a template that reads a value nobody gave it fails at
+    once. Without it (in production) such a value renders empty and is logged, so a blank in
+    a comment or a prompt never costs a review or a verify pass."""
+    global _strict
+    _strict = strict
+
+
 @cache
-def _environment() -> jinja2.Environment:
+def _environment(strict: bool) -> jinja2.Environment:
+    undefined = (
+        jinja2.StrictUndefined
+        if strict
+        else jinja2.make_logging_undefined(log, base=jinja2.ChainableUndefined)
+    )
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("templates", ""),
         autoescape=False,  # noqa: S701 - markdown, not HTML; model text goes through `safe_md`
-        undefined=jinja2.StrictUndefined,
+        undefined=undefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=False,
@@ -78,7 +97,7 @@ def render(name: str, **context: Any) -> str:
     """Render a template; `repo_url` (the repository's page on GitHub) is the one place model
     text may link to."""
     context.setdefault("repo_url", None)
-    return _environment().get_template(name).render(**context).strip() + "\n"
+    return _environment(_strict).get_template(name).render(**context).strip() + "\n"
 
 
 def repo_url_of(pull_html_url: str | None) -> str | None:

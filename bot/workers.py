@@ -9,6 +9,7 @@ import time
 from bot.agents.loop import close_interrupted_runs
 from bot.context import Context
 from bot.queue import REVIEWS, Job
+from bot.ratelimit import forget_command_uses
 from bot.review import state
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.job import (
@@ -76,31 +77,32 @@ async def cleanup_installation(ctx: Context, job: Job) -> None:
         await ctx.mirrors.remove_repo(repo)
 
 
-async def maintenance(ctx: Context, job: Job) -> None:
-    """Housekeeping at start-up and then daily: worktrees past their TTL (on this worker's
-    disk), closed PRs' refs and mirror gc, old history, conversations of long-closed PRs."""
-    now = time.time()
+async def tend_disk(ctx: Context, job: Job) -> None:
+    """This worker's own disk, at start-up and then daily in every worker process (mirrors
+    and worktrees are local to each): worktrees past their TTL, closed PRs' refs, mirror gc."""
     removed = await ctx.mirrors.prune(WORKTREE_TTL)
     refs = 0
     for repo, numbers in (await closed_pull_refs(ctx.db)).items():
         refs += await ctx.mirrors.drop_pull_refs(repo, numbers)
     collected = await ctx.mirrors.collect_garbage()
+    found = {"worktrees": removed, "pull_refs_dropped": refs, "mirrors_collected": collected}
+    log.info("disk tended", extra={"fields": found})
+
+
+async def maintenance(ctx: Context, job: Job) -> None:
+    """The database's housekeeping at start-up and then daily (one job whichever workers
+    run): old history, conversations of long-closed PRs, old notices and command uses."""
+    now = time.time()
     deliveries, jobs = await prune_history(ctx.db, now - HISTORY_TTL)
     conversations = await prune_closed_conversations(ctx.db, now - CONVERSATION_TTL)
     await ctx.db.execute("DELETE FROM notices WHERE sent_at < ?", (now - 86400,))
+    await forget_command_uses(ctx.db, now - 86400)
     if ctx.db.shared:  # procrastinate's finished jobs
         await ctx.jobs.prune(HISTORY_TTL // 3600)
     log.info(
         "maintenance done",
         extra={
-            "fields": {
-                "worktrees": removed,
-                "pull_refs_dropped": refs,
-                "mirrors_collected": collected,
-                "deliveries": deliveries,
-                "jobs": jobs,
-                "conversation_rows": conversations,
-            }
+            "fields": {"deliveries": deliveries, "jobs": jobs, "conversation_rows": conversations}
         },
     )
     if ctx.db.shared:
@@ -124,18 +126,17 @@ async def setup_workers(ctx: Context) -> None:
         "cleanup_pull": cleanup_pull_job,
         "cleanup_installation": cleanup_installation,
         "maintenance": maintenance,
+        "tend_disk": tend_disk,
         "recover_posting": recover_posting_job,
         "report_failure": report_failure_job,
         "session_turn": session_turn_job,
     }.items():
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
     ctx.jobs.on_gave_up["review"] = functools.partial(review_gave_up, ctx)
+    ctx.jobs.every_here("tend_disk", MAINTENANCE_EVERY)  # each worker process, its own disk
     if ctx.db.shared:
-        # Several workers: the daily run is one periodic job for all of them; each worker
-        # prunes its own disk (worktrees and mirrors are local to it) as it starts.
+        # Several workers: the database's daily run is one periodic job for all of them.
         ctx.jobs.every("maintenance", MAINTENANCE_CRON, queue=REVIEWS)
-        removed = await ctx.mirrors.prune(WORKTREE_TTL)
-        log.info("pruned worktrees", extra={"fields": {"worktrees": removed}})
         # Approves left `posting`: a recovery waits for the publishing lock, which a live
         # process holds until it is done, and a dead one no longer holds.
         await queue_interrupted(ctx)

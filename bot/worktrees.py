@@ -3,6 +3,13 @@
 A review's worktree is registered without a checkout: the toolbox reads files from the
 object store at the head sha, so preparing a review costs a fetch, not a checkout, and
 the sandbox is structural (paths are tree lookups, symlinks are just blobs).
+
+Mirrors are partial clones (`--filter=blob:none`): commits and trees come at once, a file's
+content only when something needs it. `git diff` fetches the blobs of a PR's changed files
+in one batch, a read fetches its one blob, and a search fetches the blobs it will read in one
+batch first (`Worktree.fetch_blobs`); such fetches run under the same safe environment, with
+the installation token in that one process's environment. A server without filter support
+(git's dumb HTTP, a local repository) gives a full mirror, which works the same.
 """
 
 from __future__ import annotations
@@ -10,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import logging
 import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -27,6 +36,9 @@ STDERR_LIMIT = 64 << 10
 READ_CHUNK = 1 << 16
 GC_PRUNE = "1.day.ago"  # unreachable objects go once they are a day old
 GC_TIMEOUT = 1800.0
+FLOCK_POLL = 0.05  # seconds between tries for a mirror's file lock held by another process
+BLOB_FETCH_TIMEOUT = 120.0
+PARTIAL_FILTER = "blob:none"  # mirrors hold commits and trees; blobs come on demand
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -46,6 +58,10 @@ def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
         "core.untrackedCache": "false",
         "core.quotePath": "false",
         "core.bigFileThreshold": "1m",  # larger blobs diff as binary, never line by line
+        # Short ids of a fixed length: by default their length grows with the number of
+        # objects, so a partial mirror and a full one (or one mirror, months apart) would show
+        # the same diff and log with different ids.
+        "core.abbrev": "12",
         "core.askPass": "",
         "credential.helper": "",
         "protocol.ext.allow": "never",
@@ -57,8 +73,12 @@ def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
         "log.showSignature": "false",
     }
     if token:
-        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-        config["http.extraHeader"] = f"Authorization: Basic {basic}"
+        config.update(_token_config(token))
+    # A private CA (GitHub Enterprise Server): git's libcurl does not read SSL_CERT_FILE
+    # itself, and this environment is built from nothing, so the file is passed on.
+    ca_file = os.environ.get("GIT_SSL_CAINFO") or os.environ.get("SSL_CERT_FILE")
+    if ca_file:
+        config["http.sslCAInfo"] = ca_file
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
@@ -80,6 +100,28 @@ def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
     return env
 
 
+def _token_config(token: str) -> dict[str, str]:
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    return {"http.extraHeader": f"Authorization: Basic {basic}"}
+
+
+def with_config(env: dict[str, str], config: dict[str, str]) -> dict[str, str]:
+    """`env` (from `git_env`) with more configuration, for one git process."""
+    count = int(env["GIT_CONFIG_COUNT"])
+    added = {**env, "GIT_CONFIG_COUNT": str(count + len(config))}
+    for n, (key, value) in enumerate(config.items(), start=count):
+        added[f"GIT_CONFIG_KEY_{n}"], added[f"GIT_CONFIG_VALUE_{n}"] = key, value
+    return added
+
+
+def with_token(env: dict[str, str], token: str | None) -> dict[str, str]:
+    """`env` plus the installation token as `http.extraHeader`, for one git process."""
+    return with_config(env, _token_config(token)) if token else env
+
+
+TokenSource = Callable[[], Awaitable[str | None]]  # a fresh installation token when asked
+
+
 async def run_git(
     args: list[str],
     *,
@@ -88,22 +130,32 @@ async def run_git(
     timeout: float = GIT_TIMEOUT,
     limit: int = OUTPUT_LIMIT,
     check: bool = True,
+    stdin: bytes | None = None,
 ) -> bytes:
     """Run `git <args>` with a fixed argv (no shell). Output is streamed with a byte cap:
     past `limit` bytes git is stopped and the answer holds `limit + 1` bytes (see
     `truncated`), so a 64 MiB commit subject or a 50 MB blob never lands in memory whole.
-    stderr keeps its first STDERR_LIMIT bytes; the rest is read and dropped. Once git is
-    stopped (cap or timeout) its pipes are closed, unread: see `_stop`."""
+    stderr keeps its first STDERR_LIMIT bytes; the rest is read and dropped. `stdin`, when
+    given, is written to git while its output is read. Once git is stopped (cap or timeout)
+    its pipes are closed, unread: see `_stop`."""
     proc = await asyncio.create_subprocess_exec(
         "git",
         *args,
         cwd=cwd,
         env=env,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stderr is not None
+
+    async def write_in() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(stdin or b"")
+            await proc.stdin.drain()
+        proc.stdin.close()
 
     async def read_out() -> bytes:
         assert proc.stdout is not None
@@ -129,9 +181,9 @@ async def run_git(
             kept += chunk[: max(0, STDERR_LIMIT - len(kept))]
         return bytes(kept)
 
-    reader = asyncio.ensure_future(asyncio.gather(read_out(), read_err()))
+    reader = asyncio.ensure_future(asyncio.gather(read_out(), read_err(), write_in()))
     try:
-        out, err = await asyncio.wait_for(asyncio.shield(reader), timeout)
+        out, err, _ = await asyncio.wait_for(asyncio.shield(reader), timeout)
         await asyncio.wait_for(proc.wait(), timeout)
     except (TimeoutError, asyncio.CancelledError) as exc:
         _stop(proc)
@@ -160,7 +212,7 @@ def _stop(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
     transport = proc._transport  # type: ignore[attr-defined]  # asyncio has no public way
-    for fd in (1, 2):
+    for fd in (0, 1, 2):
         pipe = transport.get_pipe_transport(fd)
         if pipe is not None:
             pipe.close()
@@ -186,6 +238,10 @@ class Worktree:
     base_sha: str
     merge_base: str
     env: dict[str, str]
+    # The mirror is a partial clone: a git call may fetch the blobs it reads, and a private
+    # repository wants the installation token for that. Asked for at each call (tokens
+    # expire within the hour; a session may come back to its worktree days later).
+    token: TokenSource | None = field(default=None, repr=False, compare=False)
 
     async def git(
         self,
@@ -193,10 +249,53 @@ class Worktree:
         timeout: float = TOOL_TIMEOUT,
         limit: int = OUTPUT_LIMIT,
         check: bool = True,
+        stdin: bytes | None = None,
+        config: dict[str, str] | None = None,
     ) -> bytes:
+        env = with_config(self.env, config) if config else self.env
+        if self.token is not None:
+            env = with_token(env, await self.token())
         return await run_git(
-            list(args), cwd=self.mirror, env=self.env, timeout=timeout, limit=limit, check=check
+            list(args),
+            cwd=self.mirror,
+            env=env,
+            timeout=timeout,
+            limit=limit,
+            check=check,
+            stdin=stdin,
         )
+
+    async def fetch_blobs(self, path: str = "") -> int:
+        """Fetch, in one request, the head's blobs under `path` (the whole tree when empty)
+        that the partial mirror does not hold yet; returns how many. Without it `git grep`
+        would fetch each missing blob with a request of its own. A full mirror lacks none."""
+        start = f"{self.head_sha}:{path}" if path else f"{self.head_sha}^{{tree}}"
+        listed = await run_git(
+            ["rev-list", "--objects", "--missing=print", "--no-walk", start],
+            cwd=self.mirror,
+            env=self.env,  # --missing=print never fetches
+            timeout=BLOB_FETCH_TIMEOUT,
+            limit=64 << 20,
+            check=False,
+        )
+        missing = [
+            line[1:] for line in listed.decode(errors="replace").splitlines() if line[:1] == "?"
+        ]
+        if missing:
+            await self.git(
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--recurse-submodules=no",
+                f"--filter={PARTIAL_FILTER}",
+                "--stdin",
+                "origin",
+                timeout=BLOB_FETCH_TIMEOUT,
+                stdin="\n".join(missing).encode() + b"\n",
+                config={"fetch.negotiationAlgorithm": "noop"},  # as git's own lazy fetches
+            )
+        return len(missing)
 
 
 class Mirrors:
@@ -223,9 +322,24 @@ class Mirrors:
     def tree_path(self, name: str) -> Path:
         return self.trees / _SAFE_NAME.sub("_", name)
 
-    def lock(self, mirror: Path) -> asyncio.Lock:
-        """One git operation per mirror at a time."""
-        return self._locks.setdefault(mirror, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def lock(self, mirror: Path) -> AsyncIterator[None]:
+        """One git operation per mirror at a time: in this process (an asyncio lock), and
+        across processes sharing the data directory (`fcntl.flock` on `<mirror>.lock`, polled
+        so a cancelled waiter never takes it later)."""
+        async with self._locks.setdefault(mirror, asyncio.Lock()):
+            mirror.parent.mkdir(parents=True, exist_ok=True)
+            with open(mirror.with_name(mirror.name + ".lock"), "a+b") as held:  # noqa: ASYNC230
+                while True:
+                    try:
+                        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        await asyncio.sleep(FLOCK_POLL)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(held, fcntl.LOCK_UN)
 
     async def sync(
         self, repo: str, clone_url: str, refs: list[str], token: str | None = None
@@ -241,7 +355,15 @@ class Mirrors:
                 partial = mirror.with_suffix(".partial")
                 await _rmtree(partial)
                 await run_git(
-                    ["clone", "--mirror", "--quiet", "--", clone_url, str(partial)],
+                    [
+                        "clone",
+                        "--mirror",
+                        f"--filter={PARTIAL_FILTER}",
+                        "--quiet",
+                        "--",
+                        clone_url,
+                        str(partial),
+                    ],
                     cwd=mirror.parent,
                     env=env,
                 )
@@ -263,8 +385,17 @@ class Mirrors:
                 )
         return mirror
 
-    async def add_worktree(self, repo: str, *, name: str, head_sha: str, base_ref: str) -> Worktree:
-        """Register a detached, no-checkout worktree at `head_sha` (costs ~nothing)."""
+    async def add_worktree(
+        self,
+        repo: str,
+        *,
+        name: str,
+        head_sha: str,
+        base_ref: str,
+        token: TokenSource | None = None,
+    ) -> Worktree:
+        """Register a detached, no-checkout worktree at `head_sha` (costs ~nothing). `token`
+        gives the installation token to the git calls that fetch blobs on demand."""
         mirror = self.mirror_path(repo)
         env = self.env()
         path = self.tree_path(name)
@@ -290,7 +421,7 @@ class Mirrors:
                 raise failed[0]
             assert isinstance(bases, list)
             base_sha, merge_base = bases
-        return Worktree(mirror, path, head_sha, base_sha, merge_base, env)
+        return Worktree(mirror, path, head_sha, base_sha, merge_base, env, token)
 
     @staticmethod
     async def _bases(mirror: Path, env: dict[str, str], base_ref: str, head: str) -> list[str]:

@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -160,6 +161,20 @@ class Drill:
             return response.status
 
 
+def migrated(cluster: PgCluster) -> str:
+    """A new database with the schema applied as an operator does it: `cockpit migrate`."""
+    url = cluster.create_database()
+    subprocess.run(
+        [sys.executable, "-m", "bot", "migrate"],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "COCKPIT_DATABASE_URL": url},
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return url
+
+
 def rows(url: str, sql: str, args: tuple = ()) -> list[tuple]:
     with psycopg.connect(url) as conn:
         return conn.execute(sql, args).fetchall()
@@ -189,7 +204,7 @@ def idle(url: str) -> bool:
 
 async def review_rate(drill: Drill, cluster: PgCluster, workers: int) -> float:
     """Reviews per minute with `workers` workers: 16 PRs per worker, opened at once."""
-    url = cluster.create_database()
+    url = migrated(cluster)
     web_proc = await drill.spawn(url, "web", f"rate{workers}-web")
     for w in range(workers):
         await drill.spawn(url, "worker", f"rate{workers}-w{w}")
@@ -210,7 +225,7 @@ async def review_rate(drill: Drill, cluster: PgCluster, workers: int) -> float:
 
 async def ack_rate(drill: Drill, cluster: PgCluster, webs: int, total: int = 3000) -> float:
     """Acks/s of `webs` web processes (no workers: ingress only), 64 connections."""
-    url = cluster.create_database()
+    url = migrated(cluster)
     procs = [await drill.spawn(url, "web", f"ack{webs}-{n}") for n in range(webs)]
     event, data = drill.pr_event(0, "edited")  # stored, acknowledged, never worked on
     body = json.dumps(data).encode()
@@ -268,7 +283,7 @@ def mix(drill: Drill) -> list[tuple[int, str, dict, str]]:
 
 
 async def main_run(drill: Drill, cluster: PgCluster) -> bool:
-    url = cluster.create_database()
+    url = migrated(cluster)
     webs = [await drill.spawn(url, "web", f"main-web{n}") for n in range(2)]
     workers = [await drill.spawn(url, "worker", f"main-w{n}") for n in range(3)]
     plan = mix(drill)

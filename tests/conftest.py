@@ -16,15 +16,25 @@ import pytest
 from bot.config import Secret, Settings
 from bot.standin.github import GitHubStandin
 from bot.standin.openapi import OpenAPIValidator
+from bot.texts import strict_templates
 from tests import deliveries
 from tests.models import anthropic_standin, openai_standin  # noqa: F401 - shared fixtures
 
 WEBHOOK_SECRET = "test-webhook-secret-123"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every template the suite renders reads only values it was given (production renders
+    a missing one empty and logs it)."""
+    strict_templates(True)
+
+
 @pytest.fixture
 async def github():
-    standin = GitHubStandin(validator=OpenAPIValidator.from_file(deliveries.OPENAPI))
+    standin = GitHubStandin(
+        validator=OpenAPIValidator.from_file(deliveries.OPENAPI),
+        graphql_schema=deliveries.GRAPHQL_SCHEMA,
+    )
     await standin.start()
     yield standin
     await standin.stop()
@@ -75,6 +85,7 @@ async def _prepare_template(url: str) -> None:
     from bot.pg import PgDatabase
 
     db = await PgDatabase.open(url)
+    await db.migrate()
     await db.close()
 
 

@@ -6,18 +6,34 @@ import copy
 import hashlib
 import hmac
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
 
 FIXTURES = Path(__file__).parent / "fixtures" / "github"
 WEBHOOKS = FIXTURES / "webhooks"
+GHES_WEBHOOKS = FIXTURES / "webhooks-ghes"
 OPENAPI = FIXTURES / "openapi-subset.json"
+GRAPHQL_SCHEMA = FIXTURES / "graphql-schema.graphql"
+_GHES_HOST = "https://octocoders.github.io"  # the host in the published GHES examples
+_GHES_REPO = "Codertocat/Hello-World"
 
 
 def payload(name: str) -> dict[str, Any]:
     """A fresh copy of a published payload, e.g. `payload("pull_request.opened")`."""
     return copy.deepcopy(json.loads((WEBHOOKS / f"{name}.json").read_text()))
+
+
+def ghes_payload(name: str, *, host: str, full_name: str, number: int) -> dict[str, Any]:
+    """A payload published from GitHub Enterprise Server (`webhooks-ghes/`), its absolute URLs
+    (`<host>/api/v3/repos/…`, `<host>/<owner>/<repo>/…`) moved to `host`, `full_name` and PR
+    `number`: live URLs on the stand-in, so nothing but the client's refusal keeps the bot
+    from calling one."""
+    text = (GHES_WEBHOOKS / f"{name}.json").read_text()
+    text = text.replace(_GHES_HOST, host).replace(_GHES_REPO, full_name)
+    text = re.sub(r"/(pulls|pull|issues)/\d+\b", rf"/\1/{number}", text)
+    return json.loads(text)
 
 
 def sign(body: bytes, secret: str) -> str:
@@ -49,11 +65,18 @@ def as_pr_comment(data: dict[str, Any], pr_number: int) -> dict[str, Any]:
 
 
 def retarget(
-    data: dict[str, Any], *, owner: str, name: str, clone_url: str, installation_id: int
+    data: dict[str, Any],
+    *,
+    owner: str,
+    name: str,
+    clone_url: str,
+    installation_id: int,
+    default_branch: str = "main",
 ) -> dict[str, Any]:
     """Point a published payload at a stand-in repository and installation."""
     repo = data["repository"]
     repo["name"] = name
+    repo["default_branch"] = default_branch  # the stand-in's repositories' (the examples': master)
     repo["full_name"] = f"{owner}/{name}"
     repo["owner"]["login"] = owner
     repo["clone_url"] = clone_url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import ssl
 from pathlib import Path
 
 from aiohttp import web
@@ -19,10 +20,10 @@ class TokenGitServer:
         self._runner: web.AppRunner | None = None
         self.url = ""
 
-    async def start(self) -> str:
+    async def start(self, ssl_context: ssl.SSLContext | None = None) -> str:
         app = web.Application()
         app.router.add_get("/{path:.+}", self._serve)
-        self._runner, self.url = await serve_local(app)
+        self._runner, self.url = await serve_local(app, ssl_context=ssl_context)
         return self.url
 
     async def stop(self) -> None:

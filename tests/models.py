@@ -29,6 +29,7 @@ async def anthropic_standin(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key-0123456789")
     yield standin
     await standin.stop()
+    assert standin.rejected == [], "a request the real Messages API refuses (400) was sent"
 
 
 @pytest.fixture
@@ -39,3 +40,4 @@ async def openai_standin(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-0123456789")
     yield standin
     await standin.stop()
+    assert standin.rejected == [], "a request the real Responses API refuses (400) was sent"

@@ -52,6 +52,7 @@ class PgCluster:
         self.durable = durable  # fsync on: acknowledged commits reach the disk
         self.max_connections = max_connections
         self.root: Path | None = None
+        self._options = ""
         self.port = 0
         self.external = os.environ.get("COCKPIT_TEST_DATABASE_URL")
 
@@ -93,11 +94,23 @@ class PgCluster:
         ]
         if not self.durable:
             options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
-        self._run(
-            str(bindir / "pg_ctl"), "-D", str(data), "-l", str(self.root / "server.log"),
-            "-o", " ".join(options), "-w", "-t", "60", "start",
-        )  # fmt: skip
+        self._options = " ".join(options)
+        self.start_server()
         return self
+
+    def start_server(self) -> None:
+        """Start the server (again, on the same port and data)."""
+        assert self.root is not None
+        self._run(
+            str(_bindir() / "pg_ctl"), "-D", str(self.root / "data"),
+            "-l", str(self.root / "server.log"), "-o", self._options, "-w", "-t", "60", "start",
+        )  # fmt: skip
+
+    def stop_server(self, mode: str = "immediate") -> None:
+        """Stop the server (`immediate`: as a crash or an abrupt restart looks to clients)."""
+        assert self.root is not None
+        data = str(self.root / "data")
+        self._run(str(_bindir() / "pg_ctl"), "-D", data, "-m", mode, "-w", "stop")
 
     def create_database(self, template: str | None = None) -> str:
         """A new empty database (or a copy of `template`); returns its URL."""

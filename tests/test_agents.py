@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from bot.agents.base import AgentError, Budget, BudgetExceeded
-from bot.agents.loop import AgentRun
+from bot.agents.loop import AgentRun, interrupted
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
 from bot.config import Settings
 from bot.sessions.store import create_session, load_messages
 from bot.skills import load_skill
-from bot.standin.models import call, fail, say
+from bot.standin.models import Action, call, fail, say
 from bot.standin.repo import make_pr
 from bot.standin.scripted import scripted_reviewer
 from bot.storage import Database
@@ -155,9 +155,8 @@ async def test_prose_without_submit_is_nudged_once(env, anthropic_standin):
 
 @pytest.mark.parametrize("provider", ["claude", "codex"])
 async def test_tool_call_budget_is_enforced(env, provider, anthropic_standin, openai_standin):
-    (anthropic_standin if provider == "claude" else openai_standin).policy = Scripted(
-        call("list_files")
-    )
+    standin = anthropic_standin if provider == "claude" else openai_standin
+    standin.policy = Scripted(Action(tools=[("list_files", {})] * 2))  # two calls a reply
     run = await make_run(env, provider, budget=Budget(max_tool_calls=5))
     with pytest.raises(BudgetExceeded, match="more than 5 tool calls"):
         await run.turn("Review.")
@@ -165,6 +164,37 @@ async def test_tool_call_budget_is_enforced(env, provider, anthropic_standin, op
     assert row["status"] == "failed" and "budget exhausted" in row["error"]
     usage = await env["db"].fetchone("SELECT SUM(input_tokens) FROM run_usage")
     assert usage[0] > 0  # what the failed run cost is still recorded
+    # The call cut short by the budget has its result: the conversation can go on.
+    standin.policy = Scripted(say("Six calls were too many."))
+    again = await make_run(env, provider, session=run.session, expect_submit=False)
+    assert (await again.turn("What did you find?")).text == "Six calls were too many."
+    results = standin.normalise(standin.requests[-1]).tool_results
+    assert len(results) == 6 and interrupted() in results[-1]
+
+
+@pytest.mark.parametrize("provider", ["claude", "codex"])
+async def test_a_turn_resumed_after_the_models_answer_takes_the_next_step(
+    env, provider, anthropic_standin, openai_standin
+):
+    """The answer was stored, then the process died before the nudge was: the resumed turn
+    nudges (a request never ends with the model's own message: Claude refuses prefill)."""
+    standin = anthropic_standin if provider == "claude" else openai_standin
+    standin.policy = Scripted(say("I will revise the draft."))
+    first = await make_run(env, provider, expect_submit=False)
+    await first.turn("Review feedback: F2 is a nit.")
+    standin.policy = Scripted(call("submit_review", **VALID))
+    resumed = await make_run(env, provider, session=first.session)
+    assert (await resumed.turn(None)).draft is not None
+    texts = standin.normalise(standin.requests[-1]).user_texts
+    assert texts[-1].startswith("You ended your turn without calling submit_review")
+
+
+async def test_an_empty_claude_answer_is_not_stored(env, anthropic_standin):
+    anthropic_standin.policy = Scripted(call("git_diff"), Action(), call("submit_review", **VALID))
+    result = await (await make_run(env, "claude")).turn("Review.")
+    assert result.draft is not None  # nudged after the empty answer, then submitted
+    sent = anthropic_standin.requests[-1]["messages"]
+    assert all(message["content"] for message in sent)
 
 
 async def test_token_and_dollar_budgets(env, anthropic_standin):

@@ -13,6 +13,7 @@ from bot.commands.pr import PullRequest
 from bot.review.store import get_pull
 from bot.server import CONTEXT, make_app
 from handlers import router
+from tests.conftest import wait_for
 from tests.world import (
     build_world,
     comment_payload,
@@ -165,8 +166,10 @@ async def test_review_command_with_another_provider(world, openai_standin):
 
 async def test_stop_cancels_a_running_review(world):
     world.model.gate.clear()
+    requests = len(world.model.requests)
     await world.send("issue_comment", comment_payload(world, "/cockpit review"))
     await world.wait_review("running", index=1)
+    await wait_for(lambda: len(world.model.requests) > requests)  # its check run is made
     await world.send("issue_comment", comment_payload(world, "/cockpit stop", comment_id=9004))
     await world.wait_review("cancelled", index=1)
     world.model.gate.set()

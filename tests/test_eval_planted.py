@@ -9,9 +9,12 @@ import importlib.util
 import io
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,8 +22,9 @@ import pytest
 from bot.cli import build_parser
 from bot.config import Settings
 from bot.evals.commands import eval_run
+from bot.evals.messages import resume_hint
 from bot.evals.progress import ConsoleProgress, eta_text
-from bot.evals.report import results_json, write_report
+from bot.evals.report import chart_spec, draw_chart, results_json, write_report
 from bot.evals.runner import EvalOptions, Progress, run_eval
 from bot.evals.sources import fingerprint
 from bot.standin.scripted import MODEL
@@ -141,7 +145,8 @@ async def test_planted_set_scores_exactly_with_and_without_verify(
         "submit_review",
     } == set(first.tools)
 
-    report, chart = write_report(result, tmp_path / "reports")
+    resume = resume_hint(result.batch, tmp_path / "data", cwd=tmp_path)
+    report, chart = write_report(result, tmp_path / "reports", resume=resume)
     text = report.read_text()
     assert "| claude | scripted-reviewer | no | 62.5 | 45.5 | 52.6 | 5 | 3 | 6 | 75.0 |" in text
     assert "| scripted-reviewer | codex | 52.6 → 55.6 | 62.5 → 71.4 |" in text
@@ -360,3 +365,148 @@ async def test_a_terminal_gets_a_progress_bar_with_eta_and_running_cost(
 )
 def test_eta(elapsed, done, total, expected):
     assert eta_text(elapsed, done, total) == expected
+
+
+# -- telling people how to find a run again ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data_dir", "cwd", "command", "temporary"),
+    [
+        ("/srv/cockpit/data", "/srv/cockpit", "cockpit eval run --resume 4", False),
+        (
+            "/srv/cockpit/data",
+            "/home/me",
+            "COCKPIT_DATA_DIR=/srv/cockpit/data cockpit eval run --resume 4",
+            False,
+        ),
+        (
+            "/srv/my data",
+            "/srv",
+            "COCKPIT_DATA_DIR='/srv/my data' cockpit eval run --resume 4",
+            False,
+        ),
+        (
+            f"{tempfile.gettempdir()}/cockpit-eval-x1",
+            "/srv",
+            f"COCKPIT_DATA_DIR={tempfile.gettempdir()}/cockpit-eval-x1 cockpit eval run --resume 4",
+            True,
+        ),
+    ],
+)
+def test_the_resume_hint_names_the_data_directory_unless_it_is_the_default(
+    data_dir, cwd, command, temporary
+):
+    resume = resume_hint(4, Path(data_dir), cwd=Path(cwd))
+    assert (resume.command, resume.temporary) == (command, temporary)
+
+
+async def test_the_printed_resume_command_finds_the_run_from_another_folder(
+    planted, tmp_path, github, anthropic_standin, openai_standin
+):
+    """The hint is run as printed, from another folder: it finds the run (its data directory
+    is where it says) and re-scores it for free."""
+    env = cli_env(tmp_path, github, anthropic_standin, openai_standin)
+    env["COCKPIT_DATA_DIR"] = str(tmp_path / "kept")
+    (tmp_path / "work").mkdir()
+    code, out = await run_cli(["--golden", str(planted)], env, tmp_path / "work")
+    assert code == 0, out
+    hint = re.search(r"Resume with: (COCKPIT_DATA_DIR=(\S+) cockpit eval run --resume 1)", out)
+    assert hint and hint.group(2) == str(tmp_path / "kept"), out
+    assert "(while" in out and "temporary folder" in out  # pytest's tmp_path is under /tmp
+    [report_file] = (tmp_path / "work" / "eval" / "reports").glob("eval-*-run1.md")
+    report = report_file.read_text()
+    assert f"`{hint.group(1)}`" in report
+
+    requests = len(anthropic_standin.requests)
+    (tmp_path / "elsewhere").mkdir()
+    words = shlex.split(hint.group(1))
+    again = {**cli_env(tmp_path, github, anthropic_standin, openai_standin)}
+    again.pop("COCKPIT_DATA_DIR")
+    again.update(dict([words[0].split("=", 1)]))
+    assert words[1:4] == ["cockpit", "eval", "run"]
+    code, out = await run_cli(words[4:], again, tmp_path / "elsewhere")
+    assert code == 0, out
+    assert "eval run 1 (resumed)" in out
+    assert len(anthropic_standin.requests) == requests  # found, not reviewed again
+
+
+# -- the chart: the tables' scale, every point named, a sane range -------------------------------
+
+
+def entry(model: str, f1: float | None, usd: float | None, tokens: int = 1000, verify=False):
+    return {
+        "model": model,
+        "verify": verify,
+        "verify_provider": "codex" if verify else None,
+        "strict": {"f1": f1},
+        "usd": usd,
+        "tokens": tokens,
+    }
+
+
+@pytest.mark.parametrize(
+    ("entries", "x_label", "x_range", "points"),
+    [
+        (  # two free runs at one spot: a readable range from $0, each point named
+            [entry("scripted", 0.526, 0.0), entry("scripted", 0.556, 0.0, verify=True)],
+            "cost of the run (USD): every run cost $0",
+            (-0.0003, 0.01),
+            [
+                ("scripted: F1 52.6%, \\$0.0000", 0.0, 52.6),
+                ("scripted + verify (codex): F1 55.6%, \\$0.0000", 0.0, 55.6),
+            ],
+        ),
+        (
+            [entry("sonnet", 0.4, 2.0), entry("opus", 0.5, 8.0)],
+            "cost of the run (USD)",
+            (-0.276, 9.2),
+            [("sonnet: F1 40.0%, \\$2.0000", 2.0, 40.0), ("opus: F1 50.0%, \\$8.0000", 8.0, 50.0)],
+        ),
+        (  # one model without a rate: every point by tokens
+            [entry("a", None, 1.0, 5000), entry("b", 0.25, None, 20000)],
+            "tokens used (USD unknown for some model)",
+            (-690.0, 23000.0),
+            [
+                ("a: F1 0.0%, 5,000 tokens", 5000.0, 0.0),
+                ("b: F1 25.0%, 20,000 tokens", 20000.0, 25.0),
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_the_chart_is_on_the_tables_scale_with_every_point_named(entries, x_label, x_range, points):
+    spec = chart_spec(entries, 3)
+    assert spec.title == "F1 against cost, eval run 3"
+    assert (spec.x_label, spec.y_label, spec.y_range) == (x_label, "F1, strict (%)", (0, 100))
+    assert spec.x_range == pytest.approx(x_range)
+    assert [(p.name, p.x, p.y) for p in spec.points] == points
+    assert len({p.name for p in spec.points}) == len(points)
+
+
+def test_the_chart_is_drawn_when_matplotlib_is_installed(tmp_path):
+    spec = chart_spec([entry("m", 0.5, 0.0), entry("m", 0.6, 0.0, verify=True)], 1)
+    chart = draw_chart(spec, tmp_path / "chart.png")
+    if importlib.util.find_spec("matplotlib") is None:
+        assert chart.path is None and chart.missing == "matplotlib is not installed"
+    else:
+        assert chart.path.read_bytes().startswith(b"\x89PNG")
+
+
+# -- import-martian converts without the model SDKs ----------------------------------------------
+
+
+def test_import_martian_does_not_import_the_model_sdks(tmp_path):
+    out = tmp_path / "martian.json"
+    code = (
+        "import sys\n"
+        "from bot.cli import main\n"
+        f"code = main(['eval', 'import-martian', {str(ROOT / 'tests/fixtures/martian')!r}, "
+        f"'--out', {str(out)!r}])\n"
+        "heavy = sorted(m for m in ('anthropic', 'openai', 'matplotlib') if m in sys.modules)\n"
+        "print(code, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr
+    assert len(json.loads(out.read_text())["cases"]) == 50

@@ -168,6 +168,7 @@ def test_lexical_judge_takes_any_text(title, body, problem, path):
 def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, problem, note, error):
     """Golden files and model output are untrusted: every table row stays one row of cells."""
     from bot.evals.golden import Case, Golden
+    from bot.evals.messages import resume_hint
     from bot.evals.report import write_report
     from bot.evals.runner import CaseResult, EvalOptions, EvalResult, ModelRun
 
@@ -181,7 +182,9 @@ def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, pr
     golden = Golden(Path("g.json"), "g", (case,))
     options = EvalOptions(("g.json",), "claude", ("m",))
     report, _ = write_report(
-        EvalResult(1, options, [golden], [run], "lexical", None), tmp_path_factory.mktemp("r")
+        EvalResult(1, options, [golden], [run], "lexical", None),
+        tmp_path_factory.mktemp("r"),
+        resume=resume_hint(1, Path("data")),
     )
     rows = [
         line

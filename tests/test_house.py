@@ -58,3 +58,17 @@ def test_each_state_has_one_writer(what):
         if writes.search(path.read_text()) and str(path.relative_to(ROOT)) != owner
     ]
     assert offenders == []
+
+
+def test_every_server_model_run_gets_the_daily_budget():
+    """A run's Budget carries the installation's daily limits (checked as the run starts):
+    outside eval replays (charged to no installation) it is built from the settings."""
+    built = re.compile(r"\bBudget\(")
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("bot", "handlers")
+        for path in (ROOT / folder).rglob("*.py")
+        if built.search(path.read_text())
+        and not str(path.relative_to(ROOT)).startswith(("bot/evals/", "bot/agents/base.py"))
+    ]
+    assert offenders == []

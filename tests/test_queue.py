@@ -178,11 +178,11 @@ async def test_expired_lease_of_a_dead_worker_is_reaped(db):
     assert (await states(db))[job_id] == "queued"
 
 
-async def test_ensure_schema_is_idempotent(tmp_path):
+async def test_migrate_is_idempotent(tmp_path):
     db = await Database.open(tmp_path / "s.sqlite3")
     await db.execute("INSERT INTO pulls (repo, number) VALUES ('a/b', 1)")
-    await db.ensure_schema()
-    await db.ensure_schema()
+    await db.migrate()
+    await db.migrate()
     await db.close()
     db = await Database.open(tmp_path / "s.sqlite3")
     assert (await db.fetchone("SELECT COUNT(*) FROM pulls"))[0] == 1

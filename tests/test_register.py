@@ -41,6 +41,7 @@ from bot.register import (
 )
 from bot.standin.github import GitHubStandin
 from tests.conftest import wait_for
+from tests.tls import private_ca
 
 ROOT = Path(__file__).resolve().parent.parent
 COCKPIT = [sys.executable, "-m", "bot"]
@@ -155,8 +156,10 @@ def test_key_is_written_beside_the_env_file() -> None:
 
 @pytest.fixture
 async def standin():
+    """The stand-in as a GitHub Enterprise Server: `--github-url` names its host, the web
+    form is at the root, the API (the code exchange) only under /api/v3."""
     github = GitHubStandin()
-    await github.start()
+    await github.start(enterprise=True)
     yield github
     await github.stop()
 
@@ -284,7 +287,7 @@ async def test_reused_code_ends_with_a_clear_message(standin: GitHubStandin, tmp
     async with aiohttp.ClientSession() as http:
         back = await click_through(http, run.page_url)
         code = parse_qs(urlsplit(back).query)["code"][0]
-        async with http.post(f"{standin.url}/app-manifests/{code}/conversions") as response:
+        async with http.post(f"{standin.api_url}/app-manifests/{code}/conversions") as response:
             assert response.status == 201  # someone else used it first
         async with http.get(back) as response:
             assert response.status == 200
@@ -401,10 +404,12 @@ def chromium_path() -> str:
 
 
 class Chromium:
-    """Headless chromium, driven over the DevTools protocol."""
+    """Headless chromium, driven over the DevTools protocol; `trusted_spki` is a server key
+    (base64 SHA-256 of its SubjectPublicKeyInfo) whose certificate it accepts unverified."""
 
-    def __init__(self, profile: Path) -> None:
+    def __init__(self, profile: Path, trusted_spki: str | None = None) -> None:
         self.profile = profile
+        self.trusted_spki = trusted_spki
         self.proc: subprocess.Popen | None = None
         self.http: aiohttp.ClientSession | None = None
         self.ws: aiohttp.ClientWebSocketResponse | None = None
@@ -424,6 +429,11 @@ class Chromium:
                 "--disable-sync",
                 f"--user-data-dir={self.profile}",
                 "--remote-debugging-port=0",
+                *(
+                    [f"--ignore-certificate-errors-spki-list={self.trusted_spki}"]
+                    if self.trusted_spki
+                    else []
+                ),
                 url,
             ],
             stdout=subprocess.DEVNULL,
@@ -473,22 +483,41 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def test_cockpit_register_in_a_real_browser(standin: GitHubStandin, tmp_path) -> None:
+@dataclass
+class Browsed:
+    """What `cockpit register` did, driven by a person in chromium."""
+
+    returncode: int
+    out: str
+    err: str
+    form_url: str  # where our page sent the browser: GitHub's new-App form
+
+
+async def register_in_a_browser(
+    standin: GitHubStandin,
+    work: Path,
+    profile: Path,
+    options: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    trusted_spki: str | None = None,
+) -> Browsed:
+    """Run `cockpit register --github-url <stand-in>` from `work`; open its page in headless
+    chromium, which posts the manifest to GitHub; click "Create GitHub App"; wait for the
+    page that says it is done and for the command to end."""
     chromium_path()
     port = free_port()
     page = f"http://127.0.0.1:{port}/"
     local = ["--port", str(port), "--no-browser", "--timeout", "60"]
-    work = tmp_path / "ops"
-    work.mkdir()
     command = subprocess.Popen(
-        [*COCKPIT, "register", "--github-url", standin.url, "--public-url", PUBLIC_URL, *local],
+        [*COCKPIT, "register", "--github-url", standin.url, *options, *local],
         cwd=work,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    browser = Chromium(tmp_path / "profile")
+    browser = Chromium(profile, trusted_spki)
     try:
 
         async def page_served() -> bool:
@@ -506,9 +535,7 @@ async def test_cockpit_register_in_a_real_browser(standin: GitHubStandin, tmp_pa
             return await browser.evaluate("!!document.getElementById('create')") is True
 
         await wait_for(on_githubs_form, 30)
-        assert await browser.evaluate("location.href") == f"{standin.url}/settings/apps/new?" + (
-            "state=" + standin.manifests[0]["state"]
-        )
+        form_url = await browser.evaluate("location.href")
         await browser.evaluate("document.getElementById('create').click()")
 
         async def back_home() -> bool:
@@ -522,13 +549,61 @@ async def test_cockpit_register_in_a_real_browser(standin: GitHubStandin, tmp_pa
         if command.poll() is None:
             command.kill()
             command.wait(10)
-    assert command.returncode == 0, err
+    return Browsed(command.returncode, out, err, form_url)
+
+
+async def test_cockpit_register_in_a_real_browser(standin: GitHubStandin, tmp_path) -> None:
+    work = tmp_path / "ops"
+    work.mkdir()
+    done = await register_in_a_browser(
+        standin, work, tmp_path / "profile", ["--public-url", PUBLIC_URL]
+    )
+    assert done.returncode == 0, done.err
+    assert done.form_url == f"{standin.url}/settings/apps/new?state={standin.manifests[0]['state']}"
     env = assert_credentials(standin, work / "cockpit.env")
+    out, err = done.out, done.err
     assert "Traceback" not in out + err
     assert f"{standin.created_apps[0]['html_url']}/installations/new" in out
     assert "--env-file cockpit.env" in out
     assert 'GITHUB_PRIVATE_KEY="$(cat cockpit.private-key.pem)"' in out
     assert env["GITHUB_WEBHOOK_SECRET"] not in out + err
+    assert "smee.io" not in out  # it has a public address
+
+
+async def test_cockpit_register_on_enterprise_server_with_a_private_ca(tmp_path) -> None:
+    """GHES over HTTPS with a certificate from a private CA, an organisation's App, no public
+    URL yet (a laptop): the browser trusts the certificate, the command trusts SSL_CERT_FILE."""
+    ca = private_ca(tmp_path / "ca")
+    ghes = GitHubStandin()
+    await ghes.start(enterprise=True, ssl_context=ca.server_context())
+    try:
+        assert ghes.url.startswith("https://127.0.0.1:")
+        work = tmp_path / "ops"
+        work.mkdir()
+        done = await register_in_a_browser(
+            ghes,
+            work,
+            tmp_path / "profile",
+            ["--org", "acme"],
+            env={"SSL_CERT_FILE": str(ca.ca_file)},
+            trusted_spki=ca.server_spki_sha256(),
+        )
+    finally:
+        await ghes.stop()
+    assert done.returncode == 0, done.err
+    [posted] = ghes.manifests
+    assert (
+        done.form_url == f"{ghes.url}/organizations/acme/settings/apps/new?state={posted['state']}"
+    )
+    assert posted["org"] == "acme" and posted["manifest"]["hook_attributes"]["active"] is False
+    [exchange] = ghes.calls("POST", r"/app-manifests/")
+    assert exchange["url_path"].startswith("/api/v3/app-manifests/")
+    env = assert_credentials(ghes, work / "cockpit.env")
+    assert env["GITHUB_API_URL"] == f"{ghes.url}/api/v3"
+    assert ghes.created_apps[0]["owner"] == {"login": "acme", "type": "Organization"}
+    assert f"{ghes.url}/organizations/acme/settings/apps/" in done.out
+    assert "https://smee.io/new" in done.out and "--target http://127.0.0.1:8080" in done.out
+    assert "Traceback" not in done.out + done.err
 
 
 def test_cockpit_register_port_in_use_prints_a_message_not_a_traceback(tmp_path) -> None:

@@ -73,7 +73,7 @@ async def test_pr_text_cannot_mention_or_instruct(world):
 async def test_synchronize_supersedes_a_running_review(world):
     world.model.gate.clear()  # the model is slow: the first review is still running
     await world.send("pull_request", world.pull_request_payload("opened"))
-    await world.wait_review("running", index=0)
+    await wait_for(lambda: world.model.requests)  # running, its check run made: the model thinks
     new_head = world.push({"calc.py": "def parse(text):\n    return eval(text)\n"})
     await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=new_head))
     first = await world.wait_review("superseded", index=0)
@@ -146,8 +146,8 @@ async def test_invalid_repo_config_is_reported_not_fatal(world, github):
     github.repos["octo/widgets"].files[".github/cockpit.toml"] = "auto_review = maybe\n"
     await world.send("pull_request", world.pull_request_payload("opened"))
     await world.wait_review("draft")
-    assert "configuration was not used" in world.status_body()
-    assert ".github/cockpit.toml is not valid TOML" in world.status_body()
+    assert "`.github/cockpit.toml` was not used: it is not valid TOML" in world.status_body()
+    assert "The defaults apply" in world.status_body()
 
 
 async def test_draft_prs_are_skipped_unless_enabled(world, github):

@@ -27,7 +27,7 @@ PEOPLE = {"octocat": "admin", "maint": "maintain", "reader": "read"}
 
 
 async def start_world(github, settings, tmp_path, aiohttp_client, anthropic, openai, **kwargs):
-    world = build_world(github, tmp_path, permissions=PEOPLE)
+    world = build_world(github, tmp_path, permissions=PEOPLE, **kwargs)
     world.client = await aiohttp_client(make_app(settings, router))
     world.anthropic, world.openai = anthropic, openai
     await world.send("pull_request", world.pull_request_payload("opened"))
@@ -395,7 +395,6 @@ async def test_a_provider_failure_ends_the_child_with_the_reason_on_the_pr(world
     assert link["ended_at"] is not None
     await say_on_pr(world, "/cockpit codex-review")  # a new one may start
     assert len(await rows(world, "SELECT * FROM session_reviews")) == 2
-
 
 
 # Found by an independent review: each failed before its fix.

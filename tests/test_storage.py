@@ -77,7 +77,7 @@ async def test_postgres_has_exactly_the_sqlite_tables_and_columns(tmp_path, back
     sqlite_db = await Database.open(tmp_path / "ref.sqlite3")
     await sqlite_db.close()
     expected = sqlite_columns(tmp_path / "ref.sqlite3")
-    await db.ensure_schema()  # again: nothing changes
+    await db.migrate()  # again: nothing changes
     rows = await db.fetchall(
         "SELECT table_name, column_name FROM information_schema.columns"
         " WHERE table_schema = 'public' AND table_name NOT LIKE 'procrastinate%'"
@@ -89,10 +89,10 @@ async def test_postgres_has_exactly_the_sqlite_tables_and_columns(tmp_path, back
 
 
 @pytest.mark.backends
-async def test_ensure_schema_runs_again_and_keeps_rows(db, backend):
+async def test_migrate_runs_again_and_keeps_rows(db, backend):
     await db.execute("INSERT INTO pulls (repo, number) VALUES ('a/b', 1)")
-    await db.ensure_schema()
-    await db.ensure_schema()
+    await db.migrate()
+    await db.migrate()
     assert (await db.fetchone("SELECT COUNT(*) FROM pulls"))[0] == 1
 
 
@@ -149,6 +149,8 @@ async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend,
             assert sorted(won) == [False, False, False, True]
     finally:
         await other.close()
+
+
 async def test_an_older_database_gains_new_columns_and_schema_runs_again_unchanged(tmp_path):
     path = tmp_path / "old.sqlite3"
     old = sqlite3.connect(path)
@@ -160,7 +162,7 @@ async def test_an_older_database_gains_new_columns_and_schema_runs_again_unchang
     )
     old.close()
     db = await Database.open(path)
-    await db.ensure_schema()  # every start runs it again
+    await db.migrate()  # every start runs it again
     columns = {row[1] for row in await db.fetchall("PRAGMA table_info(reviews)")}
     assert {"verify_provider", "verify_error", "base_sha"} <= columns
     row = await db.fetchone("SELECT head_sha, verify_error FROM reviews")

@@ -5,13 +5,25 @@ after it."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import jinja2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.texts import STATUS_MARKER, WJ, fenced, render, repo_url_of, safe_md, table_cell
+from bot.repo_config import Source, effective, from_data
+from bot.texts import (
+    STATUS_MARKER,
+    WJ,
+    fenced,
+    render,
+    repo_url_of,
+    safe_md,
+    strict_templates,
+    table_cell,
+)
 from tests.inert import read
 
 REPO_URL = "https://github.test/octo/widgets"
@@ -83,6 +95,7 @@ def status(text: dict[str, str], state: str) -> str:
             "kept": "F1",
             "added": "F3",
             "withdrawn": "F2",
+            "dropped": "F4",
         },
         verify_provider="codex",
         verify_error=text["error"] if state == "posted" else None,
@@ -174,6 +187,14 @@ def reply(text: dict[str, str], kind: str) -> str:
         state_line="latest review: draft",
         commands=[("approve", "publish the draft")],
         repo_url=REPO_URL,
+        # `config`: a file whose values and problems carry the text
+        path=".github/cockpit.toml",
+        branch=text["path"],
+        source=Source(blob_sha="0123456789abcdef"),
+        settings=effective(from_data({"ignore": [text["config"]], "instructions": text["body"]})),
+        problems=(text["config"], text["error"]),
+        unusable=False,
+        server_provider="claude",
     )
 
 
@@ -187,6 +208,7 @@ SURFACES = [
     (reply, "help"),
     (reply, "session_failed"),
     (reply, "turn_failed"),
+    (reply, "config"),
 ]
 FIELDS = ("summary", "title", "body", "path", "verify", "progress", "error", "config")
 
@@ -301,3 +323,23 @@ def test_suggestion_cannot_close_its_fence():
     lines = body.strip().split("\n")
     assert lines[-1] == "`````" and "`````suggestion" in lines  # longer than any run inside
     assert fenced("a") == "```\na\n```"
+
+
+def test_a_missing_value_fails_in_tests_and_renders_empty_but_logged_in_production(caplog):
+    context = {
+        "number": 1,
+        "repo": "o/r",
+        "head_sha": "a" * 40,
+        "merge_base": "b" * 40,
+        "findings": [(1, {"path": "a.py", "severity": "nit", "title": "t", "body": "b"})],
+    }
+    with pytest.raises(jinja2.UndefinedError, match="line"):
+        render("prompts/verify_request.md.j2", **context)
+    strict_templates(False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="bot.texts"):
+            text = render("prompts/verify_request.md.j2", **context)
+    finally:
+        strict_templates(True)
+    assert "### F1 · nit · `a.py`" in text
+    assert any("'line'" in record.getMessage() for record in caplog.records)

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.review.revise import renumber
 from bot.sessions.transcript import Line, answer_text, excerpt, feedback, render, to_lines
 
 CLAUDE = [
@@ -122,91 +121,3 @@ def test_the_excerpt_never_exceeds_its_caps(texts, max_messages, max_bytes):
 def test_feedback_has_the_fixed_header():
     assert feedback("codex", "F2 is wrong") == "[Review feedback from codex]:\nF2 is wrong"
     assert feedback("codex", "m", "be brief", "octocat").endswith("[Note from octocat]: be brief")
-
-
-def old(ordinal, path, line, title, state="kept"):
-    return {"ordinal": ordinal, "path": path, "line": line, "title": title, "state": state}
-
-
-def new(path, line, title):
-    return {"path": path, "line": line, "title": title, "severity": "minor", "body": "b"}
-
-
-@pytest.mark.parametrize(
-    ("before", "after", "numbers", "kept", "added", "withdrawn"),
-    [
-        ([], [new("a.py", 1, "X")], [1], [], [1], []),
-        (
-            [old(1, "a.py", 3, "eval() runs input")],
-            [new("a.py", 3, "eval() runs input")],
-            [1],
-            [1],
-            [],
-            [],
-        ),
-        # reordered, reworded a little, line moved a little: the numbers stay
-        (
-            [
-                old(1, "a.py", 10, "SQL built with f-string"),
-                old(2, "b.py", 5, "Bare except hides errors"),
-            ],
-            [
-                new("b.py", 6, "Bare except hides the errors"),
-                new("a.py", 10, "SQL built with f-string"),
-            ],
-            [2, 1],
-            [1, 2],
-            [],
-            [],
-        ),
-        # one withdrawn, one new: the new one takes the next free number, never a reused one
-        (
-            [old(1, "a.py", 1, "A problem"), old(2, "a.py", 50, "Another problem")],
-            [new("a.py", 1, "A problem"), new("c.py", 2, "Something else")],
-            [1, 3],
-            [1],
-            [3],
-            [2],
-        ),
-        # same path and words, but far away: a different finding
-        (
-            [old(1, "a.py", 1, "Leaked file handle")],
-            [new("a.py", 90, "Leaked file handle now")],
-            [2],
-            [],
-            [2],
-            [1],
-        ),
-        # a finding withdrawn earlier comes back under its old number
-        (
-            [old(1, "a.py", 1, "A"), old(2, "a.py", 9, "Off by one in loop", "withdrawn")],
-            [new("a.py", 9, "Off by one in loop")],
-            [2],
-            [2],
-            [],
-            [1],
-        ),
-        # a person's dropped finding the reviewer leaves out is not "withdrawn" by it
-        (
-            [old(1, "a.py", 1, "A", "dropped"), old(2, "b.py", 1, "B")],
-            [new("b.py", 1, "B")],
-            [2],
-            [2],
-            [],
-            [],
-        ),
-        # a person's dropped finding returning keeps its number (its state stays dropped)
-        (
-            [old(4, "a.py", 2, "Race on counter", "dropped")],
-            [new("a.py", 2, "Race on counter")],
-            [4],
-            [4],
-            [],
-            [],
-        ),
-    ],
-)
-def test_revised_findings_keep_their_numbers(before, after, numbers, kept, added, withdrawn):
-    change = renumber(before, after)
-    assert [ordinal for ordinal, _ in change.assigned] == numbers
-    assert (change.kept, change.added, change.withdrawn) == (kept, added, withdrawn)

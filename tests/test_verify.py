@@ -3,11 +3,14 @@ marked, and are left out of `approve` unless listed; a failed pass never fails t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.repo_config import parse_repo_config
+from bot.review.store import DraftFinding
 from bot.review.verify import (
     NOT_ANSWERED,
     InvalidVerification,
@@ -18,7 +21,8 @@ from bot.review.verify import (
     parse_verification,
 )
 from bot.server import make_app
-from bot.standin.models import fail
+from bot.standin.models import call, fail
+from bot.standin.scripted import scripted_reviewer
 from bot.texts import render
 from handlers import router
 from tests.world import BASE, build_world, comment_payload
@@ -98,8 +102,8 @@ def test_verify_uses_the_other_provider_unless_the_repository_chooses(
     [
         ('verify = true\nverify_provider = "codex"\n', "codex", None),
         ("verify = true\n", None, None),
-        ('verify_provider = "gemini"\n', None, "`verify_provider` must be one of claude, codex"),
-        ("verify_provider = 1\n", None, "`verify_provider` has the wrong type"),
+        ('verify_provider = "gemini"\n', None, '`verify_provider` must be one of "claude"'),
+        ("verify_provider = 1\n", None, "`verify_provider` must be one of"),
     ],
 )
 def test_repository_config_reads_verify_provider(text, provider, error):
@@ -109,11 +113,11 @@ def test_repository_config_reads_verify_provider(text, provider, error):
 
 
 def test_verdicts_land_on_their_findings_in_order():
-    rows = [{"title": "a"}, {"title": "b"}]
+    a, b = (DraftFinding("x.py", "minor", title, "body", line=1) for title in "ab")
     verification = Verification("codex", {2: Verdict("refuted", "x.py:1 is a test")})
-    assert apply_verification(rows, verification) == [
-        {"title": "a"},
-        {"title": "b", "verify_status": "refuted", "verify_note": "x.py:1 is a test"},
+    assert apply_verification([a, b], verification) == [
+        a,
+        replace(b, verify_status="refuted", verify_note="x.py:1 is a test"),
     ]
 
 
@@ -264,3 +268,62 @@ async def test_review_verify_command_runs_the_pass_on_the_same_provider_without_
         "SELECT verify_status FROM findings WHERE review_id = ? ORDER BY ordinal", (second["id"],)
     )
     assert sorted(s["verify_status"] for s in statuses) == ["confirmed", "refuted"]
+
+
+def submits(findings: list[dict]):
+    """A reviewer that submits `findings` at once (a verifier answers as the scripted one)."""
+
+    def policy(conversation):
+        if "submit_review" in conversation.tools:
+            return call("submit_review", summary="Findings.", verdict="comment", findings=findings)
+        return scripted_reviewer(conversation)
+
+    return policy
+
+
+EVERY_SHAPE = [  # each optional field of `submit_review` absent in one finding, present in another
+    {"path": "calc.py", "line": 2, "severity": "critical", "title": "eval on input",
+     "body": "eval runs input.", "suggestion": "    return int(text)"},
+    {"path": "calc.py", "line": 1, "end_line": 2, "side": "RIGHT", "severity": "major",
+     "title": "parse is unsafe", "body": "the whole function."},
+    {"path": "calc.py", "line": 2, "side": "LEFT", "severity": "minor",
+     "title": "int() was safer", "body": "the removed line.", "suggestion": "unused"},
+    {"path": "calc.py", "severity": "minor", "title": "no tests for parse", "body": "add some."},
+    {"path": "README.md", "line": 1, "severity": "nit", "title": "README says nothing",
+     "body": "describe parse."},
+]  # fmt: skip
+
+
+async def test_every_optional_field_absent_or_present_goes_through_verify_and_publishing(world):
+    world.claude.policy = submits(EVERY_SHAPE)
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("draft")
+    assert review["verify_error"] is None, review["verify_error"]
+    stored = await world.ctx.db.fetchall("SELECT * FROM findings ORDER BY ordinal")
+    by_title = {f["title"]: f for f in stored}
+    assert len(stored) == 5 and all(f["verify_status"] for f in stored)
+    request = world.codex.normalise(world.codex.requests[0]).user_texts[0]
+    assert "`calc.py:1-2`" in request and "(removed line, base version)" in request
+    assert "`calc.py`" in request and "`README.md:1`" in request
+
+    await world.send("issue_comment", comment_payload(world, "/cockpit approve"))
+    await world.wait_review("posted")
+    [review] = world.github.reviews.values()
+    comments = {c["body"].split("** · ", 1)[1].split("\n")[0]: c for c in review["comments"]}
+    assert sorted(comments) == ["eval on input", "int() was safer", "parse is unsafe"]
+    assert "```suggestion\n    return int(text)\n```" in comments["eval on input"]["body"]
+    assert (comments["parse is unsafe"]["start_line"], comments["parse is unsafe"]["line"]) == (
+        1,
+        2,
+    )
+    assert comments["int() was safer"]["side"] == "LEFT"
+    assert "suggestion" not in comments["int() was safer"]["body"]
+    assert "no tests for parse" in review["body"] and "README says nothing" in review["body"]
+    assert by_title["no tests for parse"]["line"] is None
+    [check] = world.github.check_runs.values()
+    assert sorted(a["title"].split(" · ")[-1] for a in check["annotations"]) == [
+        "README says nothing",
+        "eval on input",
+        "int() was safer",
+        "parse is unsafe",
+    ]

@@ -234,3 +234,23 @@ async def test_a_capped_git_call_answers_at_once_whatever_still_holds_its_pipes(
     assert answer == (line * (limit // len(line) + 1))[: limit + 1]
     assert truncated(answer, limit)
     assert _running(marker) == []  # git and what it started are gone
+
+
+async def test_processes_sharing_a_data_dir_take_turns_on_a_mirror(tmp_path, pr):
+    """Several processes on one data directory (a shared volume): each has its own in-process
+    lock, so only the file lock keeps their clones and fetches of one mirror apart."""
+    processes = [Mirrors(tmp_path / "data") for _ in range(4)]  # one lock table each
+
+    async def review(n: int, mirrors: Mirrors) -> str:
+        await mirrors.sync("octo/widgets", pr.clone_url, ["refs/heads/main", "refs/pull/7/head"])
+        tree = await mirrors.add_worktree(
+            "octo/widgets", name=f"r{n}", head_sha=pr.head_sha, base_ref="refs/heads/main"
+        )
+        return tree.merge_base
+
+    for _ in range(3):  # a race may need a few rounds to show
+        done = await asyncio.gather(
+            *(review(n, m) for n, m in enumerate(processes)), return_exceptions=True
+        )
+        assert done == [pr.base_sha] * len(processes)
+        await processes[0].remove_repo("octo/widgets")

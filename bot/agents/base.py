@@ -22,10 +22,24 @@ class BudgetExceeded(AgentError):
 
 @dataclass(frozen=True)
 class Budget:
+    """What one model run may spend, and the daily limits of the installation it is charged
+    to (checked as the run starts, whatever started it)."""
+
     max_tool_calls: int = 40
     max_tokens: int = 1_500_000
     max_seconds: float = 600.0
-    max_usd: float | None = None
+    max_usd: float | None = None  # per run: COCKPIT_REVIEW_MAX_USD
+    daily_max_runs: int | None = None  # per installation per UTC day: COCKPIT_DAILY_MAX_RUNS
+    daily_max_usd: float | None = None  # COCKPIT_DAILY_MAX_USD
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Budget:
+        """A server run's budget: the operator's caps (`bot.config.Settings`)."""
+        return cls(
+            max_usd=settings.review_max_usd,
+            daily_max_runs=settings.daily_max_runs,
+            daily_max_usd=settings.daily_max_usd,
+        )
 
 
 @dataclass
@@ -127,3 +141,8 @@ class Provider(Protocol):
 
     def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
         """Native messages answering tool calls: (call, output, is_error)."""
+
+    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+        """`messages` with an error result `text` right after the reply of every tool call
+        that has no result (a turn stopped mid-tool, a killed process): the API refuses a
+        conversation holding a call without its result."""

@@ -54,7 +54,8 @@ class ClaudeProvider:
                 cache_read_tokens=usage.cache_read_input_tokens or 0,
                 cache_write_tokens=usage.cache_creation_input_tokens or 0,
             ),
-            items=[{"role": "assistant", "content": blocks or [{"type": "text", "text": ""}]}],
+            # An empty answer is not stored: the API refuses an empty message (or text block).
+            items=[{"role": "assistant", "content": blocks}] if blocks else [],
             model=response.model or self.model,
         )
 
@@ -85,6 +86,32 @@ class ClaudeProvider:
                 ],
             }
         ]
+
+    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+        answered = {
+            block.get("tool_use_id")
+            for message in messages
+            for block in _blocks(message)
+            if block.get("type") == "tool_result"
+        }
+        closed: list[dict[str, Any]] = []
+        for message in messages:
+            closed.append(message)
+            dangling = [
+                (ToolCall(block["id"], block.get("name", ""), block.get("input") or {}), text, True)
+                for block in _blocks(message)
+                if message.get("role") == "assistant"
+                and block.get("type") == "tool_use"
+                and block.get("id") not in answered
+            ]
+            if dangling:  # the results open the next user turn, before anything said after
+                closed.extend(self.tool_results(dangling))
+        return closed
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
 def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

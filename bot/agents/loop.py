@@ -21,13 +21,17 @@ from bot.agents.base import (
     ModelReply,
     Provider,
     ProviderRequest,
+    ToolCall,
     Usage,
     cost_usd,
 )
 from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
+from bot.budget import RUN_START_LOCK, charge_run
 from bot.metrics import Metrics
 from bot.sessions.store import Session, append_messages, load_messages
+from bot.sessions.transcript import answer_text
+from bot.skills import prompt_text
 from bot.storage import Database
 
 log = logging.getLogger(__name__)
@@ -98,20 +102,7 @@ class AgentRun:
     ) -> TurnResult:
         """One turn: `user_text` (None to continue the stored conversation) from the PR
         comment `comment_id`, until the model answers (or submits its review)."""
-        run_id = await self.db.execute(
-            "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
-            " skill_version_id, status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-            (
-                self.kind if self.kind != "verify" else "review",
-                self.subkind or (self.kind if self.kind == "verify" else None),
-                self.session.id,
-                self.review_id,
-                self.provider.name,
-                self.provider.model,
-                self.skill_version_id,
-                time.time(),
-            ),
-        )
+        run_id = await self._start()
         usage: dict[str, Usage] = {}
         started = time.monotonic()
         calls = 0
@@ -133,6 +124,30 @@ class AgentRun:
         result.usage = usage
         return result
 
+    async def _start(self) -> int:
+        """The run's ledger row, written only when its installation's daily budget has room
+        (DailyBudgetSpent otherwise): every model run passes here, whatever started it."""
+        now = time.time()
+        async with self.db.transaction(lock=RUN_START_LOCK) as conn:
+            cursor = await conn.execute(
+                "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
+                " skill_version_id, status, started_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                (
+                    self.kind if self.kind != "verify" else "review",
+                    self.subkind or (self.kind if self.kind == "verify" else None),
+                    self.session.id,
+                    self.review_id,
+                    self.provider.name,
+                    self.provider.model,
+                    self.skill_version_id,
+                    now,
+                ),
+            )
+            run_id = int(cursor.lastrowid or 0)
+            await charge_run(conn, run_id, self.budget, now)
+        return run_id
+
     async def _loop(
         self,
         run_id: int,
@@ -141,6 +156,9 @@ class AgentRun:
         usage: dict[str, Usage],
         started: float,
     ) -> TurnResult:
+        final = self.final
+        repaired = False
+        last = await self._settle()
         if user_text is not None:
             await append_messages(
                 self.db,
@@ -149,23 +167,28 @@ class AgentRun:
                 github_comment_id=origin[0],
                 source=origin[1],
             )
-        final = self.final
+        elif last is not None and last.get("role") == "assistant":
+            # Resumed after the model's answer was stored and before the next step was (the
+            # process died): take that step now; a request never ends with the model's text.
+            if not self.expect_submit:
+                return TurnResult(run_id, answer_text(last), None, 0)
+            await append_messages(self.db, self.session.id, self.provider.user_message(final.nudge))
+            repaired = True
         offer = self.expect_submit if self.offer_submit is None else self.offer_submit
         tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
-        repaired = False
         tool_calls = 0
         while True:
-            messages = await load_messages(self.db, self.session.id)
             request = ProviderRequest(
                 system=self.system,
                 tools=tools,
-                messages=messages,
+                messages=await self._conversation(),
                 cache_key=f"pr-cockpit-session-{self.session.id}",
             )
             reply = await self._send(request, started)
             self._count(reply, usage)
             self._check_spend(usage)
-            await append_messages(self.db, self.session.id, reply.items)
+            if reply.items:
+                await append_messages(self.db, self.session.id, reply.items)
             if not reply.tool_calls:
                 if not self.expect_submit:
                     return TurnResult(run_id, reply.text, None, tool_calls)
@@ -179,40 +202,66 @@ class AgentRun:
                     self.db, self.session.id, self.provider.user_message(final.nudge)
                 )
                 continue
-            results: list[tuple[Any, str, bool]] = []
+            results: list[tuple[ToolCall, str, bool]] = []
             answer = None
-            for call in reply.tool_calls:
-                if call.name == final.name and not self.expect_submit:
-                    results.append((call, NOT_NOW, True))
-                    continue
-                if call.name == final.name:
-                    try:
-                        answer = final.parse(_as_dict(call.arguments))
-                        results.append((call, final.acknowledgement, False))
-                    except InvalidAnswer as exc:
-                        if repaired:
-                            raise AgentError(
-                                f"invalid {final.name} output after one repair turn: {exc}"
-                            ) from None
-                        repaired = True
-                        results.append(
-                            (
-                                call,
-                                f"Invalid {final.name} input: {exc}. Call "
-                                f"{final.name} again with corrected input.",
-                                True,
+            try:
+                for call in reply.tool_calls:
+                    if call.name == final.name and not self.expect_submit:
+                        results.append((call, NOT_NOW, True))
+                        continue
+                    if call.name == final.name:
+                        try:
+                            answer = final.parse(_as_dict(call.arguments))
+                            results.append((call, final.acknowledgement, False))
+                        except InvalidAnswer as exc:
+                            if repaired:
+                                raise AgentError(
+                                    f"invalid {final.name} output after one repair turn: {exc}"
+                                ) from None
+                            repaired = True
+                            results.append(
+                                (
+                                    call,
+                                    f"Invalid {final.name} input: {exc}. Call "
+                                    f"{final.name} again with corrected input.",
+                                    True,
+                                )
                             )
+                        continue
+                    tool_calls += 1
+                    if tool_calls > self.budget.max_tool_calls:
+                        raise BudgetExceeded(
+                            f"budget exhausted: more than {self.budget.max_tool_calls} tool calls"
                         )
-                    continue
-                tool_calls += 1
-                if tool_calls > self.budget.max_tool_calls:
-                    raise BudgetExceeded(
-                        f"budget exhausted: more than {self.budget.max_tool_calls} tool calls"
-                    )
-                results.append((call, await self.toolbox.call(call.name, call.arguments), False))
-            await append_messages(self.db, self.session.id, self.provider.tool_results(results))
+                    output = await self.toolbox.call(call.name, call.arguments)
+                    results.append((call, output, False))
+            except BaseException:  # stopped or failed mid-call: every call still gets a result
+                done = {call.id for call, _, _ in results}
+                rest = [(c, interrupted(), True) for c in reply.tool_calls if c.id not in done]
+                await asyncio.shield(self._store_results([*results, *rest]))
+                raise
+            await self._store_results(results)
             if answer is not None:
                 return TurnResult(run_id, reply.text, answer, tool_calls)
+
+    async def _store_results(self, results: list[tuple[ToolCall, str, bool]]) -> None:
+        await append_messages(self.db, self.session.id, self.provider.tool_results(results))
+
+    async def _conversation(self) -> list[dict[str, Any]]:
+        """The stored conversation as the API takes it: a tool call stored without its result
+        (its turn was stopped, or the process killed, mid-call) is answered "interrupted"."""
+        stored = await load_messages(self.db, self.session.id)
+        return self.provider.answer_dangling(stored, interrupted())
+
+    async def _settle(self) -> dict[str, Any] | None:
+        """Before a turn adds to the conversation: store the "interrupted" results of the tool
+        calls an earlier turn left unanswered at its end (a killed process had no chance to).
+        Returns the conversation's last message."""
+        stored = await load_messages(self.db, self.session.id)
+        closed = self.provider.answer_dangling(stored, interrupted())
+        if len(closed) > len(stored) and closed[: len(stored)] == stored:
+            await append_messages(self.db, self.session.id, closed[len(stored) :])
+        return closed[-1] if closed else None
 
     async def _send(self, request: ProviderRequest, started: float) -> ModelReply:
         attempt = 0
@@ -310,6 +359,11 @@ class AgentRun:
                 (status, error, tool_calls, total, time.time(), run_id),
             )
         return total
+
+
+def interrupted() -> str:
+    """The result a tool call gets when its turn ended before the tool answered."""
+    return prompt_text("tool_interrupted").strip()
 
 
 async def close_interrupted_runs(db: Database) -> int:

@@ -252,6 +252,7 @@ class Toolbox:
             raise ToolError(f"pattern must be one line of at most {MAX_PATTERN_CHARS} characters")
         path = clean_path(path, allow_root=True)
         spec = [path] if path else []
+        await self.tree.fetch_blobs(path)  # a partial mirror: one request, not one per file
         try:
             out = await self.tree.git(
                 "grep",

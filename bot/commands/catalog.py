@@ -27,7 +27,11 @@ COMMANDS = (
         "review the current head now (supersedes older work)",
         starts_model=True,
     ),
-    Spec("drop", "F2 [F5 …]", "remove findings from the draft (pending review and status follow)"),
+    Spec(
+        "drop",
+        "F2 [F5 …]",
+        "remove findings from the draft (pending review, check run and status follow)",
+    ),
     Spec(
         "approve",
         "[F1 F3 …] [--request-changes | --comment]",
@@ -53,6 +57,11 @@ COMMANDS = (
     ),
     Spec("end", "", "end the active cross-review"),
     Spec("stop", "", "cancel the running review or session turn, and drop queued turns"),
+    Spec(
+        "config",
+        "",
+        "the repository's effective configuration, and where each value comes from",
+    ),
 )
 BY_NAME = {spec.name: spec for spec in COMMANDS}
 

@@ -11,9 +11,9 @@ from bot.commands.reply import text
 from bot.github import permits
 from bot.repo_config import fetch_repo_config
 from bot.review import state
-from bot.review.approve import PublishFailed, approve, select_findings
+from bot.review.approve import PublishFailed, approve, publishing_key, select_findings
 from bot.review.job import queue_status_refresh
-from bot.review.store import get_review, latest_draft, load_findings
+from bot.review.store import Finding, get_review, latest_draft, load_findings
 
 
 async def current_draft(pr: PullRequest) -> sqlite3.Row:
@@ -26,8 +26,8 @@ async def current_draft(pr: PullRequest) -> sqlite3.Row:
     return review
 
 
-def _check_refs(cmd: Command, findings: list[sqlite3.Row]) -> None:
-    known = {f["ordinal"] for f in findings}
+def _check_refs(cmd: Command, findings: list[Finding]) -> None:
+    known = {f.ordinal for f in findings}
     missing = [f"F{n}" for n in cmd.findings if n not in known]
     if missing:
         raise CommandFailed(f"the draft has no {', '.join(missing)} (it has F1…F{len(known)})")
@@ -36,19 +36,27 @@ def _check_refs(cmd: Command, findings: list[sqlite3.Row]) -> None:
 REVISING = "the reviewer's revision of this draft is being applied; try again in a moment"
 
 
+def _not_a_draft(review: sqlite3.Row) -> CommandFailed:
+    return CommandFailed(
+        REVISING if review["state"] == state.REVISING else "the draft is already published"
+    )
+
+
 async def cmd_drop(pr: PullRequest, cmd: Command) -> str | None:
     review = await current_draft(pr)
-    if review["state"] == state.REVISING:
-        raise CommandFailed(REVISING)
     if review["state"] != state.DRAFT:
-        raise CommandFailed("the draft is already published")
+        raise _not_a_draft(review)
     if not cmd.findings:
         raise CommandFailed("say which findings to drop, e.g. `drop F2 F5`")
-    _check_refs(cmd, await load_findings(pr.ctx.db, review["id"]))
-    await state.drop_findings(pr.ctx.db, review["id"], cmd.findings)
+    db, review_id = pr.ctx.db, review["id"]
+    _check_refs(cmd, await load_findings(db, review_id))
     publisher = pr.publisher()
-    await publisher.pending_review(review)
-    await publisher.status(await get_review(pr.ctx.db, review["id"]))
+    async with db.hold(publishing_key(review_id)):  # a revision or an approve may be writing
+        if not await state.drop_findings(db, review_id, cmd.findings):
+            raise _not_a_draft(await get_review(db, review_id))
+        await publisher.pending_review(await get_review(db, review_id))
+        await publisher.new_check(review_id)  # its annotations show the draft without them
+    await publisher.status(await get_review(db, review_id))
     return text(pr, "dropped", refs=", ".join(f"F{n}" for n in cmd.findings))
 
 
@@ -83,9 +91,9 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
     findings = await load_findings(pr.ctx.db, review["id"])
     _check_refs(cmd, findings)
     gone = [
-        f"F{f['ordinal']}"
+        f"F{f.ordinal}"
         for f in findings
-        if f["ordinal"] in cmd.findings and f["state"] in (state.DROPPED, state.WITHDRAWN)
+        if f.ordinal in cmd.findings and f.state in (state.DROPPED, state.WITHDRAWN)
     ]
     if gone:
         raise CommandFailed(

@@ -33,9 +33,11 @@ async def first_notice(pr: PullRequest, kind: str, every: float) -> bool:
     return row is not None
 
 
-def rate_limited(pr: PullRequest, command: str) -> tuple[str, float] | None:
-    """(why, seconds to wait) when a model-starting command is over its limit, else None."""
+async def rate_limited(pr: PullRequest, command: str) -> tuple[str, float] | None:
+    """(why, seconds to wait) when a model-starting command is over its limit, else None
+    (counted in the database: every process shares one window)."""
     spec = BY_NAME.get(command)
     if spec is None or not spec.starts_model:
         return None
-    return pr.ctx.limits.check(f"{pr.repo['full_name']}#{pr.number}", pr.actor)
+    where = f"{pr.repo.get('id') or pr.repo['full_name']}#{pr.number}"
+    return await pr.ctx.limits.check(pr.ctx.db, where, pr.actor.casefold())

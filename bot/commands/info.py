@@ -1,4 +1,4 @@
-"""`help` and `status`."""
+"""`help`, `status` and `config`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from bot.commands.catalog import COMMANDS
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
+from bot.repo_config import CONFIG_PATH, effective, fetch_repo_config
 from bot.review.store import latest_review
 
 
@@ -31,3 +32,19 @@ async def cmd_status(pr: PullRequest, cmd: Command) -> str | None:
         raise CommandFailed(f"there is no review yet: run `{pr.prefix} review` to start one")
     await pr.publisher().status(review)
     return None
+
+
+async def cmd_config(pr: PullRequest, cmd: Command) -> str | None:
+    """What applies here now: the default branch's file (never the PR's), key by key."""
+    config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
+    return text(
+        pr,
+        "config",
+        path=CONFIG_PATH,
+        branch=pr.repo.get("default_branch"),
+        source=config.source,
+        settings=effective(config),
+        problems=config.problems,
+        unusable=config.unusable,
+        server_provider=pr.ctx.settings.provider,
+    )

@@ -31,6 +31,7 @@ HANDLERS: dict[str, CommandFn] = {
     "ask": session.cmd_ask,
     "send-back": session.cmd_send_back,
     "end": session.cmd_end,
+    "config": info.cmd_config,
 }
 assert HANDLERS.keys() == {spec.name for spec in COMMANDS}, "the catalog lists every command"
 
@@ -72,7 +73,7 @@ async def run_one(pr: PullRequest, cmd: Command) -> bool:
     if handler is None:
         await post(pr, await info.help_text(pr, unknown=cmd.name))
         return False
-    limited = gate.rate_limited(pr, cmd.name)
+    limited = await gate.rate_limited(pr, cmd.name)
     if limited:
         why, wait = limited
         await reply(pr, "rate_limited", why=why, minutes=max(1, round(wait / 60)))

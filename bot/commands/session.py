@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from importlib import resources
 
 from bot.agents.base import AgentError
+from bot.budget import DailyBudgetSpent, refuse_when_spent
 from bot.commands.draft import current_draft
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
@@ -49,6 +51,16 @@ async def _draft_and_reviewer(pr: PullRequest) -> tuple[sqlite3.Row, Session]:
     return review, parent
 
 
+async def _room_for_a_run(pr: PullRequest) -> None:
+    """A command that starts a model run says at once when today's budget is spent (the run
+    itself is refused anyway, wherever it starts: `bot.budget.charge_run`)."""
+    assert pr.pull is not None
+    try:
+        await refuse_when_spent(pr.ctx.settings, pr.ctx.db, pr.pull["installation_id"], time.time())
+    except DailyBudgetSpent as exc:
+        raise CommandFailed(str(exc)) from None
+
+
 async def _active_child(pr: PullRequest, parent: Session) -> tuple[sqlite3.Row, Session] | None:
     row = await store.active_cross_review(pr.ctx.db, parent.id)
     if row is None:
@@ -71,6 +83,7 @@ async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
     active = await _active_child(pr, parent)
     if active is not None and not cmd.flag("restart"):
         return text(pr, "cross_review_active", provider=active[1].provider)
+    await _room_for_a_run(pr)
     try:
         model = pr.ctx.models.provider(provider).model
     except AgentError as exc:
@@ -110,6 +123,7 @@ async def cmd_ask(pr: PullRequest, cmd: Command) -> str | None:
     if not cmd.text:
         raise CommandFailed(f"say what to ask, e.g. `{pr.prefix} ask is F2 a real problem?`")
     _review, parent = await _draft_and_reviewer(pr)
+    await _room_for_a_run(pr)
     active = await _active_child(pr, parent)
     target = active[1] if active else parent
     busy = await queue_turn(
@@ -138,6 +152,7 @@ async def cmd_send_back(pr: PullRequest, cmd: Command) -> str | None:
             f"{child.provider.title()} has not answered yet; send it back once its critique is"
             " posted"
         )
+    await _room_for_a_run(pr)
     message = feedback(row["child_adapter"], answers[-1], cmd.text, pr.actor)
     busy = await queue_turn(
         pr.ctx,

@@ -6,16 +6,18 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from bot.config import ConfigError, load_settings
-from bot.evals.from_reviews import check_repo, golden_from_reviews, published_repos
 from bot.evals.golden import GoldenError, golden_problems, write_golden
-from bot.evals.martian import martian_golden, resolve_with_github
-from bot.evals.progress import ConsoleProgress, say
-from bot.evals.report import CHART_EXTRA, pct, run_entries, write_json, write_report
-from bot.evals.runner import EvalError, EvalOptions, EvalResult, resolve_models, run_eval
-from bot.storage import Database
+from bot.evals.messages import resume_hint, say
+
+if TYPE_CHECKING:
+    from bot.evals.progress import ConsoleProgress
+    from bot.evals.runner import EvalResult
+
+# Each command imports what only it needs when it runs: `eval run` needs the model SDKs (a
+# second or more to import), `import-martian` and `golden-from-reviews` do not.
 
 EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -26,19 +28,25 @@ def _error(message: str) -> int:
 
 
 def cmd_eval_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from bot.evals.progress import ConsoleProgress
+
     progress = ConsoleProgress(out, tty=out.isatty())
     try:
         return asyncio.run(eval_run(args, out, progress))
     except KeyboardInterrupt:
-        out.write(say("interrupted", batch=progress.batch or "RUN") + "\n")
+        resume = resume_hint(progress.batch or "RUN", progress.data_dir or Path("data"))
+        out.write(say("interrupted", resume=resume) + "\n")
         return 130
 
 
 async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgress) -> int:
+    from bot.evals.runner import EvalError, EvalOptions, resolve_models, run_eval
+
     try:
         settings = load_settings(github=False)
     except ConfigError as exc:
         return _error(str(exc))
+    progress.data_dir = settings.data_dir
     options = None
     if args.resume is None:
         if not args.golden:
@@ -66,20 +74,23 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
         result = await run_eval(settings, options, progress, resume=args.resume)
     except EvalError as exc:
         return _error(str(exc))
-    return finish(result, args, out)
+    return finish(result, args, out, settings.data_dir)
 
 
-def finish(result: EvalResult, args: argparse.Namespace, out: TextIO) -> int:
+def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: Path) -> int:
+    from bot.evals.report import CHART_EXTRA, pct, run_entries, write_json, write_report
+
+    resume = resume_hint(result.batch, data_dir)
     entries = [entry for run in result.runs for entry in run_entries(result, run)]
     out.write(say("summary", entries=entries, pct=pct) + "\n")
     failed = sum(len(run.failed) for run in result.runs)
     if failed:
-        out.write(say("failed_cases", count=failed, batch=result.batch) + "\n")
+        out.write(say("failed_cases", count=failed, resume=resume) + "\n")
     if result.judge_unreadable:
         out.write(say("unreadable", count=result.judge_unreadable, judge=result.judge) + "\n")
     if result.source_changed:
         out.write(say("source_changed", repos=result.source_changed) + "\n")
-    report, chart = write_report(result, Path(args.report_dir))
+    report, chart = write_report(result, Path(args.report_dir), resume=resume)
     if args.json:
         write_json(result, Path(args.json))
     out.write(
@@ -104,6 +115,9 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
     """Exit 0 with a file written; 2 when there is nothing to make it from (no database
     where the server keeps its data, or no published review of the repository): nothing is
     created then, neither a database nor an empty file."""
+    from bot.evals.from_reviews import check_repo, golden_from_reviews, published_repos
+    from bot.storage import Database
+
     try:
         settings = load_settings(github=False)
         check_repo(args.repo)
@@ -144,6 +158,8 @@ async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
     """Exit 0 when the file is written (shas pending without --resolve, or for PRs GitHub
     does not know); 1 when --resolve could not ask GitHub about some case (the file is still
     written, those shas pending); 2 when nothing could be converted."""
+    from bot.evals.martian import martian_golden, resolve_with_github
+
     directory = Path(args.dir)
     resolution, api_url = None, None
     try:

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
+from bot.evals.messages import resume_hint, say
 from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, Progress, add_usd
-from bot.texts import render
 
 BAR_WIDTH = 24
-
-
-def say(kind: str, **context: object) -> str:
-    return render("eval/messages.txt.j2", kind=kind, **context).rstrip("\n")
 
 
 def eta_text(elapsed: float, done: int, total: int) -> str:
@@ -34,6 +31,7 @@ class ConsoleProgress(Progress):
     usd: float | None = 0.0
     started: float = field(default_factory=time.monotonic)
     batch: int | None = None
+    data_dir: Path | None = None  # where the run's results are stored (to resume it)
     _drawn: bool = False
 
     def start(self, result: EvalResult, total: int, resumed: bool) -> None:
@@ -49,6 +47,7 @@ class ConsoleProgress(Progress):
                 verify=result.options.verify,
                 verifier=result.runs[0].verify_provider if result.runs else None,
                 judge=result.judge,
+                resume=resume_hint(result.batch, self.data_dir or Path("data")),
             )
             + "\n"
         )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bot.evals.messages import Resume
 from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, add_usd
 from bot.texts import render
 
@@ -119,29 +120,85 @@ class Chart:
     missing: str | None = None  # why there is no chart
 
 
-def draw_chart(entries: list[dict[str, Any]], path: Path) -> Chart:
-    """F1 against cost per model (USD when every model's cost is known, else tokens)."""
+@dataclass(frozen=True)
+class Point:
+    name: str
+    x: float
+    y: float  # F1 in percent
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    """What the F1/cost chart shows, on the tables' scale (percent), as plain data."""
+
+    title: str
+    x_label: str
+    y_label: str
+    x_range: tuple[float, float]
+    y_range: tuple[float, float]
+    usd: bool  # x is USD (else tokens)
+    points: tuple[Point, ...]
+
+
+def chart_spec(entries: list[dict[str, Any]], batch: int | str) -> ChartSpec:
+    """F1 (strict, %) against cost: USD when every model's cost is known, else tokens. The x
+    axis starts at 0 (no cost is negative; a sliver of room is left of it) and leaves room past
+    the dearest run; when every run cost nothing it still spans a readable range."""
+    usd = all(e["usd"] is not None for e in entries)
+    points = []
+    for e in entries:
+        x = float(e["usd"] if usd else e["tokens"])
+        y = round(100 * (e["strict"]["f1"] or 0.0), 1)
+        cost = f"${x:.4f}" if usd else f"{int(x):,} tokens"
+        verify = f" + verify ({e['verify_provider']})" if e["verify"] else ""
+        points.append(Point(_plain(f"{e['model']}{verify}: F1 {y:.1f}%, {cost}"), x, y))
+    top = max((p.x for p in points), default=0.0)
+    high = top * 1.15 if top > 0 else (0.01 if usd else 1000.0)
+    x_range = (-0.03 * high, high)  # a little room left of 0, so a free run is not cut in half
+    free = usd and top == 0
+    return ChartSpec(
+        title=f"F1 against cost, eval run {batch}",
+        x_label=(
+            "cost of the run (USD)" + (": every run cost $0" if free else "")
+            if usd
+            else "tokens used (USD unknown for some model)"
+        ),
+        y_label="F1, strict (%)",
+        x_range=x_range,
+        y_range=(0.0, 100.0),
+        usd=usd,
+        points=tuple(points),
+    )
+
+
+MARKERS = "osD^vP*Xph"
+
+
+def draw_chart(spec: ChartSpec, path: Path) -> Chart:
+    """The chart as a PNG: each point its own marker, named in the legend below the axes
+    (names never overlap, even when the points do)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter
     except ImportError:
         return Chart(None, "matplotlib is not installed")
-    by_usd = all(e["usd"] is not None for e in entries)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
-    for e in entries:
-        x = e["usd"] if by_usd else e["tokens"]
-        y = e["strict"]["f1"] or 0.0
-        label = _plain(f"{e['model']}{' + verify' if e['verify'] else ''}")
-        ax.scatter([x], [y])
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
-    ax.set_xlabel("cost (USD)" if by_usd else "tokens (USD unknown)")
-    ax.set_ylabel("F1 (strict)")
-    ax.set_ylim(0, 1)
-    ax.margins(x=0.3)
-    ax.set_title("F1 against cost")
+    fig, ax = plt.subplots(figsize=(7.2, 4.2 + 0.25 * len(spec.points)), dpi=100)
+    for n, point in enumerate(spec.points):
+        ax.scatter([point.x], [point.y], marker=MARKERS[n % len(MARKERS)], s=70, zorder=3,
+                   label=point.name, alpha=0.85)  # fmt: skip
+    ax.set_title(spec.title)
+    ax.set_xlabel(spec.x_label)
+    ax.set_ylabel(spec.y_label)
+    ax.set_xlim(*spec.x_range)
+    ax.set_ylim(*spec.y_range)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}%"))
+    shown = "${:.4g}" if spec.usd else "{:,.0f}"
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: shown.format(v) if v >= 0 else ""))
     ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path)
@@ -171,13 +228,16 @@ def reserve_report(directory: Path, batch: int, now: dt.datetime) -> Path:
             path = directory / f"{stem}-{n}.md"
 
 
-def write_report(result: EvalResult, directory: Path) -> tuple[Path, Chart]:
+def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tuple[Path, Chart]:
     """The markdown report (see `reserve_report` for its name) and its chart beside it,
-    `<name>-f1-cost.png`. Nothing already there is overwritten."""
+    `<name>-f1-cost.png`; `resume` says how to run it again (the report outlives a temporary
+    data directory). Nothing already there is overwritten."""
     now = dt.datetime.now(dt.UTC)
     path = reserve_report(directory, result.batch, now)
     entries = [entry for run in result.runs for entry in run_entries(result, run)]
-    chart = draw_chart(entries, path.with_name(f"{path.stem}-f1-cost.png"))
+    chart = draw_chart(
+        chart_spec(entries, result.batch), path.with_name(f"{path.stem}-f1-cost.png")
+    )
     markdown = render(
         "eval/report.md.j2",
         result=result,
@@ -187,6 +247,7 @@ def write_report(result: EvalResult, directory: Path) -> tuple[Path, Chart]:
         chart=chart.path.name if chart.path else None,
         chart_missing=chart.missing,
         chart_extra=CHART_EXTRA,
+        resume=resume,
         when=now.strftime("%Y-%m-%d %H:%M UTC"),
         pct=pct,
         num=num,

@@ -23,6 +23,7 @@ from bot.evals.judges import EvalFinding, Judge, make_judge
 from bot.evals.scoring import Counts, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
+from bot.review.store import DraftFinding
 from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.sessions.store import end_session, prune_detached_sessions
 from bot.storage import Database
@@ -219,7 +220,9 @@ class Runner:
             rows = draft.findings
             if run.verify and rows:
                 rows = await self._verify(run, reviewer, prepared.tree, request, draft, result)
-            result.findings = [EvalFinding.from_row(n, r) for n, r in enumerate(rows, start=1)]
+            result.findings = [
+                EvalFinding.from_row(n, asdict(r)) for n, r in enumerate(rows, start=1)
+            ]
         except (AgentError, GitError, OSError) as exc:
             result.error = str(exc) or exc.__class__.__name__
         finally:
@@ -240,7 +243,7 @@ class Runner:
         request: ReviewRequest,
         draft: Draft,
         result: CaseResult,
-    ) -> list[dict[str, Any]]:
+    ) -> list[DraftFinding]:
         assert run.verify_provider is not None
         started = time.monotonic()
         verification = await verify_draft(

@@ -4,7 +4,6 @@ crash or a GitHub error between the claim and GitHub's answer."""
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import TYPE_CHECKING
 
 import gidgethub
@@ -13,7 +12,7 @@ from bot.github import github_transient
 from bot.queue import REVIEWS, Job
 from bot.review import state
 from bot.review.publish import Publisher
-from bot.review.store import get_review, load_findings, pull_by_id, update_review
+from bot.review.store import Finding, get_review, load_findings, pull_by_id, update_review
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -27,26 +26,23 @@ class PublishFailed(Exception):
     """Publishing did not complete; the message says what happens next (shown on the PR)."""
 
 
-def select_findings(findings: list[sqlite3.Row], listed: tuple[int, ...]) -> list[int]:
+def select_findings(findings: list[Finding], listed: tuple[int, ...]) -> list[int]:
     """What `approve` publishes: the listed findings, or every kept one that verification
     did not refute (a refuted finding is published only when listed explicitly)."""
     if listed:
         return sorted(listed)
-    return [
-        f["ordinal"]
-        for f in findings
-        if f["state"] == state.KEPT and f["verify_status"] != "refuted"
-    ]
+    return [f.ordinal for f in findings if f.state == state.KEPT and f.verify_status != "refuted"]
 
 
 async def approve(
     ctx: Context, publisher: Publisher, review_id: int, actor: str, event: str, chosen: list[int]
 ) -> bool:
-    """Publish the chosen findings as `event`; False when another approve got there first."""
-    if not await state.claim_posting(ctx.db, review_id, actor, event, chosen):
-        return False
+    """Publish the chosen findings as `event`; False when another approve got there first.
+    The claim is made holding the publishing lock, so no recovery can start in between."""
     try:
         async with ctx.db.hold(publishing_key(review_id)):
+            if not await state.claim_posting(ctx.db, review_id, actor, event, chosen):
+                return False
             await publish(ctx, publisher, review_id, chosen)
     except Exception as exc:
         if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
@@ -94,8 +90,11 @@ async def waiting_for_github(
 
 async def publish(ctx: Context, publisher: Publisher, review_id: int, chosen: list[int]) -> None:
     """Rebuild the pending review with exactly the chosen findings, submit it, then refresh
-    the check run and status comment (their failures are logged, never reverted)."""
+    the check run and status comment (their failures are logged, never reverted). Called
+    holding the publishing lock; a review no longer `posting` was published meanwhile."""
     review = await get_review(ctx.db, review_id)
+    if review is None or review["state"] != state.POSTING:
+        return
     pending_id = await publisher.pending_review(review, only=set(chosen))
     await publisher.gh.post(
         "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}/events",
@@ -179,9 +178,7 @@ async def _recover(ctx: Context, review_id: int) -> str:
         await publisher.status(await get_review(ctx.db, review_id))
         return "already published"
     findings = await load_findings(ctx.db, review_id)
-    await publish(
-        ctx, publisher, review_id, [f["ordinal"] for f in findings if f["state"] == "kept"]
-    )
+    await publish(ctx, publisher, review_id, [f.ordinal for f in findings if f.state == "kept"])
     return "published"
 
 

@@ -175,14 +175,27 @@ async def forget_installation(ctx: Context, installation_id: int) -> None:
 async def prepare_worktree(ctx: Context, pull: sqlite3.Row, head_sha: str, name: str) -> Worktree:
     """Fetch the base branch and `refs/pull/N/head` into the mirror; add the review's tree."""
     clone_url = pull["clone_url"]
-    token = None
-    if clone_url.startswith("https://") and pull["installation_id"]:
-        token = await ctx.github.installation_token(pull["installation_id"])
+    installation = pull["installation_id"]
+    token_source = None
+    if clone_url.startswith("https://") and installation:
+
+        async def token_source() -> str:  # the mirror fetches blobs as the review reads them
+            return await ctx.github.installation_token(installation)
+
     base = f"refs/heads/{pull['base_ref']}"
     await ctx.mirrors.sync(
-        pull["repo"], clone_url, [base, f"refs/pull/{pull['number']}/head"], token
+        pull["repo"],
+        clone_url,
+        [base, f"refs/pull/{pull['number']}/head"],
+        await token_source() if token_source else None,
     )
-    return await ctx.mirrors.add_worktree(pull["repo"], name=name, head_sha=head_sha, base_ref=base)
+    return await ctx.mirrors.add_worktree(
+        pull["repo"], name=name, head_sha=head_sha, base_ref=base, token=token_source
+    )
+
+
+class TakenOver(Exception):
+    """Another attempt of the job owns the review's run now: this one must change nothing."""
 
 
 @dataclass
@@ -192,6 +205,7 @@ class Progress:
     ctx: Context
     publisher: Publisher
     review_id: int
+    owner: str
     calls: int = 0
     last: float = field(default_factory=time.monotonic)  # the start was just shown
     phase: str = "reviewing"
@@ -201,12 +215,13 @@ class Progress:
         if time.monotonic() - self.last < PROGRESS_EVERY:
             return
         self.last = time.monotonic()
-        await update_review(
-            self.ctx.db, self.review_id, progress=f"{self.phase}: {self.calls} tool call(s) so far"
-        )
-        try:
+        try:  # progress is shown when it can be: a hiccup here never fails the review
+            if not await state.owns_run(self.ctx.db, self.review_id, self.owner):
+                return
+            progress = f"{self.phase}: {self.calls} tool call(s) so far"
+            await update_review(self.ctx.db, self.review_id, progress=progress)
             await self.publisher.status(await get_review(self.ctx.db, self.review_id))
-        except gidgethub.GitHubException:
+        except (gidgethub.GitHubException, sqlite3.Error):
             log.warning("progress update failed", exc_info=True)
 
 
@@ -229,7 +244,13 @@ async def run_review_job(ctx: Context, job: Job) -> None:
         verify = bool(job.payload.get("verify")) or known.verify
         final = job.attempts >= job.max_attempts
         await ReviewJob(
-            ctx, Publisher(ctx, gh, pull), pull, review["id"], verify, final_attempt=final
+            ctx,
+            Publisher(ctx, gh, pull),
+            pull,
+            review["id"],
+            verify,
+            final_attempt=final,
+            owner=f"{job.id}:{job.attempts}",
         ).run(known)
 
 
@@ -241,23 +262,33 @@ class ReviewJob:
     review_id: int
     verify: bool = False
     final_attempt: bool = True  # else a GitHub hiccup is retried by the queue, not reported
+    owner: str = ""  # the job attempt running it (see `state.take_run`)
 
     async def run(self, config: RepoConfig) -> None:
         why_not = await self._why_not_now()
         if why_not is not None:
             await self._held(why_not)
             return
-        await state.start(self.ctx.db, self.review_id, config_error=config.error)
+        ctx = self.ctx
+        if not await state.take_run(ctx.db, self.review_id, self.owner, config_error=config.error):
+            return  # superseded or stopped before it started
         try:
             review = await get_review(self.ctx.db, self.review_id)
             await self.publisher.status(review)
             await self.publisher.start_check(review)
             await self._review(review, config)
+        except TakenOver:
+            log.warning("review run taken over by a later attempt: this one changes nothing")
         except asyncio.CancelledError:
-            if not self.ctx.jobs.stopping:  # a graceful stop re-queues it: state stays
+            if not self.ctx.jobs.interrupted():  # an interrupted job runs again: state stays
                 await self._stopped()
             raise
         except Exception as exc:
+            if self.ctx.jobs.interrupted():  # its clean-up met the outage that interrupts it
+                raise asyncio.CancelledError from exc
+            if isinstance(exc, sqlite3.OperationalError) and not self.final_attempt:
+                log.warning("the database did not answer; the review is retried", exc_info=True)
+                raise
             if github_transient(exc) and not self.final_attempt:
                 log.warning("GitHub did not answer; the review is retried", exc_info=True)
                 raise
@@ -289,10 +320,8 @@ class ReviewJob:
             pull_id=self.pull["id"],
             review_id=review_id,
         )
-        reviewer = Reviewer(
-            ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
-        )
-        progress = Progress(ctx, self.publisher, review_id)
+        reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
+        progress = Progress(ctx, self.publisher, review_id, self.owner)
         draft = await review_worktree(
             reviewer, tree, request, on_tool_call=progress, on_plan=planned
         )
@@ -312,6 +341,8 @@ class ReviewJob:
             verified = {"verify_provider": provider, "verify_error": verification.error}
             if verification.error:
                 log.warning("verify pass failed", extra={"fields": {"reason": verification.error}})
+        if not await state.owns_run(ctx.db, review_id, self.owner):
+            raise TakenOver
         current = await get_review(ctx.db, review_id)
         if current is None or current["state"] != state.RUNNING:
             # Superseded or stopped while the model worked; the cancellation may still be on
@@ -328,10 +359,16 @@ class ReviewJob:
             progress="publishing",
             **verified,
         )
+        if not await state.owns_run(ctx.db, review_id, self.owner):
+            raise TakenOver
         await self.publisher.pending_review(await get_review(ctx.db, review_id))
         pull = await pull_by_id(ctx.db, self.pull["id"])
         moved = pull is not None and pull["head_sha"] != review["head_sha"]
-        await state.to_draft(ctx.db, review_id, stale=moved)  # a push landed meanwhile
+        drafted = await state.end_run(  # a push may have landed meanwhile: stale
+            ctx.db, review_id, self.owner, state.DRAFT, progress="draft ready", stale=int(moved)
+        )
+        if not drafted:
+            raise TakenOver
         await end_sessions(ctx, self.pull["id"], keep_review=review_id)  # the old drafts' talk
         review = await get_review(ctx.db, review_id)
         await self.publisher.finish_check(review)
@@ -356,9 +393,26 @@ class ReviewJob:
         if await state.hold(self.ctx.db, self.review_id, why):
             await self.publisher.status(await get_review(self.ctx.db, self.review_id))
 
+    async def _ours(self, to: str, **fields: Any) -> bool:
+        """End the run as `to`; True when this attempt did, or when a person or a newer
+        review stopped the run this attempt still owns (its end is then this attempt's to
+        show). False when another attempt took the run over, or it ended otherwise (failed for
+        good elsewhere): whoever ended it shows that end."""
+        ctx = self.ctx
+        if await state.end_run(ctx.db, self.review_id, self.owner, to, **fields):
+            return True
+        review = await get_review(ctx.db, self.review_id)
+        return (
+            review is not None
+            and review["run_owner"] == self.owner
+            and review["state"] in (state.CANCELLED, state.SUPERSEDED)
+        )
+
     async def _failed(self, reason: str) -> None:
         log.warning("review failed", extra={"fields": {"reason": reason}})
-        await state.fail(self.ctx.db, self.review_id, reason)
+        if not await self._ours(state.FAILED, error=reason, progress="failed"):
+            log.warning("review run ended elsewhere: this failure is not shown")
+            return
         await end_review_sessions(self.ctx.db, self.review_id)
         review = await get_review(self.ctx.db, self.review_id)
         try:
@@ -374,7 +428,9 @@ class ReviewJob:
             log.exception("could not report the failure on the status comment")
 
     async def _stopped(self) -> None:
-        await state.cancel(self.ctx.db, self.review_id, "stopped before it finished")
+        if not await self._ours(state.CANCELLED, progress="stopped before it finished"):
+            log.warning("review run ended elsewhere: this stop is not shown")
+            return
         await end_review_sessions(self.ctx.db, self.review_id)
         review = await get_review(self.ctx.db, self.review_id)
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bot.agents.base import Budget
@@ -21,6 +21,7 @@ from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
 from bot.repo_config import RepoConfig
 from bot.review.plan import place, plan_files
+from bot.review.store import DraftFinding
 from bot.sessions.store import Session, create_session
 from bot.skills import load_skill
 from bot.storage import Database
@@ -51,7 +52,7 @@ class ReviewRequest:
 class Draft:
     summary: str
     verdict: str
-    findings: list[dict[str, Any]]  # as stored: inline ones carry the lines GitHub accepts
+    findings: list[DraftFinding]  # inline ones carry the lines GitHub accepts
     skipped: tuple[tuple[str, str], ...]  # (path, why) of changed files not reviewed
     run_id: int | None = None
     skill_version_id: int | None = None
@@ -64,7 +65,7 @@ class Reviewer:
 
     db: Database
     models: ModelClients
-    budget: Budget = field(default_factory=Budget)
+    budget: Budget  # a server's: Budget.from_settings (the daily limits are in it)
     metrics: Metrics | None = None
 
 
@@ -85,20 +86,32 @@ async def pr_diff(tree: Worktree) -> DiffModel:
     return await asyncio.to_thread(lambda: parse_diff(out.decode("utf-8", errors="replace")))
 
 
-def finding_rows(draft: ReviewDraft, diff: DiffModel) -> list[dict[str, Any]]:
-    """Findings as stored: inline ones carry the line(s) GitHub will accept."""
-    rows = []
+def placed_findings(draft: ReviewDraft, diff: DiffModel) -> list[DraftFinding]:
+    """The submitted findings placed on the diff: inline ones carry the line(s) GitHub will
+    accept, the others keep what the reviewer said."""
+    placed = []
     for finding in draft.findings:
         placement = place(finding, diff)
-        row: dict[str, Any] = {**finding.to_dict(), "in_diff": placement.inline}
+        found = DraftFinding(
+            path=finding.path,
+            severity=finding.severity,
+            title=finding.title,
+            body=finding.body,
+            line=finding.line,
+            end_line=finding.end_line,
+            side=finding.side,
+            suggestion=finding.suggestion,
+            in_diff=placement.inline,
+        )
         if placement.inline:
-            row.update(
+            found = replace(
+                found,
                 line=placement.start_line or placement.line,
                 side=placement.side,
                 end_line=placement.line if placement.start_line else None,
             )
-        rows.append(row)
-    return rows
+        placed.append(found)
+    return placed
 
 
 async def review_worktree(
@@ -172,7 +185,7 @@ async def stored_draft(tree: Worktree, session: Session, submission: dict[str, A
     draft = parse_submission(submission)
     diff = await pr_diff(tree)
     return Draft(
-        draft.summary, draft.verdict, finding_rows(draft, diff), (), None, None, session.id
+        draft.summary, draft.verdict, placed_findings(draft, diff), (), None, None, session.id
     )
 
 
@@ -207,7 +220,7 @@ async def _submitted(
     return Draft(
         result.draft.summary,
         result.draft.verdict,
-        finding_rows(result.draft, diff),
+        placed_findings(result.draft, diff),
         skipped,
         result.run_id,
         skill.id,

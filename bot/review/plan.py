@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass
 
@@ -52,7 +51,7 @@ def plan_files(diff: DiffModel, config: RepoConfig) -> FilePlan:
     candidates = []
     for path, file in diff.files.items():
         name = path.rsplit("/", 1)[-1]
-        if any(fnmatch.fnmatchcase(path, glob) for glob in config.ignore):
+        if config.ignores(path):
             skipped.append((path, "matches an `ignore` glob"))
         elif file.status == "binary":
             skipped.append((path, "binary file"))

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 import gidgethub
 
 from bot.commands.catalog import suggested
-from bot.review.store import latest_draft, load_findings, review_costs, update_review
+from bot.review.store import (
+    Finding,
+    get_review,
+    latest_draft,
+    load_findings,
+    review_costs,
+    update_review,
+)
 from bot.sessions.store import has_active_cross_review
 from bot.texts import STATUS_MARKER, fit, neutralise_mentions, render, repo_url_of, usd
 
@@ -52,7 +59,8 @@ def revision_note(stored: str | None) -> dict[str, Any] | None:
     if not stored:
         return None
     note = json.loads(stored)
-    return {**note, **{k: refs(note.get(k, [])) for k in ("kept", "added", "withdrawn")}}
+    lists = ("kept", "added", "withdrawn", "dropped")
+    return {**note, **{k: refs(note.get(k, [])) for k in lists}}
 
 
 def _now() -> str:
@@ -179,23 +187,23 @@ class Publisher:
             repo_url=self.repo_url,
         )
 
-    def _finding_view(self, finding: sqlite3.Row, review: sqlite3.Row) -> dict[str, Any]:
-        where = finding["path"] + (f":{finding['line']}" if finding["line"] else "")
+    def _finding_view(self, finding: Finding, review: sqlite3.Row) -> dict[str, Any]:
+        where = finding.path + (f":{finding.line}" if finding.line else "")
         link = None
-        if self.pull["html_url"] and finding["line"]:
-            anchor = hashlib.sha256(finding["path"].encode()).hexdigest()
-            side = "L" if finding["side"] == "LEFT" else "R"
-            link = f"{self.pull['html_url']}/files#diff-{anchor}{side}{finding['line']}"
+        if self.pull["html_url"] and finding.line:
+            anchor = hashlib.sha256(finding.path.encode()).hexdigest()
+            side = "L" if finding.side == "LEFT" else "R"
+            link = f"{self.pull['html_url']}/files#diff-{anchor}{side}{finding.line}"
         return {
-            "ordinal": finding["ordinal"],
-            "severity": finding["severity"],
+            "ordinal": finding.ordinal,
+            "severity": finding.severity,
             "where": where,
             "link": link,
-            "title": finding["title"],
-            "state": finding["state"],
-            "checked_by": finding["checked_by"],
-            "verify_status": finding["verify_status"],
-            "verify_note": finding["verify_note"],
+            "title": finding.title,
+            "state": finding.state,
+            "checked_by": finding.checked_by,
+            "verify_status": finding.verify_status,
+            "verify_note": finding.verify_note,
             "verifier": review["verify_provider"],
         }
 
@@ -237,12 +245,10 @@ class Publisher:
         sent once, when the draft is first finished (`with_annotations=False` after that)."""
         if not review["check_run_id"]:
             return
-        findings = [
-            f for f in await load_findings(self.ctx.db, review["id"]) if f["state"] == "kept"
-        ]
+        findings = [f for f in await load_findings(self.ctx.db, review["id"]) if f.state == "kept"]
         verifier = review["verify_provider"]
         annotations = (
-            [_annotation(f, verifier) for f in findings if f["line"]] if with_annotations else []
+            [_annotation(f, verifier) for f in findings if f.line] if with_annotations else []
         )
         summary = fit(
             render(
@@ -281,6 +287,14 @@ class Publisher:
                 data.update(status="completed", conclusion=conclusion, completed_at=_now())
             await self.gh.patch(url, params, data=data)
 
+    async def new_check(self, review_id: int) -> None:
+        """A new check run showing the draft as it stands now (after a revision or a drop):
+        annotations cannot be withdrawn from a check run, so the old one is left behind and
+        GitHub shows the newest run of the name."""
+        await update_review(self.ctx.db, review_id, check_run_id=None)
+        await self.start_check(await get_review(self.ctx.db, review_id))
+        await self.finish_check(await get_review(self.ctx.db, review_id))
+
     # -- pending review ---------------------------------------------------------------
 
     async def delete_pending(self) -> None:
@@ -302,8 +316,8 @@ class Publisher:
         findings = [
             f
             for f in await load_findings(self.ctx.db, review["id"])
-            if f["state"] == "kept"
-            and (f["ordinal"] in only if only is not None else f["verify_status"] != "refuted")
+            if f.state == "kept"
+            and (f.ordinal in only if only is not None else f.verify_status != "refuted")
         ]
         await self.delete_pending()
         url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
@@ -322,43 +336,43 @@ class Publisher:
         return int(created["id"])
 
     def _review_payload(
-        self, review: sqlite3.Row, findings: list[sqlite3.Row], *, inline: bool
+        self, review: sqlite3.Row, findings: list[Finding], *, inline: bool
     ) -> dict[str, Any]:
         comments, other = [], []
         for f in findings:
-            if inline and f["in_diff"]:
+            if inline and f.in_diff:
                 comment: dict[str, Any] = {
-                    "path": f["path"],
-                    "line": f["end_line"] or f["line"],
-                    "side": f["side"],
+                    "path": f.path,
+                    "line": f.end_line or f.line,
+                    "side": f.side,
                     "body": fit(
                         render(
                             "inline_comment.md.j2",
-                            ordinal=f["ordinal"],
-                            severity=f["severity"],
-                            title=f["title"],
-                            body=f["body"],
-                            suggestion=f["suggestion"] if f["side"] == "RIGHT" else None,
+                            ordinal=f.ordinal,
+                            severity=f.severity,
+                            title=f.title,
+                            body=f.body,
+                            suggestion=f.suggestion if f.side == "RIGHT" else None,
                             repo_url=self.repo_url,
                         )
                     ),
                 }
-                if f["end_line"]:
-                    comment.update(start_line=f["line"], start_side=f["side"])
+                if f.end_line:
+                    comment.update(start_line=f.line, start_side=f.side)
                 comments.append(comment)
             else:
                 reason = (
                     "not on a line of the diff"
-                    if f["in_diff"] == 0
+                    if not f.in_diff
                     else "GitHub did not accept it as an inline comment"
                 )
                 other.append(
                     {
-                        "ordinal": f["ordinal"],
-                        "severity": f["severity"],
-                        "where": f["path"] + (f":{f['line']}" if f["line"] else ""),
-                        "title": f["title"],
-                        "body": f["body"],
+                        "ordinal": f.ordinal,
+                        "severity": f.severity,
+                        "where": f.path + (f":{f.line}" if f.line else ""),
+                        "title": f.title,
+                        "body": f.body,
                         "reason": reason,
                     }
                 )
@@ -375,24 +389,23 @@ class Publisher:
         return {"commit_id": review["head_sha"], "body": body, "comments": comments}
 
 
-def _annotation(finding: sqlite3.Row, verifier: str | None) -> dict[str, Any]:
-    end = finding["end_line"] or finding["line"]
+def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
     text = render(
         "annotation.txt.j2",
-        ordinal=finding["ordinal"],
-        severity=finding["severity"],
-        title=finding["title"],
-        body=finding["body"],
-        verify_status=finding["verify_status"],
-        verify_note=finding["verify_note"],
+        ordinal=finding.ordinal,
+        severity=finding.severity,
+        title=finding.title,
+        body=finding.body,
+        verify_status=finding.verify_status,
+        verify_note=finding.verify_note,
         verifier=verifier,
     )
     title, _, message = text.partition("\n")
     return {
-        "path": finding["path"],
-        "start_line": finding["line"],
-        "end_line": end,
-        "annotation_level": LEVELS.get(finding["severity"], "notice"),
+        "path": finding.path,
+        "start_line": finding.line,
+        "end_line": finding.end_line or finding.line,
+        "annotation_level": LEVELS.get(finding.severity, "notice"),
         "title": neutralise_mentions(title)[:255],
-        "message": neutralise_mentions(message.strip() or finding["title"])[:64_000],
+        "message": neutralise_mentions(message.strip() or finding.title)[:64_000],
     }

@@ -1,121 +1,254 @@
-"""A revised draft (after `send-back`): finding numbers stay stable across revisions, and the
-draft's pending review, check run and status comment follow the new findings."""
+"""A revised draft (after `send-back`): finding numbers stay stable across revisions, a
+person's decisions stand, verdicts carry over or are renewed, and the draft's pending review,
+check run and status comment follow the new findings."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from bot.agents.base import Budget
+from bot.repo_config import RepoConfig
 from bot.review import state
 from bot.review.approve import publishing_key
-from bot.review.pipeline import Draft
+from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.review.publish import Publisher
-from bot.review.store import get_review, load_findings
+from bot.review.store import DraftFinding, Finding, get_review, load_findings
+from bot.review.verify import apply_verification, verify_draft
+from bot.worktrees import Worktree
 
 if TYPE_CHECKING:
     from bot.context import Context
 
-NEAR_LINES = 5
+NEAR_LINES = 5  # a finding that moved this far (or less) on its file may be the same one
+SAME_TITLE = 0.5  # share of title words two wordings of one finding have in common
+SAME_ISSUE = 0.3  # share of title and body words a restated dropped finding keeps
 _WORD = re.compile(r"[a-z0-9_]+")
 
 
 @dataclass(frozen=True)
 class Renumbered:
-    assigned: list[tuple[int, dict[str, Any]]]  # (ordinal, finding) for every new finding
-    kept: list[int]  # old numbers that carry on
+    """How a revision's findings map onto the draft's `F` numbers."""
+
+    assigned: list[tuple[int, DraftFinding]]  # (ordinal, finding) the draft now holds
+    kept: list[int]  # old numbers that carry on (a returning withdrawn one too)
     added: list[int]  # numbers taken by new findings
     withdrawn: list[int]  # old numbers no longer in the draft
+    dropped: list[int]  # dropped by a person and reported again: they stay dropped
+    unverified: list[int]  # indexes (into the revision's findings) with no verdict yet
 
 
 def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.casefold()))
 
 
-def _same(old: Mapping[str, Any], new: Mapping[str, Any], *, strict: bool) -> bool:
-    if old["path"] != new["path"]:
-        return False
-    if strict:
-        return (
-            " ".join(old["title"].split()).casefold() == " ".join(new["title"].split()).casefold()
-        )
-    a, b = old.get("line"), new.get("line")
-    if a is not None and b is not None and abs(a - b) > NEAR_LINES:
-        return False
-    words_a, words_b = _words(old["title"]), _words(new["title"])
+def _similarity(a: str, b: str) -> float:
+    words_a, words_b = _words(a), _words(b)
     union = words_a | words_b
-    return bool(union) and len(words_a & words_b) / len(union) >= 0.5
+    return len(words_a & words_b) / len(union) if union else 0.0
 
 
-def renumber(old: Sequence[Mapping[str, Any]], new: Sequence[dict[str, Any]]) -> Renumbered:
-    """Match the revised findings to the draft's (same path and title, else same path, a
-    nearby line and mostly the same title words; one to one, in order): a match keeps its
-    `F` number, a new finding takes the next free number, an unmatched old one is withdrawn
-    (one already withdrawn stays so, and takes its number back if it returns)."""
-    taken: dict[int, int] = {}  # new index -> old ordinal
+def _same_title(a: str, b: str) -> bool:
+    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
+def _distance(old: Finding, new: DraftFinding) -> int | None:
+    """Lines between the two; None when either has no line."""
+    if old.line is None or new.line is None:
+        return None
+    return abs(old.line - new.line)
+
+
+def _near(old: Finding, new: DraftFinding) -> bool:
+    distance = _distance(old, new)
+    return distance is None or distance <= NEAR_LINES
+
+
+def _exact(old: Finding, new: DraftFinding) -> float | None:
+    """The same title on the same file; a person's drop only where it was."""
+    if not _same_title(old.title, new.title):
+        return None
+    if old.state == state.DROPPED and not _near(old, new):
+        return None
+    distance = _distance(old, new)
+    return float(NEAR_LINES if distance is None else distance)
+
+
+def _reworded(old: Finding, new: DraftFinding) -> float | None:
+    """Nearby on the same file, with mostly the same title words."""
+    similarity = _similarity(old.title, new.title)
+    if not _near(old, new) or similarity < SAME_TITLE:
+        return None
+    return (_distance(old, new) or 0) - similarity
+
+
+def _restated_drop(old: Finding, new: DraftFinding) -> float | None:
+    """A dropped finding said again in other words: close lines, similar words."""
+    distance = _distance(old, new)
+    if old.state != state.DROPPED or distance is None or distance > NEAR_LINES:
+        return None
+    similarity = _similarity(f"{old.title} {old.body}", f"{new.title} {new.body}")
+    return None if similarity < SAME_ISSUE else distance - similarity
+
+
+PASSES: tuple[Callable[[Finding, DraftFinding], float | None], ...] = (
+    _exact,
+    _reworded,
+    _restated_drop,
+)
+
+
+def match(old: Sequence[Finding], new: Sequence[DraftFinding]) -> dict[int, Finding]:
+    """Which old finding each revised one is (by index into `new`), one to one. Pass by
+    pass (the same title; then a rewording nearby; then a dropped finding said again), the
+    closest pairs on the same file are matched first."""
+    taken: dict[int, Finding] = {}
     used: set[int] = set()
-    for strict in (True, False):
-        for n, finding in enumerate(new):
-            if n in taken:
-                continue
-            for candidate in old:
-                if candidate["ordinal"] not in used and _same(candidate, finding, strict=strict):
-                    taken[n] = candidate["ordinal"]
-                    used.add(candidate["ordinal"])
-                    break
-    next_free = max((f["ordinal"] for f in old), default=0) + 1
-    assigned, added = [], []
+    for score in PASSES:
+        pairs = sorted(
+            (cost, n, o)
+            for n, finding in enumerate(new)
+            if n not in taken
+            for o, candidate in enumerate(old)
+            if candidate.ordinal not in used
+            and candidate.path == finding.path
+            and (cost := score(candidate, finding)) is not None
+        )
+        for _cost, n, o in pairs:
+            if n not in taken and old[o].ordinal not in used:
+                taken[n] = old[o]
+                used.add(old[o].ordinal)
+    return taken
+
+
+def _claim(f: Finding | DraftFinding) -> tuple[object, ...]:
+    """What a verifier judged (the verify request shows these)."""
+    return (f.path, f.line, f.end_line, f.side, f.severity, f.title, f.body)
+
+
+def renumber(old: Sequence[Finding], new: Sequence[DraftFinding]) -> Renumbered:
+    """The revision's findings under the draft's numbers: a match keeps its `F` number (and
+    its verdict when the claim is unchanged), a new finding takes the next free number, an
+    unmatched old one is withdrawn (one already withdrawn stays so, and takes its number back
+    if it returns). A finding a person dropped stays dropped, whatever the revision says."""
+    taken = match(old, new)
+    next_free = max((f.ordinal for f in old), default=0) + 1
+    assigned, kept, added, dropped, unverified = [], [], [], [], []
     for n, finding in enumerate(new):
-        if n not in taken:
-            taken[n] = next_free
-            added.append(next_free)
-            next_free += 1
-        assigned.append((taken[n], finding))
-    in_draft = [f["ordinal"] for f in old if f["state"] in (state.KEPT, state.SKIPPED)]
+        before = taken.get(n)
+        if before is not None and before.state == state.DROPPED:
+            dropped.append(before.ordinal)
+            continue
+        if before is None:
+            ordinal, next_free = next_free, next_free + 1
+            added.append(ordinal)
+        else:
+            ordinal = before.ordinal
+            kept.append(ordinal)
+            if finding.verify_status is None and _claim(before) == _claim(finding):
+                finding = replace(
+                    finding, verify_status=before.verify_status, verify_note=before.verify_note
+                )
+        if finding.verify_status is None:
+            unverified.append(n)
+        assigned.append((ordinal, finding))
+    matched = {f.ordinal for f in taken.values()}
     return Renumbered(
         assigned,
-        kept=sorted(used),  # carried on (a returning withdrawn one too, under its number)
+        kept=sorted(kept),
         added=added,
-        withdrawn=sorted(o for o in in_draft if o not in used),  # a person's drop stays a drop
+        withdrawn=[
+            f.ordinal
+            for f in old
+            if f.state in (state.KEPT, state.SKIPPED) and f.ordinal not in matched
+        ],
+        dropped=sorted(dropped),
+        unverified=unverified,
     )
 
 
 async def apply_revision(
-    ctx: Context, publisher: Publisher, review_id: int, draft: Draft, *, by: str, after: str
+    ctx: Context,
+    publisher: Publisher,
+    review_id: int,
+    draft: Draft,
+    *,
+    by: str,
+    after: str,
+    tree: Worktree,
 ) -> Renumbered | None:
     """Store the revised findings under stable numbers, then rebuild the pending review, give
     the revision its own check run (annotations cannot be withdrawn from the old one) and
-    refresh the status comment. `by` revised it after `after`'s critique. None when the draft
-    may not be revised any more (published, stale, or a newer review exists): nothing changes.
-    While GitHub is being updated the draft is `revising`, so an approve cannot race it."""
-    change = renumber(await load_findings(ctx.db, review_id), draft.findings)
-    note = {
-        "by": by,
-        "after": after,
-        "kept": change.kept,
-        "added": change.added,
-        "withdrawn": change.withdrawn,
-    }
-    texts = {
-        "verdict": draft.verdict,
-        "summary": draft.summary,
-        "revision_note": json.dumps(note),
-        "check_run_id": None,
-        **({"run_id": draft.run_id} if draft.run_id else {}),
-    }
+    refresh the status comment. `by` revised it after `after`'s critique. When the review
+    has a verify pass, the findings that are new or changed are verified first. None when
+    the draft may not be revised any more (published, stale, or a newer review exists):
+    nothing changes. While GitHub is being updated the draft is `revising`, so an approve
+    cannot race it, and the draft's publishing lock is held, so a drop cannot either."""
+    review = await get_review(ctx.db, review_id)
+    findings, verified = draft.findings, {}
+    if review["verify_provider"]:
+        findings, verified = await _verified(ctx, publisher, review, draft, tree)
     async with ctx.db.hold(publishing_key(review_id)):
+        change = renumber(await load_findings(ctx.db, review_id), findings)
+        note = {
+            "by": by,
+            "after": after,
+            "kept": change.kept,
+            "added": change.added,
+            "withdrawn": change.withdrawn,
+            "dropped": change.dropped,
+        }
+        texts = {
+            "verdict": draft.verdict,
+            "summary": draft.summary,
+            "revision_note": json.dumps(note),
+            **verified,
+            **({"run_id": draft.run_id} if draft.run_id else {}),
+        }
         if not await state.begin_revision(
             ctx.db, review_id, change.assigned, change.withdrawn, by=by, texts=texts
         ):
             return None
         try:
             await publisher.pending_review(await get_review(ctx.db, review_id))
-            await publisher.start_check(await get_review(ctx.db, review_id))
-            await publisher.finish_check(await get_review(ctx.db, review_id))
+            await publisher.new_check(review_id)
         finally:
             await state.end_revision(ctx.db, review_id)
     await publisher.status(await get_review(ctx.db, review_id))
     return change
 
+
+async def _verified(
+    ctx: Context, publisher: Publisher, review: sqlite3.Row, draft: Draft, tree: Worktree
+) -> tuple[list[DraftFinding], dict[str, object]]:
+    """The revision's findings, those that are new or changed (or never verified) checked by
+    the review's verifier, and the review's `verify_error` when a pass ran."""
+    change = renumber(await load_findings(ctx.db, review["id"]), draft.findings)
+    if not change.unverified:
+        return draft.findings, {}
+    pull = publisher.pull
+    request = ReviewRequest(
+        repo=pull["repo"],
+        number=pull["number"],
+        title=pull["title"],
+        body=pull["body"],
+        base_ref=pull["base_ref"],
+        provider=review["provider"],
+        config=RepoConfig(),  # the verifier reads the findings and the worktree only
+        pull_id=pull["id"],
+        review_id=review["id"],
+    )
+    reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
+    subset = [draft.findings[n] for n in change.unverified]
+    verification = await verify_draft(
+        reviewer, tree, request, replace(draft, findings=subset), provider=review["verify_provider"]
+    )
+    findings = list(draft.findings)
+    checked = apply_verification(subset, verification)
+    for n, finding in zip(change.unverified, checked, strict=True):
+        findings[n] = finding
+    return findings, {"verify_error": verification.error}

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
 from bot.storage import Database
+
+if TYPE_CHECKING:
+    from bot.review.store import DraftFinding
 
 QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"
 REVISING = "revising"  # a draft while its revision is written to GitHub: not approvable
@@ -26,7 +29,7 @@ ACTIVE = (QUEUED, RUNNING)
 # Findings: kept (in the draft), dropped (by a person), skipped (left out of a partial approve),
 # withdrawn (by the reviewer itself when it revised the draft).
 KEPT, DROPPED, SKIPPED, WITHDRAWN = "kept", "dropped", "skipped", "withdrawn"
-FINDING_FIELDS = (
+COLUMNS = (  # what a draft finding stores (bot.review.store.DraftFinding)
     "path",
     "line",
     "end_line",
@@ -36,6 +39,8 @@ FINDING_FIELDS = (
     "body",
     "suggestion",
     "in_diff",
+    "verify_status",
+    "verify_note",
 )
 
 
@@ -146,12 +151,16 @@ async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
     )
 
 
-async def drop_findings(db: Database, review_id: int, ordinals: tuple[int, ...]) -> None:
-    await db.execute(
+async def drop_findings(db: Database, review_id: int, ordinals: tuple[int, ...]) -> bool:
+    """A person drops findings from the draft: only while it is a draft (not being revised or
+    published). False, and nothing changed, when it is not."""
+    changed = await db.execute(
         "UPDATE findings SET state = 'dropped', checked_by = 'human' WHERE review_id = ?"
-        f" AND ordinal IN ({_marks(ordinals)})",
-        (review_id, *ordinals),
+        f" AND ordinal IN ({_marks(ordinals)})"
+        " AND EXISTS (SELECT 1 FROM reviews WHERE id = ? AND state = 'draft')",
+        (review_id, *ordinals, review_id),
     )
+    return changed > 0
 
 
 async def claim_posting(
@@ -202,17 +211,18 @@ async def mark_posted(db: Database, review_id: int) -> bool:
 async def begin_revision(
     db: Database,
     review_id: int,
-    assigned: list[tuple[int, dict]],
+    assigned: list[tuple[int, DraftFinding]],
     withdrawn: list[int],
     *,
     by: str,
     texts: dict[str, object],
 ) -> bool:
-    """draft → revising, with the revised findings under their (stable) numbers and the
-    review's new texts (`texts`: verdict, summary, revision note, …) in the same commit.
-    Returning findings are kept again (a person's `drop` still stands), new ones are added,
-    `withdrawn` ones are marked so. False, and nothing changed, unless this is the PR's newest
-    review and still a draft that is not stale (nothing may overwrite what people approve)."""
+    """draft → revising, with the revised findings under their (stable) numbers, verdicts
+    included, and the review's new texts (`texts`: verdict, summary, revision note, …) in the
+    same commit. Returning findings are kept again, new ones are added, `withdrawn` ones are
+    marked so; a finding a person dropped is left exactly as they dropped it. False, and
+    nothing changed, unless this is the PR's newest review and still a draft that is not stale
+    (nothing may overwrite what people approve)."""
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "UPDATE reviews SET state = 'revising', revision = revision + 1,"
@@ -225,21 +235,18 @@ async def begin_revision(
         if cursor.rowcount != 1:
             return False
         for ordinal, finding in assigned:
-            values = [finding.get(k) for k in FINDING_FIELDS]
-            values[FINDING_FIELDS.index("side")] = finding.get("side") or "RIGHT"
-            values[FINDING_FIELDS.index("in_diff")] = int(finding.get("in_diff") or 0)
+            values = _values(finding)
             cursor = await conn.execute(
-                f"UPDATE findings SET {', '.join(f'{k} = ?' for k in FINDING_FIELDS)},"
-                " verify_status = NULL, verify_note = NULL,"
-                " state = CASE state WHEN 'dropped' THEN 'dropped' ELSE 'kept' END,"
-                " checked_by = CASE state WHEN 'dropped' THEN checked_by ELSE 'auto' END"
-                " WHERE review_id = ? AND ordinal = ?",
+                f"UPDATE findings SET {', '.join(f'{k} = ?' for k in COLUMNS)},"
+                " state = 'kept', checked_by = 'auto'"
+                " WHERE review_id = ? AND ordinal = ? AND state != 'dropped'",
                 (*values, review_id, ordinal),
             )
             if cursor.rowcount == 0:
                 await conn.execute(
-                    f"INSERT INTO findings (review_id, ordinal, {', '.join(FINDING_FIELDS)},"
-                    " state, checked_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'kept', 'auto')",
+                    f"INSERT INTO findings (review_id, ordinal, {', '.join(COLUMNS)},"
+                    f" state, checked_by) VALUES (?, ?, {_marks(COLUMNS)}, 'kept', 'auto')"
+                    " ON CONFLICT (review_id, ordinal) DO NOTHING",
                     (review_id, ordinal, *values),
                 )
         await conn.execute(
@@ -264,30 +271,62 @@ async def recover_revisions(db: Database) -> int:
     )
 
 
-async def set_findings(db: Database, review_id: int, rows: list[dict[str, Any]]) -> None:
+async def set_findings(db: Database, review_id: int, findings: list[DraftFinding]) -> None:
     """A new draft's findings, numbered F1…Fn as shown on the PR, all kept."""
     async with db.transaction() as conn:
         await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
         await conn.executemany(
-            f"INSERT INTO findings (review_id, ordinal, {', '.join(FINDING_FIELDS)},"
-            " verify_status, verify_note, state, checked_by)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'kept', 'auto')",
+            f"INSERT INTO findings (review_id, ordinal, {', '.join(COLUMNS)}, state, checked_by)"
+            f" VALUES (?, ?, {_marks(COLUMNS)}, 'kept', 'auto')",
             [
-                (
-                    review_id,
-                    ordinal,
-                    row["path"],
-                    row.get("line"),
-                    row.get("end_line"),
-                    row.get("side", "RIGHT"),
-                    row["severity"],
-                    row["title"],
-                    row.get("body", ""),
-                    row.get("suggestion"),
-                    int(row.get("in_diff", 0)),
-                    row.get("verify_status"),
-                    row.get("verify_note"),
-                )
-                for ordinal, row in enumerate(rows, start=1)
+                (review_id, ordinal, *_values(finding))
+                for ordinal, finding in enumerate(findings, start=1)
             ],
         )
+
+
+def _values(finding: DraftFinding) -> tuple[object, ...]:
+    """A draft finding's values for COLUMNS."""
+    values = {name: getattr(finding, name) for name in COLUMNS}
+    values.update(side=finding.side or "RIGHT", in_diff=int(finding.in_diff))
+    return tuple(values.values())
+
+
+# -- fencing: one job attempt owns a review's run ---------------------------------------------
+# The job attempt that starts a review owns its run (`run_owner`). When another attempt takes it
+# over (its worker was paused or cut off past the worker timeout, and the job ran again
+# elsewhere), the late one changes nothing: its transitions compare the owner, and it asks
+# `owns_run` before each call to GitHub.
+
+
+async def take_run(db: Database, review_id: int, owner: str, *, config_error: str | None) -> bool:
+    """queued / running → running, owned by `owner` (a later attempt takes it over)."""
+    return await _move(
+        db,
+        review_id,
+        RUNNING,
+        ACTIVE,
+        progress="preparing the worktree",
+        config_error=config_error,
+        run_owner=owner,
+    )
+
+
+async def owns_run(db: Database, review_id: int, owner: str) -> bool:
+    """Whether `owner` still owns the review's run (whatever its state now)."""
+    row = await db.fetchone(
+        "SELECT 1 FROM reviews WHERE id = ? AND run_owner = ?", (review_id, owner)
+    )
+    return row is not None
+
+
+async def end_run(db: Database, review_id: int, owner: str, to: str, **fields: Any) -> bool:
+    """running → draft / failed / cancelled, only while `owner` owns the run."""
+    assert to in (DRAFT, FAILED, CANCELLED)
+    fields = {"state": to, **fields, "updated_at": time.time()}
+    changed = await db.execute(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
+        " WHERE id = ? AND state = 'running' AND run_owner = ?",
+        (*fields.values(), review_id, owner),
+    )
+    return changed == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from typing import Any
@@ -153,10 +154,58 @@ async def update_review(db: Database, review_id: int, **fields: Any) -> None:
     )
 
 
-async def load_findings(db: Database, review_id: int) -> list[sqlite3.Row]:
-    return await db.fetchall(
+@dataclasses.dataclass(frozen=True)
+class DraftFinding:
+    """A finding of a new or revised draft before it has an `F` number: the reviewer's claim
+    as placed on the diff, and the verify pass's verdict once one is known."""
+
+    path: str
+    severity: str
+    title: str
+    body: str
+    line: int | None = None
+    end_line: int | None = None
+    side: str = "RIGHT"
+    suggestion: str | None = None
+    in_diff: bool = False
+    verify_status: str | None = None
+    verify_note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A stored finding of a draft (a row of `findings`), whichever backend it came from."""
+
+    id: int
+    review_id: int
+    ordinal: int  # its `F` number on the PR
+    path: str
+    line: int | None
+    end_line: int | None
+    side: str  # RIGHT (head) or LEFT (base)
+    severity: str
+    title: str
+    body: str
+    suggestion: str | None
+    in_diff: bool  # on a line of the diff: an inline comment, else in the review body
+    verify_status: str | None  # confirmed | refuted | uncertain; None: not verified
+    verify_note: str | None
+    state: str  # kept | dropped | skipped | withdrawn (see bot.review.state)
+    checked_by: str | None  # human, auto, or the provider that withdrew it
+
+    @classmethod
+    def from_row(cls, row: Any) -> Finding:
+        """The one place a backend's row (sqlite3.Row, a Postgres row) becomes a record."""
+        values = {f.name: row[f.name] for f in dataclasses.fields(cls)}
+        return cls(**{**values, "in_diff": bool(values["in_diff"])})
+
+
+async def load_findings(db: Database, review_id: int) -> list[Finding]:
+    """A review's findings in `F` order."""
+    rows = await db.fetchall(
         "SELECT * FROM findings WHERE review_id = ? ORDER BY ordinal", (review_id,)
     )
+    return [Finding.from_row(row) for row in rows]
 
 
 async def review_costs(db: Database, review_id: int) -> list[tuple[str, int, float | None]]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -22,6 +22,7 @@ from bot.agents.submit import InvalidAnswer
 from bot.agents.toolbox import Toolbox
 from bot.config import PROVIDERS
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
+from bot.review.store import DraftFinding
 from bot.sessions.store import end_session, start_verify_session
 from bot.skills import load_skill
 from bot.texts import render
@@ -135,15 +136,16 @@ def choose_provider(
     return others[0] if others else reviewer
 
 
-def apply_verification(rows: list[dict[str, Any]], verification: Verification) -> list[dict]:
-    """The draft's findings (F1 is rows[0]) with the verifier's status and evidence."""
+def apply_verification(
+    findings: Sequence[DraftFinding], verification: Verification
+) -> list[DraftFinding]:
+    """The findings (F1 is findings[0]) with the verifier's status and evidence."""
     result = []
-    for ordinal, row in enumerate(rows, start=1):
+    for ordinal, finding in enumerate(findings, start=1):
         verdict = verification.verdicts.get(ordinal)
-        if verdict is None:
-            result.append(dict(row))
-        else:
-            result.append({**row, "verify_status": verdict.status, "verify_note": verdict.evidence})
+        if verdict is not None:
+            finding = replace(finding, verify_status=verdict.status, verify_note=verdict.evidence)
+        result.append(finding)
     return result
 
 

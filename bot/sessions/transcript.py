@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from bot.texts import render as render_text
+
 MAX_MESSAGES = 50
 MAX_BYTES = 30_000
 TOOL_OUTPUT_CHARS = 600  # a tool result is summarised, not replayed in full
@@ -134,7 +136,10 @@ def render(part: Excerpt) -> str:
 
 def feedback(child_adapter: str, message: str, note: str = "", actor: str = "") -> str:
     """What `send-back` delivers to the parent."""
-    text = f"[Review feedback from {child_adapter}]:\n{message}"
-    if note:
-        text += f"\n\n[Note from {actor or 'the maintainer'}]: {note}"
-    return text
+    return render_text(
+        "prompts/feedback.md.j2",
+        child_adapter=child_adapter,
+        message=message,
+        note=note,
+        actor=actor,
+    ).rstrip()

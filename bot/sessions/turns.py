@@ -14,6 +14,7 @@ import gidgethub
 from bot.agents.base import AgentError, Budget
 from bot.agents.loop import AgentRun
 from bot.agents.toolbox import Toolbox
+from bot.budget import DailyBudgetSpent
 from bot.logs import log_context
 from bot.queue import REVIEWS, Job
 from bot.review import state
@@ -86,14 +87,14 @@ async def cross_review_context(
     part = excerpt(lines)
     findings = [
         {
-            "ordinal": f["ordinal"],
-            "severity": f["severity"],
-            "where": f["path"] + (f":{f['line']}" if f["line"] else ""),
-            "title": f["title"],
-            "body": f["body"],
+            "ordinal": f.ordinal,
+            "severity": f.severity,
+            "where": f.path + (f":{f.line}" if f.line else ""),
+            "title": f.title,
+            "body": f.body,
         }
         for f in await load_findings(ctx.db, review["id"])
-        if f["state"] == state.KEPT
+        if f.state == state.KEPT
     ]
     return render_text(
         "prompts/cross_review.md.j2",
@@ -175,6 +176,8 @@ class Turn:
                 await self._revise(tree, done)
             else:
                 await self._answer(tree, done)
+        except DailyBudgetSpent as exc:  # not run: the person is told, the session stays
+            await self._not_run(str(exc))
         except AgentError as exc:  # the model gave up: the person is told, the critic ends
             await self._failed(describe(exc))
         except (GitError, gidgethub.GitHubException, OSError):
@@ -195,7 +198,7 @@ class Turn:
             system=skill.text,
             kind="session",
             subkind=self.mode,
-            budget=Budget(max_usd=ctx.settings.review_max_usd),
+            budget=Budget.from_settings(ctx.settings),
             skill_version_id=skill.id,
             review_id=self.review["id"],
             expect_submit=False,
@@ -264,10 +267,8 @@ class Turn:
         if submitted is not None:  # revised before a restart; not yet applied
             draft = await stored_draft(tree, self.session, submitted)
         else:
-            reviewer = Reviewer(
-                ctx.db, ctx.models, Budget(max_usd=ctx.settings.review_max_usd), ctx.metrics
-            )
-            message = None if done is not None else self.text
+            reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
+            message = None if done is not None else self.text + await self._decisions()
             draft = await revise_review(
                 reviewer,
                 tree,
@@ -277,7 +278,13 @@ class Turn:
                 source=self.source,
             )
         change = await apply_revision(
-            ctx, self.publisher, self.review["id"], draft, by=self.session.provider, after=child
+            ctx,
+            self.publisher,
+            self.review["id"],
+            draft,
+            by=self.session.provider,
+            after=child,
+            tree=tree,
         )
         if change is None:
             await self._link(await self._reply("not_revised", parent=self.session.provider))
@@ -289,8 +296,39 @@ class Turn:
             kept=refs(change.kept),
             added=refs(change.added),
             withdrawn=refs(change.withdrawn),
+            dropped=refs(change.dropped),
         )
         await self._link(reply)
+
+    async def _decisions(self) -> str:
+        """What the reviser must know besides the feedback: the findings people dropped and
+        those it withdrew itself (so it neither brings them back nor rewords them in)."""
+        findings = await load_findings(self.ctx.db, self.review["id"])
+        dropped = [f for f in findings if f.state == state.DROPPED]
+        withdrawn = [f for f in findings if f.state == state.WITHDRAWN]
+        if not dropped and not withdrawn:
+            return ""
+        return "\n\n" + render_text(
+            "prompts/revision_decisions.md.j2", dropped=dropped, withdrawn=withdrawn
+        )
+
+    async def _not_run(self, reason: str) -> None:
+        """The turn could not start (today's budget is spent). A critic that never got to
+        its critique has nothing to continue: its cross-review ends."""
+        log.warning("session turn not run", extra={"fields": {"reason": reason}})
+        ended = self.child and await store.count_messages(self.ctx.db, self.session.id) == 0
+        if ended:
+            await store.end_session(self.ctx.db, self.session.id)
+        try:
+            await self._reply(
+                "turn_not_run",
+                provider=self.session.provider,
+                reason=reason,
+                revising=self.mode == REVISE,
+                ended=ended,
+            )
+        except gidgethub.GitHubException:
+            log.warning("could not post why a session turn did not run", exc_info=True)
 
     async def _failed(self, reason: str) -> None:
         log.warning("session turn failed", extra={"fields": {"reason": reason}})

@@ -5,8 +5,13 @@ key, installation tokens are issued and required on repository calls, a user may
 one pending review per PR, review comments must sit on lines of the diff, and request bodies
 can be validated against GitHub's OpenAPI description. Used by the tests and `cockpit demo`.
 It also has GitHub's App manifest flow (the new-App web form for a user or an organisation,
-then `POST /app-manifests/{code}/conversions` with single-use codes), where the REST paths
-also answer under `/api/v3` as on GitHub Enterprise Server, for `cockpit register`.
+then `POST /app-manifests/{code}/conversions` with single-use codes), for `cockpit register`,
+and GitHub's GraphQL API (bot/standin/graphql.py) for the fields the bot uses.
+
+It serves as github.com does (REST at the root, GraphQL at `/graphql`) or, started with
+`enterprise=True`, as GitHub Enterprise Server does: REST under `/api/v3`, GraphQL at
+`/api/graphql`, the web pages at the root, and absolute URLs (pagination links, `html_url`)
+on its own host. Pagination links use GitHub's `/repositories/{id}/…` form.
 """
 
 from __future__ import annotations
@@ -17,13 +22,16 @@ import hashlib
 import html
 import itertools
 import json
+import os
 import re
 import secrets
+import ssl
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import jwt
@@ -36,7 +44,12 @@ from bot.standin import serve_local
 from bot.standin.openapi import OpenAPIValidator
 from bot.standin.repo import GeneratedPR
 
+if TYPE_CHECKING:
+    from bot.standin.graphql import GraphQLEndpoint
+
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_BY_ID = re.compile(r"^/repositories/(?P<id>\d+)(?P<rest>/.*)?$")
+ENTERPRISE_API = "/api/v3"
 
 
 def commentable_lines(diff: str) -> dict[str, dict[str, dict[int, int]]]:
@@ -86,6 +99,9 @@ class StandinRepo:
     files: dict[str, str] = field(default_factory=dict)  # on the default branch (contents API)
     permissions: dict[str, str] = field(default_factory=dict)
     id: int = 0
+    git_dir: Path | None = None  # served over git's smart HTTP at `<host>/o/r.git`; then the
+    # contents API reads the default branch of this repository, as GitHub does
+    private: bool = True  # git reads need an installation token (HTTP Basic)
 
     @property
     def full_name(self) -> str:
@@ -123,10 +139,15 @@ class GitHubStandin:
         app_id: str = "4242",
         slug: str = "pr-cockpit",
         validator: OpenAPIValidator | None = None,
+        graphql_schema: Path | None = None,
     ) -> None:
+        """`graphql_schema`: GitHub's published schema (SDL) that validates GraphQL
+        requests; without it the GraphQL endpoint answers that it has none."""
         self.app_id = app_id
         self.slug = slug
         self.validator = validator
+        self.graphql_schema = graphql_schema
+        self._graphql: GraphQLEndpoint | None = None
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.private_key_pem = key.private_bytes(
             serialization.Encoding.PEM,
@@ -139,7 +160,8 @@ class GitHubStandin:
         self.tokens: dict[str, tuple[int, float]] = {}
         self.token_requests = 0
         self.issue_comments: dict[int, dict] = {}
-        self.review_comments: dict[int, dict] = {}
+        self.review_comments: dict[int, dict] = {}  # published in reviews, by REST id
+        self.review_threads: dict[str, dict] = {}  # by GraphQL node id
         self.reviews: dict[int, dict] = {}
         self.check_runs: dict[int, dict] = {}
         self.reactions: list[dict] = []
@@ -150,7 +172,11 @@ class GitHubStandin:
         self.gate.set()
         self._ids = itertools.count(1000)
         self._runner: web.AppRunner | None = None
-        self.url = ""
+        self.url = ""  # the host: web pages, and REST too unless `enterprise`
+        self.enterprise = False
+        # GHES writes its configured hostname into absolute URLs (links, html_url), which
+        # need not be the name a client reaches it by: set this to play that.
+        self.hostname_url: str | None = None
         # The manifest flow: who is signed in to the web UI, the manifests posted to the
         # new-App form, the Apps created from them, and their unexchanged codes.
         self.web_user = "octocat"
@@ -163,7 +189,7 @@ class GitHubStandin:
         """Bot settings that point at this stand-in as its GitHub App."""
         return Settings(
             data_dir=data_dir,
-            api_url=self.url,
+            api_url=self.api_url,
             app_id=self.app_id,
             private_key=Secret(self.private_key_pem),
             webhook_secret=Secret(webhook_secret),
@@ -174,6 +200,28 @@ class GitHubStandin:
     @property
     def bot_login(self) -> str:
         return f"{self.slug}[bot]"
+
+    @property
+    def api_prefix(self) -> str:
+        return ENTERPRISE_API if self.enterprise else ""
+
+    @property
+    def api_url(self) -> str:
+        """GITHUB_API_URL for this stand-in: the host, or `<host>/api/v3` as on GHES."""
+        return self.url + self.api_prefix
+
+    @property
+    def graphql_path(self) -> str:
+        return "/api/graphql" if self.enterprise else "/graphql"
+
+    @property
+    def graphql_url(self) -> str:
+        return self.url + self.graphql_path
+
+    @property
+    def web_url(self) -> str:
+        """Where `html_url`s point: the GHES host itself, or a github.com look-alike."""
+        return (self.hostname_url or self.url) if self.enterprise else "https://github.test"
 
     # -- set-up -------------------------------------------------------------
 
@@ -198,6 +246,13 @@ class GitHubStandin:
         )
         self.repos[repo.full_name] = repo
         return repo
+
+    def serve_git(self, repo: StandinRepo, git_dir: Path, *, private: bool = True) -> str:
+        """Serve the repository's git objects at `<host>/<owner>/<name>.git`, as GitHub (and
+        GHES, on its own host) does; that becomes its clone URL, which is returned."""
+        repo.git_dir, repo.private = git_dir, private
+        repo.clone_url = f"{self.url}/{repo.full_name}.git"
+        return repo.clone_url
 
     def add_pull(
         self,
@@ -267,6 +322,25 @@ class GitHubStandin:
             if (method is None or r["method"] == method) and pattern.search(r["path"])
         ]
 
+    def add_review_thread(
+        self, pull: StandinPull, *, path: str, line: int, body: str, user: str = "octocat"
+    ) -> dict:
+        """A person's review comment on the PR (a new thread); returns the comment."""
+        review_id = next(self._ids)
+        self.reviews[review_id] = {
+            "id": review_id,
+            "repo": pull.repo.full_name,
+            "number": pull.number,
+            "state": "COMMENTED",
+            "body": "",
+            "commit_id": pull.head_sha,
+            "comments": [],
+            "html_url": f"{self.web_url}/{pull.repo.full_name}/pull/{pull.number}",
+            "user": user,
+        }
+        comment = {"path": path, "line": line, "side": "RIGHT", "body": body}
+        return self._add_review_comment(pull, review_id, comment, user)
+
     def status_comments(self, repo: str, number: int) -> list[dict]:
         return [
             c
@@ -278,13 +352,20 @@ class GitHubStandin:
 
     # -- lifecycle ------------------------------------------------------------
 
-    async def start(self, port: int = 0) -> str:
+    async def start(
+        self, port: int = 0, *, enterprise: bool = False, ssl_context: ssl.SSLContext | None = None
+    ) -> str:
+        """Serve on 127.0.0.1 (over TLS with `ssl_context`); returns the host URL."""
+        self.enterprise = enterprise
         app = web.Application(client_max_size=50 * 1024 * 1024)
         for owner in ("", "/organizations/{org}"):
             app.router.add_post(owner + "/settings/apps/new", self._new_app_form)
             app.router.add_post(owner + "/settings/apps", self._create_app)
+        app.router.add_post(self.graphql_path, self._graphql_request)
+        app.router.add_route("GET", "/{owner}/{name}.git/{tail:.+}", self._git)
+        app.router.add_route("POST", "/{owner}/{name}.git/{tail:.+}", self._git)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner, self.url = await serve_local(app, port)
+        self._runner, self.url = await serve_local(app, port, ssl_context=ssl_context)
         return self.url
 
     async def stop(self) -> None:
@@ -293,28 +374,40 @@ class GitHubStandin:
 
     # -- request handling -------------------------------------------------------
 
+    def api_path(self, raw: str) -> str | None:
+        """The REST path GitHub would route: the API root stripped, `/repositories/{id}/…`
+        (the form of GitHub's pagination links) as `/repos/{owner}/{name}/…`; None when
+        the path is outside the API root or names no repository."""
+        if not raw.startswith(self.api_prefix + "/"):
+            return None
+        path = raw[len(self.api_prefix) :]
+        if match := _BY_ID.match(path):
+            repo = next((r for r in self.repos.values() if r.id == int(match["id"])), None)
+            if repo is None:
+                return None
+            path = f"/repos/{repo.full_name}{match['rest'] or ''}"
+        return path
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
             body = await request.json() if raw else None
         except ValueError:
             return _error(400, "Problems parsing JSON")
-        record = {
-            "method": request.method,
-            "path": request.path,
-            "body": body,
-            "headers": dict(request.headers),
-            "query": dict(request.query),
-        }
-        self.requests.append(record)
+        path = self.api_path(request.path)
+        self._record(request, path or request.path, body)
         await self.gate.wait()
+        if path is None:
+            if self.enterprise and not request.path.startswith(ENTERPRISE_API + "/"):
+                self.violations.append(f"{request.method} {request.path}: outside {ENTERPRISE_API}")
+            return _error(404, "Not Found")
         if self.validator is not None:
-            self.violations.extend(self.validator.check_request(request.method, request.path, body))
+            self.violations.extend(self.validator.check_request(request.method, path, body))
         for failure in self.failures:
             if (
                 failure.times > 0
                 and failure.method == request.method
-                and failure.pattern.search(request.path)
+                and failure.pattern.search(path)
             ):
                 failure.times -= 1
                 if failure.status == 0:  # unreachable: the connection drops, no answer
@@ -325,7 +418,7 @@ class GitHubStandin:
                     failure.body, status=failure.status, headers=failure.headers
                 )
         for method, pattern, handler in self._routes():
-            match = pattern.match(request.path)
+            match = pattern.match(path)
             if match and method == request.method:
                 auth = self._authorise(request, handler, match.groupdict())
                 if auth is not None:
@@ -333,16 +426,25 @@ class GitHubStandin:
                 return await handler(request, body or {}, **match.groupdict())
         return _error(404, "Not Found")
 
+    def _record(self, request: web.Request, path: str, body: Any) -> None:
+        """`path`: as GitHub routes it (see `api_path`); `url_path`: as it was requested."""
+        self.requests.append(
+            {
+                "method": request.method,
+                "path": path,
+                "url_path": request.path,
+                "body": body,
+                "headers": dict(request.headers),
+                "query": dict(request.query),
+            }
+        )
+
     def _routes(self) -> list[tuple[str, re.Pattern, Callable]]:
         repo = r"^/repos/(?P<owner>[^/]+)/(?P<name>[^/]+)"
         table = [
             ("POST", r"^/app/installations/(?P<installation>\d+)/access_tokens$", self._token),
             ("GET", r"^/app$", self._app),
-            (
-                "POST",
-                r"^(?:/api/v3)?/app-manifests/(?P<code>[^/]+)/conversions$",
-                self._convert_manifest,
-            ),
+            ("POST", r"^/app-manifests/(?P<code>[^/]+)/conversions$", self._convert_manifest),
             ("GET", repo + r"$", self._get_repo),
             ("GET", repo + r"/pulls/(?P<number>\d+)$", self._get_pull),
             ("GET", repo + r"/pulls/(?P<number>\d+)/reviews$", self._list_reviews),
@@ -446,27 +548,73 @@ class GitHubStandin:
                 "title": pull.title,
                 "body": "",
                 "user": {"login": "octocat", "type": "User"},
-                "html_url": f"https://github.test/{repo.full_name}/pull/{pull.number}",
+                "html_url": f"{self.web_url}/{repo.full_name}/pull/{pull.number}",
                 "head": {"sha": pull.head_sha, "ref": f"pr-{pull.number}"},
                 "base": {"sha": pull.base_sha, "ref": repo.default_branch},
             }
         )
 
-    def _paged(self, request: web.Request, items: list) -> web.Response:
-        """GitHub-style pages: `per_page` (≤ 100, default 30), `page`, and an absolute
-        `Link: <…>; rel="next"` while more remain."""
+    def _paged(self, request: web.Request, items: list, repo: StandinRepo) -> web.Response:
+        """GitHub-style pages: `per_page` (≤ 100, default 30), `page`, and absolute
+        `Link` URLs on the API root while more remain, naming the repository by id
+        (`<api>/repositories/{id}/…?page=2`) as GitHub does."""
         per_page = min(int(request.query.get("per_page", 30)), 100)
         page = int(request.query.get("page", 1))
         chunk = items[(page - 1) * per_page : page * per_page]
         headers = {}
         if page * per_page < len(items):
-            following = f"{self.url}{request.path}?per_page={per_page}&page={page + 1}"
-            headers["Link"] = f'<{following}>; rel="next"'
+            path = str(self.api_path(request.path))
+            rest = path.removeprefix(f"/repos/{repo.full_name}")
+            api = (self.hostname_url or self.url) + self.api_prefix
+            base = f"{api}/repositories/{repo.id}{rest}?per_page={per_page}&page="
+            last = (len(items) + per_page - 1) // per_page
+            headers["Link"] = f'<{base}{page + 1}>; rel="next", <{base}{last}>; rel="last"'
         return web.json_response(chunk, headers=headers)
 
     def _review_json(self, review: dict) -> dict:
-        return {k: v for k, v in review.items() if k not in ("repo", "number", "comments")} | {
-            "user": {"login": self.bot_login, "type": "Bot"}
+        login = review.get("user", self.bot_login)
+        hidden = ("repo", "number", "comments", "user")
+        return {k: v for k, v in review.items() if k not in hidden} | {
+            "user": {"login": login, "type": "Bot" if login.endswith("[bot]") else "User"}
+        }
+
+    def _add_review_comment(
+        self, pull: StandinPull, review_id: int, comment: dict, user: str
+    ) -> dict:
+        """A review comment starts a thread (GitHub's `PullRequestReviewThread`)."""
+        comment_id = next(self._ids)
+        thread_id = _node_id("PRRT", comment_id)
+        stored = {
+            "id": comment_id,
+            "node_id": _node_id("PRRC", comment_id),
+            "repo": pull.repo.full_name,
+            "number": pull.number,
+            "review_id": review_id,
+            "thread_id": thread_id,
+            "path": comment.get("path"),
+            "line": comment.get("line"),
+            "start_line": comment.get("start_line"),
+            "side": comment.get("side", "RIGHT"),
+            "body": comment.get("body", ""),
+            "user": user,
+        }
+        self.review_comments[comment_id] = stored
+        self.review_threads[thread_id] = {
+            "id": thread_id,
+            "repo": pull.repo.full_name,
+            "number": pull.number,
+            "comment_ids": [comment_id],
+            "resolved_by": None,
+        }
+        return stored
+
+    def _comment_json(self, comment: dict) -> dict:
+        return {
+            "id": comment["id"],
+            "body": comment["body"],
+            "user": comment["user"],
+            "html_url": f"{self.web_url}/{comment['repo']}/pull/{comment['number']}"
+            f"#issuecomment-{comment['id']}",
         }
 
     async def _list_reviews(
@@ -477,7 +625,7 @@ class GitHubStandin:
             for r in self.reviews.values()
             if r["repo"] == f"{owner}/{name}" and r["number"] == int(number)
         ]
-        return self._paged(request, found)
+        return self._paged(request, found, self._repo(owner, name))
 
     async def _create_review(
         self, request: web.Request, body: dict, owner: str, name: str, number: str
@@ -516,9 +664,11 @@ class GitHubStandin:
             "body": body.get("body", ""),
             "commit_id": body.get("commit_id", pull.head_sha),
             "comments": list(body.get("comments") or []),
-            "html_url": f"https://github.test/{full}/pull/{number}#review-{review_id}",
+            "html_url": f"{self.web_url}/{full}/pull/{number}#review-{review_id}",
         }
         self.reviews[review_id] = review
+        for comment in review["comments"]:
+            self._add_review_comment(pull, review_id, comment, self.bot_login)
         return web.json_response(self._review_json(review))
 
     async def _get_review(
@@ -538,6 +688,9 @@ class GitHubStandin:
         if review["state"] != "PENDING":
             return _error(422, "Unprocessable Entity", ["Can not delete a non-pending review"])
         del self.reviews[int(rid)]
+        for comment in [c for c in self.review_comments.values() if c["review_id"] == int(rid)]:
+            del self.review_comments[comment["id"]]
+            self.review_threads.pop(comment["thread_id"], None)
         return web.json_response(self._review_json(review))
 
     async def _submit_review(
@@ -566,7 +719,7 @@ class GitHubStandin:
             for c in self.issue_comments.values()
             if c["repo"] == f"{owner}/{name}" and c["number"] == int(number)
         ]
-        return self._paged(request, [_comment_json(c) for c in found])
+        return self._paged(request, [self._comment_json(c) for c in found], self._repo(owner, name))
 
     async def _create_comment(
         self, request: web.Request, body: dict, owner: str, name: str, number: str
@@ -580,7 +733,7 @@ class GitHubStandin:
             "user": {"login": self.bot_login, "type": "Bot"},
         }
         self.issue_comments[comment_id] = comment
-        return web.json_response(_comment_json(comment), status=201)
+        return web.json_response(self._comment_json(comment), status=201)
 
     async def _edit_comment(
         self, request: web.Request, body: dict, owner: str, name: str, cid: str
@@ -589,7 +742,7 @@ class GitHubStandin:
         if comment is None:
             return _error(404, "Not Found")
         comment["body"] = body["body"]
-        return web.json_response(_comment_json(comment))
+        return web.json_response(self._comment_json(comment))
 
     async def _react(
         self, request: web.Request, body: dict, owner: str, name: str, cid: str
@@ -643,10 +796,16 @@ class GitHubStandin:
     ) -> web.Response:
         repo = self._repo(owner, name)
         ref = request.query.get("ref", repo.default_branch)
-        if ref != repo.default_branch or path not in repo.files:
+        if repo.git_dir is not None:  # a served repository: its branch, as GitHub reads it
+            content = await asyncio.to_thread(git_blob, repo.git_dir, ref, path)
+        elif ref == repo.default_branch and path in repo.files:
+            content = repo.files[path].encode()
+        else:
+            content = None
+        if content is None:
             return _error(404, "Not Found")
-        content = repo.files[path].encode()
-        etag = '"' + hashlib.sha1(content, usedforsecurity=False).hexdigest() + '"'
+        sha = blob_sha(content)
+        etag = f'"{sha}"'
         if request.headers.get("If-None-Match") == etag:
             return web.Response(status=304, headers={"ETag": etag})
         return web.json_response(
@@ -656,10 +815,84 @@ class GitHubStandin:
                 "path": path,
                 "encoding": "base64",
                 "size": len(content),
+                "sha": sha,
                 "content": base64.b64encode(content).decode(),
             },
             headers={"ETag": etag},
         )
+
+    # -- git over HTTP ----------------------------------------------------------------------------
+
+    async def _git(self, request: web.Request) -> web.StreamResponse:
+        """git's smart HTTP protocol, as GitHub serves it (`info/refs?service=git-upload-pack`,
+        then `POST git-upload-pack`; protocol v2, partial-clone filters, any object asked for
+        by id), run by `git http-backend`, with GitHub's Basic auth: user `x-access-token`, an
+        installation token of the repository as password. Read-only, like a clone URL."""
+        info = request.match_info
+        repo = self.repos.get(f"{info['owner']}/{info['name']}")
+        self._record(request, request.path, None)
+        if repo is None or repo.git_dir is None:
+            return web.Response(status=404, text="Repository not found.")
+        if repo.private and not self._git_reader(request, repo):
+            return web.Response(
+                status=401,
+                text="Authentication failed",
+                headers={"WWW-Authenticate": 'Basic realm="GitHub"'},
+            )
+        smart = (request.method, info["tail"]) in (
+            ("GET", "info/refs"),
+            ("POST", "git-upload-pack"),
+        )
+        if not smart or request.query.get("service", "git-upload-pack") != "git-upload-pack":
+            return web.Response(status=403, text="Only git's smart HTTP protocol, read-only.")
+        return await _http_backend(request, repo.git_dir, info["tail"])
+
+    def _git_reader(self, request: web.Request, repo: StandinRepo) -> bool:
+        scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, _, token = base64.b64decode(credential).decode().partition(":")
+        except ValueError:
+            return False
+        known = self.tokens.get(token)
+        return (
+            user == "x-access-token"
+            and known is not None
+            and known[0] == repo.installation_id
+            and known[1] >= time.time()
+        )
+
+    # -- GraphQL --------------------------------------------------------------------------------
+
+    async def _graphql_request(self, request: web.Request) -> web.Response:
+        """`POST /graphql` (`/api/graphql` on GHES): an installation token is required."""
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        self._record(request, request.path, body)
+        await self.gate.wait()
+        scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+        known = self.tokens.get(credential) if scheme.lower() in ("token", "bearer") else None
+        if known is None or known[1] < time.time():
+            return web.json_response(
+                {
+                    "message": "This endpoint requires you to be authenticated.",
+                    "documentation_url": "https://docs.github.com/graphql/guides/forming-calls-with-graphql#authenticating-with-graphql",
+                },
+                status=401,
+            )
+        if self.graphql_schema is None:
+            return _error(501, "this GitHub stand-in was started without a GraphQL schema")
+        if self._graphql is None:
+            from bot.standin.graphql import GraphQLEndpoint
+
+            self._graphql = GraphQLEndpoint(self, self.graphql_schema)
+        if not isinstance(body, dict):
+            return _error(400, "Problems parsing JSON")
+        return web.json_response(self._graphql.answer(body, installation=known[0]))
 
     # -- the App manifest flow (web pages, then the code exchange) ------------------------------
 
@@ -769,6 +1002,13 @@ def _new_private_key_pem() -> str:
     ).decode()
 
 
+def _node_id(kind: str, number: int) -> str:
+    """An opaque global id in GitHub's current style (`PRRT_…`, `PRRC_…`)."""
+    return f"{kind}_" + base64.urlsafe_b64encode(
+        f"cockpit:{kind}:{number}".encode()
+    ).decode().rstrip("=")
+
+
 def _comment_problem(comment: dict, lines: dict[str, dict[str, dict[int, int]]]) -> str | None:
     sides = lines.get(comment.get("path", ""))
     if sides is None:
@@ -785,18 +1025,84 @@ def _comment_problem(comment: dict, lines: dict[str, dict[str, dict[int, int]]])
     return None
 
 
-def _comment_json(comment: dict) -> dict:
-    return {
-        "id": comment["id"],
-        "body": comment["body"],
-        "user": comment["user"],
-        "html_url": f"https://github.test/{comment['repo']}/pull/{comment['number']}"
-        f"#issuecomment-{comment['id']}",
-    }
-
-
 def _error(status: int, message: str, errors: list[str] | None = None) -> web.Response:
     body: dict[str, Any] = {"message": message, "documentation_url": "https://docs.github.com/rest"}
     if errors:
         body["errors"] = errors
     return web.json_response(body, status=status)
+
+
+GIT_SERVER_CONFIG = {  # what GitHub's git servers allow: partial clones and fetches by id
+    "uploadpack.allowFilter": "true",
+    "uploadpack.allowAnySHA1InWant": "true",
+}
+
+
+def _git_server_env(git_dir: Path) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(git_dir),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_COUNT": str(len(GIT_SERVER_CONFIG)),
+    }
+    for n, (key, value) in enumerate(GIT_SERVER_CONFIG.items()):
+        env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
+    return env
+
+
+async def _http_backend(request: web.Request, git_dir: Path, tail: str) -> web.Response:
+    """One request through `git http-backend` (CGI). aiohttp has already inflated a gzipped
+    request body, so the backend is not told about the encoding."""
+    body = await request.read()
+    env = {
+        **_git_server_env(git_dir),
+        "GIT_PROJECT_ROOT": str(git_dir.parent),
+        "GIT_HTTP_EXPORT_ALL": "1",
+        "PATH_INFO": f"/{git_dir.name}/{tail}",
+        "REQUEST_METHOD": request.method,
+        "QUERY_STRING": request.query_string,
+        "CONTENT_TYPE": request.headers.get("Content-Type", ""),
+        "CONTENT_LENGTH": str(len(body)),
+        "GIT_PROTOCOL": request.headers.get("Git-Protocol", ""),
+        "REMOTE_ADDR": request.remote or "127.0.0.1",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        "http-backend",
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate(body)
+    ends = [(out.find(sep), sep) for sep in (b"\r\n\r\n", b"\n\n") if sep in out]
+    at, sep = min(ends) if ends else (len(out), b"")
+    head, payload = out[:at], out[at + len(sep) :]
+    status, headers = 200, {}
+    for line in head.decode("latin-1").splitlines():
+        name, _, value = line.partition(":")
+        if name.lower() == "status":
+            status = int(value.split()[0])
+        elif name:
+            headers[name.strip()] = value.strip()
+    if proc.returncode and status == 200:
+        return web.Response(status=500, text=err.decode(errors="replace")[-500:])
+    return web.Response(status=status, body=payload, headers=headers)
+
+
+def git_blob(git_dir: Path, rev: str, path: str) -> bytes | None:
+    """A file of a served repository at `rev`, or None when it has no such file."""
+    found = subprocess.run(
+        ["git", "cat-file", "blob", "--end-of-options", f"{rev}:{path}"],
+        cwd=git_dir,
+        env=_git_server_env(git_dir),
+        capture_output=True,
+        timeout=30,
+    )
+    return found.stdout if found.returncode == 0 else None
+
+
+def blob_sha(content: bytes) -> str:
+    """The git blob id GitHub's contents API answers as `sha`."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content, usedforsecurity=False).hexdigest()

@@ -3,6 +3,11 @@
 Real HTTP on 127.0.0.1, so the official SDK clients are exercised end to end (pointed here
 with ANTHROPIC_BASE_URL / OPENAI_BASE_URL). Each turn is answered by a `Policy`: a function
 of the conversation so far, normalised across providers, returning the next action.
+
+They are as strict as the real APIs: a request the real API answers with 400 (a tool call
+left without its result, a result for an unknown call, a misplaced system message, an empty
+message, an invalid tool name …) gets the same status and error shape here, before any
+policy sees it (`anthropic_rejection`, `openai_rejection`), so every test catches it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import abc
 import asyncio
 import itertools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +87,227 @@ def fail(
     return Action(status=status, error_type=error_type, headers=headers or {})
 
 
+@dataclass(frozen=True)
+class Rejection:
+    """Why the real API would refuse a request: its status, error type and message (and, for
+    OpenAI, the `param` and `code` it names)."""
+
+    message: str
+    param: str | None = None
+    code: str | None = None
+    status: int = 400
+    error_type: str = "invalid_request_error"
+
+
+_ANTHROPIC_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+_ANTHROPIC_ROLES = ("user", "assistant", "system")
+MAX_CACHE_BREAKPOINTS = 4
+NO_PREFILL = (
+    "This model does not support assistant message prefill. The conversation must end with a"
+    " user message."
+)
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content or [])
+
+
+def _cache_breakpoints(body: dict[str, Any]) -> int:
+    system = body.get("system")
+    blocks = [*(system if isinstance(system, list) else []), *(body.get("tools") or [])]
+    for message in body.get("messages") or []:
+        blocks.extend(_blocks(message.get("content")))
+    return sum(1 for block in blocks if isinstance(block, dict) and block.get("cache_control"))
+
+
+def anthropic_rejection(body: dict[str, Any]) -> Rejection | None:
+    """What the Messages API answers 400 to, with its own wording (None: accepted).
+
+    Consecutive turns of one role are combined into one turn, as the API does, before the
+    tool pairing is checked: a person's text stored between a `tool_use` and its
+    `tool_result` then breaks the rule that results open the next user turn."""
+    if "max_tokens" not in body:
+        return Rejection("max_tokens: Field required")
+    names = []
+    for n, tool in enumerate(body.get("tools") or []):
+        name = tool.get("name")
+        if not isinstance(name, str) or not _ANTHROPIC_TOOL_NAME.match(name):
+            return Rejection(
+                f"tools.{n}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'"
+            )
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            return Rejection(f"tools.{n}.custom.input_schema.type: Input should be 'object'")
+        names.append(name)
+    if len(set(names)) != len(names):
+        return Rejection("tools: Tool names must be unique.")
+    breakpoints = _cache_breakpoints(body)
+    if breakpoints > MAX_CACHE_BREAKPOINTS:
+        return Rejection(
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided."
+            f" Found {breakpoints}."
+        )
+    messages = body.get("messages") or []
+    if not messages:
+        return Rejection("messages: at least one message is required")
+    for n in range(len(messages)):
+        rejection = _anthropic_message(messages, n)
+        if rejection is not None:
+            return rejection
+    return _anthropic_turns(messages)
+
+
+def _anthropic_message(messages: list[dict[str, Any]], n: int) -> Rejection | None:
+    message = messages[n]
+    role = message.get("role")
+    if role not in _ANTHROPIC_ROLES:
+        return Rejection(f"messages.{n}.role: Input should be 'user', 'assistant' or 'system'")
+    blocks = _blocks(message.get("content"))
+    if not blocks and not (role == "assistant" and n == len(messages) - 1):
+        return Rejection(
+            f"messages.{n}: all messages must have non-empty content except for the optional"
+            " final assistant message"
+        )
+    if any(b.get("type") == "text" and not b.get("text") for b in blocks):
+        return Rejection("messages: text content blocks must be non-empty")
+    if role == "system":  # mid-conversation system messages (placement rules)
+        if n == 0 or messages[n - 1].get("role") != "user":
+            return Rejection(
+                f"messages.{n}: a `system` message must immediately follow a `user` message"
+            )
+        if any(b.get("type") != "text" for b in blocks):
+            return Rejection(f"messages.{n}.content: a `system` message takes text blocks only")
+    return None
+
+
+def _anthropic_turns(messages: list[dict[str, Any]]) -> Rejection | None:
+    turns: list[tuple[str, int, list[dict[str, Any]]]] = []  # (role, first index, blocks)
+    for n, message in enumerate(messages):
+        role, blocks = message["role"], _blocks(message["content"])
+        if turns and turns[-1][0] == role and role != "system":
+            turns[-1] = (role, turns[-1][1], [*turns[-1][2], *blocks])
+        else:
+            turns.append((role, n, blocks))
+    used: set[str] = set()
+    for t, (role, n, blocks) in enumerate(turns):
+        before = turns[t - 1] if t else None
+        called = (
+            [b["id"] for b in before[2] if b.get("type") == "tool_use"]
+            if before is not None and before[0] == "assistant"
+            else []
+        )
+        for k, block in enumerate(blocks):
+            if block.get("type") == "tool_use":
+                if block.get("id") in used:
+                    return Rejection(f"messages.{n}.content.{k}: `tool_use` ids must be unique")
+                used.add(block.get("id"))
+            if block.get("type") == "tool_result" and block.get("tool_use_id") not in called:
+                return Rejection(
+                    f"messages.{n}.content.{k}: unexpected `tool_use_id` found in `tool_result`"
+                    f" blocks: {block.get('tool_use_id')}. Each `tool_result` block must have a"
+                    " corresponding `tool_use` block in the previous message."
+                )
+        if role == "assistant":
+            rejection = _answered(n, blocks, turns[t + 1] if t + 1 < len(turns) else None)
+            if rejection is not None:
+                return rejection
+    if turns[-1][0] == "assistant":
+        return Rejection(NO_PREFILL)
+    return None
+
+
+def _answered(
+    n: int, blocks: list[dict[str, Any]], after: tuple[str, int, list[dict[str, Any]]] | None
+) -> Rejection | None:
+    """Every `tool_use` of an assistant turn is answered at the start of the next turn."""
+    calls = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+    if not calls:
+        return None
+    following = after[2] if after is not None and after[0] == "user" else []
+    answered = {b.get("tool_use_id") for b in following if b.get("type") == "tool_result"}
+    missing = [call for call in calls if call not in answered]
+    if missing:
+        return Rejection(
+            f"messages.{n}: `tool_use` ids were found without `tool_result` blocks immediately"
+            f" after: {', '.join(missing)}. Each `tool_use` block must have a corresponding"
+            " `tool_result` block in the next message."
+        )
+    leading = itertools.takewhile(lambda b: b.get("type") == "tool_result", following)
+    if len(list(leading)) < len(calls):
+        assert after is not None
+        return Rejection(
+            f"messages.{after[1]}: Did not find {len(calls)} `tool_result` block(s) at the"
+            " beginning of this message. Messages following `tool_use` blocks must begin with a"
+            " matching number of `tool_result` blocks."
+        )
+    return None
+
+
+_OPENAI_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
+_OPENAI_ROLES = ("user", "assistant", "system", "developer")
+MAX_OPENAI_TOOL_NAME = 64
+
+
+def openai_rejection(body: dict[str, Any]) -> Rejection | None:
+    """What the Responses API answers 400 to, with its own wording (None: accepted)."""
+    for n, tool in enumerate(body.get("tools") or []):
+        if tool.get("type") != "function":
+            continue
+        name, param = str(tool.get("name") or ""), f"tools[{n}].name"
+        if not _OPENAI_TOOL_NAME.match(name):
+            return Rejection(
+                f"Invalid '{param}': string does not match pattern. Expected a string that"
+                " matches the pattern '^[a-zA-Z0-9_-]+$'.",
+                param,
+                "invalid_value",
+            )
+        if len(name) > MAX_OPENAI_TOOL_NAME:
+            return Rejection(
+                f"Invalid '{param}': string too long. Expected a string with maximum length"
+                f" {MAX_OPENAI_TOOL_NAME}, but got a string with length {len(name)} instead.",
+                param,
+                "string_above_max_length",
+            )
+    items = body.get("input")
+    if not isinstance(items, list):
+        return None
+    calls: list[str] = []
+    answered: set[str] = set()
+    for n, item in enumerate(items):
+        kind = item.get("type") or "message"
+        if kind == "message":
+            if item.get("role") not in _OPENAI_ROLES:
+                return Rejection(
+                    f"Invalid value: '{item.get('role')}'. Supported values are: 'assistant',"
+                    " 'system', 'developer', and 'user'.",
+                    f"input[{n}].role",
+                    "invalid_value",
+                )
+            if isinstance(item.get("content"), list) and not item["content"]:
+                return Rejection(
+                    f"Invalid 'input[{n}].content': empty array. Expected an array with minimum"
+                    " length 1, but got an empty array instead.",
+                    f"input[{n}].content",
+                    "empty_array",
+                )
+        elif kind == "function_call":
+            calls.append(item.get("call_id"))
+        elif kind == "function_call_output":
+            if item.get("call_id") not in calls:
+                return Rejection(
+                    "No tool call found for function call output with call_id"
+                    f" {item.get('call_id')}.",
+                    "input",
+                )
+            answered.add(item.get("call_id"))
+    for call_id in calls:
+        if call_id not in answered:
+            return Rejection(f"No tool output found for function call {call_id}.", "input")
+    return None
+
+
 class _Standin(abc.ABC):
     path = ""
 
@@ -88,6 +315,7 @@ class _Standin(abc.ABC):
         self.policy = policy
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.rejected: list[Rejection] = []  # requests the real API would have refused
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -111,12 +339,24 @@ class _Standin(abc.ABC):
         await self.gate.wait()
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             return self._error(401, "authentication_error", {})
+        rejection = self.reject(body)
+        if rejection is not None:
+            self.rejected.append(rejection)
+            return self._refuse(rejection)
         action = self.policy(self.normalise(body))
         if action.delay:
             await asyncio.sleep(action.delay)
         if action.status != 200:
             return self._error(action.status, action.error_type, action.headers)
         return web.json_response(self.render(body, action))
+
+    @abc.abstractmethod
+    def reject(self, body: dict[str, Any]) -> Rejection | None:
+        """Provider-specific: why the real API would refuse this request."""
+
+    @abc.abstractmethod
+    def _refuse(self, rejection: Rejection) -> web.Response:
+        """Provider-specific: the real API's error body for a refused request."""
 
     @abc.abstractmethod
     def normalise(self, body: dict[str, Any]) -> Conversation:
@@ -133,6 +373,21 @@ class _Standin(abc.ABC):
 
 class AnthropicStandin(_Standin):
     path = "/v1/messages"
+
+    def reject(self, body: dict[str, Any]) -> Rejection | None:
+        return anthropic_rejection(body)
+
+    def _refuse(self, rejection: Rejection) -> web.Response:
+        request_id = f"req_{next(self._ids):04d}"
+        return web.json_response(
+            {
+                "type": "error",
+                "error": {"type": rejection.error_type, "message": rejection.message},
+                "request_id": request_id,
+            },
+            status=rejection.status,
+            headers={"request-id": request_id},
+        )
 
     def normalise(self, body: dict[str, Any]) -> Conversation:
         system = "".join(b.get("text", "") for b in body.get("system") or [])
@@ -196,6 +451,22 @@ class AnthropicStandin(_Standin):
 
 class OpenAIStandin(_Standin):
     path = "/v1/responses"
+
+    def reject(self, body: dict[str, Any]) -> Rejection | None:
+        return openai_rejection(body)
+
+    def _refuse(self, rejection: Rejection) -> web.Response:
+        return web.json_response(
+            {
+                "error": {
+                    "message": rejection.message,
+                    "type": rejection.error_type,
+                    "param": rejection.param,
+                    "code": rejection.code,
+                }
+            },
+            status=rejection.status,
+        )
 
     def normalise(self, body: dict[str, Any]) -> Conversation:
         conversation = Conversation(

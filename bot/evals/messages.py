@@ -1,0 +1,36 @@
+"""What `cockpit eval` says in the terminal: one function over `templates/eval/messages.txt.j2`,
+light to import (no model SDK), so `import-martian` starts in a blink."""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.texts import render
+
+
+def say(kind: str, **context: object) -> str:
+    return render("eval/messages.txt.j2", kind=kind, **context).rstrip("\n")
+
+
+@dataclass(frozen=True)
+class Resume:
+    """How to resume an eval run: the command, and whether its data may not last."""
+
+    command: str
+    data_dir: Path
+    temporary: bool  # the data directory is in the system's temporary folder
+
+
+def resume_hint(batch: int | str, data_dir: Path, cwd: Path | None = None) -> Resume:
+    """The command that finds run `batch` again: its results are in `data_dir`, so the command
+    names it unless it is the default (`./data`) of the folder the command runs in."""
+    where = Path(data_dir).expanduser().resolve()
+    here = (cwd or Path.cwd()).resolve()
+    command = f"cockpit eval run --resume {batch}"
+    if where != here / "data":
+        command = f"COCKPIT_DATA_DIR={shlex.quote(str(where))} {command}"
+    temporary = where.is_relative_to(Path(tempfile.gettempdir()).resolve())
+    return Resume(command, where, temporary)

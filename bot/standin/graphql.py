@@ -1,0 +1,339 @@
+"""GitHub's GraphQL API in the GitHub stand-in: GitHub's published schema checks every request,
+and the fields the bot uses resolve against the stand-in's pull requests and review threads.
+
+Strict where GitHub is: a field, argument or type the schema lacks is an error in GitHub's
+words (`Field 'x' doesn't exist on type 'Y'`, with its `extensions.code`), answered with HTTP
+200 and no `data`; a connection needs `first` or `last` (at most 100); an id that names
+nothing is a `NOT_FOUND` error beside `null` data. A field the schema has but the stand-in does
+not resolve is an error saying so, never a silent null. Needs `graphql-core` (a dev extra).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphql import (
+    GraphQLError,
+    GraphQLResolveInfo,
+    GraphQLSchema,
+    GraphQLSyntaxError,
+    OperationDefinitionNode,
+    build_schema,
+    execute,
+    parse,
+    print_ast,
+    validate,
+)
+
+if TYPE_CHECKING:
+    from bot.standin.github import GitHubStandin
+
+MAX_PAGE = 100
+NO_QUERY = "A query attribute must be specified and must be a string."
+
+# graphql-core's validation messages → GitHub's (graphql-ruby's) words and codes.
+_GITHUB_WORDS: list[tuple[re.Pattern, Callable[[re.Match], tuple[str, dict]]]] = [
+    (
+        re.compile(r"^Cannot query field '(?P<field>\w+)' on type '(?P<type>\w+)'"),
+        lambda m: (
+            f"Field '{m['field']}' doesn't exist on type '{m['type']}'",
+            {"code": "undefinedField", "typeName": m["type"], "fieldName": m["field"]},
+        ),
+    ),
+    (
+        re.compile(r"^Unknown argument '(?P<arg>\w+)' on field '(?P<type>\w+)\.(?P<field>\w+)'"),
+        lambda m: (
+            f"Field '{m['field']}' doesn't accept argument '{m['arg']}'",
+            {
+                "code": "argumentNotAccepted",
+                "name": m["field"],
+                "typeName": "Field",
+                "argumentName": m["arg"],
+            },
+        ),
+    ),
+    (
+        re.compile(r"^Argument '\w+\.(?P<field>\w+)\((?P<arg>\w+):\)' of type .* is required"),
+        lambda m: (
+            f"Field '{m['field']}' is missing required arguments: {m['arg']}",
+            {
+                "code": "missingRequiredArguments",
+                "className": "Field",
+                "name": m["field"],
+                "arguments": m["arg"],
+            },
+        ),
+    ),
+    (
+        re.compile(r"^Field '(?P<field>\w+)' of type '(?P<type>[^']+)' must have a selection"),
+        lambda m: (
+            f"Field must have selections (field '{m['field']}' returns {m['type']} but has "
+            f"no selections. Did you mean '{m['field']} {{ ... }}'?)",
+            {"code": "selectionMismatch", "nodeName": f"field '{m['field']}'"},
+        ),
+    ),
+]
+_BAD_VARIABLE = re.compile(r"^Variable '\$(?P<name>\w+)' has invalid value: (?P<why>.*)$")
+
+
+class NotFound(GraphQLError):
+    """GitHub's `"type": "NOT_FOUND"` error: the field answers null beside it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, extensions={"type": "NOT_FOUND"})
+
+
+class Unsupported(GraphQLError):
+    """A valid request that GitHub would answer but the stand-in cannot: the test must know."""
+
+
+@cache
+def load_schema(path: Path) -> GraphQLSchema:
+    # GitHub's schema breaks two of the spec's rules that graphql-core checks (a field defined
+    # twice; deprecated fields implementing non-deprecated interface fields): GitHub serves it
+    # as it is, so it is taken as valid.
+    return build_schema(path.read_text(), assume_valid_sdl=True, assume_valid=True)
+
+
+def github_error(error: GraphQLError, variables: dict[str, str] | None = None) -> dict[str, Any]:
+    """One error as GitHub writes it: message, locations, path, and `type` or `extensions`.
+    `variables`: the operation's variable types by name, for a variable's bad value."""
+    message, extensions = error.message, dict(error.extensions or {})
+    for pattern, words in _GITHUB_WORDS:
+        if match := pattern.match(error.message):
+            message, extensions = words(match)
+            break
+    if (match := _BAD_VARIABLE.match(error.message)) and variables:
+        kind = variables.get(match["name"], "")
+        message = f"Variable ${match['name']} of type {kind} was provided invalid value"
+        extensions = {"problems": [{"path": [], "explanation": match["why"]}]}
+    answer: dict[str, Any] = {"message": message}
+    if error.locations:
+        answer["locations"] = [{"line": loc.line, "column": loc.column} for loc in error.locations]
+    if error.path:
+        answer["path"] = list(error.path)
+    if "type" in extensions:
+        answer["type"] = extensions.pop("type")
+    if extensions:
+        answer["extensions"] = extensions
+    return answer
+
+
+def _resolve(source: Any, info: GraphQLResolveInfo, **args: Any) -> Any:
+    """Fields are dict keys; a callable one gets the field's arguments. A missing key is
+    a field the stand-in does not resolve: an error, so no test passes on a silent null."""
+    if not isinstance(source, dict) or info.field_name not in source:
+        owner = info.parent_type.name
+        raise Unsupported(f"the GitHub stand-in does not resolve {owner}.{info.field_name}")
+    value = source[info.field_name]
+    return value(**args) if callable(value) else value
+
+
+def connection(name: str, items: list[dict], page: dict[str, Any]) -> dict:
+    """A GitHub connection page (`nodes`, `edges`, `pageInfo`, `totalCount`) with GitHub's
+    rule that `first` (or `last`) is given and at most 100. Pages go forwards only here."""
+    if page.get("last") is not None or page.get("before") is not None:
+        raise Unsupported(f"the GitHub stand-in pages `{name}` forwards only (first/after)")
+    first, after = page.get("first"), page.get("after")
+    if first is None:
+        raise GraphQLError(
+            f"You must provide a `first` or `last` value to properly paginate the `{name}`"
+            " connection.",
+            extensions={"type": "MISSING_PAGINATION_BOUNDARIES"},
+        )
+    if first > MAX_PAGE or first < 0:
+        raise GraphQLError(
+            f"Requesting {first} records on the `{name}` connection exceeds the `first` limit"
+            f" of {MAX_PAGE} records.",
+            extensions={"type": "EXCESSIVE_PAGINATION"},
+        )
+    start = int(after.removeprefix("cursor:")) if after and after.startswith("cursor:") else 0
+    chunk = items[start : start + first]
+    cursors = [f"cursor:{start + n + 1}" for n in range(len(chunk))]
+    return {
+        "nodes": chunk,
+        "edges": [{"node": node, "cursor": c} for node, c in zip(chunk, cursors, strict=True)],
+        "totalCount": len(items),
+        "pageInfo": {
+            "hasNextPage": start + first < len(items),
+            "hasPreviousPage": start > 0,
+            "startCursor": cursors[0] if cursors else None,
+            "endCursor": cursors[-1] if cursors else None,
+        },
+    }
+
+
+class GraphQLEndpoint:
+    """Answers `POST /graphql` bodies for one stand-in, as one installation sees it."""
+
+    def __init__(self, github: GitHubStandin, schema_path: Path) -> None:
+        self.github = github
+        self.schema = load_schema(Path(schema_path))
+
+    def answer(self, body: dict[str, Any], *, installation: int) -> dict[str, Any]:
+        query = body.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return {
+                "errors": [{"message": "A query attribute must be specified and must be a string."}]
+            }
+        try:
+            document = parse(query)
+        except GraphQLSyntaxError as exc:
+            return {"errors": [github_error(exc)]}
+        errors = validate(self.schema, document)
+        if errors:
+            return {"errors": [github_error(e) for e in errors]}
+        variables = body.get("variables") or {}
+        if not isinstance(variables, dict):
+            return {"errors": [{"message": "Variables are invalid JSON."}]}
+        result = execute(
+            self.schema,
+            document,
+            root_value=self._root(installation),
+            variable_values=variables,
+            operation_name=body.get("operationName"),
+            field_resolver=_resolve,
+        )
+        declared = {
+            definition.variable.name.value: print_ast(definition.type)
+            for operation in document.definitions
+            if isinstance(operation, OperationDefinitionNode)
+            for definition in operation.variable_definitions or ()
+        }
+        answer: dict[str, Any] = {}
+        if result.errors:
+            answer["errors"] = [github_error(e, declared) for e in result.errors]
+        if result.data is not None:
+            answer["data"] = result.data
+        return answer
+
+    # -- the objects ------------------------------------------------------------------------------
+
+    def _root(self, installation: int) -> dict[str, Any]:
+        github = self.github
+
+        def repository(owner: str, name: str, followRenames: bool = True) -> dict:
+            repo = github.repos.get(f"{owner}/{name}")
+            if repo is None or repo.installation_id != installation:
+                raise NotFound(f"Could not resolve to a Repository with the name '{owner}/{name}'.")
+            return self._repository(repo.full_name)
+
+        def node(id: str) -> dict:
+            found = self._node(id, installation)
+            if found is None:
+                raise NotFound(f"Could not resolve to a node with the global id of '{id}'")
+            return found
+
+        def resolve_review_thread(input: dict) -> dict:
+            thread = github.review_threads.get(input["threadId"])
+            if thread is None or not self._visible(thread["repo"], installation):
+                raise NotFound(
+                    f"Could not resolve to a node with the global id of '{input['threadId']}'"
+                )
+            thread["resolved_by"] = github.bot_login
+            return {
+                "clientMutationId": input.get("clientMutationId"),
+                "thread": self._thread(thread),
+            }
+
+        return {
+            "repository": repository,
+            "node": node,
+            "resolveReviewThread": resolve_review_thread,
+        }
+
+    def _visible(self, full_name: str, installation: int) -> bool:
+        repo = self.github.repos.get(full_name)
+        return repo is not None and repo.installation_id == installation
+
+    def _node(self, node_id: str, installation: int) -> dict | None:
+        github = self.github
+        thread = github.review_threads.get(node_id)
+        if thread is not None and self._visible(thread["repo"], installation):
+            return self._thread(thread)
+        for comment in github.review_comments.values():
+            if comment["node_id"] == node_id and self._visible(comment["repo"], installation):
+                return self._comment(comment)
+        return None
+
+    def _repository(self, full_name: str) -> dict:
+        github = self.github
+        owner, name = full_name.split("/", 1)
+
+        def pull_request(number: int) -> dict:
+            pull = github.pulls.get((full_name, number))
+            if pull is None:
+                raise NotFound(f"Could not resolve to a PullRequest with the number of {number}.")
+            return self._pull(full_name, number)
+
+        return {
+            "__typename": "Repository",
+            "name": name,
+            "nameWithOwner": full_name,
+            "owner": {"__typename": "User", "login": owner},
+            "pullRequest": pull_request,
+        }
+
+    def _pull(self, full_name: str, number: int) -> dict:
+        github = self.github
+
+        def review_threads(**page: Any) -> dict:
+            threads = [
+                self._thread(t)
+                for t in github.review_threads.values()
+                if t["repo"] == full_name and t["number"] == number
+            ]
+            return connection("reviewThreads", threads, page)
+
+        return {
+            "__typename": "PullRequest",
+            "number": number,
+            "url": f"{github.web_url}/{full_name}/pull/{number}",
+            "repository": lambda: self._repository(full_name),
+            "reviewThreads": review_threads,
+        }
+
+    def _thread(self, thread: dict) -> dict:
+        github = self.github
+        comments = [github.review_comments[i] for i in thread["comment_ids"]]
+        first = comments[0]
+        resolver = thread["resolved_by"]
+
+        def thread_comments(**page: Any) -> dict:
+            if page.get("skip"):
+                raise Unsupported("the GitHub stand-in does not skip thread comments")
+            return connection("comments", [self._comment(c) for c in comments], page)
+
+        return {
+            "__typename": "PullRequestReviewThread",
+            "id": thread["id"],
+            "isResolved": resolver is not None,
+            "isOutdated": False,
+            "isCollapsed": resolver is not None,
+            "path": first["path"],
+            "line": first["line"],
+            "startLine": first["start_line"],
+            "diffSide": first["side"],
+            "viewerCanResolve": resolver is None,
+            "viewerCanUnresolve": resolver is not None,
+            "comments": thread_comments,
+            "pullRequest": lambda: self._pull(thread["repo"], thread["number"]),
+        }
+
+    def _comment(self, comment: dict) -> dict:
+        return {
+            "__typename": "PullRequestReviewComment",
+            "id": comment["node_id"],
+            "databaseId": comment["id"],
+            "fullDatabaseId": str(comment["id"]),
+            "body": comment["body"],
+            "path": comment["path"],
+            "line": comment["line"],
+            "url": f"{self.github.web_url}/{comment['repo']}/pull/{comment['number']}"
+            f"#discussion_r{comment['id']}",
+            "pullRequest": lambda: self._pull(comment["repo"], comment["number"]),
+        }
