@@ -123,7 +123,7 @@ def _private_key(env: Mapping[str, str]) -> Secret:
                 "GITHUB_PRIVATE_KEY", "not set (set it, or GITHUB_PRIVATE_KEY_PATH to a PEM file)"
             )
         try:
-            text = Path(path).read_text()
+            text = Path(path).expanduser().read_text()
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.__class__.__name__
             raise ConfigError(variable, f"cannot read {path!r} ({reason})") from None
@@ -180,6 +180,16 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     if not 0 <= value <= 3600:
         raise ConfigError(name, f"expected 0 to 3600 seconds, got {raw}")
     return value
+
+
+def _directory(env: Mapping[str, str], name: str, default: str) -> Path:
+    """A folder, made absolute here, once: a relative one (the default `./data`) means the
+    folder the command was started from, whatever folder git or a worker runs in later."""
+    raw = (env.get(name) or "").strip() or default
+    try:
+        return Path(raw).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop; `~user` with no such user
+        raise ConfigError(name, f"cannot resolve {raw!r} ({exc.__class__.__name__})") from None
 
 
 def _api_url(env: Mapping[str, str]) -> str:
@@ -247,7 +257,7 @@ def _database_url(env: Mapping[str, str]) -> Secret | None:
 
 
 _GENERAL = {
-    "data_dir": lambda env: Path(env.get("COCKPIT_DATA_DIR") or "./data"),
+    "data_dir": lambda env: _directory(env, "COCKPIT_DATA_DIR", "./data"),
     "host": lambda env: env.get("COCKPIT_HOST") or "0.0.0.0",  # noqa: S104
     "port": lambda env: _int(env, "COCKPIT_PORT", 8080, low=0, high=65535),
     "api_url": _api_url,

@@ -2,8 +2,10 @@
 
 Starts the Anthropic and OpenAI stand-ins (real HTTP on 127.0.0.1, answered by the
 deterministic `scripted_reviewer`), points the SDKs at them, and runs the real command in a
-subprocess with the arguments given (the shipped planted set when no golden file is given).
-Both providers' model id is `scripted-reviewer` (its rate is zero: the run costs $0).
+subprocess with the arguments given (the shipped planted set when no golden file is given),
+in the folder it was started from: relative paths (`--golden`, `--json`, the report) mean
+what they mean to `cockpit eval run` there. Both providers' model id is `scripted-reviewer`
+(its rate is zero: the run costs $0).
 
     python scripts/eval_offline.py [--verify] [--jobs 4] [--json results.json] [...]
 """
@@ -40,12 +42,15 @@ async def main(argv: list[str]) -> int:
                 "COCKPIT_DATA_DIR": os.environ.get("COCKPIT_DATA_DIR", data),
                 "COCKPIT_CLAUDE_MODEL": MODEL,
                 "COCKPIT_CODEX_MODEL": MODEL,
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+                ),
             }
             args = list(argv)
             if "--golden" not in args and "--resume" not in args:
                 args = ["--golden", str(PLANTED), *args]
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot", "eval", "run", *args, env=env, cwd=ROOT
+                sys.executable, "-m", "bot", "eval", "run", *args, env=env
             )
             return await proc.wait()
     finally:

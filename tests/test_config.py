@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -152,3 +153,33 @@ def test_separate_roles_need_postgres(tmp_path, role):
     result = run_cli("serve", "--role", role, env=env)
     assert result.returncode == 2
     assert "COCKPIT_DATABASE_URL" in result.stderr and f"--role {role}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "{cwd}/data"),  # the default, ./data
+        ("", "{cwd}/data"),
+        ("data", "{cwd}/data"),
+        ("./var/../cockpit", "{cwd}/cockpit"),
+        ("~/cockpit-data", "{home}/cockpit-data"),
+        ("/srv/cockpit", "/srv/cockpit"),
+    ],
+)
+def test_the_data_dir_is_made_absolute_when_settings_load(tmp_path, monkeypatch, value, expected):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    env = dict(GOOD) if value is None else {**GOOD, "COCKPIT_DATA_DIR": value}
+    settings = load_settings(env)
+    cwd, home = tmp_path.resolve(), (tmp_path / "home").resolve()
+    assert settings.data_dir == Path(expected.format(cwd=cwd, home=home))
+    assert settings.db_path.is_absolute()
+
+
+def test_a_key_path_may_start_with_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "app.pem").write_text(RSA_KEY)
+    settings = load_settings(
+        {**GOOD, "GITHUB_PRIVATE_KEY": "", "GITHUB_PRIVATE_KEY_PATH": "~/app.pem"}
+    )
+    assert settings.private_key is not None and "PRIVATE KEY" in settings.private_key.reveal()

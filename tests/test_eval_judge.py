@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bot.agents.base import AgentError
 from bot.agents.providers import ModelClients
@@ -129,11 +131,22 @@ async def test_a_judge_without_a_key_is_refused(db, tmp_path, monkeypatch):
         ('{"match": "yes"}', None),
         ("no JSON here", None),
         ("{not json}", None),
+        ('Comparing {candidate} with {golden}:\n{"match": true, "confidence": 0.4}', (True, 0.4)),
+        ('{"note": "first"} and then {"match": false}', (False, 1.0)),
+        ('{"outer": {"match": true}}', None),  # a verdict is a top-level object
+        ('{"match": true', None),
+        ("}{", None),
     ],
 )
 def test_judge_answers(text, expected):
     answer = parse_answer(text)
     assert (None if answer is None else (answer.match, answer.confidence)) == expected
+
+
+@given(st.text(alphabet=st.sampled_from('{}[]":,tfrue0.9 match\\n'), max_size=200))
+def test_any_judge_text_is_an_answer_or_none_never_an_error(text):
+    answer = parse_answer(text)
+    assert answer is None or 0.0 <= answer.confidence <= 1.0
 
 
 def reviewer_or_judge(conversation):

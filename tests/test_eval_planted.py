@@ -275,7 +275,7 @@ async def test_the_eval_command_never_writes_to_github_or_the_repository(
     assert "[7/7]" in out
     assert github.requests == []
     assert await fingerprint(str(clone)) == before
-    assert (tmp_path / "eval" / "reports" / "eval-1.md").exists()
+    assert len(list((tmp_path / "eval" / "reports").glob("eval-*-run1.md"))) == 1
 
     data = json.loads(results.read_text())
     for entry in data["runs"]:
@@ -414,7 +414,8 @@ async def test_the_printed_resume_command_finds_the_run_from_another_folder(
     hint = re.search(r"Resume with: (COCKPIT_DATA_DIR=(\S+) cockpit eval run --resume 1)", out)
     assert hint and hint.group(2) == str(tmp_path / "kept"), out
     assert "(while" in out and "temporary folder" in out  # pytest's tmp_path is under /tmp
-    report = (tmp_path / "work" / "eval" / "reports" / "eval-1.md").read_text()
+    [report_file] = (tmp_path / "work" / "eval" / "reports").glob("eval-*-run1.md")
+    report = report_file.read_text()
     assert f"`{hint.group(1)}`" in report
 
     requests = len(anthropic_standin.requests)

@@ -27,10 +27,24 @@ def _label(finding: Any) -> dict[str, Any]:
     return label
 
 
-async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
-    """The repository's posted reviews (the newest per PR) as a golden document."""
+def check_repo(repo: str) -> None:
     if not _REPO.fullmatch(repo):
         raise ValueError("--repo must be OWNER/NAME")
+
+
+async def published_repos(db: Database) -> list[str]:
+    """The repositories with at least one published review here."""
+    rows = await db.fetchall(
+        "SELECT DISTINCT p.repo FROM reviews r JOIN pulls p ON p.id = r.pull_id"
+        " WHERE r.state = ? ORDER BY p.repo",
+        (state.POSTED,),
+    )
+    return [row["repo"] for row in rows]
+
+
+async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
+    """The repository's posted reviews (the newest per PR) as a golden document."""
+    check_repo(repo)
     reviews = await db.fetchall(
         "SELECT r.*, p.number, p.title AS pr_title, p.body AS pr_body, p.clone_url, p.html_url,"
         " p.base_ref FROM reviews r JOIN pulls p ON p.id = r.pull_id WHERE p.repo = ? AND"

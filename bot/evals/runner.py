@@ -25,8 +25,9 @@ from bot.evals.sources import Sources, display_name, fingerprint
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
 from bot.review.store import DraftFinding
 from bot.review.verify import apply_verification, choose_provider, verify_draft
-from bot.sessions.store import end_session
+from bot.sessions.store import end_session, prune_detached_sessions
 from bot.storage import Database
+from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
 from bot.worktrees import GitError
 
 ALL, VERIFIED = "all", "verified"  # the findings scored: every one, or those not refuted
@@ -76,6 +77,12 @@ class CaseResult:
     counts: dict[str, Counts] = field(default_factory=dict)
     pairs: dict[int, int] = field(default_factory=dict)  # finding index → label index
 
+    def add_spend(self, review: Spend, verify: Spend) -> None:
+        self.review_tokens += review.tokens
+        self.review_usd = add_usd(self.review_usd, review.usd)
+        self.verify_tokens += verify.tokens
+        self.verify_usd = add_usd(self.verify_usd, verify.usd)
+
     def to_scores(self) -> dict[str, Any]:
         return {
             "counts": {name: c.to_dict() for name, c in self.counts.items()},
@@ -121,6 +128,7 @@ class EvalResult:
     judge_model: str | None
     judge_tokens: int = 0
     judge_usd: float | None = 0.0
+    judge_unreadable: int = 0  # LLM judge answers with no verdict to read: scored "no match"
     source_changed: list[str] = field(default_factory=list)
 
     @property
@@ -133,17 +141,35 @@ def add_usd(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a + b
 
 
-async def spend(db: Database, run_id: int | None) -> tuple[int, float | None]:
-    """Tokens and USD of one `runs` row (USD None when the model has no known rate)."""
-    if run_id is None:
-        return 0, 0.0
-    usage = await db.fetchone(
-        "SELECT COALESCE(SUM(input_tokens + output_tokens + cache_read_tokens"
-        " + cache_write_tokens), 0) FROM run_usage WHERE run_id = ?",
-        (run_id,),
+@dataclass(frozen=True)
+class Spend:
+    """Tokens and USD (None when a model has no known rate)."""
+
+    tokens: int = 0
+    usd: float | None = 0.0
+
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(self.tokens + other.tokens, add_usd(self.usd, other.usd))
+
+
+async def session_spend(db: Database, session_id: int) -> tuple[Spend, Spend]:
+    """What the runs ledger holds for a case's review session and the sessions started
+    from it (the verify pass), as (review, verify): every run, failed ones included."""
+    rows = await db.fetchall(
+        "SELECT r.subkind, r.cost_usd, (SELECT COALESCE(SUM(u.input_tokens + u.output_tokens"
+        " + u.cache_read_tokens + u.cache_write_tokens), 0) FROM run_usage u"
+        " WHERE u.run_id = r.id) AS tokens FROM runs r WHERE r.session_id IN"
+        " (SELECT id FROM sessions WHERE id = ? OR parent_session_id = ?)",
+        (session_id, session_id),
     )
-    run = await db.fetchone("SELECT cost_usd FROM runs WHERE id = ?", (run_id,))
-    return int(usage[0]), (run["cost_usd"] if run is not None else None)
+    review, verify = Spend(), Spend()
+    for row in rows:
+        spent = Spend(int(row["tokens"]), row["cost_usd"])
+        if row["subkind"] == "verify":
+            verify += spent
+        else:
+            review += spent
+    return review, verify
 
 
 class Progress:
@@ -166,9 +192,16 @@ class Runner:
     progress: Progress
 
     async def run_case(self, run: ModelRun, golden: Golden, case: Case, index: int) -> CaseResult:
+        """Review (and verify) one case. What it spent comes from the runs ledger, so a case
+        that fails half-way still shows, and counts, what its model runs cost."""
         result = CaseResult(case, str(golden.path))
         started = time.monotonic()
         prepared = None
+        sessions: list[int] = []
+
+        async def opened(session_id: int) -> None:
+            sessions.append(session_id)
+
         try:
             prepared = await self.sources.prepare(case, f"eval-{run.id}-{index}")
             result.head_sha, result.notes = prepared.tree.head_sha, prepared.notes
@@ -183,10 +216,7 @@ class Runner:
                 config=await self.sources.repo_config(prepared.key),
                 model=run.model,
             )
-            draft = await review_worktree(reviewer, prepared.tree, request)
-            if draft.session_id is not None:  # no PR to talk about it later: the talk ends
-                await end_session(self.db, draft.session_id)
-            result.review_tokens, result.review_usd = await spend(self.db, draft.run_id)
+            draft = await review_worktree(reviewer, prepared.tree, request, on_session=opened)
             rows = draft.findings
             if run.verify and rows:
                 rows = await self._verify(run, reviewer, prepared.tree, request, draft, result)
@@ -196,8 +226,12 @@ class Runner:
         except (AgentError, GitError, OSError) as exc:
             result.error = str(exc) or exc.__class__.__name__
         finally:
+            for session_id in sessions:  # no PR to talk about it later: the talk ends
+                await end_session(self.db, session_id, failed=result.error)
             if prepared is not None:
                 await self.sources.release(prepared)
+        for session_id in sessions:
+            result.add_spend(*await session_spend(self.db, session_id))
         result.wall_seconds = time.monotonic() - started
         return result
 
@@ -217,7 +251,6 @@ class Runner:
         )
         result.verify_seconds = time.monotonic() - started
         result.verify_error = verification.error
-        result.verify_tokens, result.verify_usd = await spend(self.db, verification.run_id)
         return apply_verification(draft.findings, verification)
 
     async def score(self, result: CaseResult) -> None:
@@ -297,6 +330,20 @@ class Runner:
                 ],
             )
 
+    async def earlier_spend(self, run: ModelRun, case: Case) -> tuple[Spend, Spend]:
+        """What earlier failed attempts at this case spent (it runs again on `--resume`):
+        the run's totals keep counting it."""
+        row = await self.db.fetchone(
+            "SELECT scores FROM eval_cases WHERE eval_run_id = ? AND case_id = ?"
+            " AND status = 'failed'",
+            (run.id, case.id),
+        )
+        saved = json.loads(row["scores"] or "{}") if row is not None else {}
+        return (
+            Spend(saved.get("review_tokens", 0), saved.get("review_usd", 0.0)),
+            Spend(saved.get("verify_tokens", 0), saved.get("verify_usd", 0.0)),
+        )
+
     async def load_case(self, run: ModelRun, golden: Golden, case: Case) -> CaseResult | None:
         """A case this run already finished (on `--resume`), or None to run it (again)."""
         row = await self.db.fetchone(
@@ -334,7 +381,9 @@ class Runner:
             async with limit:
                 result = await self.load_case(run, golden, case)
                 if result is None:
+                    earlier = await self.earlier_spend(run, case)
                     result = await self.run_case(run, golden, case, index)
+                    result.add_spend(*earlier)
                 if result.error is None:
                     try:
                         await self.score(result)
@@ -355,10 +404,9 @@ class Runner:
         strict = final.strict
         usd: float | None = 0.0
         tokens = 0
-        for case in run.cases:
-            if not case.error:
-                usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd))
-                tokens += case.review_tokens + case.verify_tokens
+        for case in run.cases:  # failed ones too: what they spent was spent
+            usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd))
+            tokens += case.review_tokens + case.verify_tokens
         scores = {name: run.total(name).to_dict() for name in (ALL, VERIFIED)}
         await self.db.execute(
             "UPDATE eval_runs SET status = ?, precision = ?, recall = ?, f1 = ?, cost_usd = ?,"
@@ -446,6 +494,9 @@ async def run_eval(
     db = await Database.open(settings.db_path)
     models = ModelClients(settings)
     try:
+        # Eval conversations go as the server's go, 30 days on (an eval may be the only
+        # user of its data folder, with no server's maintenance to do it).
+        await prune_detached_sessions(db, time.time() - CONVERSATION_TTL, PRUNE_CHUNK)
         if resume is not None:
             options, runs = await _load_batch(db, resume)
         elif options is None:
@@ -487,6 +538,7 @@ async def run_eval(
             )
         result.judge_tokens = getattr(judge, "tokens", 0)
         result.judge_usd = getattr(judge, "cost_usd", 0.0)
+        result.judge_unreadable = getattr(judge, "unreadable", 0)
         return result
     finally:
         await models.close()
