@@ -78,7 +78,7 @@ def cmd_check_config(_args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from bot.demo import run_demo
 
-    return run_demo(keep=args.keep)
+    return run_demo(keep=args.keep, critic=args.critic)
 
 
 def cmd_register(args: argparse.Namespace) -> int:
@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="the whole flow locally, no account or key needed")
     demo.add_argument("--keep", action="store_true", help="keep the demo's data folder")
+    demo.add_argument(
+        "--critic", choices=PROVIDERS, default="codex", help="the cross-AI critic (default codex)"
+    )
     demo.set_defaults(func=cmd_demo)
 
     from bot.register import DEFAULT_PORT, DEFAULT_TIMEOUT, GITHUB_WEB_URL

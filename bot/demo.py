@@ -5,7 +5,8 @@ scripted models (or the real Claude / OpenAI APIs when their keys are set) and t
 server; sends a signed `pull_request` delivery; prints the draft as the status comment shows
 it; runs one cross-AI round (`codex-review`, then `send-back` so the reviewer revises its
 draft); then comments `/cockpit approve` and prints the published review. Nothing is left
-running.
+running. `--critic` chooses the cross-AI critic (Codex by default; `chat` runs it on the
+offline Chat Completions stand-in, as a local model would; with `claude`, Codex reviews).
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL
+from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL, ChatSettings
 from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
 from bot.standin.github import GitHubStandin
-from bot.standin.models import AnthropicStandin, OpenAIStandin
+from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin
 from bot.standin.repo import make_pr
 from bot.standin.scripted import MODEL as SCRIPTED_MODEL
 from bot.standin.scripted import scripted_reviewer
@@ -132,8 +133,9 @@ async def _idle(app: web.Application) -> bool:
     return await app[CONTEXT].jobs.pending() == 0
 
 
-async def demo(root: Path) -> int:
+async def demo(root: Path, critic: str = "codex") -> int:
     started = time.monotonic()
+    reviewer = "codex" if critic == "claude" else "claude"
     pr = await asyncio.to_thread(make_pr, root / "origin", base=BASE, head=HEAD, number=NUMBER)
     github = GitHubStandin(slug="pr-cockpit")
     await github.start()
@@ -145,7 +147,7 @@ async def demo(root: Path) -> int:
         permissions={MAINTAINER: "maintain"},
         title="Look users up by name",
     )
-    standins: list[AnthropicStandin | OpenAIStandin] = []
+    standins: list[AnthropicStandin | OpenAIStandin | ChatStandin] = []
     models = {}
     for name, standin, key, base in (
         ("claude", AnthropicStandin, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
@@ -162,13 +164,18 @@ async def demo(root: Path) -> int:
     claude_model = os.environ.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL
     codex_model = os.environ.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL
     models = {"claude_model": claude_model, "codex_model": codex_model, **models}
+    chat = None
+    if critic == "chat":  # a local model's server, offline: the scripted model behind it
+        standins.append(ChatStandin(scripted_reviewer))
+        chat = ChatSettings(f"{await standins[-1].start()}/v1", SCRIPTED_MODEL)
     secret = secrets.token_hex(16)
-    settings = github.settings(root / "data", secret, provider="claude", **models)
+    settings = github.settings(root / "data", secret, provider=reviewer, chat=chat, **models)
     app = make_app(settings, router)
     runner, url = await serve_local(app)
+    names = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": SCRIPTED_MODEL}
     print(
-        f"PR Cockpit demo: {OWNER}/{NAME}#{NUMBER} reviewed by Claude ({settings.claude_model}),"
-        f" cross-checked by Codex ({settings.codex_model})"
+        f"PR Cockpit demo: {OWNER}/{NAME}#{NUMBER} reviewed by {reviewer.title()}"
+        f" ({names[reviewer]}), cross-checked by {critic.title()} ({names[critic]})"
         + (" — offline scripted models" if standins else "")
     )
     comments = iter(range(424242, 424300))
@@ -191,8 +198,8 @@ async def demo(root: Path) -> int:
             if await _review_state(app) != "draft":
                 return 1
 
-            await command("/cockpit codex-review")
-            _section("Codex's critique (a PR comment)")
+            await command(f"/cockpit codex-review --with {critic}")
+            _section(f"{critic.title()}'s critique (a PR comment)")
             critique = [
                 c for c in github.issue_comments.values() if "pr-cockpit:session" in c["body"]
             ]
@@ -240,11 +247,11 @@ def _latest_reply(github: GitHubStandin) -> str:
     return replies[-1] if replies else "(no reply)"
 
 
-def run_demo(keep: bool = False) -> int:
+def run_demo(keep: bool = False, critic: str = "codex") -> int:
     logging.basicConfig(level=logging.ERROR)
     root = Path(tempfile.mkdtemp(prefix="cockpit-demo-"))
     try:
-        return asyncio.run(demo(root))
+        return asyncio.run(demo(root, critic))
     except TimeoutError as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1
