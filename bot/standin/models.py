@@ -49,10 +49,12 @@ class Conversation:
         return self.user_texts[-1] if self.user_texts else ""
 
     def result_of(self, name: str) -> str | None:
+        """The newest answer of a call to tool `name` that ran (an error is no answer: a
+        model calls again)."""
         for (called, _), result in zip(
             reversed(self.tool_calls), reversed(self.tool_results), strict=False
         ):
-            if called == name:
+            if called == name and not result.startswith(("error: ", '{"error": ')):
                 return result
         return None
 
