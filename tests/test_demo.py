@@ -26,3 +26,23 @@ def test_demo_runs_offline_end_to_end(tmp_path):
     assert "reactions on the approve comment: eyes, rocket" in out
     assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []  # its temporary folder is gone
+
+
+def test_the_demos_critic_can_be_a_local_model_behind_a_chat_server(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env["TMPDIR"] = str(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "demo", "--critic", "chat"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "reviewed by Claude (scripted-reviewer), cross-checked by Chat" in out
+    assert '"/cockpit codex-review --with chat"' in out
+    assert "### 🔁 Chat (`scripted-reviewer`)" in out and "F5: refute" in out
+    assert "revised by claude after chat's critique" in out and "withdrawn F5" in out
+    assert "state: CHANGES_REQUESTED" in out
+    assert list(tmp_path.iterdir()) == []
