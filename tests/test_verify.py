@@ -89,6 +89,13 @@ def test_invalid_verdicts_say_what_to_fix(data, problem):
         ("claude", None, {"claude"}, "claude"),
         ("claude", "claude", {"claude", "codex"}, "claude"),
         ("claude", "codex", {"claude"}, "codex"),  # chosen but missing: the pass says why
+        ("claude", None, {"claude", "chat"}, "chat"),
+        ("claude", None, {"claude", "codex", "chat"}, "codex"),
+        ("chat", None, {"claude", "codex", "chat"}, "claude"),
+        ("chat", None, {"codex", "chat"}, "codex"),
+        ("chat", None, {"chat"}, "chat"),  # local models only: a fresh session on the same
+        ("codex", None, {"codex", "chat"}, "chat"),
+        ("chat", "chat", {"claude", "chat"}, "chat"),
     ],
 )
 def test_verify_uses_the_other_provider_unless_the_repository_chooses(
@@ -102,7 +109,12 @@ def test_verify_uses_the_other_provider_unless_the_repository_chooses(
     [
         ('verify = true\nverify_provider = "codex"\n', "codex", None),
         ("verify = true\n", None, None),
-        ('verify_provider = "gemini"\n', None, "`verify_provider` must be one of claude, codex"),
+        (
+            'verify_provider = "gemini"\n',
+            None,
+            "`verify_provider` must be one of claude, codex, chat",
+        ),
+        ('verify_provider = "chat"\nprovider = "chat"\n', "chat", None),
         ("verify_provider = 1\n", None, "`verify_provider` has the wrong type"),
     ],
 )
