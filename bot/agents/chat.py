@@ -537,6 +537,11 @@ def explain(status: int, said: str, model: str) -> str:
     if len(quoted) > SAID_CHARS:
         quoted = quoted[:SAID_CHARS] + "…"
     quote = f'{status}: "{quoted}"' if quoted else str(status)
+    if status in (401, 403):  # not quoted: a server may echo (part of) the key it refused
+        return (
+            f"the chat server refused the key ({status}): set COCKPIT_CHAT_API_KEY to the key"
+            " it expects"
+        )
     low = said.lower()
     if "enable-auto-tool-choice" in low or "tool-call-parser" in low:
         return (
@@ -568,10 +573,5 @@ def explain(status: int, said: str, model: str) -> str:
             f"the chat server does not serve {model} ({quote}): set COCKPIT_CHAT_MODEL to a"
             " model it lists (cockpit check-config shows them), and check that"
             " COCKPIT_CHAT_BASE_URL ends in /v1 (Azure OpenAI: /openai/v1/)"
-        )
-    if status in (401, 403):
-        return (
-            f"the chat server refused the key ({quote}): set COCKPIT_CHAT_API_KEY to the key"
-            " it expects"
         )
     return f"the chat server rejected the request ({quote})"
