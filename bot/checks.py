@@ -92,11 +92,12 @@ def configured_providers(settings: Settings, env: Mapping[str, str]) -> list[str
 
 def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
     """The default provider's key is required; another provider's is optional (it serves
-    `codex-review` and a cross-vendor verify pass)."""
+    `codex-review` and a cross-vendor verify pass). `chat` is opt-in: unset, it is not
+    mentioned unless it is the default."""
     found = []
     for provider in PROVIDERS:
         missing = missing_model_key(provider, env)
-        if missing is None:
+        if missing is None or (provider == "chat" and provider != settings.provider):
             continue
         if provider == settings.provider:
             found.append(
@@ -318,7 +319,23 @@ async def _probe_openai(settings: Settings) -> str:
     return say("model_ok", model=model, where=where)
 
 
-MODEL_PROBES: dict[str, ModelProbe] = {"claude": _probe_anthropic, "codex": _probe_openai}
+async def _probe_chat(settings: Settings) -> str:
+    """The chat server lists COCKPIT_CHAT_MODEL (bot.agents.providers.probe); its base URL is
+    never printed: it may hold a password."""
+    from bot.agents.providers import probe
+
+    problems = await probe(settings, "chat")
+    if problems:
+        raise ProbeFailed(problems[0], "")
+    assert settings.chat is not None
+    return say("model_ok", model=settings.chat.model, where="COCKPIT_CHAT_BASE_URL")
+
+
+MODEL_PROBES: dict[str, ModelProbe] = {
+    "claude": _probe_anthropic,
+    "codex": _probe_openai,
+    "chat": _probe_chat,
+}
 
 
 async def model_check(settings: Settings, provider: str) -> Check:

@@ -251,7 +251,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from bot.demo import run_demo
 
-    return run_demo(keep=args.keep, live=args.live, started=STARTED)
+    return run_demo(keep=args.keep, live=args.live, critic=args.critic, started=STARTED)
 
 
 def cmd_register(args: argparse.Namespace) -> int:
@@ -452,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
         " spends money) instead of the offline scripted models",
     )
     demo.add_argument("--keep", action="store_true", help="keep the demo's data folder")
+    demo.add_argument(
+        "--critic", choices=PROVIDERS, default="codex", help="the cross-AI critic (default codex)"
+    )
     demo.set_defaults(func=cmd_demo)
 
     local = _command(sub, "review-local")

@@ -17,9 +17,13 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
 DEFAULT_CODEX_MODEL = "gpt-5.3-codex"
-PROVIDERS = ("claude", "codex")
+PROVIDERS = ("claude", "codex", "chat")  # "the other provider": the first configured one
 # What a provider needs set before it can run: any one of these variables.
-MODEL_KEYS = {"claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"), "codex": ("OPENAI_API_KEY",)}
+MODEL_KEYS = {
+    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    "codex": ("OPENAI_API_KEY",),
+    "chat": ("COCKPIT_CHAT_BASE_URL",),
+}
 ENV_FILE = "cockpit.env"  # read from the current folder by every command (`--env-file` too)
 DEFAULT_REVIEW_MAX_USD = None  # SPEC: unset = no cap per run (the daily budget still holds)
 DEFAULT_DAILY_MAX_USD = 25.0
@@ -62,6 +66,17 @@ class Secret:
 
 
 @dataclass(frozen=True)
+class ChatSettings:
+    """The `chat` provider: an OpenAI-compatible Chat Completions endpoint (COCKPIT_CHAT_*)."""
+
+    base_url: str
+    model: str
+    api_key: Secret | None = field(default=None, repr=False)  # local servers need none
+    context_tokens: int | None = None  # the model's context window: what is sent is bounded
+    rates: tuple[float, float] | None = None  # USD per million input, output tokens
+
+
+@dataclass(frozen=True)
 class Settings:
     data_dir: Path
     host: str = "0.0.0.0"  # noqa: S104 - a container listens on all interfaces
@@ -74,6 +89,7 @@ class Settings:
     provider: str = "claude"
     claude_model: str = DEFAULT_CLAUDE_MODEL
     codex_model: str = DEFAULT_CODEX_MODEL
+    chat: ChatSettings | None = None  # the `chat` provider, when COCKPIT_CHAT_BASE_URL is set
     max_concurrent_reviews: int = 2
     review_max_usd: float | None = DEFAULT_REVIEW_MAX_USD
     daily_max_usd: float | None = DEFAULT_DAILY_MAX_USD
@@ -94,6 +110,12 @@ class Settings:
         """Every secret value this process knows, for log redaction (the database URL's
         password too, wherever it appears)."""
         found = [s.reveal() for s in (self.private_key, self.webhook_secret) if s]
+        if self.chat is not None:
+            if self.chat.api_key is not None:
+                found.append(self.chat.api_key.reveal())
+            password = urllib.parse.urlsplit(self.chat.base_url).password
+            if password:  # a gateway's credentials in the URL
+                found.append(password)
         if self.database_url is not None:
             found.append(self.database_url.reveal())
             password = urllib.parse.urlsplit(self.database_url.reveal()).password
@@ -234,6 +256,51 @@ def _provider(env: Mapping[str, str]) -> str:
     return provider
 
 
+def _chat(env: Mapping[str, str]) -> ChatSettings | None:
+    """COCKPIT_CHAT_*: all unset is no `chat` provider; a base URL needs a model and the other
+    way round; COCKPIT_PROVIDER=chat needs both."""
+    base_url = (env.get("COCKPIT_CHAT_BASE_URL") or "").strip()
+    model = (env.get("COCKPIT_CHAT_MODEL") or "").strip()
+    if not base_url:
+        if model or (env.get("COCKPIT_PROVIDER") or "") == "chat":
+            raise ConfigError(
+                "COCKPIT_CHAT_BASE_URL",
+                "not set; the chat provider needs the server's OpenAI-compatible base URL,"
+                " e.g. http://localhost:8000/v1 (vLLM) or http://localhost:11434/v1 (Ollama)",
+            )
+        return None
+    if not base_url.startswith(("https://", "http://")):
+        # The value may hold credentials (user:password@host): name the variable only.
+        raise ConfigError("COCKPIT_CHAT_BASE_URL", "expected an http(s) URL")
+    if not model:
+        raise ConfigError(
+            "COCKPIT_CHAT_MODEL",
+            "not set; the chat provider needs the model id the server serves (an Azure"
+            " OpenAI deployment name, an Ollama tag such as qwen3:32b, vLLM's served name)",
+        )
+    key = (env.get("COCKPIT_CHAT_API_KEY") or "").strip()
+    context = _int(env, "COCKPIT_CHAT_CONTEXT_TOKENS", 0, low=1024, high=100_000_000) or None
+    return ChatSettings(base_url, model, Secret(key) if key else None, context, _rates(env))
+
+
+def _rates(env: Mapping[str, str]) -> tuple[float, float] | None:
+    raw = (env.get("COCKPIT_CHAT_RATES") or "").strip()
+    if not raw:
+        return None
+    parts = [p.strip() for p in raw.split(",")]
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 2 or not all(0 <= v < float("inf") for v in values):
+        raise ConfigError(
+            "COCKPIT_CHAT_RATES",
+            "expected USD per million input and output tokens as two numbers, e.g. 0.20,0.60;"
+            f" got {raw!r}",
+        )
+    return values[0], values[1]
+
+
 def _prefix(env: Mapping[str, str]) -> str:
     prefix = (env.get("COCKPIT_COMMAND_PREFIX") or "/cockpit").strip()
     if not prefix or any(c.isspace() for c in prefix):
@@ -265,6 +332,7 @@ _GENERAL = {
     "provider": _provider,
     "claude_model": lambda env: env.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL,
     "codex_model": lambda env: env.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL,
+    "chat": _chat,
     "max_concurrent_reviews": lambda env: _int(
         env, "COCKPIT_MAX_CONCURRENT_REVIEWS", 2, low=1, high=64
     ),

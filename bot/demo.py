@@ -5,6 +5,8 @@ scripted models and the real bot server; sends a signed `pull_request` delivery;
 draft as the status comment shows it (the repository's config turns the verify pass on); runs
 one cross-AI round (`codex-review`, then `send-back` so the reviewer revises its draft); then
 comments `/cockpit approve` and prints the published review. Nothing is left running.
+`--critic` chooses the cross-AI critic (Codex by default; `chat` runs it on the offline Chat
+Completions stand-in, as a local model would; with `claude`, Codex reviews).
 
 Offline always, whatever keys the shell has: the SDKs are pointed at the loopback stand-ins.
 `--live` opts in to the real Anthropic and OpenAI APIs (both keys needed) and says so first.
@@ -30,12 +32,12 @@ import aiohttp
 from aiohttp import web
 
 from bot.checks import git_check
-from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL
+from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL, ChatSettings
 from bot.repo_config import CONFIG_PATH
 from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
 from bot.standin.github import GitHubStandin
-from bot.standin.models import AnthropicStandin, OpenAIStandin
+from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin
 from bot.standin.repo import make_pr
 from bot.standin.scripted import MODEL as SCRIPTED_MODEL
 from bot.standin.scripted import scripted_reviewer
@@ -149,10 +151,14 @@ def say(kind: str, **context: Any) -> str:
     return render("demo/messages.txt.j2", kind=kind, **context).strip()
 
 
-async def demo(root: Path, *, live: bool = False, started: float | None = None) -> int:
+async def demo(
+    root: Path, *, live: bool = False, critic: str = "codex", started: float | None = None
+) -> int:
     """The demo; `started` is when the command started (what the closing line measures
     from), else now."""
     started = time.monotonic() if started is None else started
+    reviewer = "codex" if critic == "claude" else "claude"
+    verifier = "Claude" if reviewer == "codex" else "Codex"  # the other provider configured
     pr = await asyncio.to_thread(make_pr, root / "origin", base=BASE, head=HEAD, number=NUMBER)
     github = GitHubStandin(slug="pr-cockpit")
     await github.start()
@@ -165,7 +171,7 @@ async def demo(root: Path, *, live: bool = False, started: float | None = None) 
         title="Look users up by name",
         files={CONFIG_PATH: REPO_CONFIG},
     )
-    standins: list[AnthropicStandin | OpenAIStandin] = []
+    standins: list[AnthropicStandin | OpenAIStandin | ChatStandin] = []
     models: dict[str, str] = {}
     if not live:
         os.environ.pop("ANTHROPIC_AUTH_TOKEN", None)  # the SDK would send it to the stand-in
@@ -182,16 +188,24 @@ async def demo(root: Path, *, live: bool = False, started: float | None = None) 
     claude_model = os.environ.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL
     codex_model = os.environ.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL
     models = {"claude_model": claude_model, "codex_model": codex_model, **models}
+    chat = None
+    if critic == "chat":  # a local model's server, offline: the scripted model behind it
+        standins.append(ChatStandin(scripted_reviewer))
+        chat = ChatSettings(f"{await standins[-1].start()}/v1", SCRIPTED_MODEL)
     secret = secrets.token_hex(16)
-    settings = github.settings(root / "data", secret, provider="claude", **models)
+    settings = github.settings(root / "data", secret, provider=reviewer, chat=chat, **models)
     app = make_app(settings, router)
     runner, url = await serve_local(app)
+    names = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": SCRIPTED_MODEL}
     print(
         say(
             "banner",
             pr=f"{OWNER}/{NAME}#{NUMBER}",
-            claude=settings.claude_model,
-            codex=settings.codex_model,
+            reviewer=reviewer.title(),
+            reviewer_model=names[reviewer],
+            critic=critic.title(),
+            critic_model=names[critic],
+            verifier=verifier,
             live=live,
         )
     )
@@ -214,10 +228,10 @@ async def demo(root: Path, *, live: bool = False, started: float | None = None) 
             print(_status(github))
             if await _review_state(app) != "draft":
                 return 1
-            print(say("verify_column"))
+            print(say("verify_column", verifier=verifier))
 
-            await command("/cockpit codex-review")
-            _section("Codex's critique (a PR comment)")
+            await command(f"/cockpit codex-review --with {critic}")
+            _section(f"{critic.title()}'s critique (a PR comment)")
             critique = [
                 c for c in github.issue_comments.values() if "pr-cockpit:session" in c["body"]
             ]
@@ -275,7 +289,9 @@ def live_problem() -> str | None:
     return say("live_needs", missing=missing) if missing else None
 
 
-def run_demo(keep: bool = False, live: bool = False, started: float | None = None) -> int:
+def run_demo(
+    keep: bool = False, live: bool = False, critic: str = "codex", started: float | None = None
+) -> int:
     logging.basicConfig(level=logging.ERROR)
     git = git_check()
     if git.problem:  # the repository, the mirror and the reviewer's tools all run git
@@ -290,7 +306,7 @@ def run_demo(keep: bool = False, live: bool = False, started: float | None = Non
         print(say("live", endpoints=endpoints))
     root = Path(tempfile.mkdtemp(prefix="cockpit-demo-"))
     try:
-        return asyncio.run(demo(root, live=live, started=started))
+        return asyncio.run(demo(root, live=live, critic=critic, started=started))
     except TimeoutError as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1

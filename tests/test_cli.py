@@ -269,9 +269,10 @@ def test_eval_without_the_reviewers_key_names_it_before_any_case(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_unless_debug(tmp_path):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    env = {"COCKPIT_DATA_DIR": str(blocker / "data")}
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "cockpit.sqlite3").write_bytes(b"not a database, whatever its name says" * 100)
+    env = {"COCKPIT_DATA_DIR": str(data)}
     plain = cli("eval", "golden-from-reviews", "--repo", "o/r", env=env, cwd=tmp_path)
     assert plain.returncode == 1
     [line] = plain.stderr.strip().splitlines()

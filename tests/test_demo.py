@@ -119,3 +119,23 @@ def test_live_needs_both_keys_and_says_so(tmp_path, keys, named):
         f" with Codex. Set {'them' if ' and ' in named else 'it'}, or run `cockpit demo`"
         " (offline)."
     ]
+
+
+def test_the_demos_critic_can_be_a_local_model_behind_a_chat_server(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env["TMPDIR"] = str(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "demo", "--critic", "chat"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "reviewed by Claude (scripted-reviewer), cross-checked by Chat" in out
+    assert '"/cockpit codex-review --with chat"' in out
+    assert "### 🔁 Chat (`scripted-reviewer`)" in out and "F6: refute" in out
+    assert "revised by claude after chat's critique" in out and "withdrawn F6" in out
+    assert "state: CHANGES_REQUESTED" in out
+    assert list(tmp_path.iterdir()) == []

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from bot.agents.base import AgentError
 from bot.agents.providers import ModelClients
-from bot.config import Settings
+from bot.config import ChatSettings, Settings
 from bot.evals.golden import Label
-from bot.evals.judges import EvalFinding, LLMJudge, parse_answer
+from bot.evals.judges import EvalFinding, LLMJudge, make_judge, parse_answer
 from bot.evals.report import results_json
 from bot.evals.runner import EvalOptions, Progress, run_eval
 from bot.standin.models import Action, fail, say
@@ -73,6 +73,19 @@ async def test_the_llm_judge_asks_once_per_pair_and_caches(
     again = LLMJudge(db, models, provider)  # a later re-scoring: every answer is cached
     assert await again.scores(FINDINGS, LABELS) == matrix
     assert len(standin.requests) == 4 and (again.asked, again.cached) == (0, 4)
+    await models.close()
+
+
+async def test_a_local_model_on_a_chat_server_judges_too(db, tmp_path, chat_standin):
+    chat_standin.policy = same_issue
+    chat_standin.models = ("local-judge",)
+    chat = ChatSettings(f"{chat_standin.url}/v1", "local-judge", rates=(0.1, 0.2))
+    models = ModelClients(Settings(data_dir=tmp_path, chat=chat))
+    judge = make_judge("chat", db, models)
+    assert await judge.scores(FINDINGS, LABELS) == [[0.9, 0.0], [0.0, 0.0]]
+    assert "tools" not in chat_standin.requests[0]  # an empty tool list is a 400
+    assert judge.model == "local-judge"
+    assert judge.cost_usd == pytest.approx(4 * (200 * 0.1 + 30 * 0.2) / 1e6)  # its rates
     await models.close()
 
 

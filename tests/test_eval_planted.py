@@ -510,3 +510,48 @@ def test_import_martian_does_not_import_the_model_sdks(tmp_path):
     )
     assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr
     assert len(json.loads(out.read_text())["cases"]) == 50
+
+
+async def test_two_local_models_compare_in_one_run_on_a_chat_server(
+    planted, tmp_path, github, chat_standin
+):
+    """`--provider chat --model a,b`: both models of a local server (no hosted key at all),
+    one report and one chart; the unpriced model's cost is unknown, not $0."""
+    chat_standin.models = (MODEL, "local-llama")
+    keep = ("PATH", "HOME", "LANG", "SYSTEMROOT")
+    env = {
+        **{k: v for k, v in os.environ.items() if k in keep},
+        "COCKPIT_DATA_DIR": str(tmp_path / "data"),
+        "COCKPIT_CHAT_BASE_URL": f"{chat_standin.url}/v1",
+        "COCKPIT_CHAT_MODEL": MODEL,
+    }
+    results = tmp_path / "results.json"
+    code, out = await run_cli(
+        [
+            *("--golden", str(planted), "--provider", "chat", "--verify", "--jobs", "2"),
+            *("--model", f"{MODEL},local-llama", "--json", str(results)),
+        ],
+        env,
+        tmp_path,
+    )
+    assert code == 0, out
+    assert f"(chat: {MODEL}, local-llama), verify with chat" in out
+    runs = json.loads(results.read_text())["runs"]
+    assert [(r["provider"], r["model"], r["verify"]) for r in runs] == [
+        ("chat", MODEL, False),
+        ("chat", MODEL, True),
+        ("chat", "local-llama", False),
+        ("chat", "local-llama", True),
+    ]
+    assert all(r["strict"] == runs[0]["strict"] for r in runs[::2])  # the same answers
+    assert (runs[0]["strict"]["tp"], runs[0]["strict"]["fp"], runs[0]["strict"]["fn"]) == (5, 3, 6)
+    assert runs[1]["strict"]["fp"] == 2  # the verify pass (on chat) refuted the fixture
+    assert [r["usd"] for r in runs] == [0.0, 0.0, None, None]
+    assert all(r["tokens"] > 0 for r in runs)
+    report = (tmp_path / "eval" / "reports" / "eval-1.md").read_text()
+    assert "| chat | scripted-reviewer | no |" in report and "| chat | local-llama | no |" in report
+    assert "unknown" in report
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "eval" / "reports" / "eval-1-f1-cost.png").exists()
+    models = {r["model"] for r in chat_standin.requests}
+    assert models == {MODEL, "local-llama"}

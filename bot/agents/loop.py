@@ -23,6 +23,7 @@ from bot.agents.base import (
     ProviderRequest,
     ToolCall,
     Usage,
+    arguments_problem,
     cost_usd,
 )
 from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
@@ -33,6 +34,7 @@ from bot.sessions.store import Session, append_messages, load_messages
 from bot.sessions.transcript import answer_text
 from bot.skills import prompt_text
 from bot.storage import Database
+from bot.texts import render
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +179,7 @@ class AgentRun:
         offer = self.expect_submit if self.offer_submit is None else self.offer_submit
         tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
         tool_calls = 0
+        broken = False  # the last reply had a call whose arguments were not a JSON object
         while True:
             request = ProviderRequest(
                 system=self.system,
@@ -204,8 +207,18 @@ class AgentRun:
                 continue
             results: list[tuple[ToolCall, str, bool]] = []
             answer = None
+            problems = [arguments_problem(c.arguments) for c in reply.tool_calls]
+            if broken and any(problems):
+                raise AgentError(
+                    "the model sent tool arguments that are not a JSON object again, after"
+                    " being told once"
+                )
+            broken = any(problems)
             try:
-                for call in reply.tool_calls:
+                for call, problem in zip(reply.tool_calls, problems, strict=True):
+                    if problem:  # one corrective turn: the next reply's arguments must be valid
+                        results.append((call, unreadable_arguments(call.name, problem), True))
+                        continue
                     if call.name == final.name and not self.expect_submit:
                         results.append((call, NOT_NOW, True))
                         continue
@@ -279,6 +292,8 @@ class AgentRun:
                 raise BudgetExceeded(
                     f"budget exhausted: wall clock ({self.budget.max_seconds:.0f}s)"
                 ) from None
+            except AgentError:  # the provider said what went wrong and what to do
+                raise
             except Exception as exc:
                 advice = self.provider.transient(exc)
                 if advice is None:
@@ -314,7 +329,7 @@ class AgentRun:
                 self.metrics.model_tokens.labels(
                     provider=self.provider.name, model=model, kind=kind
                 ).inc(value)
-            cost = cost_usd(model, reply.usage)
+            cost = cost_usd(model, reply.usage, self.provider.fallback_rate)
             if cost:
                 self.metrics.model_cost.labels(provider=self.provider.name, model=model).inc(cost)
 
@@ -325,7 +340,8 @@ class AgentRun:
                 f"budget exhausted: {tokens} tokens (limit {self.budget.max_tokens})"
             )
         if self.budget.max_usd is not None:
-            spent = sum(cost_usd(m, u) or 0.0 for m, u in usage.items())
+            rate = self.provider.fallback_rate
+            spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
             if spent > self.budget.max_usd:
                 raise BudgetExceeded(
                     f"budget exhausted: ${spent:.2f} spent (limit "
@@ -335,7 +351,8 @@ class AgentRun:
     async def _finish(
         self, run_id: int, usage: dict[str, Usage], status: str, error: str | None, tool_calls: int
     ) -> float | None:
-        costs = {model: cost_usd(model, u) for model, u in usage.items()}
+        rate = self.provider.fallback_rate
+        costs = {model: cost_usd(model, u, rate) for model, u in usage.items()}
         total = None if any(c is None for c in costs.values()) else sum(costs.values())
         async with self.db.transaction() as conn:
             for model, u in usage.items():
@@ -374,6 +391,10 @@ async def close_interrupted_runs(db: Database) -> int:
         " WHERE status = 'running'",
         (time.time(),),
     )
+
+
+def unreadable_arguments(tool: str, problem: str) -> str:
+    return render("prompts/tool_arguments_invalid.md.j2", tool=tool, problem=problem).strip()
 
 
 def _as_dict(arguments: Any) -> Any:

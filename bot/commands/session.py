@@ -7,6 +7,7 @@ import time
 from importlib import resources
 
 from bot.agents.base import AgentError
+from bot.agents.providers import other_provider
 from bot.budget import DailyBudgetSpent, refuse_when_spent
 from bot.commands.draft import current_draft
 from bot.commands.parse import Command
@@ -24,10 +25,6 @@ from bot.sessions.turns import ASK, CRITIQUE, REVISE, draft_message_id, queue_tu
 def default_instructions() -> str:
     path = resources.files("templates").joinpath("prompts", "cross_review_default.md")
     return path.read_text().strip()
-
-
-def other_provider(name: str) -> str:
-    return next((p for p in PROVIDERS if p != name), name)
 
 
 async def _draft_and_reviewer(pr: PullRequest) -> tuple[sqlite3.Row, Session]:
@@ -77,7 +74,9 @@ async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
     review, parent = await _draft_and_reviewer(pr)
     if review["state"] != state.DRAFT:
         raise CommandFailed("the draft is already published; run `review` for a new one")
-    provider = str(cmd.flag("with") or other_provider(review["provider"]))
+    provider = str(
+        cmd.flag("with") or other_provider(review["provider"], pr.ctx.models.available())
+    )
     if provider not in PROVIDERS:
         raise CommandFailed(f"--with must be one of {', '.join(PROVIDERS)}")
     active = await _active_child(pr, parent)

@@ -26,7 +26,7 @@ from bot.texts import render
 LINE_WINDOW = 10  # a finding this many lines from a label's line can still be about it
 LOCATED_MIN = 0.10  # word overlap needed when path (and line) agree
 TEXT_MIN = 0.30  # word overlap needed when the label has no path (free-text labels)
-JUDGES = ("lexical", "claude", "codex")
+JUDGES = ("lexical", "claude", "codex", "chat")
 _STOPWORDS = """a an and are as at be been but by can could do does for from has have how if in
 into is it its may might more must no not of on once only or other should so some such than that
 the their them then there these they this those to too under up use used uses using was were
@@ -229,7 +229,8 @@ class LLMJudge:
 
     @property
     def cost_usd(self) -> float | None:
-        costs = [cost_usd(model, usage) for model, usage in self.usage.items()]
+        rate = self._provider.fallback_rate
+        costs = [cost_usd(model, usage, rate) for model, usage in self.usage.items()]
         return None if None in costs else sum(c for c in costs if c is not None)
 
     @property
@@ -285,6 +286,8 @@ class LLMJudge:
         for attempt in range(1, 6):
             try:
                 reply = await provider.send(request)
+            except AgentError:  # the provider said what is wrong (a chat server's refusal)
+                raise
             except Exception as exc:
                 advice = provider.transient(exc)
                 if advice is None or attempt == 5:
@@ -303,6 +306,6 @@ class LLMJudge:
 def make_judge(name: str, db: Database, models: ModelClients, model: str | None = None) -> Judge:
     if name == "lexical":
         return LexicalJudge()
-    if name in ("claude", "codex"):
+    if name in JUDGES[1:]:
         return LLMJudge(db, models, name, model)
     raise AgentError(f"unknown judge {name!r}; use {', '.join(JUDGES)}")

@@ -429,11 +429,22 @@ class Runner:
 def resolve_models(settings: Settings, provider: str, models: Sequence[str]) -> tuple[str, ...]:
     if provider not in PROVIDERS:
         raise EvalError(f"--provider must be one of {', '.join(PROVIDERS)}")
-    default = settings.claude_model if provider == "claude" else settings.codex_model
-    chosen = tuple(m.strip() for m in models if m.strip()) or (default,)
+    chosen = tuple(m.strip() for m in models if m.strip()) or (default_model(settings, provider),)
     if len(set(chosen)) != len(chosen):
         raise EvalError("--model lists a model twice")
     return chosen
+
+
+def default_model(settings: Settings, provider: str) -> str:
+    if provider == "claude":
+        return settings.claude_model
+    if provider == "codex":
+        return settings.codex_model
+    if settings.chat is None:
+        raise EvalError(
+            "--provider chat needs COCKPIT_CHAT_BASE_URL and COCKPIT_CHAT_MODEL (or --model)"
+        )
+    return settings.chat.model
 
 
 async def _create_batch(
@@ -508,8 +519,7 @@ async def run_eval(
             raise EvalError(str(exc)) from exc
         verify_provider = None
         if options.verify:
-            configured = [p for p in PROVIDERS if models.configured(p)]
-            verify_provider = choose_provider(options.provider, None, configured)
+            verify_provider = choose_provider(options.provider, None, models.available())
         if resume is None:
             runs = await _create_batch(db, options, verify_provider, options.judge)
         cases = [(golden, case) for golden in goldens for case in golden.cases]

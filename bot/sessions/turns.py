@@ -29,6 +29,7 @@ from bot.sessions.transcript import (
     MAX_BYTES,
     MAX_MESSAGES,
     answer_text,
+    calls_tools,
     excerpt,
     render,
     to_lines,
@@ -66,13 +67,7 @@ async def queue_turn(
 async def draft_message_id(ctx: Context, session_id: int) -> str | None:
     """The message in which the reviewer submitted its (latest) draft."""
     for row in reversed(await store.message_rows(ctx.db, session_id)):
-        item = json.loads(row["content"])
-        blocks = item.get("content") if isinstance(item.get("content"), list) else [item]
-        if any(
-            b.get("name") == "submit_review" and b.get("type") in ("tool_use", "function_call")
-            for b in blocks
-            if isinstance(b, dict)
-        ):
+        if tool_call(json.loads(row["content"]), "submit_review") is not None:
             return row["id"]
     return None
 
@@ -211,7 +206,7 @@ class Turn:
         answered = None
         if done is not None and done[-1]["role"] == "assistant":
             last = json.loads(done[-1]["content"])
-            if not _calls_tools(last):  # the answer was stored, then the process died
+            if not calls_tools(last):  # the answer was stored, then the process died
                 answered = answer_text(last) or None
         if answered is None:
             message = None if done is not None else self.text
@@ -346,10 +341,3 @@ class Turn:
             "reply.md.j2", kind=kind, prefix=self.ctx.settings.command_prefix, **context
         )
         return await self.publisher.comment(body)
-
-
-def _calls_tools(item: dict[str, Any]) -> bool:
-    if item.get("type") == "function_call":
-        return True
-    content = item.get("content")
-    return isinstance(content, list) and any(b.get("type") == "tool_use" for b in content)

@@ -199,11 +199,14 @@ def _verify(conversation: Conversation) -> Action:
         )
         if name == "read_file"
     }
-    if findings and not reads:
+    unread = [
+        (path, max(line, 1)) for _, path, line in findings if (path, max(line, 1)) not in reads
+    ]
+    if unread:  # all at once (a server without parallel calls passes on the first only)
         return Action(
             tools=[
-                ("read_file", {"path": path, "start_line": max(line, 1), "end_line": max(line, 1)})
-                for _, path, line in findings
+                ("read_file", {"path": path, "start_line": line, "end_line": line})
+                for path, line in unread
             ]
         )
     verdicts = []
