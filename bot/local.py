@@ -243,7 +243,7 @@ async def run_engine(
 
 async def review_local(options: LocalOptions, settings: Settings, work: Path) -> LocalReview:
     from bot.agents.providers import ModelClients
-    from bot.evals.runner import add_usd, spend
+    from bot.evals.runner import Spend, session_spend
     from bot.repo_config import RepoConfig, parse_repo_config
     from bot.review.pipeline import Reviewer, ReviewRequest
     from bot.review.verify import choose_provider
@@ -295,10 +295,11 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
         draft, findings, verification = await run_engine(reviewer, tree, request, verify_with)
         review.verdict, review.summary, review.skipped = draft.verdict, draft.summary, draft.skipped
         review.findings, review.lines = findings, await _lines(tree, findings)
-        review.tokens, review.usd = await spend(db, draft.run_id)
+        spent = Spend()
+        if draft.session_id is not None:  # the reviewer's runs and the verify pass's
+            spent = sum(await session_spend(db, draft.session_id), Spend())
+        review.tokens, review.usd = spent.tokens, spent.usd
         if verification is not None:
-            more_tokens, more_usd = await spend(db, verification.run_id)
-            review.tokens, review.usd = review.tokens + more_tokens, add_usd(review.usd, more_usd)
             review.verify_provider, review.verify_error = verification.provider, verification.error
         return review
     finally:
