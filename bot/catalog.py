@@ -23,7 +23,7 @@ COMMANDS = (
     Spec("status", "", "refresh the status comment"),
     Spec(
         "review",
-        "[--provider claude|codex] [--verify]",
+        "[--provider claude|codex|chat] [--verify]",
         "review the current head now (supersedes older work)",
         starts_model=True,
     ),
@@ -39,7 +39,7 @@ COMMANDS = (
     ),
     Spec(
         "codex-review",
-        "[instructions] [--with claude|codex] [--restart]",
+        "[instructions] [--with claude|codex|chat] [--restart]",
         "a second AI (the other provider) critiques the current draft",
         starts_model=True,
     ),

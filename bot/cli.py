@@ -1,66 +1,152 @@
-"""PR Cockpit: AI pull-request reviews as drafts that a person vets before they are published."""
+"""The `cockpit` command line (`python -m bot` is the same): options in, exit codes out.
+
+`main` reads `./cockpit.env` (or `--env-file PATH`) before anything else is imported: aiohttp
+reads SSL_CERT_FILE as it is imported, so a private CA named there must be in the
+environment first. Exit codes: 0 done, 1 a failure at run time, 2 a setting to change.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
 
-from bot.config import PROVIDERS, ConfigError, Settings, check_settings, load_settings
+from bot.config import (
+    PROVIDERS,
+    ConfigError,
+    Settings,
+    environment,
+    load_env_file,
+    load_settings,
+    missing_model_key,
+    shown_url,
+)
 
-EXIT_CONFIG = 2
+EXIT_RUNTIME, EXIT_CONFIG = 1, 2
+STARTED = time.monotonic()  # before the heavy imports: what `demo` measures from
 
 
-def _fail(exc: ConfigError) -> int:
-    print(f"cockpit: configuration error: {exc}", file=sys.stderr)
+def _fail(exc: ConfigError, command: str = "") -> int:
+    where = f"cockpit {command}" if command else "cockpit"
+    print(f"{where}: configuration error: {exc}", file=sys.stderr)
     return EXIT_CONFIG
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("pr-cockpit")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from bot import __version__
+
+        return __version__
+
+
+def say(kind: str, **context: Any) -> str:
+    from bot.checks import say as checks_say
+
+    return checks_say(kind, **context)
+
+
+# -- serve ------------------------------------------------------------------------------------
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
+    import os
+    from dataclasses import replace
 
-    from bot.logs import setup_logging
-
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        return _fail(exc)
     from bot.backend import check_role
+    from bot.checks import Check, exit_code, model_key_checks, settings_checks
 
+    env = os.environ
+    checks: list[Check] = settings_checks(env)
+    app_missing = any(c.name in ("GITHUB_APP_ID", "GITHUB_PRIVATE_KEY") for c in checks)
+    settings = None
     try:
-        check_role(settings, args.role)
-    except ConfigError as exc:
-        return _fail(exc)
-    host = args.host or settings.host
-    port = settings.port if args.port is None else args.port
-    setup_logging()
+        settings = load_settings(env)
+    except ConfigError:
+        try:
+            general = load_settings(env, github=False)
+        except ConfigError:
+            general = None
+    else:
+        general = settings
+    host = port = None
+    if general is not None:
+        try:
+            check_role(general, args.role)
+        except ConfigError as exc:
+            checks.append(Check(exc.variable, exc.problem, problem=True))
+        host = args.host or general.host
+        port = general.port if args.port is None else args.port
+        if args.role != "web":  # a worker runs the models; reviews without a key fail on the PR
+            checks += [
+                replace(c, problem=False, warning=True) for c in model_key_checks(general, env)
+            ]
+        checks += asyncio.run(_preflight(general, host, port))
+    for check in checks:
+        if check.problem or check.warning:
+            print(check.line(), file=sys.stderr)
+    code = exit_code(checks)
+    if code or settings is None:
+        problems = sum(c.problem for c in checks)
+        print(say("serve_failed", count=problems, app_missing=app_missing), file=sys.stderr)
+        return code or EXIT_CONFIG
+    assert host is not None and port is not None
+    from bot.logs import setup_logging
     from bot.records.postgres import MigrationFailed, SchemaBehind
 
+    setup_logging("DEBUG" if args.debug else "INFO")
     try:
         asyncio.run(_serve(settings, host, port, args.role))
     except (SchemaBehind, MigrationFailed) as exc:
-        print(f"cockpit: {exc}", file=sys.stderr)
+        print(f"cockpit serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except OSError as exc:  # the address was taken between the check and the start
+        from bot.checks import listen_problem
+
+        print(listen_problem(host, port, exc).line(), file=sys.stderr)
+        return EXIT_RUNTIME
     return 0
 
 
-def cmd_migrate(_args: argparse.Namespace) -> int:
-    """Apply the schema's missing steps (ours and procrastinate's on Postgres), record them."""
-    import asyncio
+async def _preflight(settings: Settings, host: str, port: int) -> list[Any]:
+    """What `serve` needs of this machine, each in a few seconds at most (Postgres:
+    `bot.checks.PG_WAIT`): git, the data directory, the address, the database."""
+    from bot.checks import data_dir_check, database_check, git_check, port_check
 
-    try:
-        settings = load_settings(github=False)
-    except ConfigError as exc:
-        return _fail(exc)
-    from bot import backend
-    from bot.records.postgres import MigrationFailed
+    found = [git_check(), data_dir_check(settings.data_dir), port_check(host, port)]
+    if not found[1].problem:
+        found.append(await database_check(settings))
+    return found
 
-    try:
-        print(asyncio.run(backend.migrate(settings)))
-    except (MigrationFailed, OSError) as exc:
-        print(f"cockpit migrate: {exc}", file=sys.stderr)
-        return 1
-    return 0
+
+def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
+    model = {"claude": settings.claude_model, "codex": settings.codex_model}.get(
+        settings.provider, ""
+    )
+    if settings.database_url is None:
+        database = f"SQLite {settings.db_path.absolute()}"
+    else:
+        database = shown_url(settings.database_url.reveal())
+    return say(
+        "serve_started",
+        version=version(),
+        host=host,
+        port=port,
+        role=role,
+        provider=settings.provider,
+        model=model,
+        data_dir=settings.data_dir.absolute(),
+        database=database,
+    )
 
 
 async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
@@ -78,6 +164,7 @@ async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
+        print(_started_line(settings, host, port, role), flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -88,25 +175,55 @@ async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
         await runner.cleanup()
 
 
-def cmd_check_config(_args: argparse.Namespace) -> int:
-    problems = check_settings()
-    if not problems:
-        print("configuration OK")
-        return 0
-    for problem in problems:
-        print(f"missing or invalid: {problem}")
-    return EXIT_CONFIG
+# -- migrate, check-config ------------------------------------------------------------------
+
+
+def cmd_migrate(_args: argparse.Namespace) -> int:
+    """Apply the schema's missing steps (ours and procrastinate's on Postgres), record them."""
+    import asyncio
+
+    try:
+        settings = load_settings(github=False)
+    except ConfigError as exc:
+        return _fail(exc, "migrate")
+    from bot import backend
+    from bot.records.postgres import MigrationFailed
+
+    try:
+        print(asyncio.run(backend.migrate(settings)))
+    except (MigrationFailed, OSError) as exc:
+        print(f"cockpit migrate: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+
+    from bot.checks import check_everything, exit_code
+
+    checks = asyncio.run(check_everything(os.environ, offline=args.offline))
+    for check in checks:
+        print(check.line())
+    code = exit_code(checks)
+    if code:
+        print(say("check_failed", count=sum(c.problem for c in checks)))
+    else:
+        print(say("check_ok", count=len(checks), offline=args.offline))
+    return code
+
+
+# -- demo, register, review-local -----------------------------------------------------------
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from bot.demo import run_demo
 
-    return run_demo(keep=args.keep)
+    return run_demo(keep=args.keep, live=args.live, critic=args.critic, started=STARTED)
 
 
 def cmd_register(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from bot.register import Options, run
 
     return run(
@@ -122,96 +239,401 @@ def cmd_register(args: argparse.Namespace) -> int:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cockpit", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def cmd_review_local(args: argparse.Namespace) -> int:
+    from bot.local import LocalOptions, run_review_local
 
-    serve = sub.add_parser("serve", help="run the webhook server")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    return run_review_local(
+        LocalOptions(
+            path=args.path,
+            base=args.base,
+            head=args.head,
+            provider=args.provider,
+            verify=args.verify,
+            json=args.json,
+        )
+    )
+
+
+# -- help -------------------------------------------------------------------------------------
+
+
+def environment_markdown() -> str:
+    """The README's environment table (tests/test_cli.py holds the README to it)."""
+    rows = ["| variable | meaning | default |", "|---|---|---|"]
+    for var in environment():
+        names = ", ".join(f"`{name}`" for name in var.names)
+        rows.append(f"| {names} | {var.meaning} | {var.default} |")
+    return "\n".join(rows)
+
+
+def environment_text(width: int = 100) -> str:
+    """`cockpit help environment`: each variable, its meaning and its default."""
+    import textwrap
+
+    def plain(text: str) -> str:
+        return text.replace("`", "").replace("*", "")
+
+    blocks = []
+    for var in environment():
+        wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
+        blocks.append(
+            "\n".join(
+                [
+                    ", ".join(var.names),
+                    wrap.fill(plain(var.meaning)),
+                    wrap.fill("default: " + plain(var.default)),
+                ]
+            )
+        )
+    head = (
+        "Environment variables (also read from ./cockpit.env, or --env-file PATH; a variable"
+        " already in the environment wins):"
+    )
+    return head + "\n\n" + "\n\n".join(blocks)
+
+
+def cmd_help(args: argparse.Namespace) -> int:
+    import shutil
+
+    parser = build_parser()
+    topic = args.topic
+    if topic is None:
+        parser.print_help()
+        return 0
+    if topic == "environment":
+        if args.markdown:
+            print(environment_markdown())
+        else:
+            width = min(100, shutil.get_terminal_size((100, 24)).columns)
+            print(environment_text(width))
+        return 0
+    commands = _subcommands(parser)
+    if topic in commands:
+        commands[topic].print_help()
+        return 0
+    print(
+        f"cockpit help: no command or topic {topic!r}; try: environment, "
+        + ", ".join(sorted(commands)),
+        file=sys.stderr,
+    )
+    return EXIT_CONFIG
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+# -- the parser ------------------------------------------------------------------------------
+
+
+@cache
+def _texts() -> dict[str, dict[str, str]]:
+    import tomllib
+    from importlib import resources
+
+    return tomllib.loads(resources.files("templates").joinpath("cli/commands.toml").read_text())
+
+
+def _epilog(name: str) -> str:
+    text = _texts()[name]
+    footer = "\n\n" + text["footer"].strip() if "footer" in text else ""
+    return "examples:\n" + text["examples"].rstrip() + footer
+
+
+def _common(*, top: bool) -> argparse.ArgumentParser:
+    """`--env-file` and `--debug`, before or after the command (after it, SUPPRESS keeps a
+    sub-parser from resetting what was given before it)."""
+    common = argparse.ArgumentParser(add_help=False)
+    default: Any = None if top else argparse.SUPPRESS
+    common.add_argument(
+        "--env-file",
+        metavar="PATH",
+        default=default,
+        help="read variables from PATH (default: ./cockpit.env when it exists; the"
+        " environment wins)",
+    )
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="show the traceback of an unexpected error (and debug logs)",
+    )
+    return common
+
+
+def _command(sub: argparse._SubParsersAction, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    text = _texts()[name]
+    return sub.add_parser(
+        name,
+        help=text["summary"],
+        description=text["description"].strip(),
+        epilog=_epilog(name),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common(top=False)],
+        **kwargs,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    text = _texts()["cockpit"]
+    parser = argparse.ArgumentParser(
+        prog="cockpit",
+        description=text["description"].strip(),
+        epilog=_epilog("cockpit"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common(top=True)],
+    )
+    parser.add_argument("--version", action="version", version=f"cockpit {version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    serve = _command(sub, "serve")
+    serve.add_argument("--host", help="address to listen on (default: $COCKPIT_HOST, else 0.0.0.0)")
+    serve.add_argument(
+        "--port", type=int, help="port to listen on (default: $COCKPIT_PORT, else 8080)"
+    )
     serve.add_argument(
         "--role",
         choices=("web", "worker", "all"),
         default="all",
-        help="web: store deliveries and their jobs; worker: run jobs; all: both (default)",
+        help="web: store deliveries and their jobs; worker: run jobs; all: both (default: all)",
     )
     serve.set_defaults(func=cmd_serve)
 
-    migrate = sub.add_parser(
-        "migrate", help="apply the database schema (ours and procrastinate's) and record it"
-    )
+    migrate = _command(sub, "migrate")
     migrate.set_defaults(func=cmd_migrate)
 
-    check = sub.add_parser("check-config", help="validate the environment, exit 0 or 2")
+    check = _command(sub, "check-config")
+    check.add_argument(
+        "--offline",
+        action="store_true",
+        help="check only the settings' syntax and which keys are set (no network)",
+    )
     check.set_defaults(func=cmd_check_config)
 
-    demo = sub.add_parser("demo", help="the whole flow locally, no account or key needed")
+    demo = _command(sub, "demo")
+    demo.add_argument(
+        "--live",
+        action="store_true",
+        help="use the real Anthropic and OpenAI APIs (ANTHROPIC_API_KEY, OPENAI_API_KEY;"
+        " spends money) instead of the offline scripted models",
+    )
     demo.add_argument("--keep", action="store_true", help="keep the demo's data folder")
+    demo.add_argument(
+        "--critic", choices=PROVIDERS, default="codex", help="the cross-AI critic (default codex)"
+    )
     demo.set_defaults(func=cmd_demo)
+
+    local = _command(sub, "review-local")
+    local.add_argument(
+        "path", nargs="?", default=".", metavar="PATH", help="the repository (default: .)"
+    )
+    local.add_argument(
+        "--base",
+        metavar="REF",
+        help="compare with this branch or commit (default: the default branch)",
+    )
+    local.add_argument(
+        "--head", metavar="REF", default="HEAD", help="review up to this commit (default: HEAD)"
+    )
+    local.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        help="the reviewer (default: $COCKPIT_PROVIDER, else claude; the model:"
+        " $COCKPIT_CLAUDE_MODEL / $COCKPIT_CODEX_MODEL)",
+    )
+    local.add_argument(
+        "--verify",
+        action="store_true",
+        help="also run the verify pass (the other provider when its key is set)",
+    )
+    local.add_argument("--json", action="store_true", help="print the draft as JSON")
+    local.set_defaults(func=cmd_review_local)
 
     from bot.register import DEFAULT_PORT, DEFAULT_TIMEOUT, GITHUB_WEB_URL
 
-    register = sub.add_parser("register", help="create the GitHub App (manifest flow)")
-    register.add_argument("--org", help="create it for this organisation (default: your account)")
-    register.add_argument("--public-url", help="where GitHub reaches the server (webhook URL)")
+    register = _command(sub, "register")
     register.add_argument(
-        "--github-url", default=GITHUB_WEB_URL, help="GitHub Enterprise Server's web address"
+        "--org", help="create it for this organisation (default: your personal account)"
     )
-    register.add_argument("--out", default="cockpit.env", help="env file to write (mode 0600)")
-    register.add_argument("--port", type=int, default=DEFAULT_PORT, help="the local page's port")
     register.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait for the browser"
+        "--public-url",
+        help="where GitHub reaches the server, for the webhook (default: none; the webhook"
+        " starts inactive)",
+    )
+    register.add_argument(
+        "--github-url",
+        default=GITHUB_WEB_URL,
+        help=f"GitHub Enterprise Server's web address (default: {GITHUB_WEB_URL})",
+    )
+    register.add_argument(
+        "--out", default="cockpit.env", help="env file to write, mode 0600 (default: cockpit.env)"
+    )
+    register.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"the local page's port (default: {DEFAULT_PORT})",
+    )
+    register.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long to wait for the browser (default: {DEFAULT_TIMEOUT:g} s)",
     )
     register.add_argument("--no-browser", action="store_true", help="only print the page URL")
     register.set_defaults(func=cmd_register)
 
     add_eval_parser(sub)
 
+    helper = _command(sub, "help")
+    helper.add_argument("topic", nargs="?", metavar="COMMAND|environment")
+    helper.add_argument(
+        "--markdown", action="store_true", help="environment: the README's markdown table"
+    )
+    helper.set_defaults(func=cmd_help)
     return parser
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.eval_func == "cmd_eval_run" and (code := _eval_keys(args)) is not None:
+        return code
     from bot.evals import commands
 
     return int(getattr(commands, args.eval_func)(args))
 
 
-def add_eval_parser(sub: argparse._SubParsersAction) -> None:
-    evals = sub.add_parser("eval", help="replay labelled PRs and score the reviewer")
-    commands = evals.add_subparsers(dest="eval_command", required=True)
+def _eval_keys(args: argparse.Namespace) -> int | None:
+    """An eval without the reviewer's (or the LLM judge's) key stops before any case runs,
+    naming the variable (a resumed run's provider is read later, with the run)."""
+    import os
 
-    run = commands.add_parser("run", help="review golden cases and score them")
+    try:
+        provider = args.provider or load_settings(github=False).provider
+    except ConfigError as exc:
+        return _fail(exc, "eval run")
+    needed = [] if args.resume is not None else [provider]
+    if args.judge != "lexical":
+        needed.append(args.judge)
+    for name in dict.fromkeys(needed):
+        missing = missing_model_key(name, os.environ)
+        if missing is not None:
+            return _fail(missing, "eval run")
+    return None
+
+
+def add_eval_parser(sub: argparse._SubParsersAction) -> None:
+    evals = _command(sub, "eval")
+    commands = evals.add_subparsers(dest="eval_command", required=True, metavar="COMMAND")
+    common = [_common(top=False)]
+
+    run = commands.add_parser(
+        "run",
+        help="review golden cases and score them",
+        description="Review each golden case at its head sha with the production engine and"
+        " score the findings against the labels.",
+        parents=common,
+    )
     run.add_argument("--golden", nargs="+", metavar="FILE", help="golden file(s)")
-    run.add_argument("--provider", choices=PROVIDERS, help="the reviewer (default: the env's)")
-    run.add_argument("--model", help="model id(s), comma-separated, compared in one run")
+    run.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        help="the reviewer (default: $COCKPIT_PROVIDER, else claude)",
+    )
+    run.add_argument(
+        "--model",
+        help="model id(s), comma-separated, compared in one run (default:"
+        " $COCKPIT_CLAUDE_MODEL / $COCKPIT_CODEX_MODEL)",
+    )
     run.add_argument("--verify", action="store_true", help="also run the verify pass")
-    run.add_argument("--judge", choices=("lexical", *PROVIDERS), default="lexical")
+    run.add_argument(
+        "--judge",
+        choices=("lexical", *PROVIDERS),
+        default="lexical",
+        help="who decides a finding matches a label (default: lexical, offline)",
+    )
     run.add_argument("--judge-model", metavar="M", help="the LLM judge's model id")
     run.add_argument("--repo", metavar="PATH", help="a local clone to use as the repository")
-    run.add_argument("--jobs", type=int, default=1, metavar="N", help="cases at a time")
+    run.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="cases at a time (default: 1)"
+    )
     run.add_argument("--resume", type=int, metavar="RUN", help="finish (or re-score) a run")
     run.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     run.add_argument(
-        "--report-dir", default="eval/reports", metavar="DIR", help="where the report goes"
+        "--report-dir",
+        default="eval/reports",
+        metavar="DIR",
+        help="where the report goes (default: eval/reports)",
     )
     run.set_defaults(func=cmd_eval, eval_func="cmd_eval_run")
 
     history = commands.add_parser(
-        "golden-from-reviews", help="a golden file from this installation's published reviews"
+        "golden-from-reviews",
+        help="a golden file from this installation's published reviews",
+        description="Bootstrap a golden file from findings people approved or published"
+        " (read from this installation's database).",
+        parents=common,
     )
     history.add_argument("--repo", required=True, metavar="OWNER/NAME")
-    history.add_argument("--out", metavar="FILE")
+    history.add_argument(
+        "--out", metavar="FILE", help="default: eval/golden/OWNER-NAME-from-reviews.json"
+    )
     history.set_defaults(func=cmd_eval, eval_func="cmd_golden_from_reviews")
 
     martian = commands.add_parser(
-        "import-martian", help="convert the Martian Code Review Bench golden comments"
+        "import-martian",
+        help="convert the Martian Code Review Bench golden comments",
+        description="Convert the Martian Code Review Bench's offline golden comments into a"
+        " golden file.",
+        parents=common,
     )
     martian.add_argument("dir", metavar="DIR", help="folder with the benchmark's *.json files")
-    martian.add_argument("--out", metavar="FILE", default="eval/golden/martian.json")
-    martian.add_argument("--resolve", action="store_true", help="look up shas on GitHub")
+    martian.add_argument(
+        "--out",
+        metavar="FILE",
+        default="eval/golden/martian.json",
+        help="default: eval/golden/martian.json",
+    )
+    martian.add_argument(
+        "--resolve", action="store_true", help="look up shas on GitHub ($GITHUB_TOKEN if set)"
+    )
     martian.set_defaults(func=cmd_eval, eval_func="cmd_import_martian")
 
 
+# -- main -----------------------------------------------------------------------------------
+
+
+def _early(argv: Sequence[str]) -> argparse.Namespace:
+    """`--env-file` and `--debug` wherever they are, before the parser (whose construction
+    imports modules that read the environment) is built."""
+    early, _ = _common(top=True).parse_known_args(argv)
+    return early
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    early = _early(argv)
+    try:
+        load_env_file(None if early.env_file is None else Path(early.env_file))
+    except ConfigError as exc:
+        return _fail(exc)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        from bot.logs import redact
+
+        error = redact(f"{exc.__class__.__name__}: {exc}")[:300]
+        print(say("unexpected", command=args.command, error=error), file=sys.stderr)
+        return EXIT_RUNTIME

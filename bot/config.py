@@ -1,11 +1,13 @@
-"""Process configuration, read once from the environment."""
+"""Process configuration, read once from the environment (and `./cockpit.env`)."""
 
 from __future__ import annotations
 
 import os
+import tomllib
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import NoReturn
 
@@ -15,7 +17,14 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
 DEFAULT_CODEX_MODEL = "gpt-5.3-codex"
-PROVIDERS = ("claude", "codex")
+PROVIDERS = ("claude", "codex", "chat")  # "the other provider": the first configured one
+# What a provider needs set before it can run: any one of these variables.
+MODEL_KEYS = {
+    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+    "codex": ("OPENAI_API_KEY",),
+    "chat": ("COCKPIT_CHAT_BASE_URL",),
+}
+ENV_FILE = "cockpit.env"  # read from the current folder by every command (`--env-file` too)
 DEFAULT_REVIEW_MAX_USD = None  # SPEC: unset = no cap per run (the daily budget still holds)
 DEFAULT_DAILY_MAX_USD = 25.0
 DEFAULT_DAILY_MAX_RUNS = 200
@@ -57,6 +66,17 @@ class Secret:
 
 
 @dataclass(frozen=True)
+class ChatSettings:
+    """The `chat` provider: an OpenAI-compatible Chat Completions endpoint (COCKPIT_CHAT_*)."""
+
+    base_url: str
+    model: str
+    api_key: Secret | None = field(default=None, repr=False)  # local servers need none
+    context_tokens: int | None = None  # the model's context window: what is sent is bounded
+    rates: tuple[float, float] | None = None  # USD per million input, output tokens
+
+
+@dataclass(frozen=True)
 class Settings:
     data_dir: Path
     host: str = "0.0.0.0"  # noqa: S104 - a container listens on all interfaces
@@ -69,6 +89,7 @@ class Settings:
     provider: str = "claude"
     claude_model: str = DEFAULT_CLAUDE_MODEL
     codex_model: str = DEFAULT_CODEX_MODEL
+    chat: ChatSettings | None = None  # the `chat` provider, when COCKPIT_CHAT_BASE_URL is set
     max_concurrent_reviews: int = 2
     review_max_usd: float | None = DEFAULT_REVIEW_MAX_USD
     daily_max_usd: float | None = DEFAULT_DAILY_MAX_USD
@@ -89,12 +110,28 @@ class Settings:
         """Every secret value this process knows, for log redaction (the database URL's
         password too, wherever it appears)."""
         found = [s.reveal() for s in (self.private_key, self.webhook_secret) if s]
+        if self.chat is not None:
+            if self.chat.api_key is not None:
+                found.append(self.chat.api_key.reveal())
+            password = urllib.parse.urlsplit(self.chat.base_url).password
+            if password:  # a gateway's credentials in the URL
+                found.append(password)
         if self.database_url is not None:
             found.append(self.database_url.reveal())
             password = urllib.parse.urlsplit(self.database_url.reveal()).password
             if password:
                 found.append(password)
         return found
+
+
+def shown_url(url: str) -> str:
+    """A URL fit to print: its password (if any) replaced by `***`."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 def _private_key(env: Mapping[str, str]) -> Secret:
@@ -108,7 +145,7 @@ def _private_key(env: Mapping[str, str]) -> Secret:
                 "GITHUB_PRIVATE_KEY", "not set (set it, or GITHUB_PRIVATE_KEY_PATH to a PEM file)"
             )
         try:
-            text = Path(path).read_text()
+            text = Path(path).expanduser().read_text()
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.__class__.__name__
             raise ConfigError(variable, f"cannot read {path!r} ({reason})") from None
@@ -167,6 +204,16 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _directory(env: Mapping[str, str], name: str, default: str) -> Path:
+    """A folder, made absolute here, once: a relative one (the default `./data`) means the
+    folder the command was started from, whatever folder git or a worker runs in later."""
+    raw = (env.get(name) or "").strip() or default
+    try:
+        return Path(raw).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop; `~user` with no such user
+        raise ConfigError(name, f"cannot resolve {raw!r} ({exc.__class__.__name__})") from None
+
+
 def _api_url(env: Mapping[str, str]) -> str:
     url = (env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
     if not url.startswith(("https://", "http://")):
@@ -174,11 +221,84 @@ def _api_url(env: Mapping[str, str]) -> str:
     return url
 
 
+def _base_url(env: Mapping[str, str], name: str) -> None:
+    """The SDKs append their paths to a custom base URL: OpenAI's `/responses` to a root that
+    ends in `/v1`, Anthropic's `/v1/messages` to the bare host. The usual slip fails at the
+    first review with a 404; here it fails at start with the fix."""
+    url = (env.get(name) or "").strip()
+    if not url:
+        return
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(name, f"expected an http(s) URL, got {url!r}")
+    segments = [s for s in parts.path.split("/") if s]
+    if name == "OPENAI_BASE_URL" and "v1" not in segments:
+        fixed = url.rstrip("/") + "/v1"
+        raise ConfigError(name, f"the API root ends in /v1: set it to {fixed}")
+    if name == "ANTHROPIC_BASE_URL" and segments[-1:] == ["v1"]:
+        fixed = url.rstrip("/").removesuffix("/v1")
+        raise ConfigError(name, f"the SDK adds /v1 itself: set it to {fixed}")
+
+
+def missing_model_key(provider: str, env: Mapping[str, str] | None = None) -> ConfigError | None:
+    """Which variable to set before `provider` can run here (None: it is set)."""
+    env = os.environ if env is None else env
+    names = MODEL_KEYS.get(provider, ())
+    if not names or any((env.get(name) or "").strip() for name in names):
+        return None
+    return ConfigError(names[0], f"not set; the {provider} provider needs it")
+
+
 def _provider(env: Mapping[str, str]) -> str:
     provider = env.get("COCKPIT_PROVIDER") or "claude"
     if provider not in PROVIDERS:
         raise ConfigError("COCKPIT_PROVIDER", f"expected one of {', '.join(PROVIDERS)}")
     return provider
+
+
+def _chat(env: Mapping[str, str]) -> ChatSettings | None:
+    """COCKPIT_CHAT_*: all unset is no `chat` provider; a base URL needs a model and the other
+    way round; COCKPIT_PROVIDER=chat needs both."""
+    base_url = (env.get("COCKPIT_CHAT_BASE_URL") or "").strip()
+    model = (env.get("COCKPIT_CHAT_MODEL") or "").strip()
+    if not base_url:
+        if model or (env.get("COCKPIT_PROVIDER") or "") == "chat":
+            raise ConfigError(
+                "COCKPIT_CHAT_BASE_URL",
+                "not set; the chat provider needs the server's OpenAI-compatible base URL,"
+                " e.g. http://localhost:8000/v1 (vLLM) or http://localhost:11434/v1 (Ollama)",
+            )
+        return None
+    if not base_url.startswith(("https://", "http://")):
+        # The value may hold credentials (user:password@host): name the variable only.
+        raise ConfigError("COCKPIT_CHAT_BASE_URL", "expected an http(s) URL")
+    if not model:
+        raise ConfigError(
+            "COCKPIT_CHAT_MODEL",
+            "not set; the chat provider needs the model id the server serves (an Azure"
+            " OpenAI deployment name, an Ollama tag such as qwen3:32b, vLLM's served name)",
+        )
+    key = (env.get("COCKPIT_CHAT_API_KEY") or "").strip()
+    context = _int(env, "COCKPIT_CHAT_CONTEXT_TOKENS", 0, low=1024, high=100_000_000) or None
+    return ChatSettings(base_url, model, Secret(key) if key else None, context, _rates(env))
+
+
+def _rates(env: Mapping[str, str]) -> tuple[float, float] | None:
+    raw = (env.get("COCKPIT_CHAT_RATES") or "").strip()
+    if not raw:
+        return None
+    parts = [p.strip() for p in raw.split(",")]
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 2 or not all(0 <= v < float("inf") for v in values):
+        raise ConfigError(
+            "COCKPIT_CHAT_RATES",
+            "expected USD per million input and output tokens as two numbers, e.g. 0.20,0.60;"
+            f" got {raw!r}",
+        )
+    return values[0], values[1]
 
 
 def _prefix(env: Mapping[str, str]) -> str:
@@ -204,7 +324,7 @@ def _database_url(env: Mapping[str, str]) -> Secret | None:
 
 
 _GENERAL = {
-    "data_dir": lambda env: Path(env.get("COCKPIT_DATA_DIR") or "./data"),
+    "data_dir": lambda env: _directory(env, "COCKPIT_DATA_DIR", "./data"),
     "host": lambda env: env.get("COCKPIT_HOST") or "0.0.0.0",  # noqa: S104
     "port": lambda env: _int(env, "COCKPIT_PORT", 8080, low=0, high=65535),
     "api_url": _api_url,
@@ -212,6 +332,7 @@ _GENERAL = {
     "provider": _provider,
     "claude_model": lambda env: env.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL,
     "codex_model": lambda env: env.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL,
+    "chat": _chat,
     "max_concurrent_reviews": lambda env: _int(
         env, "COCKPIT_MAX_CONCURRENT_REVIEWS", 2, low=1, high=64
     ),
@@ -247,26 +368,91 @@ _GITHUB = {
 }
 
 
+# Values no setting holds (the SDKs read them) but a slip in which fails fast all the same.
+_CHECKED = (
+    lambda env: _base_url(env, "OPENAI_BASE_URL"),
+    lambda env: _base_url(env, "ANTHROPIC_BASE_URL"),
+)
+
+
 def load_settings(env: Mapping[str, str] | None = None, *, github: bool = True) -> Settings:
     """Read settings; raise ConfigError on the first bad value.
 
     `github=False` skips the App credentials (for commands that never talk to GitHub).
     """
     env = os.environ if env is None else env
+    for check in _CHECKED:
+        check(env)
     parsers = _GENERAL | _GITHUB if github else _GENERAL
     return Settings(**{name: parse(env) for name, parse in parsers.items()})
 
 
-def check_settings(env: Mapping[str, str] | None = None) -> list[ConfigError]:
+def check_settings(
+    env: Mapping[str, str] | None = None, *, github: bool = True
+) -> list[ConfigError]:
     """Every problem with the environment, not just the first (for `cockpit check-config`)."""
     env = os.environ if env is None else env
     problems: list[ConfigError] = []
-    for parse in (_GENERAL | _GITHUB).values():
+    parsers = _GENERAL | _GITHUB if github else _GENERAL
+    for parse in (*_CHECKED, *parsers.values()):
         try:
             parse(env)
         except ConfigError as exc:
             problems.append(exc)
     return problems
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """`KEY=value` lines as `cockpit register` writes them (and `docker run --env-file`
+    reads them), with what people add by hand: comments, `export`, quoted values (a PEM in
+    double quotes may span lines). Read by python-dotenv, without `${VAR}` expansion: a
+    secret with a `$` in it stays as written."""
+    from dotenv import dotenv_values
+
+    with path.open(encoding="utf-8") as stream:
+        values = dotenv_values(stream=stream, interpolate=False)
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def load_env_file(
+    path: Path | None, environ: MutableMapping[str, str] | None = None
+) -> Path | None:
+    """Fill the environment from `path` (default: `./cockpit.env` when it exists), before
+    anything reads it (aiohttp reads SSL_CERT_FILE as it is imported). A variable the
+    process environment already has wins. Returns the file read, if any."""
+    environ = os.environ if environ is None else environ
+    if path is None:
+        path = Path(ENV_FILE)
+        if not path.is_file():
+            return None
+    try:
+        values = read_env_file(path)
+    except FileNotFoundError:
+        raise ConfigError("--env-file", f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            "--env-file", f"{path}: cannot read it ({exc.__class__.__name__})"
+        ) from None
+    for key, value in values.items():
+        environ.setdefault(key, value)
+    return path
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One row of the environment table (`cockpit help environment`, the README's)."""
+
+    names: tuple[str, ...]
+    meaning: str
+    default: str
+
+
+def environment() -> list[Variable]:
+    """Every environment variable the bot reads, from `templates/environment.toml`."""
+    data = tomllib.loads(resources.files("templates").joinpath("environment.toml").read_text())
+    return [
+        Variable(tuple(row["names"]), row["meaning"], row["default"]) for row in data["variable"]
+    ]
 
 
 def _raise(exc: Exception) -> NoReturn:

@@ -1,11 +1,15 @@
 """`cockpit demo`: the whole flow on this machine, no GitHub account and no API key needed.
 
 It generates a repository with a pull request, starts the local GitHub stand-in, offline
-scripted models (or the real Claude / OpenAI APIs when their keys are set) and the real bot
-server; sends a signed `pull_request` delivery; prints the draft as the status comment shows
-it; runs one cross-AI round (`codex-review`, then `send-back` so the reviewer revises its
-draft); then comments `/cockpit approve` and prints the published review. Nothing is left
-running.
+scripted models and the real bot server; sends a signed `pull_request` delivery; prints the
+draft as the status comment shows it (the repository's config turns the verify pass on); runs
+one cross-AI round (`codex-review`, then `send-back` so the reviewer revises its draft); then
+comments `/cockpit approve` and prints the published review. Nothing is left running.
+`--critic` chooses the cross-AI critic (Codex by default; `chat` runs it on the offline Chat
+Completions stand-in, as a local model would; with `claude`, Codex reviews).
+
+Offline always, whatever keys the shell has: the SDKs are pointed at the loopback stand-ins.
+`--live` opts in to the real Anthropic and OpenAI APIs (both keys needed) and says so first.
 """
 
 from __future__ import annotations
@@ -27,29 +31,40 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL
+from bot.checks import git_check
+from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL, ChatSettings
 from bot.records.reviews import newest_state
+from bot.repo_config import CONFIG_PATH
 from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
 from bot.standin.github import GitHubStandin
-from bot.standin.models import AnthropicStandin, OpenAIStandin
+from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin
 from bot.standin.repo import make_pr
 from bot.standin.scripted import MODEL as SCRIPTED_MODEL
 from bot.standin.scripted import scripted_reviewer
+from bot.texts import render
 from handlers import router
 
 OWNER, NAME, NUMBER, INSTALLATION, MAINTAINER = "demo", "widgets", 1, 1, "maintainer"
+REPO_CONFIG = "verify = true  # a second read-only run tries to refute each finding\n"
+LIVE = (  # provider, SDK key, SDK base URL, its default
+    ("claude", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+    ("codex", "OPENAI_API_KEY", "OPENAI_BASE_URL", "https://api.openai.com/v1"),
+)
 BASE = {
     "app/db.py": "import sqlite3\n\n\ndef find_user(conn, name):\n"
     "    return conn.execute('SELECT * FROM users WHERE name = ?', (name,))\n",
     "app/calc.py": "def parse(text):\n    return int(text)\n",
     "README.md": "# widgets\n",
+    CONFIG_PATH: REPO_CONFIG,
 }
 HEAD = {
     "app/db.py": 'import sqlite3\n\nPASSWORD = "hunter2-prod"\n\n\ndef find_user(conn, name):\n'
     "    return conn.execute(f\"SELECT * FROM users WHERE name = '{name}'\")\n",
     "app/calc.py": "def parse(text):\n    if text == None:\n        return None\n    try:\n"
     "        return eval(text)\n    except:\n        return None\n",
+    "tests/test_db.py": 'API_TOKEN = "test-token-not-a-secret"\n\n\ndef test_find_user():\n'
+    "    assert API_TOKEN\n",
 }
 
 
@@ -132,8 +147,18 @@ async def _idle(app: web.Application) -> bool:
     return await app[CONTEXT].jobs.pending() == 0
 
 
-async def demo(root: Path) -> int:
-    started = time.monotonic()
+def say(kind: str, **context: Any) -> str:
+    return render("demo/messages.txt.j2", kind=kind, **context).strip()
+
+
+async def demo(
+    root: Path, *, live: bool = False, critic: str = "codex", started: float | None = None
+) -> int:
+    """The demo; `started` is when the command started (what the closing line measures
+    from), else now."""
+    started = time.monotonic() if started is None else started
+    reviewer = "codex" if critic == "claude" else "claude"
+    verifier = "Claude" if reviewer == "codex" else "Codex"  # the other provider configured
     pr = await asyncio.to_thread(make_pr, root / "origin", base=BASE, head=HEAD, number=NUMBER)
     github = GitHubStandin(slug="pr-cockpit")
     await github.start()
@@ -144,32 +169,45 @@ async def demo(root: Path) -> int:
         installation_id=INSTALLATION,
         permissions={MAINTAINER: "maintain"},
         title="Look users up by name",
+        files={CONFIG_PATH: REPO_CONFIG},
     )
-    standins: list[AnthropicStandin | OpenAIStandin] = []
-    models = {}
-    for name, standin, key, base in (
-        ("claude", AnthropicStandin, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-        ("codex", OpenAIStandin, "OPENAI_API_KEY", "OPENAI_BASE_URL"),
-    ):
-        if os.environ.get(key):
-            continue  # the real provider
-        offline = standin(scripted_reviewer)
-        url = await offline.start()
-        os.environ[base] = url if name == "claude" else f"{url}/v1"
-        os.environ[key] = "offline-demo"
-        standins.append(offline)
-        models[f"{name}_model"] = SCRIPTED_MODEL
+    standins: list[AnthropicStandin | OpenAIStandin | ChatStandin] = []
+    models: dict[str, str] = {}
+    if not live:
+        os.environ.pop("ANTHROPIC_AUTH_TOKEN", None)  # the SDK would send it to the stand-in
+        for name, standin, key, base in (
+            ("claude", AnthropicStandin, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+            ("codex", OpenAIStandin, "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+        ):
+            offline = standin(scripted_reviewer)
+            url = await offline.start()
+            os.environ[base] = url if name == "claude" else f"{url}/v1"
+            os.environ[key] = "offline-demo"
+            standins.append(offline)
+            models[f"{name}_model"] = SCRIPTED_MODEL
     claude_model = os.environ.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL
     codex_model = os.environ.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL
     models = {"claude_model": claude_model, "codex_model": codex_model, **models}
+    chat = None
+    if critic == "chat":  # a local model's server, offline: the scripted model behind it
+        standins.append(ChatStandin(scripted_reviewer))
+        chat = ChatSettings(f"{await standins[-1].start()}/v1", SCRIPTED_MODEL)
     secret = secrets.token_hex(16)
-    settings = github.settings(root / "data", secret, provider="claude", **models)
+    settings = github.settings(root / "data", secret, provider=reviewer, chat=chat, **models)
     app = make_app(settings, router)
     runner, url = await serve_local(app)
+    names = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": SCRIPTED_MODEL}
     print(
-        f"PR Cockpit demo: {OWNER}/{NAME}#{NUMBER} reviewed by Claude ({settings.claude_model}),"
-        f" cross-checked by Codex ({settings.codex_model})"
-        + (" — offline scripted models" if standins else "")
+        say(
+            "banner",
+            pr=f"{OWNER}/{NAME}#{NUMBER}",
+            reviewer=reviewer.title(),
+            reviewer_model=names[reviewer],
+            critic=critic.title(),
+            critic_model=names[critic],
+            verifier=verifier,
+            live=live,
+        )
     )
     comments = iter(range(424242, 424300))
     try:
@@ -190,9 +228,10 @@ async def demo(root: Path) -> int:
             print(_status(github))
             if await _review_state(app) != "draft":
                 return 1
+            print(say("verify_column", verifier=verifier))
 
-            await command("/cockpit codex-review")
-            _section("Codex's critique (a PR comment)")
+            await command(f"/cockpit codex-review --with {critic}")
+            _section(f"{critic.title()}'s critique (a PR comment)")
             critique = [
                 c for c in github.issue_comments.values() if "pr-cockpit:session" in c["body"]
             ]
@@ -219,8 +258,12 @@ async def demo(root: Path) -> int:
         reactions = [r["content"] for r in github.reactions if r["comment_id"] == 424244]
         print(f"\nreactions on the approve comment: {', '.join(reactions)}")
         print(
-            f"done in {time.monotonic() - started:.1f}s; "
-            f"{len(github.requests)} GitHub API calls made by the bot"
+            say(
+                "done",
+                seconds=time.monotonic() - started,
+                calls=len(github.requests),
+                live=live,
+            )
         )
         return 0
     finally:
@@ -240,11 +283,30 @@ def _latest_reply(github: GitHubStandin) -> str:
     return replies[-1] if replies else "(no reply)"
 
 
-def run_demo(keep: bool = False) -> int:
+def live_problem() -> str | None:
+    """Why `--live` cannot run (a key it needs is not set), else None."""
+    missing = [key for _, key, _, _ in LIVE if not os.environ.get(key)]
+    return say("live_needs", missing=missing) if missing else None
+
+
+def run_demo(
+    keep: bool = False, live: bool = False, critic: str = "codex", started: float | None = None
+) -> int:
     logging.basicConfig(level=logging.ERROR)
+    git = git_check()
+    if git.problem:  # the repository, the mirror and the reviewer's tools all run git
+        print(f"cockpit demo: {git.line()}", file=sys.stderr)
+        return 2
+    if live:
+        problem = live_problem()
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return 2
+        endpoints = [(name, os.environ.get(base) or default) for name, _, base, default in LIVE]
+        print(say("live", endpoints=endpoints))
     root = Path(tempfile.mkdtemp(prefix="cockpit-demo-"))
     try:
-        return asyncio.run(demo(root))
+        return asyncio.run(demo(root, live=live, critic=critic, started=started))
     except TimeoutError as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1

@@ -407,7 +407,7 @@ async def _run_flow(options: Options, target: Target, echo: Callable[[str], None
                     web_url=target.web_url,
                     public_url=options.public_url,
                     page_url=flow.page_url,
-                    minutes=_minutes(options.timeout),
+                    wait=duration(options.timeout),
                 )
             )
             if options.open_browser and _has_display():
@@ -416,7 +416,7 @@ async def _run_flow(options: Options, target: Target, echo: Callable[[str], None
                 return await asyncio.wait_for(asyncio.shield(flow.done), options.timeout)
             except TimeoutError:
                 raise RegisterError(
-                    "timed_out", minutes=_minutes(options.timeout), apps_url=target.apps_url
+                    "timed_out", wait=duration(options.timeout), apps_url=target.apps_url
                 ) from None
         finally:
             await runner.cleanup()
@@ -430,8 +430,15 @@ def run(options: Options) -> int:
         return 130
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:g}"
+def duration(seconds: float) -> str:
+    """A wait as people say it: `5 seconds`, `1 minute`, `2 minutes 30 seconds`."""
+    whole = round(seconds)
+    if seconds < 60:
+        value = f"{seconds:g}" if seconds < 1 else str(whole)
+        return f"{value} second" + ("" if value == "1" else "s")
+    minutes, rest = divmod(whole, 60)
+    text = f"{minutes} minute" + ("" if minutes == 1 else "s")
+    return text + (f" {rest} second" + ("" if rest == 1 else "s") if rest else "")
 
 
 def _shown(path: Path) -> str:

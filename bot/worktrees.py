@@ -136,7 +136,8 @@ async def run_git(
     past `limit` bytes git is stopped and the answer holds `limit + 1` bytes (see
     `truncated`), so a 64 MiB commit subject or a 50 MB blob never lands in memory whole.
     stderr keeps its first STDERR_LIMIT bytes; the rest is read and dropped. `stdin`, when
-    given, is written to git while its output is read."""
+    given, is written to git while its output is read. Once git is stopped (cap or timeout)
+    its pipes are closed, unread: see `_stop`."""
     proc = await asyncio.create_subprocess_exec(
         "git",
         *args,
@@ -166,7 +167,7 @@ async def run_git(
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
-            proc.kill()  # enough read; git must not block on a full pipe
+            _stop(proc)  # enough read; what git wrote past the cap is dropped unread
             log.warning(
                 "git output truncated",
                 extra={"fields": {"command": args[0], "limit_bytes": limit}},
@@ -185,7 +186,7 @@ async def run_git(
         out, err, _ = await asyncio.wait_for(asyncio.shield(reader), timeout)
         await asyncio.wait_for(proc.wait(), timeout)
     except (TimeoutError, asyncio.CancelledError) as exc:
-        proc.kill()
+        _stop(proc)
         await proc.wait()
         with contextlib.suppress(BaseException):  # the pipes close with the process
             await reader
@@ -200,6 +201,21 @@ async def run_git(
         message = err.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
     return out
+
+
+def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Kill git and close our ends of its pipes. `Process.wait()` returns only once every
+    pipe has closed, and a pipe may never report its end by itself: asyncio stops reading
+    one whose buffer is full (the rest of a capped answer), and a child git started (gc's
+    repack, fetch's helpers) may still hold it. Closed, the pipes end now; whatever wrote
+    to them gets SIGPIPE."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    transport = proc._transport  # type: ignore[attr-defined]  # asyncio has no public way
+    for fd in (0, 1, 2):
+        pipe = transport.get_pipe_transport(fd)
+        if pipe is not None:
+            pipe.close()
 
 
 def truncated(out: bytes, limit: int = OUTPUT_LIMIT) -> bool:
@@ -283,9 +299,13 @@ class Worktree:
 
 
 class Mirrors:
-    """Bare mirrors under `<data>/mirrors`, worktrees under `<data>/worktrees`."""
+    """Bare mirrors under `<data>/mirrors`, worktrees under `<data>/worktrees`.
+
+    Every path is absolute: git runs in other folders (the mirror's parent, the mirror) and
+    reads the paths it is given from there."""
 
     def __init__(self, data_dir: Path) -> None:
+        data_dir = data_dir.absolute()
         self.root = data_dir / "mirrors"
         self.trees = data_dir / "worktrees"
         self.home = data_dir / "git-home"

@@ -1,9 +1,12 @@
 """Run `cockpit eval run` with no API key: the scripted model behind local model stand-ins.
 
-Starts the Anthropic and OpenAI stand-ins (real HTTP on 127.0.0.1, answered by the
-deterministic `scripted_reviewer`), points the SDKs at them, and runs the real command in a
-subprocess with the arguments given (the shipped planted set when no golden file is given).
-Both providers' model id is `scripted-reviewer` (its rate is zero: the run costs $0).
+Starts the Anthropic, OpenAI and Chat Completions stand-ins (real HTTP on 127.0.0.1, answered
+by the deterministic `scripted_reviewer`), points the SDKs (and COCKPIT_CHAT_BASE_URL) at
+them, and runs the real command in a subprocess with the arguments given (the shipped planted
+set when no golden file is given), in the folder it was started from: relative paths
+(`--golden`, `--json`, the report) mean what they mean to `cockpit eval run` there. Every
+provider's model id is `scripted-reviewer` (its rate is zero: the run costs $0);
+`--provider chat` reviews through the chat provider.
 
     python scripts/eval_offline.py [--verify] [--jobs 4] [--json results.json] [...]
 """
@@ -19,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot.standin.models import AnthropicStandin, OpenAIStandin  # noqa: E402
+from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin  # noqa: E402
 from bot.standin.scripted import MODEL, scripted_reviewer  # noqa: E402
 
 PLANTED = ROOT / "eval" / "golden" / "planted" / "planted.json"
@@ -27,8 +30,10 @@ PLANTED = ROOT / "eval" / "golden" / "planted" / "planted.json"
 
 async def main(argv: list[str]) -> int:
     claude, codex = AnthropicStandin(scripted_reviewer), OpenAIStandin(scripted_reviewer)
+    chat = ChatStandin(scripted_reviewer)
     await claude.start()
     await codex.start()
+    await chat.start()
     try:
         with tempfile.TemporaryDirectory(prefix="cockpit-eval-") as data:
             env = {
@@ -40,17 +45,23 @@ async def main(argv: list[str]) -> int:
                 "COCKPIT_DATA_DIR": os.environ.get("COCKPIT_DATA_DIR", data),
                 "COCKPIT_CLAUDE_MODEL": MODEL,
                 "COCKPIT_CODEX_MODEL": MODEL,
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+                ),
+                "COCKPIT_CHAT_BASE_URL": f"{chat.url}/v1",
+                "COCKPIT_CHAT_MODEL": MODEL,
             }
             args = list(argv)
             if "--golden" not in args and "--resume" not in args:
                 args = ["--golden", str(PLANTED), *args]
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot", "eval", "run", *args, env=env, cwd=ROOT
+                sys.executable, "-m", "bot", "eval", "run", *args, env=env
             )
             return await proc.wait()
     finally:
         await claude.stop()
         await codex.stop()
+        await chat.stop()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,11 @@ from bot.standin.github import GitHubStandin
 from bot.standin.openapi import OpenAPIValidator
 from bot.texts import strict_templates
 from tests import deliveries
-from tests.models import anthropic_standin, openai_standin  # noqa: F401 - shared fixtures
+from tests.models import (  # noqa: F401 - shared fixtures
+    anthropic_standin,
+    chat_standin,
+    openai_standin,
+)
 
 WEBHOOK_SECRET = "test-webhook-secret-123"
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bot.standin.models import AnthropicStandin, OpenAIStandin
-from bot.standin.scripted import scripted_reviewer
+from bot.config import ChatSettings
+from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin
+from bot.standin.scripted import MODEL, scripted_reviewer
 
 
 class Scripted:
@@ -41,3 +42,18 @@ async def openai_standin(monkeypatch):
     yield standin
     await standin.stop()
     assert standin.rejected == [], "a request the real Responses API refuses (400) was sent"
+
+
+@pytest.fixture
+async def chat_standin():
+    """An OpenAI-compatible Chat Completions server (no key, as local servers); point
+    `Settings.chat` at it with `chat_settings(standin)`. Quirks are switched on per test."""
+    standin = ChatStandin(scripted_reviewer)
+    await standin.start()
+    yield standin
+    await standin.stop()
+    assert standin.rejected == [], "a request a Chat Completions server refuses (400) was sent"
+
+
+def chat_settings(standin: ChatStandin, model: str = MODEL, **options) -> ChatSettings:
+    return ChatSettings(f"{standin.url}/v1", model, **options)

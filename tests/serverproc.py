@@ -19,27 +19,45 @@ def free_port() -> int:
 
 
 class ServerProcess:
+    """`cockpit serve` on a free loopback port. `data_dir=None` leaves COCKPIT_DATA_DIR
+    unset (the default, `./data`, under `cwd`); `command` runs another installation's
+    `cockpit` (a wheel's venv) instead of this checkout's `python -m bot`; `flags` gives
+    the listen address as `--host`/`--port` rather than in the environment."""
+
     def __init__(
-        self, env: dict[str, str], data_dir: Path, log_path: Path, *, role: str = "all"
+        self,
+        env: dict[str, str],
+        data_dir: Path | None,
+        log_path: Path,
+        *,
+        role: str = "all",
+        cwd: Path | None = None,
+        command: list[str] | None = None,
+        flags: bool = False,
     ) -> None:
         self.role = role
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        listen = {"host": "127.0.0.1", "port": str(self.port)}
         self.env = {
             **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")},
             **env,
-            "COCKPIT_DATA_DIR": str(data_dir),
-            "COCKPIT_HOST": "127.0.0.1",
-            "COCKPIT_PORT": str(self.port),
+            **({} if flags else {f"COCKPIT_{k.upper()}": v for k, v in listen.items()}),
         }
+        self.flags = [f"--{k}={v}" for k, v in listen.items()] if flags else []
+        if data_dir is not None:
+            self.env["COCKPIT_DATA_DIR"] = str(data_dir)
+        self.cwd = cwd
+        self.command = command or [sys.executable, "-m", "bot"]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
     async def start(self, timeout: float = 60.0) -> None:  # a loaded machine starts slowly
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve", "--role", self.role],
+            [*self.command, "serve", "--role", self.role, *self.flags],
             env=self.env,
+            cwd=self.cwd,
             stdout=log,
             stderr=log,
         )

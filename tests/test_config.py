@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -21,6 +22,7 @@ def pem(key) -> str:
 RSA_KEY = pem(rsa.generate_private_key(public_exponent=65537, key_size=2048))
 EC_KEY = pem(ec.generate_private_key(ec.SECP256R1()))
 GOOD = {"GITHUB_APP_ID": "12", "GITHUB_PRIVATE_KEY": RSA_KEY, "GITHUB_WEBHOOK_SECRET": "s3cret!"}
+CHAT = {"COCKPIT_CHAT_BASE_URL": "http://localhost:11434/v1", "COCKPIT_CHAT_MODEL": "qwen3:32b"}
 
 
 @pytest.mark.parametrize(
@@ -49,6 +51,16 @@ GOOD = {"GITHUB_APP_ID": "12", "GITHUB_PRIVATE_KEY": RSA_KEY, "GITHUB_WEBHOOK_SE
         ({"COCKPIT_COMMAND_PREFIX": "/two words"}, "COCKPIT_COMMAND_PREFIX"),
         ({"COCKPIT_DATABASE_URL": "mysql://u:pw@h/db"}, "COCKPIT_DATABASE_URL"),
         ({"COCKPIT_WORKER_TIMEOUT": "1"}, "COCKPIT_WORKER_TIMEOUT"),
+        ({"COCKPIT_PROVIDER": "chat"}, "COCKPIT_CHAT_BASE_URL"),
+        ({"COCKPIT_CHAT_MODEL": "qwen3:32b"}, "COCKPIT_CHAT_BASE_URL"),
+        ({"COCKPIT_CHAT_BASE_URL": "http://localhost:8000/v1"}, "COCKPIT_CHAT_MODEL"),
+        ({**CHAT, "COCKPIT_CHAT_BASE_URL": "localhost:8000/v1"}, "COCKPIT_CHAT_BASE_URL"),
+        ({**CHAT, "COCKPIT_CHAT_CONTEXT_TOKENS": "8k"}, "COCKPIT_CHAT_CONTEXT_TOKENS"),
+        ({**CHAT, "COCKPIT_CHAT_CONTEXT_TOKENS": "512"}, "COCKPIT_CHAT_CONTEXT_TOKENS"),
+        ({**CHAT, "COCKPIT_CHAT_RATES": "0.2"}, "COCKPIT_CHAT_RATES"),
+        ({**CHAT, "COCKPIT_CHAT_RATES": "cheap,free"}, "COCKPIT_CHAT_RATES"),
+        ({**CHAT, "COCKPIT_CHAT_RATES": "-1,2"}, "COCKPIT_CHAT_RATES"),
+        ({**CHAT, "COCKPIT_CHAT_RATES": "nan,1"}, "COCKPIT_CHAT_RATES"),
     ],
 )
 def test_bad_value_names_the_variable(overrides, variable):
@@ -117,20 +129,21 @@ def test_serve_refuses_to_start_without_webhook_secret(tmp_path):
         **GOOD,
         "GITHUB_WEBHOOK_SECRET": "",
         "COCKPIT_DATA_DIR": str(tmp_path),
+        "COCKPIT_PORT": "0",
+        "ANTHROPIC_API_KEY": "sk-ant-test",
     }
     result = run_cli("serve", env=env)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        "cockpit: configuration error: GITHUB_WEBHOOK_SECRET: not set; "
-        "the server refuses unsigned webhooks"
-    ]
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "✗ GITHUB_WEBHOOK_SECRET: not set; the server refuses unsigned webhooks"
+    assert lines[-1].startswith("cockpit serve: not started: 1 problem(s) above.")
 
 
 def test_check_config_exit_codes(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "COCKPIT_DATA_DIR": str(tmp_path)}
-    bad = run_cli("check-config", env=env)
+    env = {"PATH": "/usr/bin:/bin", "COCKPIT_DATA_DIR": str(tmp_path), "ANTHROPIC_API_KEY": "k"}
+    bad = run_cli("check-config", "--offline", env=env)
     assert bad.returncode == 2 and "GITHUB_APP_ID" in bad.stdout
-    good = run_cli("check-config", env={**env, **GOOD})
+    good = run_cli("check-config", "--offline", env={**env, **GOOD})
     assert good.returncode == 0, good.stdout
     assert "s3cret!" not in good.stdout + bad.stdout
 
@@ -151,3 +164,67 @@ def test_separate_roles_need_postgres(tmp_path, role):
     result = run_cli("serve", "--role", role, env=env)
     assert result.returncode == 2
     assert "COCKPIT_DATABASE_URL" in result.stderr and f"--role {role}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "{cwd}/data"),  # the default, ./data
+        ("", "{cwd}/data"),
+        ("data", "{cwd}/data"),
+        ("./var/../cockpit", "{cwd}/cockpit"),
+        ("~/cockpit-data", "{home}/cockpit-data"),
+        ("/srv/cockpit", "/srv/cockpit"),
+    ],
+)
+def test_the_data_dir_is_made_absolute_when_settings_load(tmp_path, monkeypatch, value, expected):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    env = dict(GOOD) if value is None else {**GOOD, "COCKPIT_DATA_DIR": value}
+    settings = load_settings(env)
+    cwd, home = tmp_path.resolve(), (tmp_path / "home").resolve()
+    assert settings.data_dir == Path(expected.format(cwd=cwd, home=home))
+    assert settings.db_path.is_absolute()
+
+
+def test_a_key_path_may_start_with_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "app.pem").write_text(RSA_KEY)
+    settings = load_settings(
+        {**GOOD, "GITHUB_PRIVATE_KEY": "", "GITHUB_PRIVATE_KEY_PATH": "~/app.pem"}
+    )
+    assert settings.private_key is not None and "PRIVATE KEY" in settings.private_key.reveal()
+
+
+def test_the_chat_provider_is_configured_by_its_variables_alone():
+    assert load_settings(GOOD).chat is None  # unset: no chat provider
+    settings = load_settings(
+        {
+            **GOOD,
+            **CHAT,
+            "COCKPIT_PROVIDER": "chat",
+            "COCKPIT_CHAT_API_KEY": "sk-litellm-master-123",
+            "COCKPIT_CHAT_CONTEXT_TOKENS": "32768",
+            "COCKPIT_CHAT_RATES": "0.20, 0.60",
+        }
+    )
+    assert settings.provider == "chat"
+    chat = settings.chat
+    assert (chat.base_url, chat.model, chat.context_tokens, chat.rates) == (
+        "http://localhost:11434/v1",
+        "qwen3:32b",
+        32768,
+        (0.2, 0.6),
+    )
+    assert chat.api_key.reveal() == "sk-litellm-master-123"
+    assert "sk-litellm-master-123" not in repr(settings)
+    assert "sk-litellm-master-123" in settings.secrets()  # redacted from logs
+
+
+def test_a_password_in_the_chat_url_is_redacted_and_never_named():
+    url = "https://proxy:hunter2-gateway@llm.example.com/v1"
+    settings = load_settings({**GOOD, **CHAT, "COCKPIT_CHAT_BASE_URL": url})
+    assert "hunter2-gateway" in settings.secrets()
+    with pytest.raises(ConfigError) as caught:
+        load_settings({**GOOD, **CHAT, "COCKPIT_CHAT_BASE_URL": "ftp://u:hunter2@x/v1"})
+    assert "hunter2" not in str(caught.value)

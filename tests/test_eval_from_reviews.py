@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,13 +80,42 @@ async def test_published_and_dropped_findings_become_a_golden_file_that_replays(
     assert load_golden(out_file).cases[0].known_false_positives[0].path == "calc.py"
 
 
-async def test_a_repository_without_published_reviews_gives_an_empty_file(tmp_path, monkeypatch):
-    monkeypatch.setenv("COCKPIT_DATA_DIR", str(tmp_path / "data"))
-    out_file = tmp_path / "none.json"
-    args = build_parser().parse_args(
-        ["eval", "golden-from-reviews", "--repo", "octo/none", "--out", str(out_file)]
+def cockpit(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """`python -m bot …` as a user runs it: from `cwd`, only the environment given."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args],
+        cwd=cwd,
+        env={**keep, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert await _golden_from_reviews(args, io.StringIO()) == 0
-    assert json.loads(out_file.read_text())["cases"] == []
-    bad = build_parser().parse_args(["eval", "golden-from-reviews", "--repo", "not a repo"])
-    assert await _golden_from_reviews(bad, io.StringIO()) == 2
+
+
+def test_without_a_database_it_says_what_is_missing_and_creates_nothing(tmp_path):
+    """Before: an empty folder got a new database and a 0-case file, and exit 0."""
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    done = cockpit(["eval", "golden-from-reviews", "--repo", "octo/widgets"], folder)
+    assert done.returncode == 2, done.stdout + done.stderr
+    database = folder.resolve() / "data" / "cockpit.sqlite3"
+    assert f"there is no database at {database}" in done.stderr
+    assert "COCKPIT_DATA_DIR" in done.stderr and "Nothing was written" in done.stderr
+    assert list(folder.iterdir()) == []
+    bad = cockpit(["eval", "golden-from-reviews", "--repo", "not a repo"], folder)
+    assert bad.returncode == 2 and "--repo must be OWNER/NAME" in bad.stderr
+
+
+async def test_a_repository_without_published_reviews_writes_nothing(world, settings, tmp_path):
+    await world.send("issue_comment", comment_payload(world, "/cockpit approve"))
+    await world.wait_review("posted")
+    data = str(settings.data_dir)
+    done = cockpit(
+        ["eval", "golden-from-reviews", "--repo", "octo/none", "--out", "none.json"],
+        tmp_path,
+        COCKPIT_DATA_DIR=data,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "holds no published review of octo/none (it has some of: octo/widgets)" in done.stderr
+    assert not (tmp_path / "none.json").exists()

@@ -8,12 +8,14 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bot.agents.base import AgentError
 from bot.agents.providers import ModelClients
-from bot.config import Settings
+from bot.config import ChatSettings, Settings
 from bot.evals.golden import Label
-from bot.evals.judges import EvalFinding, LLMJudge, parse_answer
+from bot.evals.judges import EvalFinding, LLMJudge, make_judge, parse_answer
 from bot.evals.report import results_json
 from bot.evals.runner import EvalOptions, Progress, run_eval
 from bot.records.sqlite import Database
@@ -74,6 +76,19 @@ async def test_the_llm_judge_asks_once_per_pair_and_caches(
     await models.close()
 
 
+async def test_a_local_model_on_a_chat_server_judges_too(db, tmp_path, chat_standin):
+    chat_standin.policy = same_issue
+    chat_standin.models = ("local-judge",)
+    chat = ChatSettings(f"{chat_standin.url}/v1", "local-judge", rates=(0.1, 0.2))
+    models = ModelClients(Settings(data_dir=tmp_path, chat=chat))
+    judge = make_judge("chat", db, models)
+    assert await judge.scores(FINDINGS, LABELS) == [[0.9, 0.0], [0.0, 0.0]]
+    assert "tools" not in chat_standin.requests[0]  # an empty tool list is a 400
+    assert judge.model == "local-judge"
+    assert judge.cost_usd == pytest.approx(4 * (200 * 0.1 + 30 * 0.2) / 1e6)  # its rates
+    await models.close()
+
+
 async def test_a_different_judge_model_asks_again(db, tmp_path, anthropic_standin):
     anthropic_standin.policy = same_issue
     first = ModelClients(Settings(data_dir=tmp_path, claude_model="judge-a"))
@@ -129,11 +144,22 @@ async def test_a_judge_without_a_key_is_refused(db, tmp_path, monkeypatch):
         ('{"match": "yes"}', None),
         ("no JSON here", None),
         ("{not json}", None),
+        ('Comparing {candidate} with {golden}:\n{"match": true, "confidence": 0.4}', (True, 0.4)),
+        ('{"note": "first"} and then {"match": false}', (False, 1.0)),
+        ('{"outer": {"match": true}}', None),  # a verdict is a top-level object
+        ('{"match": true', None),
+        ("}{", None),
     ],
 )
 def test_judge_answers(text, expected):
     answer = parse_answer(text)
     assert (None if answer is None else (answer.match, answer.confidence)) == expected
+
+
+@given(st.text(alphabet=st.sampled_from('{}[]":,tfrue0.9 match\\n'), max_size=200))
+def test_any_judge_text_is_an_answer_or_none_never_an_error(text):
+    answer = parse_answer(text)
+    assert answer is None or 0.0 <= answer.confidence <= 1.0
 
 
 def reviewer_or_judge(conversation):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +19,7 @@ from bot.evals.commands import _import_martian
 from bot.evals.golden import SCHEMA_FILE, GoldenError, parse_golden
 from bot.evals.martian import convert_entries, martian_golden, parse_pr_url
 from bot.github import GitHubApp
+from tests.serverproc import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "martian"
 SEVERITIES = {"Low", "Medium", "High", "Critical"}
@@ -130,10 +134,34 @@ async def test_resolve_reads_shas_from_the_github_api(tmp_path, github, settings
     known, gone = json.loads(out_file.read_text())["cases"]
     assert (known["head_sha"], known["base_sha"], known["base_ref"]) == ("c" * 40, "d" * 40, "main")
     assert gone["head_sha"] is None
-    assert "The shas are pending (1 case(s))" in out.getvalue()
+    assert "GitHub does not know 1 of these pull requests (404)" in out.getvalue()
+    assert "widgets-2" in out.getvalue()
     paths = [r["path"] for r in github.requests if r["method"] == "GET"]
     assert "/repos/octo/widgets/pulls/3" in paths and "/repos/octo/widgets/pulls/4" in paths
     assert all(r["method"] in ("GET", "POST") for r in github.requests)
     assert [r["path"] for r in github.requests if r["method"] == "POST"] == [
         "/app/installations/5/access_tokens"  # the test minting its token, not the import
     ]
+
+
+async def test_resolve_without_github_exits_1_and_says_why(tmp_path):
+    """No network (here: nothing listens at GITHUB_API_URL): the command says it could not
+    ask GitHub and exits 1; before, it wrote the file and exited 0 ("shas are pending")."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")},
+        "GITHUB_API_URL": f"http://127.0.0.1:{free_port()}",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "bot", "eval", "import-martian", str(FIXTURES), "--resolve"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "could not resolve 50 case(s)" in proc.stderr
+    assert "GitHub could not be reached (ClientConnectorError)" in proc.stderr
+    assert "GITHUB_API_URL is http://127.0.0.1:" in proc.stderr
+    written = json.loads((tmp_path / "eval" / "golden" / "martian.json").read_text())
+    assert written["note"] == "50 case(s) still have pending shas"

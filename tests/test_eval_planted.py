@@ -275,7 +275,7 @@ async def test_the_eval_command_never_writes_to_github_or_the_repository(
     assert "[7/7]" in out
     assert github.requests == []
     assert await fingerprint(str(clone)) == before
-    assert (tmp_path / "eval" / "reports" / "eval-1.md").exists()
+    assert len(list((tmp_path / "eval" / "reports").glob("eval-*-run1.md"))) == 1
 
     data = json.loads(results.read_text())
     for entry in data["runs"]:
@@ -414,7 +414,8 @@ async def test_the_printed_resume_command_finds_the_run_from_another_folder(
     hint = re.search(r"Resume with: (COCKPIT_DATA_DIR=(\S+) cockpit eval run --resume 1)", out)
     assert hint and hint.group(2) == str(tmp_path / "kept"), out
     assert "(while" in out and "temporary folder" in out  # pytest's tmp_path is under /tmp
-    report = (tmp_path / "work" / "eval" / "reports" / "eval-1.md").read_text()
+    [report_file] = (tmp_path / "work" / "eval" / "reports").glob("eval-*-run1.md")
+    report = report_file.read_text()
     assert f"`{hint.group(1)}`" in report
 
     requests = len(anthropic_standin.requests)
@@ -509,3 +510,49 @@ def test_import_martian_does_not_import_the_model_sdks(tmp_path):
     )
     assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr
     assert len(json.loads(out.read_text())["cases"]) == 50
+
+
+async def test_two_local_models_compare_in_one_run_on_a_chat_server(
+    planted, tmp_path, github, chat_standin
+):
+    """`--provider chat --model a,b`: both models of a local server (no hosted key at all),
+    one report and one chart; the unpriced model's cost is unknown, not $0."""
+    chat_standin.models = (MODEL, "local-llama")
+    keep = ("PATH", "HOME", "LANG", "SYSTEMROOT")
+    env = {
+        **{k: v for k, v in os.environ.items() if k in keep},
+        "COCKPIT_DATA_DIR": str(tmp_path / "data"),
+        "COCKPIT_CHAT_BASE_URL": f"{chat_standin.url}/v1",
+        "COCKPIT_CHAT_MODEL": MODEL,
+    }
+    results = tmp_path / "results.json"
+    code, out = await run_cli(
+        [
+            *("--golden", str(planted), "--provider", "chat", "--verify", "--jobs", "2"),
+            *("--model", f"{MODEL},local-llama", "--json", str(results)),
+        ],
+        env,
+        tmp_path,
+    )
+    assert code == 0, out
+    assert f"(chat: {MODEL}, local-llama), verify with chat" in out
+    runs = json.loads(results.read_text())["runs"]
+    assert [(r["provider"], r["model"], r["verify"]) for r in runs] == [
+        ("chat", MODEL, False),
+        ("chat", MODEL, True),
+        ("chat", "local-llama", False),
+        ("chat", "local-llama", True),
+    ]
+    assert all(r["strict"] == runs[0]["strict"] for r in runs[::2])  # the same answers
+    assert (runs[0]["strict"]["tp"], runs[0]["strict"]["fp"], runs[0]["strict"]["fn"]) == (5, 3, 6)
+    assert runs[1]["strict"]["fp"] == 2  # the verify pass (on chat) refuted the fixture
+    assert [r["usd"] for r in runs] == [0.0, 0.0, None, None]
+    assert all(r["tokens"] > 0 for r in runs)
+    [report_file] = (tmp_path / "eval" / "reports").glob("eval-*-run1.md")
+    report = report_file.read_text()
+    assert "| chat | scripted-reviewer | no |" in report and "| chat | local-llama | no |" in report
+    assert "unknown" in report
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert report_file.with_name(f"{report_file.stem}-f1-cost.png").exists()
+    models = {r["model"] for r in chat_standin.requests}
+    assert models == {MODEL, "local-llama"}

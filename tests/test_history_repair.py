@@ -11,18 +11,31 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.agents.base import ToolCall
+from bot.agents.chat import ChatProvider, join_user_turns, outgoing
 from bot.agents.claude import ClaudeProvider, merge_roles
 from bot.agents.codex import CodexProvider
-from bot.standin.models import anthropic_rejection, openai_rejection
+from bot.standin.models import anthropic_rejection, chat_rejection, openai_rejection
 
 INTERRUPTED = "interrupted"
-PROVIDERS = {"claude": ClaudeProvider(None, "claude-sonnet-5-5"), "codex": CodexProvider(None, "m")}
+PROVIDERS = {
+    "claude": ClaudeProvider(None, "claude-sonnet-5-5"),
+    "codex": CodexProvider(None, "m"),
+    "chat": ChatProvider(None, "m"),
+}
 
 
 def reply(provider: str, n: int, calls: int, text: bool) -> tuple[list[dict], list[ToolCall]]:
     """A model reply as the provider stores it: prose and/or `calls` tool calls."""
     arguments = {} if provider == "claude" else "{}"
     made = [ToolCall(f"call_{n}_{k}", "git_diff", arguments) for k in range(calls)]
+    if provider == "chat":
+        message = {"role": "assistant", "content": f"thinking {n}" if text else None}
+        if made:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "{"}}
+                for c in made
+            ]  # arguments cut short: a local model's; resent as `{}`
+        return [message], made
     if provider == "claude":
         blocks = [{"type": "text", "text": f"thinking {n}"}] if text else []
         blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": {}} for c in made]
@@ -74,6 +87,9 @@ def accepted(provider: str, messages: list[dict]):
         return anthropic_rejection(
             {"model": "m", "max_tokens": 10, "messages": merge_roles(messages)}
         )
+    if provider == "chat":  # what ChatProvider.send makes of the stored messages
+        sent = join_user_turns([{"role": "system", "content": "s"}, *outgoing(messages)])
+        return chat_rejection({"model": "m", "messages": sent})
     return openai_rejection({"model": "m", "input": messages})
 
 

@@ -117,7 +117,7 @@ async def test_serve_refuses_a_schema_that_is_behind_unless_told_to_migrate(
     }
     refused = cockpit("serve", "--role", "worker", env=env, cwd=tmp_path)
     assert refused.returncode == 2
-    lines = [line for line in refused.stderr.splitlines() if line.startswith("cockpit:")]
+    lines = [line for line in refused.stderr.splitlines() if line.startswith("✗ database:")]
     assert len(lines) == 1 and "cockpit migrate" in lines[0] and "no recorded" in lines[0]
     assert pg(empty_database, "SELECT to_regclass('schema_versions')") == [(None,)]
     server = ServerProcess(

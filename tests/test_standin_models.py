@@ -7,7 +7,7 @@ import anthropic
 import openai
 import pytest
 
-from bot.standin.models import anthropic_rejection, openai_rejection
+from bot.standin.models import anthropic_rejection, chat_rejection, openai_rejection
 
 TOOLS = [
     {"name": "git_diff", "description": "d", "input_schema": {"type": "object"}},
@@ -304,3 +304,165 @@ async def test_the_openai_sdk_sees_the_real_error_shape(openai_standin):
     assert (error.type, error.param, error.code) == ("invalid_request_error", "input", None)
     assert error.body["message"] == "No tool output found for function call call_0001."
     openai_standin.rejected.clear()  # refused on purpose
+
+
+# -- Chat Completions (vLLM, Ollama, llama.cpp, LiteLLM, Azure OpenAI) ---------------------------
+
+
+def said_chat(text="Done."):
+    return {"role": "assistant", "content": text}
+
+
+def calls_chat(*ids, arguments="{}"):
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "git_diff", "arguments": arguments}}
+            for i in ids
+        ],
+    }
+
+
+def answers_chat(*ids):
+    return [{"role": "tool", "tool_call_id": i, "content": "ok"} for i in ids]
+
+
+def chat_body(*messages, tools=("git_diff", "submit_review"), **extra):
+    body = {
+        "model": "scripted-reviewer",
+        "messages": [{"role": "system", "content": "You review code."}, *messages],
+        **extra,
+    }
+    if tools is not None:
+        body["tools"] = [
+            {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+            for n in tools
+        ]
+    return body
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [ask()],
+        [ask(), calls_chat("a"), *answers_chat("a"), said_chat()],
+        [ask(), calls_chat("a", "b"), *answers_chat("b", "a"), ask("And F2?")],  # any order
+        [ask(), {**calls_chat("a"), "content": "Reading."}, *answers_chat("a")],
+        [ask("one"), ask("two")],
+        [ask(), said_chat(), {"role": "developer", "content": "d"}, ask()],
+        [{"role": "user", "content": [{"type": "text", "text": "parts"}]}],
+    ],
+    ids=lambda m: "-".join(x["role"][0] for x in m),
+)
+def test_chat_accepts_a_well_formed_conversation(messages):
+    assert chat_rejection(chat_body(*messages)) is None
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "param"),
+    [
+        (
+            chat_body(ask(), calls_chat("call_1"), ask("and now?")),
+            "An assistant message with 'tool_calls' must be followed by tool messages responding"
+            " to each 'tool_call_id'. The following tool_call_ids did not have response"
+            " messages: call_1",
+            "messages.[3].role",
+        ),
+        (
+            chat_body(ask(), calls_chat("a", "b"), *answers_chat("a")),
+            "An assistant message with 'tool_calls' must be followed by tool messages responding"
+            " to each 'tool_call_id'. The following tool_call_ids did not have response"
+            " messages: b",
+            "messages.[3].role",
+        ),
+        (
+            chat_body(ask(), *answers_chat("x")),
+            "Invalid parameter: messages with role 'tool' must be a response to a preceeding"
+            " message with 'tool_calls'.",
+            "messages.[2].role",
+        ),
+        (
+            chat_body(ask(), calls_chat("a"), *answers_chat("b")),
+            "Invalid parameter: 'tool_call_id' of 'b' not found in 'tool_calls' of previous"
+            " message.",
+            "messages.[3].tool_call_id",
+        ),
+        (
+            chat_body(ask(), calls_chat("a"), *answers_chat("a"), said_chat(), *answers_chat("a")),
+            "Invalid parameter: messages with role 'tool' must be a response to a preceeding"
+            " message with 'tool_calls'.",
+            "messages.[5].role",
+        ),
+        (
+            chat_body(ask(), {"role": "assistant", "content": None}),
+            "Invalid value for 'content': expected a string, got null.",
+            "messages.[2].content",
+        ),
+        (
+            chat_body(ask(), calls_chat("a", arguments="{"), *answers_chat("a")),
+            "Invalid 'messages[2].tool_calls[0]': the call needs an id and its arguments as a"
+            " JSON string.",
+            "messages[2].tool_calls[0]",
+        ),
+        (
+            chat_body(ask(), {"role": "robot", "content": "x"}),
+            "Invalid value: 'robot'. Supported values are: 'system', 'assistant', 'user',"
+            " 'function', 'tool', and 'developer'.",
+            "messages[2].role",
+        ),
+        (
+            chat_body(ask(), tools=()),
+            "Invalid 'tools': empty array. Expected an array with minimum length 1, but got an"
+            " empty array instead.",
+            "tools",
+        ),
+        (
+            chat_body(ask(), tools=None, tool_choice="auto"),
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are"
+            " specified.",
+            "tool_choice",
+        ),
+        (
+            chat_body(ask(), tools=None, parallel_tool_calls=False),
+            "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed when"
+            " 'tools' are specified.",
+            "parallel_tool_calls",
+        ),
+        (
+            chat_body(ask(), max_tokens=0),
+            "Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got 0"
+            " instead.",
+            "max_tokens",
+        ),
+        (
+            chat_body(ask(), tools=("bot.read",)),
+            "Invalid 'tools[0].function.name': string does not match pattern. Expected a string"
+            " that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+            "tools[0].function.name",
+        ),
+        (
+            {"model": "m", "messages": []},
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an"
+            " empty array instead.",
+            "messages",
+        ),
+    ],
+)
+def test_chat_refuses_what_the_servers_refuse(body, message, param):
+    rejection = chat_rejection(body)
+    assert rejection is not None
+    assert (rejection.message, rejection.param) == (message, param)
+
+
+async def test_the_openai_sdk_sees_a_chat_servers_error_shape(chat_standin):
+    client = openai.AsyncOpenAI(base_url=f"{chat_standin.url}/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as raised:
+        await client.chat.completions.create(
+            model="scripted-reviewer", messages=[ask(), calls_chat("call_1"), ask("and now?")]
+        )
+    await client.close()
+    error = raised.value
+    assert error.status_code == 400 and error.param == "messages.[2].role"
+    assert "call_1" in error.body["message"]
+    chat_standin.rejected.clear()  # refused on purpose

@@ -96,6 +96,13 @@ def test_invalid_verdicts_say_what_to_fix(data, problem):
         ("claude", None, {"claude"}, "claude"),
         ("claude", "claude", {"claude", "codex"}, "claude"),
         ("claude", "codex", {"claude"}, "codex"),  # chosen but missing: the pass says why
+        ("claude", None, {"claude", "chat"}, "chat"),
+        ("claude", None, {"claude", "codex", "chat"}, "codex"),
+        ("chat", None, {"claude", "codex", "chat"}, "claude"),
+        ("chat", None, {"codex", "chat"}, "codex"),
+        ("chat", None, {"chat"}, "chat"),  # local models only: a fresh session on the same
+        ("codex", None, {"codex", "chat"}, "chat"),
+        ("chat", "chat", {"claude", "chat"}, "chat"),
     ],
 )
 def test_verify_uses_the_other_provider_unless_the_repository_chooses(
@@ -111,6 +118,7 @@ def test_verify_uses_the_other_provider_unless_the_repository_chooses(
         ("verify = true\n", None, None),
         ('verify_provider = "gemini"\n', None, '`verify_provider` must be one of "claude"'),
         ("verify_provider = 1\n", None, "`verify_provider` must be one of"),
+        ('verify_provider = "chat"\nprovider = "chat"\n', "chat", None),
     ],
 )
 def test_repository_config_reads_verify_provider(text, provider, error):

@@ -6,11 +6,13 @@ import asyncio
 import os
 import subprocess
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 
 from bot.standin.repo import git, make_pr
-from bot.worktrees import GitError, Mirrors
+from bot.worktrees import GitError, Mirrors, run_git, truncated
 from tests.gitserver import TokenGitServer
 
 BASE = {"src/app.py": "def add(a, b):\n    return a + b\n", "README.md": "# demo\n"}
@@ -31,6 +33,21 @@ async def test_fork_head_is_fetched_from_refs_pull(tmp_path, pr):
     assert tree.merge_base == pr.base_sha
     assert (tree.path / ".git").is_file()  # registered worktree …
     assert not (tree.path / "src").exists()  # … without a checkout
+
+
+async def test_a_relative_data_dir_works_from_any_folder(tmp_path, pr, monkeypatch):
+    """git runs in the mirror's parent and in the mirror: every path it gets is absolute,
+    so `Mirrors(Path("data"))` clones into ./data, not into a `data` nested in itself."""
+    monkeypatch.chdir(tmp_path)
+    mirrors = Mirrors(Path("data"))
+    mirror = await mirrors.sync("octo/widgets", pr.clone_url, ["refs/pull/7/head"])
+    tree = await mirrors.add_worktree(
+        "octo/widgets", name="r1", head_sha=pr.head_sha, base_ref="refs/heads/main"
+    )
+    assert mirror == tmp_path / "data" / "mirrors" / "octo" / "widgets.git"
+    assert (mirror / "HEAD").is_file() and tree.path.is_absolute()
+    await mirrors.remove_worktree("octo/widgets", tree.path)
+    assert not tree.path.exists()
 
 
 async def test_new_push_is_fetched_into_the_existing_mirror(tmp_path, pr):
@@ -169,6 +186,54 @@ async def test_gc_packs_a_mirror_and_drops_closed_pull_refs(tmp_path):
     )
     assert int(counts["in-pack"]) > 0  # packed; the dropped head waits a day, then goes
     assert pr.head_sha not in git(mirror, "rev-list", "--all")
+
+
+def _running(marker: str) -> list[int]:
+    """Processes whose command line holds `marker` (wherever they were reparented)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                state = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[0]
+            except OSError:
+                continue
+            if marker.encode() in cmdline and state != "Z":
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("limit", [1000, 48_000])
+async def test_a_capped_git_call_answers_at_once_whatever_still_holds_its_pipes(tmp_path, limit):
+    """Past the cap git is stopped and the call answers with the first `limit + 1` bytes,
+    even when the pipes do not end with git: here a process git started (as gc starts
+    repack, or fetch its helpers) keeps writing to them. Before, the call waited for an end
+    of output that never came, and answered with the timeout's error instead. The timeout is
+    generous: a call that waits for it fails on the answer, not on a clock."""
+    marker = f"cockpit-test-{uuid.uuid4().hex}"
+    mirrors = Mirrors(tmp_path / "data")
+    (tmp_path / "repo").mkdir()
+    git(tmp_path / "repo", "init", "-q")
+
+    async def capped() -> bytes:
+        return await run_git(
+            ["-c", f"alias.spew=!yes {marker}", "spew"],
+            cwd=tmp_path / "repo",
+            env=mirrors.env(),
+            timeout=60,
+            limit=limit,
+        )
+
+    try:
+        answer = await asyncio.wait_for(capped(), 120)  # only a stuck call meets this bound
+    finally:
+        deadline = time.monotonic() + 60
+        while _running(marker) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the writer gets SIGPIPE at its next write
+    line = f"{marker}\n".encode()
+    assert answer == (line * (limit // len(line) + 1))[: limit + 1]
+    assert truncated(answer, limit)
+    assert _running(marker) == []  # git and what it started are gone
 
 
 async def test_processes_sharing_a_data_dir_take_turns_on_a_mirror(tmp_path, pr):

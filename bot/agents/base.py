@@ -84,9 +84,18 @@ def rate_for(model: str) -> dict[str, float] | None:
     return rates.get(snapshot.group("base")) if snapshot else None
 
 
-def cost_usd(model: str, usage: Usage) -> float | None:
-    """USD for this usage; None (stored as NULL) when the model's rate is unknown."""
-    rate = rate_for(model)
+def chat_rate(rates: tuple[float, float] | None) -> dict[str, float] | None:
+    """COCKPIT_CHAT_RATES (USD per million input, output tokens) as a rate; cached input is
+    charged as input (a conservative figure: servers that discount it say so in rates.json)."""
+    if rates is None:
+        return None
+    return {"input": rates[0], "output": rates[1], "cache_read": rates[0], "cache_write": rates[0]}
+
+
+def cost_usd(model: str, usage: Usage, fallback: dict[str, float] | None = None) -> float | None:
+    """USD for this usage at the model's rate in rates.json, else at `fallback` (the
+    provider's configured rate); None (stored as NULL) when neither is known."""
+    rate = rate_for(model) or fallback
     if rate is None:
         return None
     return (
@@ -102,6 +111,19 @@ class ToolCall:
     id: str
     name: str
     arguments: Any  # dict (Claude) or JSON text (Codex); the toolbox accepts both
+
+
+def arguments_problem(arguments: Any) -> str | None:
+    """Why a tool call's arguments cannot be read as an object (None: they can)."""
+    if isinstance(arguments, dict):
+        return None
+    if not isinstance(arguments, str):
+        return "not an object"
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError as exc:
+        return f"invalid JSON: {exc.msg} at character {exc.pos}"
+    return None if isinstance(value, dict) else "valid JSON, but not an object"
 
 
 @dataclass
@@ -131,6 +153,7 @@ class ProviderRequest:
 class Provider(Protocol):
     name: str
     model: str
+    fallback_rate: dict[str, float] | None  # for models not in rates.json (COCKPIT_CHAT_RATES)
 
     async def send(self, request: ProviderRequest) -> ModelReply: ...
 

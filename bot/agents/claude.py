@@ -14,6 +14,7 @@ REQUEST_TIMEOUT = 180.0
 
 class ClaudeProvider:
     name = "claude"
+    fallback_rate = None  # every model's rate is in rates.json or unknown
 
     def __init__(
         self, client: anthropic.AsyncAnthropic, model: str, *, timeout: float | None = None

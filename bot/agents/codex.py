@@ -20,6 +20,7 @@ REQUEST_TIMEOUT = 300.0
 
 class CodexProvider:
     name = "codex"
+    fallback_rate = None  # every model's rate is in rates.json or unknown
 
     def __init__(
         self, client: openai.AsyncOpenAI, model: str, *, timeout: float | None = None

@@ -23,6 +23,7 @@ from bot.agents.base import (
     ProviderRequest,
     ToolCall,
     Usage,
+    arguments_problem,
     cost_usd,
 )
 from bot.agents.budget import admission, day_start
@@ -170,6 +171,7 @@ class AgentRun:
         offer = self.expect_submit if self.offer_submit is None else self.offer_submit
         tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
         tool_calls = 0
+        broken = False  # the last reply had a call whose arguments were not a JSON object
         while True:
             request = ProviderRequest(
                 system=self.system,
@@ -197,8 +199,18 @@ class AgentRun:
                 continue
             results: list[tuple[ToolCall, str, bool]] = []
             answer = None
+            problems = [arguments_problem(c.arguments) for c in reply.tool_calls]
+            if broken and any(problems):
+                raise AgentError(
+                    "the model sent tool arguments that are not a JSON object again, after"
+                    " being told once"
+                )
+            broken = any(problems)
             try:
-                for call in reply.tool_calls:
+                for call, problem in zip(reply.tool_calls, problems, strict=True):
+                    if problem:  # one corrective turn: the next reply's arguments must be valid
+                        results.append((call, unreadable_arguments(call.name, problem), True))
+                        continue
                     if call.name == final.name and not self.expect_submit:
                         results.append((call, fragment("not_now"), True))
                         continue
@@ -273,6 +285,8 @@ class AgentRun:
                 raise BudgetExceeded(
                     f"budget exhausted: wall clock ({self.budget.max_seconds:.0f}s)"
                 ) from None
+            except AgentError:  # the provider said what went wrong and what to do
+                raise
             except Exception as exc:
                 advice = self.provider.transient(exc)
                 if advice is None:
@@ -308,7 +322,7 @@ class AgentRun:
                 self.metrics.model_tokens.labels(
                     provider=self.provider.name, model=model, kind=kind
                 ).inc(value)
-            cost = cost_usd(model, reply.usage)
+            cost = cost_usd(model, reply.usage, self.provider.fallback_rate)
             if cost:
                 self.metrics.model_cost.labels(provider=self.provider.name, model=model).inc(cost)
 
@@ -319,7 +333,8 @@ class AgentRun:
                 f"budget exhausted: {tokens} tokens (limit {self.budget.max_tokens})"
             )
         if self.budget.max_usd is not None:
-            spent = sum(cost_usd(m, u) or 0.0 for m, u in usage.items())
+            rate = self.provider.fallback_rate
+            spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
             if spent > self.budget.max_usd:
                 raise BudgetExceeded(
                     f"budget exhausted: ${spent:.2f} spent (limit "
@@ -329,7 +344,8 @@ class AgentRun:
     async def _finish(
         self, run_id: int, usage: dict[str, Usage], status: str, error: str | None, tool_calls: int
     ) -> float | None:
-        costs = {model: cost_usd(model, u) for model, u in usage.items()}
+        rate = self.provider.fallback_rate
+        costs = {model: cost_usd(model, u, rate) for model, u in usage.items()}
         total = None if any(c is None for c in costs.values()) else sum(costs.values())
         await finish_run(
             self.db,
@@ -352,6 +368,10 @@ def fragment(name: str) -> str:
 def interrupted() -> str:
     """The result a tool call gets when its turn ended before the tool answered."""
     return fragment("tool_interrupted")
+
+
+def unreadable_arguments(tool: str, problem: str) -> str:
+    return render("prompts/tool_arguments_invalid.md.j2", tool=tool, problem=problem).strip()
 
 
 def _as_dict(arguments: Any) -> Any:

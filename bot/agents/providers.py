@@ -1,24 +1,34 @@
-"""Provider options in one place: which SDK client and model serve `claude` and `codex`."""
+"""Provider options in one place: which SDK client and model serve `claude`, `codex` and
+`chat`, which provider is "the other one", and what stops one from working (`probe`)."""
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import anthropic
 import openai
 
-from bot.agents.base import AgentError, Provider
+from bot.agents.base import AgentError, Provider, chat_rate
+from bot.agents.chat import ChatEndpoint, ChatProvider, server_said
 from bot.agents.claude import ClaudeProvider
 from bot.agents.codex import CodexProvider
-from bot.config import Settings
+from bot.config import PROVIDERS, Settings
+
+PROBE_TIMEOUT = 15.0
+OLLAMA_DEFAULT_TAG = ":latest"  # Ollama serves `qwen3` as `qwen3:latest`
+AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
 
 
 class ModelClients:
-    """One SDK client per provider per process (connection reuse); keys come from the SDKs'
-    own environment variables. SDK retries are off: the agent loop retries with budgets."""
+    """One SDK client per provider per process (connection reuse). `claude` and `codex` take
+    their keys from the SDKs' own environment variables, `chat` from COCKPIT_CHAT_* only.
+    SDK retries are off: the agent loop retries with budgets."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._anthropic: anthropic.AsyncAnthropic | None = None
         self._openai: openai.AsyncOpenAI | None = None
+        self._chat: ChatEndpoint | None = None
 
     def provider(self, name: str, model: str | None = None) -> Provider:
         if name == "claude":
@@ -43,10 +53,26 @@ class ModelClients:
                 model or self.settings.codex_model,
                 timeout=self.settings.model_timeout,
             )
-        raise AgentError(f"unknown provider {name!r}; use claude or codex")
+        if name == "chat":
+            chat = self.settings.chat
+            if chat is None:
+                raise AgentError(
+                    "chat is not configured: set COCKPIT_CHAT_BASE_URL and COCKPIT_CHAT_MODEL"
+                )
+            if self._chat is None:
+                self._chat = ChatEndpoint.connect(chat)
+            return ChatProvider(
+                self._chat,
+                model or chat.model,
+                timeout=self.settings.model_timeout,
+                context_tokens=chat.context_tokens,
+                fallback_rate=chat_rate(chat.rates),
+            )
+        raise AgentError(f"unknown provider {name!r}; use {', '.join(PROVIDERS)}")
 
     def configured(self, name: str) -> bool:
-        """Whether `name` can be used here: its SDK found a key in the environment."""
+        """Whether `name` can be used here: its SDK found a key in the environment (`chat`:
+        its endpoint and model are set; a local server needs no key)."""
         try:
             self.provider(name)
         except AgentError:
@@ -56,7 +82,87 @@ class ModelClients:
             return bool(self._anthropic.api_key or self._anthropic.auth_token)
         return True
 
+    def available(self) -> list[str]:
+        """The providers configured here, in `PROVIDERS` order."""
+        return [p for p in PROVIDERS if self.configured(p)]
+
     async def close(self) -> None:
-        for client in (self._anthropic, self._openai):
+        for client in (self._anthropic, self._openai, self._chat and self._chat.client):
             if client is not None:
                 await client.close()
+
+
+def other_provider(reviewer: str, available: Collection[str]) -> str:
+    """The second opinion on `reviewer`'s draft (a cross-AI critique, a verify pass): the
+    first provider configured here, in `PROVIDERS` order (claude, codex, chat), that is not
+    the reviewer's; the reviewer's own when it is the only one (a fresh session on the same
+    model: an installation with local models only still gets a critique)."""
+    return next((p for p in PROVIDERS if p != reviewer and p in available), reviewer)
+
+
+async def probe(settings: Settings, provider: str) -> list[str]:
+    """What stops `provider` from working here, one line each with what to do (empty: ready).
+
+    `claude` and `codex`: their SDK finds a key. `chat`: its server answers `GET /models`
+    (through the SDK, with the configured key or none) and lists COCKPIT_CHAT_MODEL. Azure
+    OpenAI lists models, not deployments, so there only the endpoint and key are checked."""
+    clients = ModelClients(settings)
+    try:
+        if provider == "claude":
+            ready = clients.configured("claude")
+            return [] if ready else ["ANTHROPIC_API_KEY: not set; the claude provider needs it"]
+        if provider == "codex":
+            ready = clients.configured("codex")
+            return [] if ready else ["OPENAI_API_KEY: not set; the codex provider needs it"]
+        if provider != "chat":
+            return [f"unknown provider {provider!r}; use {', '.join(PROVIDERS)}"]
+        chat = settings.chat
+        if chat is None:
+            return [
+                "COCKPIT_CHAT_BASE_URL: not set; the chat provider needs the server's"
+                " OpenAI-compatible base URL (and COCKPIT_CHAT_MODEL)"
+            ]
+        return await _probe_chat(clients, chat.model)
+    finally:
+        await clients.close()
+
+
+async def _probe_chat(clients: ModelClients, model: str) -> list[str]:
+    provider = clients.provider("chat")
+    assert isinstance(provider, ChatProvider)
+    endpoint = provider.endpoint
+    try:
+        page = await endpoint.client.models.list(
+            extra_headers=endpoint.headers, timeout=PROBE_TIMEOUT
+        )
+    except openai.APIConnectionError as exc:
+        return [
+            f"COCKPIT_CHAT_BASE_URL: the chat server did not answer ({exc.__class__.__name__});"
+            " is it running, and is the URL right (it usually ends in /v1)?"
+        ]
+    except openai.APIStatusError as exc:
+        said = " ".join(server_said(exc.body).split())[:200]
+        if exc.status_code in (401, 403):
+            unset = " (none is set)" if endpoint.keyless else ""
+            return [
+                f"COCKPIT_CHAT_API_KEY: the chat server refused the key{unset}"
+                f" ({exc.status_code}); set it to the key the server expects"
+            ]
+        if exc.status_code == 404:
+            return [
+                "COCKPIT_CHAT_BASE_URL: the chat server has no /models there (404); the base"
+                " URL usually ends in /v1 (Azure OpenAI: https://RESOURCE.openai.azure.com"
+                "/openai/v1/)"
+            ]
+        return [f"COCKPIT_CHAT_BASE_URL: GET /models answered {exc.status_code} ({said})"]
+    host = (endpoint.client.base_url.host or "").lower()
+    if host.endswith(AZURE_HOSTS):
+        return []  # deployments are not listed; the deployment name is checked by its first run
+    served = [m.id for m in page.data]
+    if model in served or f"{model}{OLLAMA_DEFAULT_TAG}" in served:
+        return []
+    listed = ", ".join(served[:12]) + (" …" if len(served) > 12 else "")
+    return [
+        f"COCKPIT_CHAT_MODEL: the chat server does not list {model}"
+        + (f" (it serves: {listed}); set it to one of them" if served else " (it lists none)")
+    ]

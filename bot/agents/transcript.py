@@ -1,5 +1,5 @@
-"""Pure: a session's native messages (Claude's or Codex's shapes) as plain text, and the capped
-excerpt of a parent conversation that a cross-review child is given."""
+"""Pure: a session's native messages (Claude's, Codex's or Chat Completions' shapes) as plain
+text, and the capped excerpt of a parent conversation that a cross-review child is given."""
 
 from __future__ import annotations
 
@@ -51,8 +51,15 @@ def _parts(item: dict[str, Any]) -> list[str]:
     if kind == "reasoning":
         return []
     content = item.get("content")
-    if isinstance(content, str):
-        return [content]
+    if item.get("role") == "tool":  # Chat Completions: a tool's result
+        return [f"[tool result] {_clip(str(content or ''), TOOL_OUTPUT_CHARS)}"]
+    calls = [
+        f"[called {c['function'].get('name')} {_arguments(c['function'].get('arguments'))}]"
+        for c in item.get("tool_calls") or []
+        if isinstance(c, dict) and isinstance(c.get("function"), dict)
+    ]  # Chat Completions: an assistant message's calls
+    if content is None or isinstance(content, str):
+        return [content or "", *calls]
     parts = []
     for block in content or []:
         block_type = block.get("type")
@@ -73,8 +80,8 @@ def answer_text(item: dict[str, Any]) -> str:
     if item.get("role") != "assistant":
         return ""
     content = item.get("content")
-    if isinstance(content, str):
-        return content.strip()
+    if content is None or isinstance(content, str):
+        return (content or "").strip()
     texts = [b.get("text", "") for b in content or [] if b.get("type") in ("text", "output_text")]
     return "\n".join(texts).strip()
 
@@ -87,11 +94,29 @@ def tool_call(item: dict[str, Any], name: str) -> dict[str, Any] | None:
         except ValueError:
             return None
         return value if isinstance(value, dict) else None
+    for call in item.get("tool_calls") or []:  # Chat Completions
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and function.get("name") == name:
+            try:
+                value = json.loads(function.get("arguments") or "{}")
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
     content = item.get("content")
     for block in content if isinstance(content, list) else []:
         if block.get("type") == "tool_use" and block.get("name") == name:
             return block.get("input") or {}
     return None
+
+
+def calls_tools(item: dict[str, Any]) -> bool:
+    """Whether a native message makes tool calls, whichever provider wrote it."""
+    if item.get("type") == "function_call" or item.get("tool_calls"):
+        return True
+    content = item.get("content")
+    return isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_use" for b in content
+    )
 
 
 def to_lines(messages: list[tuple[str, str, dict[str, Any]]]) -> list[Line]:

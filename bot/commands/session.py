@@ -7,6 +7,7 @@ from importlib import resources
 
 from bot.agents.base import AgentError
 from bot.agents.budget import DailyBudgetSpent, refuse_when_spent
+from bot.agents.providers import other_provider
 from bot.agents.transcript import answer_text, feedback
 from bot.commands.draft import current_draft
 from bot.commands.parse import Command
@@ -26,10 +27,6 @@ from bot.texts import message
 def default_instructions() -> str:
     path = resources.files("templates").joinpath("prompts", "cross_review_default.md")
     return path.read_text().strip()
-
-
-def other_provider(name: str) -> str:
-    return next((p for p in PROVIDERS if p != name), name)
 
 
 async def _draft_and_reviewer(pr: PullRequest) -> tuple[Review, Session]:
@@ -71,7 +68,7 @@ async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
     review, parent = await _draft_and_reviewer(pr)
     if review.state != state.DRAFT:
         raise CommandFailed(message("published_review_again"))
-    provider = str(cmd.flag("with") or other_provider(review.provider))
+    provider = str(cmd.flag("with") or other_provider(review.provider, pr.ctx.models.available()))
     if provider not in PROVIDERS:
         raise CommandFailed(message("bad_choice", flag="with", choices=PROVIDERS))
     active = await _active_child(pr, parent)

@@ -86,6 +86,8 @@ def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: 
     failed = sum(len(run.failed) for run in result.runs)
     if failed:
         out.write(say("failed_cases", count=failed, resume=resume) + "\n")
+    if result.judge_unreadable:
+        out.write(say("unreadable", count=result.judge_unreadable, judge=result.judge) + "\n")
     if result.source_changed:
         out.write(say("source_changed", repos=result.source_changed) + "\n")
     report, chart = write_report(result, Path(args.report_dir), resume=resume)
@@ -110,20 +112,27 @@ def cmd_golden_from_reviews(args: argparse.Namespace, out: TextIO = sys.stdout) 
 
 
 async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
-    from bot.evals.from_reviews import golden_from_reviews
+    """Exit 0 with a file written; 2 when there is nothing to make it from (no database
+    where the server keeps its data, or no published review of the repository): nothing is
+    created then, neither a database nor an empty file."""
+    from bot.evals.from_reviews import check_repo, golden_from_reviews, published_repos
     from bot.records.sqlite import Database
 
     try:
         settings = load_settings(github=False)
-    except ConfigError as exc:
+        check_repo(args.repo)
+    except (ConfigError, ValueError) as exc:
         return _error(str(exc))
+    if not settings.db_path.is_file():
+        return _error(say("no_database", path=settings.db_path, data_dir=settings.data_dir))
     db = await Database.open(settings.db_path)
     try:
         golden = await golden_from_reviews(db, args.repo)
-    except ValueError as exc:
-        return _error(str(exc))
+        others = [] if golden["cases"] else await published_repos(db)
     finally:
         await db.close()
+    if not golden["cases"]:
+        return _error(say("no_reviews", path=settings.db_path, repo=args.repo, others=others))
     name = args.repo.replace("/", "-")
     path = Path(args.out or Path("eval") / "golden" / f"{name}-from-reviews.json")
     write_golden(path, golden)
@@ -146,15 +155,20 @@ def cmd_import_martian(args: argparse.Namespace, out: TextIO = sys.stdout) -> in
 
 
 async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
+    """Exit 0 when the file is written (shas pending without --resolve, or for PRs GitHub
+    does not know); 1 when --resolve could not ask GitHub about some case (the file is still
+    written, those shas pending); 2 when nothing could be converted."""
     from bot.evals.martian import martian_golden, resolve_with_github
 
     directory = Path(args.dir)
+    resolution, api_url = None, None
     try:
         golden = martian_golden(directory)
         pending = len(golden["cases"])
         if args.resolve:
-            settings = load_settings(github=False)
-            pending = await resolve_with_github(golden, settings.api_url)
+            api_url = load_settings(github=False).api_url
+            resolution = await resolve_with_github(golden, api_url)
+            pending = resolution.pending
     except (GoldenError, ConfigError) as exc:
         return _error(str(exc))
     except OSError as exc:
@@ -172,7 +186,21 @@ async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
             labels=sum(len(c["labels"]) for c in golden["cases"]),
             files=len(list(directory.glob("*.json"))),
             pending=pending,
+            resolution=resolution,
         )
         + "\n"
     )
+    if resolution is not None and resolution.failed:
+        reasons = sorted({reason for _, reason in resolution.failed})
+        sys.stderr.write(
+            say(
+                "unresolved",
+                count=len(resolution.failed),
+                api_url=api_url,
+                reasons=reasons,
+                cases=[case for case, _ in resolution.failed],
+            )
+            + "\n"
+        )
+        return EXIT_CASE_FAILED
     return EXIT_OK

@@ -11,8 +11,8 @@ import datetime as dt
 import re
 from typing import Any
 
+from bot.records import evals
 from bot.records.database import Database
-from bot.records.evals import posted_reviews
 from bot.records.reviews import load_findings
 from bot.records.types import Finding
 from bot.review import state
@@ -30,13 +30,22 @@ def _label(finding: Finding) -> dict[str, Any]:
     return label
 
 
-async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
-    """The repository's posted reviews (the newest per PR) as a golden document."""
+def check_repo(repo: str) -> None:
     if not _REPO.fullmatch(repo):
         raise ValueError("--repo must be OWNER/NAME")
+
+
+async def published_repos(db: Database) -> list[str]:
+    """The repositories with at least one published review here."""
+    return await evals.repos_with_reviews(db, state.POSTED)
+
+
+async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
+    """The repository's posted reviews (the newest per PR) as a golden document."""
+    check_repo(repo)
     cases = []
     clone_url = None
-    for review, pull in await posted_reviews(db, repo, state.POSTED):
+    for review, pull in await evals.posted_reviews(db, repo, state.POSTED):
         findings = await load_findings(db, review.id)
         published = [f for f in findings if f.state == state.KEPT]
         declined = [f for f in findings if f.state in (state.DROPPED, state.SKIPPED)]

@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,7 +26,7 @@ from bot.texts import render
 LINE_WINDOW = 10  # a finding this many lines from a label's line can still be about it
 LOCATED_MIN = 0.10  # word overlap needed when path (and line) agree
 TEXT_MIN = 0.30  # word overlap needed when the label has no path (free-text labels)
-JUDGES = ("lexical", "claude", "codex")
+JUDGES = ("lexical", "claude", "codex", "chat")
 _STOPWORDS = """a an and are as at be been but by can could do does for from has have how if in
 into is it its may might more must no not of on once only or other should so some such than that
 the their them then there these they this those to too under up use used uses using was were
@@ -34,7 +34,7 @@ what when where which while will with would you your"""
 STOPWORDS = frozenset(_STOPWORDS.split())
 _WORD = re.compile(r"[a-z0-9]+")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
-_JSON_OBJECT = re.compile(r"\{.*\}", re.S)
+_DECODER = json.JSONDecoder()
 
 
 @dataclass(frozen=True)
@@ -166,16 +166,32 @@ class Answer:
     reasoning: str
 
 
+def _objects(text: str) -> Iterator[Any]:
+    """Every JSON object in `text`, in order: a decoder tried at each `{` (prose, code
+    fences or stray braces around the answer are skipped, not mistaken for it)."""
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, end = _DECODER.raw_decode(text, start)
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        yield value
+        start = text.find("{", end)
+
+
 def parse_answer(text: str) -> Answer | None:
-    """The judge's JSON answer, or None when there is none to read."""
-    found = _JSON_OBJECT.search(text or "")
-    if found is None:
-        return None
-    try:
-        data = json.loads(found.group(0))
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("match"), bool):
+    """The judge's answer: the first JSON object with a boolean `match`, or None when there
+    is none to read (the caller counts those)."""
+    data = next(
+        (
+            o
+            for o in _objects(text or "")
+            if isinstance(o, dict) and isinstance(o.get("match"), bool)
+        ),
+        None,
+    )
+    if data is None:
         return None
     confidence = data.get("confidence", 1.0)
     if isinstance(confidence, bool) or not isinstance(confidence, int | float):
@@ -206,10 +222,15 @@ class LLMJudge:
         self.model = self._provider.model
         self._system = prompt_text("judge")
         self._limit = asyncio.Semaphore(self.concurrency)
+        # The whole question as the model reads it, without the two texts: when the prompt
+        # changes (an upgrade, an edit), cached answers to the old question no longer count.
+        question = render("prompts/judge_request.md.j2", finding="\0", label="\0")
+        self._prompt_key = _key(f"{self._system}\0{question}")
 
     @property
     def cost_usd(self) -> float | None:
-        costs = [cost_usd(model, usage) for model, usage in self.usage.items()]
+        rate = self._provider.fallback_rate
+        costs = [cost_usd(model, usage, rate) for model, usage in self.usage.items()]
         return None if None in costs else sum(c for c in costs if c is not None)
 
     @property
@@ -230,7 +251,8 @@ class LLMJudge:
         return matrix
 
     async def _judge(self, finding: str, label: str) -> Answer | None:
-        keys = (self.name, self.model, _key(finding), _key(label))
+        # The label's key covers the prompt too (one cache row per question actually asked).
+        keys = (self.name, self.model, _key(finding), _key(f"{self._prompt_key}\0{label}"))
         known = await evals.judgement(self.db, keys)
         if known is not None:
             self.cached += 1
@@ -258,6 +280,8 @@ class LLMJudge:
         for attempt in range(1, 6):
             try:
                 reply = await provider.send(request)
+            except AgentError:  # the provider said what is wrong (a chat server's refusal)
+                raise
             except Exception as exc:
                 advice = provider.transient(exc)
                 if advice is None or attempt == 5:
@@ -276,6 +300,6 @@ class LLMJudge:
 def make_judge(name: str, db: Database, models: ModelClients, model: str | None = None) -> Judge:
     if name == "lexical":
         return LexicalJudge()
-    if name in ("claude", "codex"):
+    if name in JUDGES[1:]:
         return LLMJudge(db, models, name, model)
     raise AgentError(f"unknown judge {name!r}; use {', '.join(JUDGES)}")

@@ -14,7 +14,7 @@ import json
 import os
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,23 @@ def martian_golden(directory: Path) -> dict[str, Any]:
 Fetch = Callable[[PullRef], Awaitable[dict[str, Any]]]
 
 
+class PullNotFound(GoldenError):
+    """GitHub answered 404: it does not know this pull request (asking again will not help)."""
+
+
+@dataclass
+class Resolution:
+    """What `--resolve` could not do: PRs GitHub does not know, and cases it could not be
+    asked about (network, rate limit, a server error), with the reason."""
+
+    unknown: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def pending(self) -> int:
+        return len(self.unknown) + len(self.failed)
+
+
 def github_fetcher(session: aiohttp.ClientSession, api_url: str, token: str | None) -> Fetch:
     """`GET /repos/{owner}/{repo}/pulls/{number}` on the API base (never a URL from data)."""
     headers = {"Accept": "application/vnd.github+json", "User-Agent": "pr-cockpit-eval"}
@@ -123,6 +140,8 @@ def github_fetcher(session: aiohttp.ClientSession, api_url: str, token: str | No
     async def fetch(ref: PullRef) -> dict[str, Any]:
         url = f"{api_url.rstrip('/')}/repos/{ref.owner}/{ref.name}/pulls/{ref.number}"
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(30)) as resp:
+            if resp.status == 404:
+                raise PullNotFound(f"GitHub does not know {ref.owner}/{ref.name}#{ref.number}")
             if resp.status != 200:
                 raise GoldenError(
                     f"GitHub answered {resp.status} for {ref.owner}/{ref.name}#{ref.number}"
@@ -132,34 +151,42 @@ def github_fetcher(session: aiohttp.ClientSession, api_url: str, token: str | No
     return fetch
 
 
-async def resolve_shas(golden: dict[str, Any], fetch: Fetch, *, concurrency: int = 4) -> int:
-    """Fill in each case's base and head sha from GitHub; returns how many are still pending."""
+async def resolve_shas(golden: dict[str, Any], fetch: Fetch, *, concurrency: int = 4) -> Resolution:
+    """Fill in each case's base and head sha from GitHub; says which stay pending and why."""
     limit = asyncio.Semaphore(concurrency)
+    resolution = Resolution()
 
-    async def one(case: dict[str, Any]) -> bool:
+    async def one(case: dict[str, Any]) -> None:
         async with limit:
             try:
                 data = await fetch(parse_pr_url(case["url"]))
-            except (GoldenError, aiohttp.ClientError, TimeoutError, ValueError):
-                return False  # this one stays pending; the note says how many
+            except PullNotFound:
+                resolution.unknown.append(case["id"])
+                return
+            except (GoldenError, ValueError) as exc:
+                resolution.failed.append((case["id"], str(exc)))
+                return
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                reason = f"GitHub could not be reached ({exc.__class__.__name__})"
+                resolution.failed.append((case["id"], reason))
+                return
         head, base = data.get("head") or {}, data.get("base") or {}
         if not isinstance(head.get("sha"), str) or not isinstance(base.get("sha"), str):
-            return False
+            resolution.failed.append((case["id"], "GitHub's answer has no head and base sha"))
+            return
         case["head_sha"], case["base_sha"] = head["sha"], base["sha"]
         if isinstance(base.get("ref"), str):
             case["base_ref"] = base["ref"]
-        return True
 
-    resolved = await asyncio.gather(*(one(case) for case in golden["cases"]))
-    pending = resolved.count(False)
-    if pending:
-        golden["note"] = f"{pending} case(s) still have pending shas"
+    await asyncio.gather(*(one(case) for case in golden["cases"]))
+    if resolution.pending:
+        golden["note"] = f"{resolution.pending} case(s) still have pending shas"
     else:
         golden.pop("note", None)
-    return pending
+    return resolution
 
 
-async def resolve_with_github(golden: dict[str, Any], api_url: str) -> int:
+async def resolve_with_github(golden: dict[str, Any], api_url: str) -> Resolution:
     token = os.environ.get("GITHUB_TOKEN") or None
     async with aiohttp.ClientSession() as session:
         return await resolve_shas(golden, github_fetcher(session, api_url, token))

@@ -65,11 +65,10 @@ def _case_entry(case: CaseResult, variant: str, verify: bool) -> dict[str, Any]:
 def run_entries(result: EvalResult, run: ModelRun) -> list[dict[str, Any]]:
     """One entry per model without the verify pass, and one with it when it ran."""
     entries = []
-    done = [c for c in run.cases if not c.error]
     for variant in (ALL, VERIFIED) if run.verify else (ALL,):
         verify = variant == VERIFIED
-        total = run.total(variant)
-        tokens, usd, seconds = _variant_spend(done, verify)
+        total = run.total(variant)  # scores leave failed cases out; spend counts them
+        tokens, usd, seconds = _variant_spend(run.cases, verify)
         entries.append(
             {
                 "provider": run.provider,
@@ -103,6 +102,7 @@ def results_json(result: EvalResult) -> dict[str, Any]:
             "model": result.judge_model,
             "tokens": result.judge_tokens,
             "usd": result.judge_usd,
+            "unreadable": result.judge_unreadable,
         },
         "source_changed": result.source_changed,
         "runs": [entry for run in result.runs for entry in run_entries(result, run)],
@@ -212,13 +212,31 @@ def _plain(text: str) -> str:
     return ascii_only.replace("$", r"\$")
 
 
-def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tuple[Path, Chart]:
-    """`<directory>/eval-<batch>.md` and its chart `eval-<batch>-f1-cost.png`; `resume` says
-    how to run it again (the report outlives a temporary data directory)."""
+def reserve_report(directory: Path, batch: int, now: dt.datetime) -> Path:
+    """A report name no earlier report has: `eval-<UTC time>-run<batch>.md` (a new data
+    folder starts its run numbers at 1 again), `-2`, `-3`… within one second. The file is
+    created here, exclusively, so two runs never write to one name."""
     directory.mkdir(parents=True, exist_ok=True)
+    stem = f"eval-{now.strftime('%Y%m%d-%H%M%S')}-run{batch}"
+    path, n = directory / f"{stem}.md", 1
+    while True:
+        try:
+            path.open("x").close()
+            return path
+        except FileExistsError:
+            n += 1
+            path = directory / f"{stem}-{n}.md"
+
+
+def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tuple[Path, Chart]:
+    """The markdown report (see `reserve_report` for its name) and its chart beside it,
+    `<name>-f1-cost.png`; `resume` says how to run it again (the report outlives a temporary
+    data directory). Nothing already there is overwritten."""
+    now = dt.datetime.now(dt.UTC)
+    path = reserve_report(directory, result.batch, now)
     entries = [entry for run in result.runs for entry in run_entries(result, run)]
     chart = draw_chart(
-        chart_spec(entries, result.batch), directory / f"eval-{result.batch}-f1-cost.png"
+        chart_spec(entries, result.batch), path.with_name(f"{path.stem}-f1-cost.png")
     )
     markdown = render(
         "eval/report.md.j2",
@@ -230,12 +248,11 @@ def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tupl
         chart_missing=chart.missing,
         chart_extra=CHART_EXTRA,
         resume=resume,
-        when=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        when=now.strftime("%Y-%m-%d %H:%M UTC"),
         pct=pct,
         num=num,
         usd_text=usd_text,
     )
-    path = directory / f"eval-{result.batch}.md"
     path.write_text(markdown, encoding="utf-8")
     return path, chart
 

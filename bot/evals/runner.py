@@ -23,12 +23,13 @@ from bot.evals.judges import EvalFinding, Judge, make_judge
 from bot.evals.scoring import Counts, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
 from bot.records import evals
-from bot.records.runs import run_spend
-from bot.records.sessions import end_session
+from bot.records.runs import session_spend as ledger_spend
+from bot.records.sessions import end_session, prune_detached_sessions
 from bot.records.sqlite import Database
 from bot.records.types import DraftFinding
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
 from bot.review.verify import apply_verification, choose_provider, verify_draft
+from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
 from bot.worktrees import GitError
 
 ALL, VERIFIED = "all", "verified"  # the findings scored: every one, or those not refuted
@@ -78,6 +79,12 @@ class CaseResult:
     counts: dict[str, Counts] = field(default_factory=dict)
     pairs: dict[int, int] = field(default_factory=dict)  # finding index → label index
 
+    def add_spend(self, review: Spend, verify: Spend) -> None:
+        self.review_tokens += review.tokens
+        self.review_usd = add_usd(self.review_usd, review.usd)
+        self.verify_tokens += verify.tokens
+        self.verify_usd = add_usd(self.verify_usd, verify.usd)
+
     def to_scores(self) -> dict[str, Any]:
         return {
             "counts": {name: c.to_dict() for name, c in self.counts.items()},
@@ -123,6 +130,7 @@ class EvalResult:
     judge_model: str | None
     judge_tokens: int = 0
     judge_usd: float | None = 0.0
+    judge_unreadable: int = 0  # LLM judge answers with no verdict to read: scored "no match"
     source_changed: list[str] = field(default_factory=list)
 
     @property
@@ -135,11 +143,27 @@ def add_usd(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a + b
 
 
-async def spend(db: Database, run_id: int | None) -> tuple[int, float | None]:
-    """Tokens and USD of one `runs` row (USD None when the model has no known rate)."""
-    if run_id is None:
-        return 0, 0.0
-    return await run_spend(db, run_id)
+@dataclass(frozen=True)
+class Spend:
+    """Tokens and USD (None when a model has no known rate)."""
+
+    tokens: int = 0
+    usd: float | None = 0.0
+
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(self.tokens + other.tokens, add_usd(self.usd, other.usd))
+
+
+async def session_spend(db: Database, session_id: int) -> tuple[Spend, Spend]:
+    """What the runs ledger holds for a case's review session and the sessions started
+    from it (the verify pass), as (review, verify): every run, failed ones included."""
+    review, verify = Spend(), Spend()
+    for subkind, tokens, usd in await ledger_spend(db, session_id):
+        if subkind == "verify":
+            verify += Spend(tokens, usd)
+        else:
+            review += Spend(tokens, usd)
+    return review, verify
 
 
 class Progress:
@@ -162,9 +186,16 @@ class Runner:
     progress: Progress
 
     async def run_case(self, run: ModelRun, golden: Golden, case: Case, index: int) -> CaseResult:
+        """Review (and verify) one case. What it spent comes from the runs ledger, so a case
+        that fails half-way still shows, and counts, what its model runs cost."""
         result = CaseResult(case, str(golden.path))
         started = time.monotonic()
         prepared = None
+        sessions: list[int] = []
+
+        async def opened(session_id: int) -> None:
+            sessions.append(session_id)
+
         try:
             prepared = await self.sources.prepare(case, f"eval-{run.id}-{index}")
             result.head_sha, result.notes = prepared.tree.head_sha, prepared.notes
@@ -179,10 +210,7 @@ class Runner:
                 config=await self.sources.repo_config(prepared.key),
                 model=run.model,
             )
-            draft = await review_worktree(reviewer, prepared.tree, request)
-            if draft.session_id is not None:  # no PR to talk about it later: the talk ends
-                await end_session(self.db, draft.session_id)
-            result.review_tokens, result.review_usd = await spend(self.db, draft.run_id)
+            draft = await review_worktree(reviewer, prepared.tree, request, on_session=opened)
             rows = draft.findings
             if run.verify and rows:
                 rows = await self._verify(run, reviewer, prepared.tree, request, draft, result)
@@ -190,8 +218,12 @@ class Runner:
         except (AgentError, GitError, OSError) as exc:
             result.error = str(exc) or exc.__class__.__name__
         finally:
+            for session_id in sessions:  # no PR to talk about it later: the talk ends
+                await end_session(self.db, session_id, failed=result.error)
             if prepared is not None:
                 await self.sources.release(prepared)
+        for session_id in sessions:
+            result.add_spend(*await session_spend(self.db, session_id))
         result.wall_seconds = time.monotonic() - started
         return result
 
@@ -211,7 +243,6 @@ class Runner:
         )
         result.verify_seconds = time.monotonic() - started
         result.verify_error = verification.error
-        result.verify_tokens, result.verify_usd = await spend(self.db, verification.run_id)
         return apply_verification(draft.findings, verification)
 
     async def score(self, result: CaseResult) -> None:
@@ -267,6 +298,15 @@ class Runner:
         ]
         await evals.store_case(self.db, run.id, result.case.id, case, findings)
 
+    async def earlier_spend(self, run: ModelRun, case: Case) -> tuple[Spend, Spend]:
+        """What earlier failed attempts at this case spent (it runs again on `--resume`):
+        the run's totals keep counting it."""
+        saved = json.loads(await evals.failed_case_scores(self.db, run.id, case.id) or "{}")
+        return (
+            Spend(saved.get("review_tokens", 0), saved.get("review_usd", 0.0)),
+            Spend(saved.get("verify_tokens", 0), saved.get("verify_usd", 0.0)),
+        )
+
     async def load_case(self, run: ModelRun, golden: Golden, case: Case) -> CaseResult | None:
         """A case this run already finished (on `--resume`), or None to run it (again)."""
         done = await evals.done_case(self.db, run.id, case.id)
@@ -299,7 +339,9 @@ class Runner:
             async with limit:
                 result = await self.load_case(run, golden, case)
                 if result is None:
+                    earlier = await self.earlier_spend(run, case)
                     result = await self.run_case(run, golden, case, index)
+                    result.add_spend(*earlier)
                 if result.error is None:
                     try:
                         await self.score(result)
@@ -320,10 +362,9 @@ class Runner:
         strict = final.strict
         usd: float | None = 0.0
         tokens = 0
-        for case in run.cases:
-            if not case.error:
-                usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd))
-                tokens += case.review_tokens + case.verify_tokens
+        for case in run.cases:  # failed ones too: what they spent was spent
+            usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd))
+            tokens += case.review_tokens + case.verify_tokens
         scores = {name: run.total(name).to_dict() for name in (ALL, VERIFIED)}
         await evals.finish_run(
             self.db,
@@ -342,11 +383,22 @@ class Runner:
 def resolve_models(settings: Settings, provider: str, models: Sequence[str]) -> tuple[str, ...]:
     if provider not in PROVIDERS:
         raise EvalError(f"--provider must be one of {', '.join(PROVIDERS)}")
-    default = settings.claude_model if provider == "claude" else settings.codex_model
-    chosen = tuple(m.strip() for m in models if m.strip()) or (default,)
+    chosen = tuple(m.strip() for m in models if m.strip()) or (default_model(settings, provider),)
     if len(set(chosen)) != len(chosen):
         raise EvalError("--model lists a model twice")
     return chosen
+
+
+def default_model(settings: Settings, provider: str) -> str:
+    if provider == "claude":
+        return settings.claude_model
+    if provider == "codex":
+        return settings.codex_model
+    if settings.chat is None:
+        raise EvalError(
+            "--provider chat needs COCKPIT_CHAT_BASE_URL and COCKPIT_CHAT_MODEL (or --model)"
+        )
+    return settings.chat.model
 
 
 async def _create_batch(
@@ -394,6 +446,9 @@ async def run_eval(
     db = await Database.open(settings.db_path)
     models = ModelClients(settings)
     try:
+        # Eval conversations go as the server's go, 30 days on (an eval may be the only
+        # user of its data folder, with no server's maintenance to do it).
+        await prune_detached_sessions(db, time.time() - CONVERSATION_TTL, PRUNE_CHUNK)
         if resume is not None:
             options, runs = await _load_batch(db, resume)
         elif options is None:
@@ -405,8 +460,7 @@ async def run_eval(
             raise EvalError(str(exc)) from exc
         verify_provider = None
         if options.verify:
-            configured = [p for p in PROVIDERS if models.configured(p)]
-            verify_provider = choose_provider(options.provider, None, configured)
+            verify_provider = choose_provider(options.provider, None, models.available())
         if resume is None:
             runs = await _create_batch(db, options, verify_provider, options.judge)
         cases = [(golden, case) for golden in goldens for case in golden.cases]
@@ -433,6 +487,7 @@ async def run_eval(
             await evals.fail_batch(db, result.batch)
         result.judge_tokens = getattr(judge, "tokens", 0)
         result.judge_usd = getattr(judge, "cost_usd", 0.0)
+        result.judge_unreadable = getattr(judge, "unreadable", 0)
         return result
     finally:
         await models.close()

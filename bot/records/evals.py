@@ -104,6 +104,15 @@ async def done_case(
     return EvalCase.from_row(row), [StoredEvalFinding.from_row(f) for f in findings]
 
 
+async def failed_case_scores(db: Database, run_id: int, case_id: str) -> str | None:
+    """The scores (JSON) a failed attempt at the case stored, None when there was none."""
+    row = await db.fetchone(
+        "SELECT scores FROM eval_cases WHERE eval_run_id = ? AND case_id = ? AND status = 'failed'",
+        (run_id, case_id),
+    )
+    return row["scores"] if row is not None else None
+
+
 async def judgement(db: Database, keys: tuple[str, str, str, str]) -> tuple | None:
     """(match, confidence, reasoning) a judge gave for (judge, model, finding, label)."""
     row = await db.fetchone(
@@ -145,3 +154,13 @@ async def posted_reviews(db: Database, repo: str, posted: str) -> list[tuple[Rev
         pull = await db.fetchone("SELECT * FROM pulls WHERE id = ?", (row["pull_id"],))
         found.append((Review.from_row(row), Pull.from_row(pull)))
     return found
+
+
+async def repos_with_reviews(db: Database, posted: str) -> list[str]:
+    """The repositories with at least one review in state `posted`, by name."""
+    rows = await db.fetchall(
+        "SELECT DISTINCT p.repo FROM reviews r JOIN pulls p ON p.id = r.pull_id"
+        " WHERE r.state = ? ORDER BY p.repo",
+        (posted,),
+    )
+    return [row["repo"] for row in rows]

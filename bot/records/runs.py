@@ -130,12 +130,16 @@ async def session_cost(db: Database, session_id: int) -> float | None:
     return None if None in costs else sum(c for c in costs if c is not None)
 
 
-async def run_spend(db: Database, run_id: int) -> tuple[int, float | None]:
-    """Tokens and USD of one run (USD None when its model has no known rate)."""
-    usage = await db.fetchone(
-        "SELECT COALESCE(SUM(input_tokens + output_tokens + cache_read_tokens"
-        " + cache_write_tokens), 0) FROM run_usage WHERE run_id = ?",
-        (run_id,),
+async def session_spend(
+    db: Database, session_id: int
+) -> list[tuple[str | None, int, float | None]]:
+    """(subkind, tokens, USD) of every run of the session and of the sessions started from
+    it (a verify pass), failed runs included; USD None when a model has no known rate."""
+    rows = await db.fetchall(
+        "SELECT r.subkind, r.cost_usd, (SELECT COALESCE(SUM(u.input_tokens + u.output_tokens"
+        " + u.cache_read_tokens + u.cache_write_tokens), 0) FROM run_usage u"
+        " WHERE u.run_id = r.id) AS tokens FROM runs r WHERE r.session_id IN"
+        " (SELECT id FROM sessions WHERE id = ? OR parent_session_id = ?)",
+        (session_id, session_id),
     )
-    run = await db.fetchone("SELECT cost_usd FROM runs WHERE id = ?", (run_id,))
-    return int(usage[0]), (run["cost_usd"] if run is not None else None)
+    return [(row["subkind"], int(row["tokens"]), row["cost_usd"]) for row in rows]

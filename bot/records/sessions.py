@@ -287,4 +287,19 @@ async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> 
         " LIMIT ?)",
     ):
         total += await delete_in_chunks(db, sql, older_than, chunk)
+    return total + await prune_detached_sessions(db, older_than, chunk)
+
+
+async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -> int:
+    """Delete the sessions of no PR (eval replays make them) last touched before
+    `older_than`, and their messages: nobody can continue one, having no PR to comment on.
+    The cost ledger keeps their runs."""
+    detached = "SELECT id FROM sessions WHERE pull_id IS NULL AND updated_at < ?"
+    total = 0
+    for sql in (
+        f"DELETE FROM messages WHERE session_id IN ({detached}"
+        " AND id IN (SELECT session_id FROM messages) LIMIT ?)",
+        f"DELETE FROM sessions WHERE id IN ({detached} LIMIT ?)",
+    ):
+        total += await delete_in_chunks(db, sql, older_than, chunk)
     return total

@@ -44,12 +44,16 @@ class Database:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         conn.row_factory = sqlite3.Row
-        await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute("PRAGMA synchronous=NORMAL")
-        await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-        await conn.execute("PRAGMA foreign_keys=ON")
         db = cls(conn)
-        await db.migrate()
+        try:
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute("PRAGMA synchronous=NORMAL")
+            await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            await conn.execute("PRAGMA foreign_keys=ON")
+            await db.migrate()
+        except BaseException:
+            await conn.close()  # its thread would keep the process alive
+            raise
         return db
 
     async def close(self) -> None:

@@ -17,7 +17,6 @@ import gidgethub
 
 from bot.agents.base import AgentError
 from bot.agents.budget import budget_used_up
-from bot.config import PROVIDERS
 from bot.github import describe_failure, github_transient
 from bot.logs import log_context
 from bot.queue import REVIEWS, Job
@@ -191,7 +190,7 @@ class ReviewJob:
             provider = choose_provider(
                 request.provider,
                 config.verify_provider,
-                [p for p in PROVIDERS if ctx.models.configured(p)],
+                ctx.models.available(),
             )
             progress.phase = f"verifying {len(findings)} finding(s) with {provider}"
             await update_review(ctx.db, review_id, progress=progress.phase)

@@ -160,7 +160,10 @@ async def review_worktree(
     *,
     on_tool_call: Callable[[str], Awaitable[None]] | None = None,
     on_plan: Callable[[tuple[tuple[str, str], ...]], Awaitable[None]] | None = None,
+    on_session: Callable[[int], Awaitable[None]] | None = None,
 ) -> Draft:
+    """Review the worktree; `on_session` hears the reviewer's session id as soon as it
+    exists (an eval counts what a failed review spent from the runs of that session)."""
     diff = await pr_diff(tree)
     plan = plan_files(diff, request.config)
     if on_plan is not None:
@@ -175,6 +178,8 @@ async def review_worktree(
         pull_id=request.pull_id,
         review_id=request.review_id,
     )
+    if on_session is not None:
+        await on_session(session.id)
     prompt = render(
         "prompts/review_request.md.j2",
         number=request.number,

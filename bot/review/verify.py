@@ -18,9 +18,9 @@ from typing import Any
 
 from bot.agents.base import AgentError
 from bot.agents.loop import FinalAnswer
+from bot.agents.providers import other_provider
 from bot.agents.submit import InvalidAnswer
 from bot.agents.toolbox import Toolbox
-from bot.config import PROVIDERS
 from bot.records.sessions import end_session, start_verify_session
 from bot.records.types import DraftFinding
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
@@ -123,12 +123,11 @@ def parse_verification(data: Any, *, count: int) -> dict[int, Verdict]:
 def choose_provider(
     reviewer: str, configured_choice: str | None, available: Collection[str]
 ) -> str:
-    """The repository's `verify_provider` if set; else the other provider when it is
-    configured here (a cross-vendor check); else the reviewer's own provider."""
+    """The repository's `verify_provider` if set; else the other provider configured here (a
+    cross-vendor check; `other_provider`); else the reviewer's own provider."""
     if configured_choice:
         return configured_choice
-    others = [p for p in PROVIDERS if p != reviewer and p in available]
-    return others[0] if others else reviewer
+    return other_provider(reviewer, available)
 
 
 def apply_verification(

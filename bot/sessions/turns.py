@@ -18,6 +18,7 @@ from bot.agents.transcript import (
     MAX_BYTES,
     MAX_MESSAGES,
     answer_text,
+    calls_tools,
     excerpt,
     render,
     to_lines,
@@ -67,13 +68,7 @@ async def queue_turn(
 async def draft_message_id(ctx: Context, session_id: int) -> str | None:
     """The message in which the reviewer submitted its (latest) draft."""
     for message in reversed(await messages.messages(ctx.db, session_id)):
-        item = message.item
-        blocks = item.get("content") if isinstance(item.get("content"), list) else [item]
-        if any(
-            b.get("name") == "submit_review" and b.get("type") in ("tool_use", "function_call")
-            for b in blocks
-            if isinstance(b, dict)
-        ):
+        if tool_call(message.item, "submit_review") is not None:
             return message.id
     return None
 
@@ -205,7 +200,7 @@ class Turn:
         answered = None
         if done is not None and done[-1].role == "assistant":
             last = done[-1].item
-            if not _calls_tools(last):  # the answer was stored, then the process died
+            if not calls_tools(last):  # the answer was stored, then the process died
                 answered = answer_text(last) or None
         if answered is None:
             message = None if done is not None else self.text
@@ -340,10 +335,3 @@ class Turn:
             "reply.md.j2", kind=kind, prefix=self.ctx.settings.command_prefix, **context
         )
         return await self.publisher.comment(body)
-
-
-def _calls_tools(item: dict[str, Any]) -> bool:
-    if item.get("type") == "function_call":
-        return True
-    content = item.get("content")
-    return isinstance(content, list) and any(b.get("type") == "tool_use" for b in content)

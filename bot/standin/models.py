@@ -1,21 +1,27 @@
-"""Local stand-ins for the Anthropic Messages API and the OpenAI Responses API.
+"""Local stand-ins for the Anthropic Messages API, the OpenAI Responses API and an
+OpenAI-compatible Chat Completions server (vLLM, Ollama, llama.cpp, LiteLLM, Azure OpenAI).
 
 Real HTTP on 127.0.0.1, so the official SDK clients are exercised end to end (pointed here
-with ANTHROPIC_BASE_URL / OPENAI_BASE_URL). Each turn is answered by a `Policy`: a function
-of the conversation so far, normalised across providers, returning the next action.
+with ANTHROPIC_BASE_URL / OPENAI_BASE_URL / COCKPIT_CHAT_BASE_URL). Each turn is answered by
+a `Policy`: a function of the conversation so far, normalised across providers, returning
+the next action.
 
 They are as strict as the real APIs: a request the real API answers with 400 (a tool call
 left without its result, a result for an unknown call, a misplaced system message, an empty
 message, an invalid tool name …) gets the same status and error shape here, before any
-policy sees it (`anthropic_rejection`, `openai_rejection`), so every test catches it.
+policy sees it (`anthropic_rejection`, `openai_rejection`, `chat_rejection`), so every test
+catches it. The chat stand-in also has the known quirks of real servers, switched on one by
+one (`CHAT_QUIRKS`).
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import hashlib
 import itertools
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,10 +49,12 @@ class Conversation:
         return self.user_texts[-1] if self.user_texts else ""
 
     def result_of(self, name: str) -> str | None:
+        """The newest answer of a call to tool `name` that ran (an error is no answer: a
+        model calls again)."""
         for (called, _), result in zip(
             reversed(self.tool_calls), reversed(self.tool_results), strict=False
         ):
-            if called == name:
+            if called == name and not result.startswith(("error: ", '{"error": ')):
                 return result
         return None
 
@@ -308,6 +316,165 @@ def openai_rejection(body: dict[str, Any]) -> Rejection | None:
     return None
 
 
+_CHAT_ROLES = ("system", "assistant", "user", "function", "tool", "developer")
+
+
+def _empty(param: str) -> Rejection:
+    return Rejection(
+        f"Invalid '{param}': empty array. Expected an array with minimum length 1, but got an"
+        " empty array instead.",
+        param,
+        "empty_array",
+    )
+
+
+def chat_rejection(body: dict[str, Any]) -> Rejection | None:
+    """What a Chat Completions server answers 400 to, in OpenAI's wording (None: accepted).
+
+    OpenAI's rules: a call answered by `tool` messages right after its assistant message, a
+    `tool` message only there and only for a call of that message, no empty arrays, valid
+    tool names, `tool_choice` and `parallel_tool_calls` only with tools. And vLLM's: the
+    arguments of a call in the history are parsed (for the chat template), so they must be
+    JSON."""
+    tools = body.get("tools")
+    if tools is not None:
+        if not tools:
+            return _empty("tools")
+        for n, tool in enumerate(tools):
+            name = str((tool.get("function") or {}).get("name") or "")
+            param = f"tools[{n}].function.name"
+            if tool.get("type") != "function" or not _OPENAI_TOOL_NAME.match(name):
+                return Rejection(
+                    f"Invalid '{param}': string does not match pattern. Expected a string that"
+                    " matches the pattern '^[a-zA-Z0-9_-]+$'.",
+                    param,
+                    "invalid_value",
+                )
+            if len(name) > MAX_OPENAI_TOOL_NAME:
+                return Rejection(
+                    f"Invalid '{param}': string too long. Expected a string with maximum length"
+                    f" {MAX_OPENAI_TOOL_NAME}, but got a string with length {len(name)} instead.",
+                    param,
+                    "string_above_max_length",
+                )
+    for option in ("tool_choice", "parallel_tool_calls"):
+        if option in body and not tools:
+            return Rejection(
+                f"Invalid value for '{option}': '{option}' is only allowed when 'tools' are"
+                " specified.",
+                option,
+            )
+    for option in ("max_tokens", "max_completion_tokens"):
+        value = body.get(option)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            return Rejection(
+                f"Invalid '{option}': integer below minimum value. Expected a value >= 1, but"
+                f" got {value} instead.",
+                option,
+                "integer_below_min_value",
+            )
+    messages = body.get("messages")
+    if not messages:
+        return _empty("messages")
+    pending: list[str] = []  # calls of the last assistant message not yet answered
+    answering = False  # inside the run of `tool` messages after an assistant's calls
+    for n, message in enumerate(messages):
+        role = message.get("role")
+        if role not in _CHAT_ROLES:
+            return Rejection(
+                f"Invalid value: '{role}'. Supported values are: 'system', 'assistant', 'user',"
+                " 'function', 'tool', and 'developer'.",
+                f"messages[{n}].role",
+                "invalid_value",
+            )
+        if role != "tool" and pending:
+            return Rejection(
+                "An assistant message with 'tool_calls' must be followed by tool messages"
+                " responding to each 'tool_call_id'. The following tool_call_ids did not have"
+                f" response messages: {', '.join(pending)}",
+                f"messages.[{n}].role",
+            )
+        if role == "tool":
+            rejection = _chat_tool_message(n, message, answering, pending)
+            if rejection is not None:
+                return rejection
+            continue
+        answering = False
+        content = message.get("content")
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            if calls is not None and not calls:
+                return _empty(f"messages[{n}].tool_calls")
+            if content is None and not calls:
+                return Rejection(
+                    "Invalid value for 'content': expected a string, got null.",
+                    f"messages.[{n}].content",
+                )
+            for k, call in enumerate(calls or []):
+                arguments = (call.get("function") or {}).get("arguments")
+                if not call.get("id") or not _json_text(arguments):
+                    return Rejection(
+                        f"Invalid 'messages[{n}].tool_calls[{k}]': the call needs an id and its"
+                        " arguments as a JSON string.",
+                        f"messages[{n}].tool_calls[{k}]",
+                        "invalid_value",
+                    )
+            pending = [str(c["id"]) for c in calls or []]
+            answering = bool(pending)
+        elif content is None:
+            return Rejection(
+                f"Missing required parameter: 'messages[{n}].content'.",
+                f"messages[{n}].content",
+                "missing_required_parameter",
+            )
+        elif isinstance(content, list) and not content:
+            return _empty(f"messages[{n}].content")
+    if pending:
+        return Rejection(
+            "An assistant message with 'tool_calls' must be followed by tool messages"
+            " responding to each 'tool_call_id'. The following tool_call_ids did not have"
+            f" response messages: {', '.join(pending)}",
+            f"messages.[{len(messages) - 1}].role",
+        )
+    return None
+
+
+def _json_text(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _chat_tool_message(
+    n: int, message: dict[str, Any], answering: bool, pending: list[str]
+) -> Rejection | None:
+    if not answering:
+        return Rejection(
+            "Invalid parameter: messages with role 'tool' must be a response to a preceeding"
+            " message with 'tool_calls'.",
+            f"messages.[{n}].role",
+        )
+    call_id = message.get("tool_call_id")
+    if call_id not in pending:
+        return Rejection(
+            f"Invalid parameter: 'tool_call_id' of '{call_id}' not found in 'tool_calls' of"
+            " previous message.",
+            f"messages.[{n}].tool_call_id",
+        )
+    if message.get("content") is None:
+        return Rejection(
+            f"Missing required parameter: 'messages[{n}].content'.",
+            f"messages[{n}].content",
+            "missing_required_parameter",
+        )
+    pending.remove(call_id)
+    return None
+
+
 class _Standin(abc.ABC):
     path = ""
 
@@ -325,8 +492,19 @@ class _Standin(abc.ABC):
     async def start(self) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(self.path, self._handle)
+        app.router.add_get("/v1/models/{model}", self._model)
         self._runner, self.url = await serve_local(app)
         return self.url
+
+    async def _model(self, request: web.Request) -> web.Response:
+        """`GET /v1/models/{id}` (what `cockpit check-config` asks): every id exists here."""
+        if not request.headers.get("Authorization", "").startswith("Bearer "):
+            return self._error(401, "authentication_error", {})
+        return web.json_response(self.model_info(request.match_info["model"]))
+
+    def model_info(self, model: str) -> dict[str, Any]:
+        """The model object the real API answers (provider-specific where it differs)."""
+        return {"id": model, "object": "model", "created": 1735689600, "owned_by": "stand-in"}
 
     async def stop(self) -> None:
         if self._runner:
@@ -337,8 +515,11 @@ class _Standin(abc.ABC):
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         await self.gate.wait()
-        if not request.headers.get("Authorization", "").startswith("Bearer "):
+        if not self.authorized(request.headers.get("Authorization", "")):
             return self._error(401, "authentication_error", {})
+        refused = self.precheck(body)
+        if refused is not None:
+            return refused
         rejection = self.reject(body)
         if rejection is not None:
             self.rejected.append(rejection)
@@ -349,6 +530,14 @@ class _Standin(abc.ABC):
         if action.status != 200:
             return self._error(action.status, action.error_type, action.headers)
         return web.json_response(self.render(body, action))
+
+    def authorized(self, authorization: str) -> bool:
+        """The hosted APIs refuse a request without a key."""
+        return authorization.startswith("Bearer ")
+
+    def precheck(self, body: dict[str, Any]) -> web.Response | None:
+        """A refusal that is not a defect of the request (a server's quirk), or None."""
+        return None
 
     @abc.abstractmethod
     def reject(self, body: dict[str, Any]) -> Rejection | None:
@@ -373,6 +562,14 @@ class _Standin(abc.ABC):
 
 class AnthropicStandin(_Standin):
     path = "/v1/messages"
+
+    def model_info(self, model: str) -> dict[str, Any]:
+        return {
+            "type": "model",
+            "id": model,
+            "display_name": model,
+            "created_at": "2025-01-01T00:00:00Z",
+        }
 
     def reject(self, body: dict[str, Any]) -> Rejection | None:
         return anthropic_rejection(body)
@@ -537,6 +734,258 @@ class OpenAIStandin(_Standin):
                 "total_tokens": sum(action.usage),
             },
         }
+
+    def _error(self, status: int, error_type: str, headers: dict[str, str]) -> web.Response:
+        return web.json_response(
+            {
+                "error": {
+                    "message": "stand-in error",
+                    "type": error_type,
+                    "param": None,
+                    "code": error_type,
+                }
+            },
+            status=status,
+            headers=headers,
+        )
+
+
+# Known quirks of real Chat Completions servers, switched on one by one in `ChatStandin`:
+CHAT_QUIRKS = {
+    "no_tool_choice": "`tool_choice` is refused (400)",
+    "no_parallel_tool_calls": "`parallel_tool_calls` is refused (400); one call a reply",
+    "malformed_arguments": "a conversation's first call has arguments that are not JSON",
+    "malformed_arguments_always": "every call has arguments that are not JSON",
+    "text_instead_of_tool": "a conversation's first final answer comes as text, not a call",
+    "vllm_no_auto_tool_choice": "vLLM without --enable-auto-tool-choice: tools are a 400",
+    "no_usage": "answers carry no `usage`",
+    "max_completion_tokens_only": "`max_tokens` is refused (OpenAI's reasoning models)",
+    "no_system_role": "a chat template without a system role (Gemma's): `system` is a 400",
+}
+VLLM_AUTO_TOOLS = (
+    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+)
+FINAL_TOOLS = ("submit_review", "submit_verification")
+
+
+class ChatStandin(_Standin):
+    """An OpenAI-compatible Chat Completions server: `POST /v1/chat/completions` and
+    `GET /v1/models`, serving `models` (another model is a 404, as vLLM answers), with a key
+    (`api_key`, as `vllm serve --api-key`) or, by default, none: then any Authorization is
+    accepted, as local servers do. `quirks` names some of `CHAT_QUIRKS`; `context_tokens`
+    refuses longer requests as vLLM does (counting 4 characters a token, as a real tokenizer
+    roughly does). `refused` lists what a quirk refused (on purpose, unlike `rejected`)."""
+
+    path = "/v1/chat/completions"
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        models: tuple[str, ...] = ("scripted-reviewer",),
+        api_key: str | None = None,
+        quirks: set[str] | frozenset[str] = frozenset(),
+        context_tokens: int | None = None,
+    ) -> None:
+        super().__init__(policy)
+        unknown = set(quirks) - set(CHAT_QUIRKS)
+        if unknown:
+            raise ValueError(f"unknown quirks: {', '.join(sorted(unknown))}")
+        self.models = models
+        self.api_key = api_key
+        self.quirks = set(quirks)
+        self.context_tokens = context_tokens
+        self.refused: list[str] = []
+        self._quirked: set[tuple[str, str]] = set()  # (quirk, conversation) done once
+
+    async def start(self) -> str:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post(self.path, self._handle)
+        app.router.add_get("/v1/models", self._list_models)
+        self._runner, self.url = await serve_local(app)
+        return self.url
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        self.headers.append(dict(request.headers))
+        if not self.authorized(request.headers.get("Authorization", "")):
+            return self._error(401, "invalid_request_error", {})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {"id": m, "object": "model", "created": 1735689600, "owned_by": "stand-in"}
+                    for m in self.models
+                ],
+            }
+        )
+
+    def authorized(self, authorization: str) -> bool:
+        return self.api_key is None or authorization == f"Bearer {self.api_key}"
+
+    def precheck(self, body: dict[str, Any]) -> web.Response | None:
+        quirks = self.quirks
+        if "no_tool_choice" in quirks and "tool_choice" in body:
+            return self._quirk(400, "tool_choice is not supported by this server", "tool_choice")
+        if "no_parallel_tool_calls" in quirks and "parallel_tool_calls" in body:
+            return self._quirk(400, "parallel_tool_calls is not supported", "parallel_tool_calls")
+        if "max_completion_tokens_only" in quirks and "max_tokens" in body:
+            return self._quirk(
+                400,
+                "Unsupported parameter: 'max_tokens' is not supported with this model. Use"
+                " 'max_completion_tokens' instead.",
+                "max_tokens",
+                "unsupported_parameter",
+            )
+        if "no_system_role" in quirks and any(
+            m.get("role") == "system" for m in body.get("messages") or []
+        ):
+            return self._quirk(400, "System role not supported", None, 400, "BadRequestError")
+        if (
+            "vllm_no_auto_tool_choice" in quirks
+            and body.get("tools")
+            and body.get("tool_choice", "auto") == "auto"
+        ):
+            return self._quirk(400, VLLM_AUTO_TOOLS, None, 400, "BadRequestError")
+        if body.get("model") not in self.models:
+            return self._quirk(
+                404, f"The model `{body.get('model')}` does not exist.", None, 404, "NotFoundError"
+            )
+        if self.context_tokens is not None:
+            wanted = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+            prompt = math.ceil(len(json.dumps([body.get("messages"), body.get("tools")])) / 4)
+            if prompt + wanted > self.context_tokens:
+                return self._quirk(
+                    400,
+                    f"This model's maximum context length is {self.context_tokens} tokens."
+                    f" However, you requested {prompt + wanted} tokens ({prompt} in the"
+                    f" messages, {wanted} in the completion). Please reduce the length of the"
+                    " messages or completion.",
+                    "messages",
+                    400,
+                    "BadRequestError",
+                )
+        return None
+
+    def _quirk(
+        self,
+        status: int,
+        message: str,
+        param: str | None,
+        code: str | int | None = None,
+        error_type: str = "invalid_request_error",
+    ) -> web.Response:
+        self.refused.append(message)
+        return web.json_response(
+            {"error": {"message": message, "type": error_type, "param": param, "code": code}},
+            status=status,
+        )
+
+    def reject(self, body: dict[str, Any]) -> Rejection | None:
+        return chat_rejection(body)
+
+    def _refuse(self, rejection: Rejection) -> web.Response:
+        return web.json_response(
+            {
+                "error": {
+                    "message": rejection.message,
+                    "type": rejection.error_type,
+                    "param": rejection.param,
+                    "code": rejection.code,
+                }
+            },
+            status=rejection.status,
+        )
+
+    def normalise(self, body: dict[str, Any]) -> Conversation:
+        conversation = Conversation(
+            "\n\n".join(
+                str(m.get("content") or "")
+                for m in body["messages"]
+                if m.get("role") in ("system", "developer")
+            ),
+            [str(t["function"]["name"]) for t in body.get("tools") or []],
+            [],
+            [],
+            [],
+            body,
+        )
+        for message in body["messages"]:
+            role = message.get("role")
+            content = message.get("content")
+            if isinstance(content, list):
+                content = "".join(part.get("text", "") for part in content)
+            if role == "user":
+                conversation.user_texts.append(content or "")
+                conversation.events.append(("user", content or ""))
+            elif role == "assistant":
+                for call in message.get("tool_calls") or []:
+                    function = call["function"]
+                    conversation.tool_calls.append(
+                        (function["name"], json.loads(function["arguments"]))
+                    )
+                    conversation.events.append(("call", function["name"]))
+            elif role == "tool":
+                conversation.tool_results.append(content or "")
+                conversation.events.append(("result", content or ""))
+        return conversation
+
+    def _once(self, quirk: str, body: dict[str, Any]) -> bool:
+        """The first time `quirk` applies to this conversation (keyed by its first user
+        message): True once, then False."""
+        first = next((m for m in body["messages"] if m.get("role") == "user"), {})
+        key = (quirk, hashlib.sha256(json.dumps(first.get("content")).encode()).hexdigest())
+        if key in self._quirked:
+            return False
+        self._quirked.add(key)
+        return True
+
+    def render(self, body: dict[str, Any], action: Action) -> dict[str, Any]:
+        text, tools = action.text, list(action.tools)
+        finals = [(name, args) for name, args in tools if name in FINAL_TOOLS]
+        if finals and "text_instead_of_tool" in self.quirks and self._once("text", body):
+            name, arguments = finals[0]
+            text = f"Here is my answer for {name}:\n{json.dumps(arguments)}"
+            tools = []
+        if "no_parallel_tool_calls" in self.quirks:
+            tools = tools[:1]
+        calls = []
+        for name, arguments in tools:
+            encoded = json.dumps(arguments)
+            if "malformed_arguments_always" in self.quirks or (
+                "malformed_arguments" in self.quirks and self._once("malformed", body)
+            ):
+                encoded = encoded[:-1]  # cut short, as a model that ran out of tokens
+            calls.append(
+                {
+                    "id": f"call_{next(self._ids):04d}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": encoded},
+                }
+            )
+        message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
+        if calls:
+            message["tool_calls"] = calls
+        response: dict[str, Any] = {
+            "id": f"chatcmpl-{next(self._ids):04d}",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if calls else "stop",
+                    "logprobs": None,
+                }
+            ],
+        }
+        if "no_usage" not in self.quirks:
+            response["usage"] = {
+                "prompt_tokens": action.usage[0],
+                "completion_tokens": action.usage[1],
+                "total_tokens": sum(action.usage),
+            }
+        return response
 
     def _error(self, status: int, error_type: str, headers: dict[str, str]) -> web.Response:
         return web.json_response(

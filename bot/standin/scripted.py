@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from bot.standin.models import Action, Conversation, call, say
 
 MODEL = "scripted-reviewer"
+SEVERITIES = ("critical", "major", "minor", "nit")  # most serious first
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 _FINDING = re.compile(r"^### F(\d+) · \w+ · `([^`:]+)(?::(\d+))?", re.M)
 _NUMBERED = re.compile(r"^\s*\d+\| ?(.*)$")
@@ -137,7 +138,7 @@ def scripted_reviewer(conversation: Conversation) -> Action:
 
 def _review(findings: list[dict], note: str = "") -> dict:
     if findings:
-        worst = findings[0]["severity"]
+        worst = min((f["severity"] for f in findings), key=SEVERITIES.index)
         summary = f"Found {len(findings)} issue(s) in the added code; the most serious is {worst}."
     else:
         summary = "The change looks correct; no issues found in the added code."
@@ -198,11 +199,14 @@ def _verify(conversation: Conversation) -> Action:
         )
         if name == "read_file"
     }
-    if findings and not reads:
+    unread = [
+        (path, max(line, 1)) for _, path, line in findings if (path, max(line, 1)) not in reads
+    ]
+    if unread:  # all at once (a server without parallel calls passes on the first only)
         return Action(
             tools=[
-                ("read_file", {"path": path, "start_line": max(line, 1), "end_line": max(line, 1)})
-                for _, path, line in findings
+                ("read_file", {"path": path, "start_line": line, "end_line": line})
+                for path, line in unread
             ]
         )
     verdicts = []

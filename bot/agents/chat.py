@@ -1,0 +1,577 @@
+"""`chat`: any OpenAI-compatible Chat Completions endpoint with tool calling (official openai SDK).
+
+vLLM, Ollama, llama.cpp's server, LiteLLM and Azure OpenAI's v1 endpoint all speak it, each a
+little differently. What they differ in is handled here, not assumed away:
+
+- Only what every server takes is sent. No `tool_choice` (`auto` is every server's default
+  when tools are given; Ollama ignores the field and stricter servers refuse it), no
+  `parallel_tool_calls` (not every server has it; the loop answers any number of calls in
+  one reply, and one at a time works too). An output cap only when the context size is known
+  (`COCKPIT_CHAT_CONTEXT_TOKENS`): `max_tokens`, or `max_completion_tokens` from the first
+  time a server refuses the former (OpenAI's reasoning models on Azure do).
+- A refusal is translated into what the operator must do (vLLM without
+  `--enable-auto-tool-choice`, a model that cannot call tools, a context overflow, an unknown
+  model, a wrong key): the run fails with that sentence, shown on the PR and logged.
+- Messages are stored as Chat Completions messages (`assistant` with `tool_calls`, `tool` with
+  `tool_call_id`) and resent in full: nothing relies on server state. What is sent is made
+  acceptable to the strictest servers: unreadable tool arguments go back as `{}` (their call
+  was answered with the problem; vLLM parses them for the chat template), consecutive user
+  messages are joined (templates that insist on alternating roles), a leading `<think>` block
+  is not kept.
+- With `COCKPIT_CHAT_CONTEXT_TOKENS`, what is sent is trimmed to fit (`fit`): the oldest
+  exchanges first, then long tool results, with a note the model reads and a log line.
+  Tokens are estimated without a tokenizer (`estimate_tokens`), conservatively, and the
+  estimate is raised to what the server reports when that is higher.
+- No key (local servers need none): no `Authorization` header at all. The SDK insists on a
+  key, so it is given a key provider that yields none, and every request omits the header
+  explicitly (the SDK's own opt-out); nothing is invented, and `OPENAI_API_KEY` (the `codex`
+  key) never reaches this server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from bot.agents.base import (
+    AgentError,
+    ModelReply,
+    ProviderRequest,
+    ToolCall,
+    Transient,
+    Usage,
+    arguments_problem,
+)
+from bot.agents.claude import _retry_after
+from bot.config import ChatSettings
+from bot.texts import render
+
+log = logging.getLogger(__name__)
+
+MAX_OUTPUT_TOKENS = 16_000  # the cap sent when the context is known (a quarter of it at most)
+REQUEST_TIMEOUT = 300.0  # local models are slow
+ASCII_PER_TOKEN = 2.5  # tokenizers average 3 to 4.5 ASCII characters a token on code and prose
+MESSAGE_TOKENS = 8  # a message's role markers and separators (chat templates differ)
+MIN_CLIPPED_CHARS = 1_000  # a tool result is never cut shorter than this
+SAID_CHARS = 240  # how much of a server's error message is quoted
+_THINK = re.compile(r"\A\s*<think>.*?</think>\s*", re.S)
+_CONTEXT_WORDS = (
+    "context length",
+    "context_length",
+    "context window",
+    "context size",
+    "maximum context",
+    "too many tokens",
+    "prompt is too long",
+    "max_model_len",
+    "exceeds the available context",
+)
+
+
+async def _no_key() -> str:
+    """The key provider of an endpoint without a key: none (see the module docstring)."""
+    return ""
+
+
+@dataclass
+class ChatEndpoint:
+    """One server: its SDK client, and what this process learned about it (which output cap
+    it takes, how far token estimates fell short for each model, what was logged once)."""
+
+    client: openai.AsyncOpenAI
+    keyless: bool
+    output_param: str = "max_tokens"
+    scale: dict[str, float] = field(default_factory=dict)  # model -> reported / estimated
+    no_system: set[str] = field(default_factory=set)  # models whose template refuses `system`
+    logged: set[str] = field(default_factory=set)
+
+    @classmethod
+    def connect(cls, settings: ChatSettings) -> ChatEndpoint:
+        key = settings.api_key.reveal() if settings.api_key is not None else ""
+        client = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=key or _no_key,
+            max_retries=0,  # the agent loop retries, with budgets
+            # OPENAI_ORG_ID / OPENAI_PROJECT_ID belong to OpenAI, not to this server.
+            default_headers={"OpenAI-Organization": openai.Omit(), "OpenAI-Project": openai.Omit()},
+        )
+        return cls(client, keyless=not key)
+
+    @property
+    def headers(self) -> dict[str, Any] | None:
+        """Every request's own headers: no Authorization when there is no key."""
+        return {"Authorization": openai.Omit()} if self.keyless else None
+
+    def once(self, what: str) -> bool:
+        """True the first time `what` happens in this process (a log line, not a flood)."""
+        if what in self.logged:
+            return False
+        self.logged.add(what)
+        return True
+
+
+class ChatProvider:
+    name = "chat"
+
+    def __init__(
+        self,
+        endpoint: ChatEndpoint,
+        model: str,
+        *,
+        timeout: float | None = None,
+        context_tokens: int | None = None,
+        fallback_rate: dict[str, float] | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.model = model
+        self.timeout = timeout or REQUEST_TIMEOUT
+        self.context_tokens = context_tokens
+        self.fallback_rate = fallback_rate
+
+    @property
+    def output_tokens(self) -> int | None:
+        """The output cap sent (None: the server's own), taken out of the context."""
+        if self.context_tokens is None:
+            return None
+        return min(MAX_OUTPUT_TOKENS, self.context_tokens // 4)
+
+    async def send(self, request: ProviderRequest) -> ModelReply:
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "parameters": t["parameters"],
+                },
+            }
+            for t in request.tools
+        ]
+        messages = [{"role": "system", "content": request.system}, *outgoing(request.messages)]
+        scale = self.endpoint.scale.get(self.model, 1.0)
+        if self.context_tokens is not None:
+            assert self.output_tokens is not None
+            fitted = fit(messages, tools, self.context_tokens - self.output_tokens, scale)
+            if fitted.dropped or fitted.clipped:
+                log.warning(
+                    "chat conversation trimmed to fit the model's context",
+                    extra={
+                        "fields": {
+                            "model": self.model,
+                            "dropped_messages": fitted.dropped,
+                            "clipped_results": fitted.clipped,
+                            "estimated_tokens": fitted.tokens,
+                            "context_tokens": self.context_tokens,
+                        }
+                    },
+                )
+            messages = fitted.messages
+        messages = join_user_turns(messages)
+        response = await self._create(messages, tools)
+        if not response.choices:
+            raise AgentError("the chat server answered without a message (no choices)")
+        message = response.choices[0].message
+        text = _THINK.sub("", message.content or "").strip()
+        calls = _calls(message.tool_calls or [])
+        stored: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            stored["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in calls
+            ]
+        return ModelReply(
+            text=text,
+            tool_calls=calls,
+            usage=self._usage(response.usage, messages, tools, text, calls),
+            # An empty answer is not stored: the API refuses an assistant message with neither.
+            items=[stored] if text or calls else [],
+            # Recorded under the configured name (an Azure deployment, an Ollama tag): servers
+            # answer with another (llama.cpp's file name, Azure's dated model), or none.
+            model=self.model,
+        )
+
+    async def _create(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        while True:
+            sent = fold_system(messages) if self.model in self.endpoint.no_system else messages
+            params: dict[str, Any] = {"model": self.model, "messages": sent}
+            if tools:  # an empty list is refused (400) by OpenAI
+                params["tools"] = tools
+            if self.output_tokens is not None:
+                params[self.endpoint.output_param] = self.output_tokens
+            try:
+                return await self.endpoint.client.chat.completions.create(
+                    **params, timeout=self.timeout, extra_headers=self.endpoint.headers
+                )
+            except openai.APIStatusError as exc:
+                said = server_said(exc.body)
+                if (
+                    exc.status_code == 400
+                    and self.endpoint.output_param == "max_tokens"
+                    and "max_tokens" in said
+                    and "max_completion_tokens" in said
+                ):  # OpenAI's reasoning models: the same cap under its newer name, at once
+                    self.endpoint.output_param = "max_completion_tokens"
+                    log.warning("chat server refused max_tokens; sending max_completion_tokens")
+                    continue
+                if (
+                    exc.status_code == 400
+                    and "system role" in said.lower()
+                    and self.model not in self.endpoint.no_system
+                ):  # a chat template without a system role (Gemma's): the prompt leads the task
+                    self.endpoint.no_system.add(self.model)
+                    log.warning(
+                        "chat model refused a system message; sending it as the task's start"
+                    )
+                    continue
+                if exc.status_code not in (400, 401, 403, 404, 422):
+                    raise  # the loop retries what is transient and describes the rest
+                explained = explain(exc.status_code, said, self.model)
+                log.warning(
+                    "chat server refused the request",
+                    extra={"fields": {"status": exc.status_code, "server_said": said[:1000]}},
+                )
+                raise AgentError(explained) from exc
+
+    def _usage(
+        self,
+        usage: Any,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        text: str,
+        calls: list[ToolCall],
+    ) -> Usage:
+        estimated = request_tokens(messages, tools)
+        if usage is not None and usage.prompt_tokens:
+            reported = usage.prompt_tokens
+            scale = self.endpoint.scale.get(self.model, 1.0)
+            if reported > estimated * scale:  # the estimate fell short: trim earlier from now
+                self.endpoint.scale[self.model] = reported / estimated * 1.05
+            details = usage.prompt_tokens_details
+            cached = (details.cached_tokens or 0) if details is not None else 0
+            return Usage(
+                input_tokens=reported - cached,
+                output_tokens=usage.completion_tokens or 0,
+                cache_read_tokens=cached,
+            )
+        if self.endpoint.once(f"no-usage:{self.model}"):
+            log.warning(
+                "chat server sent no usage; recording estimated tokens",
+                extra={"fields": {"model": self.model}},
+            )
+        said = text + "".join(str(c.arguments) for c in calls)
+        return Usage(input_tokens=estimated, output_tokens=estimate_tokens(said))
+
+    def transient(self, exc: Exception) -> Transient | None:
+        if isinstance(exc, openai.APIConnectionError):  # includes timeouts
+            return Transient()
+        if isinstance(exc, openai.APIStatusError) and (
+            exc.status_code in (408, 409, 429) or exc.status_code >= 500
+        ):
+            return Transient(_retry_after(exc.response.headers))
+        return None
+
+    def user_message(self, text: str) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": text}]
+
+    def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
+        return [
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "content": output if not is_error else f"error: {output}",
+            }
+            for call, output, is_error in results
+        ]
+
+    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+        """The results of an assistant message's calls are the `tool` messages right after it;
+        a call without one there is answered at the end of that run of results."""
+        closed: list[dict[str, Any]] = []
+        pending: dict[str, ToolCall] = {}
+        for message in messages:
+            if message.get("role") == "tool" and pending:
+                pending.pop(str(message.get("tool_call_id")), None)
+            elif pending:  # the run of results has ended
+                closed.extend(self.tool_results([(c, text, True) for c in pending.values()]))
+                pending = {}
+            closed.append(message)
+            if message.get("role") == "assistant":
+                pending = {
+                    str(c.get("id")): ToolCall(
+                        str(c.get("id")),
+                        str((c.get("function") or {}).get("name", "")),
+                        (c.get("function") or {}).get("arguments") or "{}",
+                    )
+                    for c in message.get("tool_calls") or []
+                }
+        closed.extend(self.tool_results([(c, text, True) for c in pending.values()]))
+        return closed
+
+
+def _calls(raw: Sequence[Any]) -> list[ToolCall]:
+    """The reply's function calls, each with an id unique in the reply (a server may send
+    none, or repeat one): a made-up id is 9 letters and digits, as Mistral's templates need."""
+    calls: list[ToolCall] = []
+    seen: set[str] = set()
+    for item in raw:
+        function = getattr(item, "function", None)
+        if function is None:
+            continue
+        call_id = item.id or ""
+        if not call_id or call_id in seen:
+            call_id = secrets.token_hex(5)[:9]
+        seen.add(call_id)
+        arguments = function.arguments
+        if not isinstance(arguments, str):  # a server that sends an object, not its JSON text
+            arguments = json.dumps(arguments)
+        calls.append(ToolCall(call_id, function.name or "", arguments))
+    return calls
+
+
+# -- what is sent: pure functions of the stored conversation ----------------------------------
+
+
+def outgoing(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored messages as every server takes them: a call whose arguments were not a JSON
+    object goes back with `{}` (its result told the model what was wrong)."""
+    sent = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if message.get("role") == "assistant" and calls:
+            message = {
+                **message,
+                "tool_calls": [
+                    {**c, "function": {**c["function"], "arguments": "{}"}}
+                    if arguments_problem(c.get("function", {}).get("arguments"))
+                    else c
+                    for c in calls
+                ],
+            }
+        sent.append(message)
+    return sent
+
+
+def join_user_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive user messages (a tool-less nudge after a person's question, a trimmed
+    gap) as one: some chat templates refuse two user turns in a row."""
+    joined: list[dict[str, Any]] = []
+    for message in messages:
+        before = joined[-1] if joined else None
+        if (
+            before is not None
+            and message.get("role") == "user" == before.get("role")
+            and isinstance(message.get("content"), str)
+            and isinstance(before.get("content"), str)
+        ):
+            joined[-1] = {**before, "content": f"{before['content']}\n\n{message['content']}"}
+        else:
+            joined.append(message)
+    return joined
+
+
+def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The system prompt as the start of the first user message, for a model whose chat
+    template has no system role."""
+    system = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
+    rest = [m for m in messages if m.get("role") != "system"]
+    first = next(
+        (
+            n
+            for n, m in enumerate(rest)
+            if m.get("role") == "user" and isinstance(m["content"], str)
+        ),
+        None,
+    )
+    if not system or first is None:
+        return messages
+    rest[first] = {**rest[first], "content": f"{system}\n\n{rest[first]['content']}"}
+    return rest
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens in `text`, over- rather than under-estimated, without a tokenizer (the servers'
+    models each have their own): ASCII at `ASCII_PER_TOKEN` characters a token, any other
+    character at its UTF-8 size (a byte-level tokenizer never needs more than a token a byte)."""
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    other_bytes = len(text.encode("utf-8", "surrogatepass")) - ascii_chars
+    return math.ceil(ascii_chars / ASCII_PER_TOKEN) + other_bytes
+
+
+def message_tokens(message: dict[str, Any]) -> int:
+    content = message.get("content")
+    text = content if isinstance(content, str) else json.dumps(content or "")
+    calls = message.get("tool_calls")
+    return (
+        MESSAGE_TOKENS
+        + estimate_tokens(text)
+        + (estimate_tokens(json.dumps(calls)) if calls else 0)
+    )
+
+
+def request_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    return sum(message_tokens(m) for m in messages) + (
+        estimate_tokens(json.dumps(tools)) if tools else 0
+    )
+
+
+@dataclass(frozen=True)
+class Fitted:
+    messages: list[dict[str, Any]]
+    tokens: int  # estimated (scaled) tokens of what is sent
+    dropped: int = 0  # messages left out
+    clipped: int = 0  # tool results cut short
+
+
+def fit(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    budget: int,
+    scale: float = 1.0,
+) -> Fitted:
+    """`messages` (the system prompt first) within `budget` estimated tokens (times `scale`).
+
+    Kept always: the system prompt, the first user message (the task) and the newest
+    exchange. Left out first: whole exchanges, oldest first (an assistant message goes with
+    the tool results that answer it, so every call keeps its answer), with a note added to
+    the first user message saying so. Then the longest tool results are cut, oldest first.
+    AgentError when even that does not fit."""
+
+    def size(candidate: list[dict[str, Any]]) -> int:
+        return math.ceil(request_tokens(candidate, tools) * scale)
+
+    if size(messages) <= budget:
+        return Fitted(messages, size(messages))
+    first = next((n for n, m in enumerate(messages) if m.get("role") == "user"), 0)
+    head, units = messages[: first + 1], _exchanges(messages[first + 1 :])
+    kept, dropped = units, 0
+    while size(_joined(head, kept, dropped)) > budget and len(kept) > 1:
+        dropped += len(kept[0])
+        kept = kept[1:]
+    candidate = _joined(head, kept, dropped)
+    clipped = 0
+    for n in sorted(
+        (n for n, m in enumerate(candidate) if m.get("role") == "tool"),
+        key=lambda n: -len(str(candidate[n].get("content") or "")),
+    ):
+        over = size(candidate) - budget
+        if over <= 0:
+            break
+        content = str(candidate[n].get("content") or "")
+        room = len(content) - math.ceil(over / scale * ASCII_PER_TOKEN) - 200
+        keep = max(MIN_CLIPPED_CHARS, room)
+        if keep >= len(content):
+            continue
+        marker = render("prompts/context_trimmed.md.j2", kind="clipped", cut=len(content) - keep)
+        candidate[n] = {**candidate[n], "content": content[:keep] + "\n" + marker.strip()}
+        clipped += 1
+    tokens = size(candidate)
+    if tokens > budget:
+        raise AgentError(
+            f"the conversation does not fit the chat model's context even trimmed: about"
+            f" {tokens} tokens for {budget} of input (COCKPIT_CHAT_CONTEXT_TOKENS less the"
+            " output); serve the model with a larger context and raise"
+            " COCKPIT_CHAT_CONTEXT_TOKENS to match"
+        )
+    return Fitted(candidate, tokens, dropped, clipped)
+
+
+def _exchanges(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Messages in units that are left out together: a message, with the tool results
+    that follow it."""
+    units: list[list[dict[str, Any]]] = []
+    for message in messages:
+        if message.get("role") == "tool" and units:
+            units[-1].append(message)
+        else:
+            units.append([message])
+    return units
+
+
+def _joined(
+    head: list[dict[str, Any]], kept: list[list[dict[str, Any]]], dropped: int
+) -> list[dict[str, Any]]:
+    head = list(head)
+    if dropped:
+        note = render("prompts/context_trimmed.md.j2", kind="note", dropped=dropped).strip()
+        task = head[-1]
+        content = task.get("content")
+        head[-1] = {
+            **task,
+            "content": f"{content}\n\n{note}"
+            if isinstance(content, str)
+            else [*(content or []), {"type": "text", "text": note}],
+        }
+    return [*head, *(m for unit in kept for m in unit)]
+
+
+# -- what a refusal means -----------------------------------------------------------------------
+
+
+def server_said(body: Any) -> str:
+    """A server's error message, from whichever shape it answers in (OpenAI's and vLLM's
+    `{"error": {"message"}}`, an older vLLM's `{"message"}`, Ollama's `{"error": "…"}`)."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict):
+            return str(inner.get("message") or inner.get("detail") or json.dumps(inner))
+        return str(inner)
+    return "" if body is None else str(body)
+
+
+def explain(status: int, said: str, model: str) -> str:
+    """What the operator (and the PR) is told when the server refuses a request: what is
+    wrong and what to change."""
+    quoted = " ".join(said.split())
+    if len(quoted) > SAID_CHARS:
+        quoted = quoted[:SAID_CHARS] + "…"
+    quote = f'{status}: "{quoted}"' if quoted else str(status)
+    if status in (401, 403):  # not quoted: a server may echo (part of) the key it refused
+        return (
+            f"the chat server refused the key ({status}): set COCKPIT_CHAT_API_KEY to the key"
+            " it expects"
+        )
+    low = said.lower()
+    if "enable-auto-tool-choice" in low or "tool-call-parser" in low:
+        return (
+            f"the chat server refused tool calling ({quote}): a vLLM server lets the model call"
+            " tools only when started with --enable-auto-tool-choice and --tool-call-parser"
+            " PARSER (the parser for the model's family, e.g. hermes, llama3_json, mistral);"
+            " restart it with both"
+        )
+    if "--jinja" in low:
+        return (
+            f"the chat server refused tool calling ({quote}): start llama-server with --jinja"
+            " (and a model whose chat template supports tools)"
+        )
+    if "support tools" in low or "tools are not supported" in low:
+        return (
+            f"the chat model {model} cannot call tools on this server ({quote}): choose one"
+            " that can (Ollama: a model whose `ollama show` lists the tools capability) and"
+            " set COCKPIT_CHAT_MODEL"
+        )
+    if any(word in low for word in _CONTEXT_WORDS):
+        return (
+            f"the request is longer than the chat model's context ({quote}): set"
+            " COCKPIT_CHAT_CONTEXT_TOKENS to the context the server gives the model (vLLM"
+            " --max-model-len, Ollama num_ctx, llama-server --ctx-size) and the conversation"
+            " is trimmed to fit"
+        )
+    if status == 404:
+        return (
+            f"the chat server does not serve {model} ({quote}): set COCKPIT_CHAT_MODEL to a"
+            " model it lists (cockpit check-config shows them), and check that"
+            " COCKPIT_CHAT_BASE_URL ends in /v1 (Azure OpenAI: /openai/v1/)"
+        )
+    return f"the chat server rejected the request ({quote})"
