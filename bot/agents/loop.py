@@ -36,7 +36,7 @@ from bot.records.messages import append_messages, load_messages
 from bot.records.runs import finish_run, start_run
 from bot.records.types import Session
 from bot.skills import prompt_text
-from bot.texts import render
+from bot.texts import message, render
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class AgentRun:
             await self._finish(
                 run_id, usage, "failed", f"{exc.__class__.__name__}: {exc}", self.toolbox.calls
             )
-            raise AgentError(f"the model run failed ({exc.__class__.__name__})") from exc
+            raise AgentError(message("run_failed", error_class=exc.__class__.__name__)) from exc
         result.cost_usd = await self._finish(run_id, usage, "done", None, calls)
         result.usage = usage
         return result
@@ -188,10 +188,7 @@ class AgentRun:
                 if not self.expect_submit:
                     return TurnResult(run_id, reply.text, None, tool_calls)
                 if repaired:
-                    raise AgentError(
-                        f"the model ended without calling {final.name}, even "
-                        "after being asked once more"
-                    )
+                    raise AgentError(message("no_final_answer", tool=final.name))
                 repaired = True
                 await append_messages(
                     self.db, self.session.id, self.provider.user_message(fragment(final.nudge))
@@ -201,10 +198,7 @@ class AgentRun:
             answer = None
             problems = [arguments_problem(c.arguments) for c in reply.tool_calls]
             if broken and any(problems):
-                raise AgentError(
-                    "the model sent tool arguments that are not a JSON object again, after"
-                    " being told once"
-                )
+                raise AgentError(message("arguments_again"))
             broken = any(problems)
             try:
                 for call, problem in zip(reply.tool_calls, problems, strict=True):
@@ -221,7 +215,7 @@ class AgentRun:
                         except InvalidAnswer as exc:
                             if repaired:
                                 raise AgentError(
-                                    f"invalid {final.name} output after one repair turn: {exc}"
+                                    message("invalid_output", tool=final.name, problem=exc)
                                 ) from None
                             repaired = True
                             results.append(
@@ -237,7 +231,7 @@ class AgentRun:
                     tool_calls += 1
                     if tool_calls > self.budget.max_tool_calls:
                         raise BudgetExceeded(
-                            f"budget exhausted: more than {self.budget.max_tool_calls} tool calls"
+                            message("budget_tool_calls", limit=self.budget.max_tool_calls)
                         )
                     output = await self.toolbox.call(call.name, call.arguments)
                     results.append((call, output, False))
@@ -274,17 +268,13 @@ class AgentRun:
         while True:
             remaining = self.budget.max_seconds - (time.monotonic() - started)
             if remaining <= 0:
-                raise BudgetExceeded(
-                    f"budget exhausted: wall clock ({self.budget.max_seconds:.0f}s)"
-                )
+                raise BudgetExceeded(self._out_of_time())
             attempt += 1
             try:
                 async with asyncio.timeout(remaining):
                     return await self.provider.send(request)
             except TimeoutError:
-                raise BudgetExceeded(
-                    f"budget exhausted: wall clock ({self.budget.max_seconds:.0f}s)"
-                ) from None
+                raise BudgetExceeded(self._out_of_time()) from None
             except AgentError:  # the provider said what went wrong and what to do
                 raise
             except Exception as exc:
@@ -293,8 +283,12 @@ class AgentRun:
                     raise AgentError(_describe(self.provider.name, exc)) from exc
                 if attempt >= MAX_ATTEMPTS:
                     raise AgentError(
-                        f"{self.provider.name} is unavailable after {attempt} "
-                        f"attempts ({_describe(self.provider.name, exc)})"
+                        message(
+                            "provider_unavailable",
+                            provider=self.provider.name,
+                            attempts=attempt,
+                            reason=_describe(self.provider.name, exc),
+                        )
                     ) from exc
                 delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
                 log.warning(
@@ -326,20 +320,20 @@ class AgentRun:
             if cost:
                 self.metrics.model_cost.labels(provider=self.provider.name, model=model).inc(cost)
 
+    def _out_of_time(self) -> str:
+        return message("budget_wall_clock", seconds=self.budget.max_seconds)
+
     def _check_spend(self, usage: dict[str, Usage]) -> None:
         tokens = sum(u.total for u in usage.values())
         if tokens > self.budget.max_tokens:
             raise BudgetExceeded(
-                f"budget exhausted: {tokens} tokens (limit {self.budget.max_tokens})"
+                message("budget_tokens", tokens=tokens, limit=self.budget.max_tokens)
             )
         if self.budget.max_usd is not None:
             rate = self.provider.fallback_rate
             spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
             if spent > self.budget.max_usd:
-                raise BudgetExceeded(
-                    f"budget exhausted: ${spent:.2f} spent (limit "
-                    f"${self.budget.max_usd:.2f}, COCKPIT_REVIEW_MAX_USD)"
-                )
+                raise BudgetExceeded(message("budget_usd", spent=spent, limit=self.budget.max_usd))
 
     async def _finish(
         self, run_id: int, usage: dict[str, Usage], status: str, error: str | None, tool_calls: int
@@ -385,10 +379,6 @@ def _as_dict(arguments: Any) -> Any:
 
 def _describe(provider: str, exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
-    if status == 401:
-        return f"{provider} rejected the API key (401); check the key in the environment"
-    if status == 400:
-        return f"{provider} rejected the request (400)"
-    if status:
-        return f"{provider} answered HTTP {status}"
-    return f"{provider} could not be reached ({exc.__class__.__name__})"
+    return message(
+        "provider_error", provider=provider, status=status, error_class=exc.__class__.__name__
+    )

@@ -44,5 +44,5 @@ async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
 
 async def cmd_stop(pr: PullRequest, cmd: Command) -> str | None:
     pull = await pr.known()
-    count = await stop_pull_work(pr.ctx, pull.id, f"stopped by {pr.actor}")
+    count = await stop_pull_work(pr.ctx, pull.id, message("progress_stopped_by", actor=pr.actor))
     return text(pr, "stopped", count=count)

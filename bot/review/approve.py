@@ -78,7 +78,7 @@ async def waiting_for_github(
 ) -> None:
     """Say on the review (and, if GitHub lets us, the status comment) that publishing waits."""
     review = await update_review(
-        ctx.db, review_id, progress=f"waiting for GitHub ({_describe(exc)})"
+        ctx.db, review_id, progress=message("progress_waiting", reason=_describe(exc))
     )
     try:
         await publisher.status(review)
@@ -198,7 +198,7 @@ async def recover_posting_job(ctx: Context, job: Job) -> None:
         # GitHub answered no (the PR is locked, the review was removed …): nothing went out.
         await state.release(ctx.db, review_id)
         released = await update_review(
-            ctx.db, review_id, progress=f"publishing failed: {_describe(exc)}; approve again"
+            ctx.db, review_id, progress=message("progress_publish_failed", reason=_describe(exc))
         )
         await publisher.status(released)
         log.warning("GitHub refused an interrupted approve", extra={"fields": {"error": str(exc)}})

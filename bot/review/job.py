@@ -65,7 +65,7 @@ class Progress:
     owner: str
     calls: int = 0
     last: float = field(default_factory=time.monotonic)  # the start was just shown
-    phase: str = "reviewing"
+    phase: str = field(default_factory=lambda: message("progress", step="reviewing"))
 
     async def __call__(self, _tool: str) -> None:
         self.calls += 1
@@ -75,7 +75,7 @@ class Progress:
         try:  # progress is shown when it can be: a hiccup here never fails the review
             if not await state.owns_run(self.ctx.db, self.review_id, self.owner):
                 return
-            progress = f"{self.phase}: {self.calls} tool call(s) so far"
+            progress = message("progress_calls", phase=self.phase, calls=self.calls)
             review = await update_review(self.ctx.db, self.review_id, progress=progress)
             await self.publisher.status(review)
         except (gidgethub.GitHubException, sqlite3.Error):
@@ -88,7 +88,7 @@ async def run_review_job(ctx: Context, job: Job) -> None:
         return
     pull = await pull_by_id(ctx.db, review.pull_id)
     if pull is None or pull.state != "open":
-        await state.cancel(ctx.db, review.id, "PR is closed")
+        await state.cancel(ctx.db, review.id, message("progress", step="pr_closed"))
         return
     with log_context(repo=pull.repo, pr=pull.number, review=review.id):
         gh = ctx.github.installation_api(pull.installation_id)
@@ -166,7 +166,10 @@ class ReviewJob:
 
         async def planned(skipped: tuple[tuple[str, str], ...]) -> None:
             await update_review(
-                ctx.db, review_id, not_reviewed=json.dumps(skipped), progress="reviewing"
+                ctx.db,
+                review_id,
+                not_reviewed=json.dumps(skipped),
+                progress=message("progress", step="reviewing"),
             )
 
         request = ReviewRequest(
@@ -192,7 +195,7 @@ class ReviewJob:
                 config.verify_provider,
                 ctx.models.available(),
             )
-            progress.phase = f"verifying {len(findings)} finding(s) with {provider}"
+            progress.phase = message("progress_verifying", count=len(findings), provider=provider)
             await update_review(ctx.db, review_id, progress=progress.phase)
             verification = await verify_draft(
                 reviewer, tree, request, draft, provider=provider, on_tool_call=progress
@@ -214,7 +217,7 @@ class ReviewJob:
             summary=draft.summary,
             run_id=draft.run_id,
             skill_version_id=draft.skill_version_id,
-            progress="publishing",
+            progress=message("progress", step="publishing"),
             **verified,
         )
         if not await state.owns_run(ctx.db, review_id, self.owner):
@@ -223,7 +226,12 @@ class ReviewJob:
         pull = await pull_by_id(ctx.db, self.pull.id)
         moved = pull is not None and pull.head_sha != review.head_sha
         ended = await state.end_run(  # a push may have landed meanwhile: stale
-            ctx.db, review_id, self.owner, state.DRAFT, progress="draft ready", stale=int(moved)
+            ctx.db,
+            review_id,
+            self.owner,
+            state.DRAFT,
+            progress=message("progress", step="draft"),
+            stale=int(moved),
         )
         if ended is None:
             return Ended.TAKEN_OVER
@@ -269,7 +277,9 @@ class ReviewJob:
 
     async def _failed(self, reason: str) -> None:
         log.warning("review failed", extra={"fields": {"reason": reason}})
-        review = await self._ours(state.FAILED, error=reason, progress="failed")
+        review = await self._ours(
+            state.FAILED, error=reason, progress=message("progress", step="failed")
+        )
         if review is None:
             log.warning("review run ended elsewhere: this failure is not shown")
             return
@@ -286,7 +296,7 @@ class ReviewJob:
             log.exception("could not report the failure on the status comment")
 
     async def _stopped(self) -> None:
-        review = await self._ours(state.CANCELLED, progress="stopped before it finished")
+        review = await self._ours(state.CANCELLED, progress=message("progress", step="stopped"))
         if review is None:
             log.warning("review run ended elsewhere: this stop is not shown")
             return

@@ -19,6 +19,7 @@ from bot.records import review_state as sql
 from bot.records.database import Database
 from bot.records.reviews import owned_by
 from bot.records.types import DraftFinding, Review
+from bot.texts import message
 
 QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"
 REVISING = "revising"  # a draft while its revision is written to GitHub: not approvable
@@ -47,7 +48,7 @@ async def create(
         head_sha,
         provider,
         state=HELD if held else QUEUED,
-        progress=held or "queued",
+        progress=held or message("progress", step="queued"),
         reason=reason,
         requested_by=requested_by,
         supersede=ACTIVE,
@@ -68,7 +69,9 @@ async def hold(db: Database, review_id: int, why: str) -> bool:
 
 
 async def fail(db: Database, review_id: int, error: str) -> bool:
-    return await sql.move(db, review_id, FAILED, ACTIVE, error=error, progress="failed")
+    return await sql.move(
+        db, review_id, FAILED, ACTIVE, error=error, progress=message("progress", step="failed")
+    )
 
 
 async def cancel(db: Database, review_id: int, why: str) -> bool:
@@ -156,7 +159,7 @@ async def take_run(db: Database, review_id: int, owner: str, *, config_error: st
         review_id,
         RUNNING,
         ACTIVE,
-        progress="preparing the worktree",
+        progress=message("progress", step="preparing"),
         config_error=config_error,
         run_owner=owner,
     )
