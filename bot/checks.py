@@ -194,7 +194,7 @@ async def database_check(settings: Settings, *, wait: float = PG_WAIT) -> Check:
         return ok(name, say("sqlite", path=settings.db_path.absolute(), exists=exists))
     import psycopg
 
-    from bot.pg import PgDatabase, SchemaBehind
+    from bot.records.postgres import PgDatabase, SchemaBehind
 
     url = settings.database_url.reveal()
     shown = shown_url(url)

@@ -62,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import os
     from dataclasses import replace
 
+    from bot.backend import check_role
     from bot.checks import Check, exit_code, model_key_checks, settings_checks
 
     env = os.environ
@@ -79,15 +80,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         general = settings
     host = port = None
     if general is not None:
-        if args.role != "all" and general.database_url is None:
-            checks.append(
-                Check(
-                    "COCKPIT_DATABASE_URL",
-                    f"--role {args.role} needs a database the other processes share: set it to"
-                    " a postgresql:// URL (SQLite serves one process, --role all)",
-                    problem=True,
-                )
-            )
+        try:
+            check_role(general, args.role)
+        except ConfigError as exc:
+            checks.append(Check(exc.variable, exc.problem, problem=True))
         host = args.host or general.host
         port = general.port if args.port is None else args.port
         if args.role != "web":  # a worker runs the models; reviews without a key fail on the PR
@@ -105,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return code or EXIT_CONFIG
     assert host is not None and port is not None
     from bot.logs import setup_logging
-    from bot.pg import MigrationFailed, SchemaBehind
+    from bot.records.postgres import MigrationFailed, SchemaBehind
 
     setup_logging("DEBUG" if args.debug else "INFO")
     try:
@@ -190,42 +186,15 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
         settings = load_settings(github=False)
     except ConfigError as exc:
         return _fail(exc, "migrate")
-    from bot.pg import MigrationFailed
+    from bot import backend
+    from bot.records.postgres import MigrationFailed
 
     try:
-        print(asyncio.run(_migrate(settings)))
+        print(asyncio.run(backend.migrate(settings)))
     except (MigrationFailed, OSError) as exc:
         print(f"cockpit migrate: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
     return 0
-
-
-async def _migrate(settings: Settings) -> str:
-    from bot.storage import Database
-
-    if settings.database_url is None:
-        db = await Database.open(settings.db_path)  # opening applies the steps
-        try:
-            return f"SQLite {settings.db_path}: schema at version {await db.schema_version()}"
-        finally:
-            await db.close()
-    from bot.pg import PgDatabase
-
-    pg = await PgDatabase.open(settings.database_url.reveal())
-    try:
-        done = await pg.migrate()
-        await pg.check_schema()
-    finally:
-        await pg.close()
-    steps = ", ".join(map(str, done.steps)) or "none"
-    theirs = {
-        "created": "procrastinate's schema created",
-        "recorded": "procrastinate's existing schema recorded",
-    }.get(done.procrastinate_schema, "procrastinate's schema current")
-    return (
-        f"Postgres: schema at version {done.version} (steps applied now: {steps}; {theirs},"
-        f" {len(done.procrastinate)} of its migrations applied now)"
-    )
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -11,21 +10,17 @@ from bot.agents.providers import ModelClients
 from bot.config import Settings
 from bot.github import GitHubApp
 from bot.metrics import Metrics
-from bot.queue import Jobs
+from bot.queue import JobQueue
 from bot.ratelimit import CommandLimits
-from bot.storage import Database
+from bot.records.database import Database
 from bot.worktrees import Mirrors
-
-if TYPE_CHECKING:
-    from bot.pg import PgDatabase
-    from bot.pgqueue import PgJobs
 
 
 @dataclass
 class Context:
     settings: Settings
-    db: Database | PgDatabase
-    jobs: Jobs | PgJobs
+    db: Database
+    jobs: JobQueue
     github: GitHubApp
     metrics: Metrics
     http: aiohttp.ClientSession

@@ -33,6 +33,7 @@ from aiohttp import web
 
 from bot.checks import git_check
 from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL, ChatSettings
+from bot.records.reviews import newest_state
 from bot.repo_config import CONFIG_PATH
 from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
@@ -139,8 +140,7 @@ async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
 
 
 async def _review_state(app: web.Application) -> str | None:
-    row = await app[CONTEXT].db.fetchone("SELECT state FROM reviews ORDER BY id DESC LIMIT 1")
-    return row["state"] if row else None
+    return await newest_state(app[CONTEXT].db)
 
 
 async def _idle(app: web.Application) -> bool:

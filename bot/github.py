@@ -20,6 +20,7 @@ from gidgethub import apps
 from bot.config import Secret, Settings
 from bot.logs import register_secret
 from bot.metrics import Metrics
+from bot.texts import message
 
 log = logging.getLogger(__name__)
 
@@ -327,6 +328,15 @@ class GitHubApp:
             app = await self.app_api().getitem("/app")
             self._slug = app["slug"]
         return f"{self._slug}[bot]"
+
+
+def describe_failure(exc: Exception) -> str:
+    """A failure as people on the PR are told it (no internals)."""
+    if isinstance(exc, gidgethub.HTTPException):
+        return message("github_answered", status=int(exc.status_code), error=str(exc))
+    if isinstance(exc, OSError):
+        return message("local_error", error_class=exc.__class__.__name__)
+    return str(exc)
 
 
 def permits(level: str, required: str = "write") -> bool:

@@ -16,18 +16,21 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import msgspec
 import orjson
 from gidgethub import routing, sansio
 
 from bot.logs import log_context
-from bot.queue import EVENTS, INSERT_SQL, Job
-from bot.storage import BUSY_TIMEOUT_MS
+from bot.queue import EVENTS, Job, JobQueue
+from bot.records import deliveries
+from bot.records.sqlite import BUSY_TIMEOUT_MS
 
 if TYPE_CHECKING:
     from bot.context import Context
+    from bot.queue.postgres import PgJobs
+    from bot.records.postgres import PgDatabase
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +38,6 @@ MAX_ID = 2**63 - 1
 # Postgres: a commit's statements, and the whole commit with its wait for a connection.
 PG_STATEMENT_SECONDS = 4
 PG_COMMIT_SECONDS = 7.0
-DELIVERY_INSERT = (
-    "INSERT INTO deliveries (id, event, action, installation_id, repo, body, received_at)"
-)
-DELIVERY_SQL = DELIVERY_INSERT + " VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 class MalformedBody(ValueError):
@@ -122,51 +121,53 @@ class Delivery:
         return f"delivery:{self.id}"
 
 
-def connect(path: Path | str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
-    """The inbox's own connection: every commit reaches the disk before the ack."""
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-    return conn
+def _rows(batch: list[tuple[Delivery, Any]], now: float) -> tuple[dict[str, tuple], dict]:
+    """The batch's deliveries as rows (compressed) and their jobs, by id: a repeat within one
+    batch is the same delivery, its first request's."""
+    rows: dict[str, tuple] = {}
+    routes: dict[str, Any] = {}
+    for d, job in batch:
+        if d.id not in rows:
+            rows[d.id] = (d.id, d.event, d.action, d.installation_id, d.repo,
+                          zlib.compress(d.body, 1), now)  # fmt: skip
+            routes[d.id] = job
+    return rows, routes
 
 
-def commit(conn: sqlite3.Connection, batch: list[tuple[Delivery, tuple]]) -> list[bool]:
-    """Store each delivery with its job row in one transaction; True where it was new.
-
-    A fixed handful of statements per batch, whatever its size: each statement hands the
-    interpreter lock back and forth with the event loop, which is what a commit waits on."""
-    now = time.time()
-    first: dict[str, tuple[Delivery, tuple]] = {}
-    for delivery, job in batch:  # a repeat within one batch is the same delivery
-        first.setdefault(delivery.id, (delivery, job))
-    rows = {
-        i: (i, d.event, d.action, d.installation_id, d.repo, zlib.compress(d.body, 1), now)
-        for i, (d, _) in first.items()
-    }  # compressed before the write lock is taken
-    ids = list(rows)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        seen = {
-            row[0]
-            for n in range(0, len(ids), 500)
-            for row in conn.execute(
-                f"SELECT id FROM deliveries WHERE id IN ({','.join('?' * len(ids[n : n + 500]))})",
-                ids[n : n + 500],
-            )
-        }
-        new = [i for i in ids if i not in seen]
-        conn.executemany(DELIVERY_SQL, [rows[i] for i in new])
-        conn.executemany(INSERT_SQL, [first[i][1] for i in new])
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    stored, fresh = [], set(new)
-    for d, _ in batch:  # a repeat within one batch is stored once, for its first request
+def _stored(batch: list[tuple[Delivery, Any]], fresh: set[str]) -> list[bool]:
+    """True for each request whose delivery was stored now (a repeat within one batch is
+    stored once, for its first request)."""
+    stored, fresh = [], set(fresh)
+    for d, _ in batch:
         stored.append(d.id in fresh)
         fresh.discard(d.id)
     return stored
+
+
+def commit(conn: sqlite3.Connection, batch: list[tuple[Delivery, tuple]]) -> list[bool]:
+    """SQLite, on a worker thread (the event loop keeps answering while zlib and SQLite work):
+    each new delivery stored with its job row in one transaction; True where it was new."""
+    return _stored(batch, deliveries.store_new(conn, *_rows(batch, time.time())))
+
+
+class Commits(Protocol):
+    """How a backend commits a batch of deliveries with their jobs (`open_backend` gives the
+    configured one)."""
+
+    @property
+    def open(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def commit(self, batch: list[tuple[Delivery, Any]]) -> list[bool]:
+        """Store each new delivery with its job in one transaction; True where it was new."""
+        ...
+
+    async def probe(self) -> bool:
+        """Whether a commit could go through now."""
+        ...
 
 
 class SqliteCommits:
@@ -182,7 +183,7 @@ class SqliteCommits:
         return self._conn is not None
 
     async def start(self) -> None:
-        self._conn = await asyncio.to_thread(connect, self.path, self.busy_timeout_ms)
+        self._conn = await asyncio.to_thread(deliveries.connect, self.path, self.busy_timeout_ms)
 
     async def stop(self) -> None:
         conn, self._conn = self._conn, None
@@ -199,15 +200,10 @@ class SqliteCommits:
         if self._conn is None:
             return False
         try:
-            await asyncio.to_thread(_probe, self._conn)
+            await asyncio.to_thread(deliveries.probe, self._conn)
         except sqlite3.Error:
             return False
         return True
-
-
-def _probe(conn: sqlite3.Connection) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    conn.execute("ROLLBACK")
 
 
 class PgCommits:
@@ -215,9 +211,9 @@ class PgCommits:
     its primary key, also when another web process stored it) and their procrastinate jobs,
     deferred on the same connection, so both commit before the ack or neither does."""
 
-    def __init__(self, db: Any, jobs: Any) -> None:
-        self.db = db  # bot.pg.PgDatabase
-        self.jobs = jobs  # bot.pgqueue.PgJobs
+    def __init__(self, db: PgDatabase, jobs: PgJobs) -> None:
+        self.db = db
+        self.jobs = jobs
         self.open = False
 
     async def start(self) -> None:
@@ -239,42 +235,21 @@ class PgCommits:
             raise OSError(f"the commit took over {PG_COMMIT_SECONDS:g} s") from None
 
     async def _commit(self, batch: list[tuple[Delivery, Any]]) -> list[bool]:
-        now = time.time()
-        rows, first = {}, {}
-        for d, job in batch:
-            if d.id not in rows:
-                rows[d.id] = (d.id, d.event, d.action, d.installation_id, d.repo,
-                              zlib.compress(d.body, 1), now)  # fmt: skip
-                first[d.id] = job
-        ids = list(rows)
+        rows, routes = _rows(batch, time.time())
         try:
             async with self.db.transaction() as conn:
-                await conn.execute(f"SET LOCAL statement_timeout = '{PG_STATEMENT_SECONDS}s'")
-                fresh: set[str] = set()
-                for n in range(0, len(ids), 500):
-                    chunk = [rows[i] for i in ids[n : n + 500]]
-                    cursor = await conn.execute(
-                        DELIVERY_INSERT + " VALUES "
-                        + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
-                        + " ON CONFLICT (id) DO NOTHING RETURNING id",
-                        [value for row in chunk for value in row],
-                    )  # fmt: skip
-                    fresh.update(row[0] for row in await cursor.fetchall())
-                await self.jobs.insert_in(conn, [first[i] for i in ids if i in fresh])
+                fresh = await deliveries.insert_new(conn, rows, PG_STATEMENT_SECONDS)
+                await self.jobs.insert_in(conn, [routes[i] for i in rows if i in fresh])
         except Exception as exc:
             if isinstance(exc, (sqlite3.Error, OSError)):
                 raise
             # procrastinate's own errors: the delivery was not stored either way
             raise OSError(f"{exc.__class__.__name__}: {exc}") from exc
-        stored = []
-        for d, _ in batch:  # a repeat within one batch is stored once, for its first request
-            stored.append(d.id in fresh)
-            fresh.discard(d.id)
-        return stored
+        return _stored(batch, fresh)
 
 
 class Inbox:
-    def __init__(self, commits: SqliteCommits | PgCommits, jobs: Any) -> None:
+    def __init__(self, commits: Commits, jobs: JobQueue) -> None:
         self.commits = commits
         self.jobs = jobs
         self._waiting: list[tuple[Delivery, Any, asyncio.Future[bool]]] = []
@@ -365,22 +340,19 @@ def _pr_number(data: dict) -> int | None:
 
 async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> None:
     """Route a stored delivery to its handlers once (the body is parsed here, and only here)."""
-    row = await ctx.db.fetchone(
-        "SELECT id, event, installation_id, repo, body, status FROM deliveries WHERE id = ?",
-        (job.payload["delivery_id"],),
-    )
-    if row is None or row["status"] != "queued":
+    stored = await deliveries.queued_delivery(ctx.db, job.payload["delivery_id"])
+    if stored is None:
         return
-    delivery_id, event_name = row["id"], row["event"]
+    delivery_id, event_name = stored.id, stored.event
     try:
-        data = orjson.loads(zlib.decompress(row["body"]))
+        data = orjson.loads(zlib.decompress(stored.body))
     except orjson.JSONDecodeError as exc:  # valid at the ack, which reads only the envelope
         await _record(ctx, delivery_id, event_name, job, "failed", f"body cannot be parsed: {exc}")
         log.error("delivery body cannot be parsed", extra={"fields": {"delivery": delivery_id}})
         return
     event = sansio.Event(data, event=event_name, delivery_id=delivery_id)
     with log_context(
-        delivery=delivery_id, gh_event=event_name, repo=row["repo"], pr=_pr_number(data)
+        delivery=delivery_id, gh_event=event_name, repo=stored.repo, pr=_pr_number(data)
     ):
         reason = ignore_reason(event, ctx.settings.app_slug and f"{ctx.settings.app_slug}[bot]")
         if reason is None and not router.fetch(event):
@@ -388,7 +360,7 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
         if reason:
             await _record(ctx, delivery_id, event_name, job, "ignored", reason)
             return
-        installation_id = row["installation_id"]
+        installation_id = stored.installation_id
         gh = ctx.github.installation_api(installation_id) if installation_id else None
         try:
             await router.dispatch(event, gh, ctx=ctx)
@@ -403,20 +375,13 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
 
 async def delivery_gave_up(ctx: Context, job: Job, reason: str) -> None:
     """A delivery's job failed for good without recording it (the process died each time)."""
-    row = await ctx.db.fetchone(
-        "SELECT event FROM deliveries WHERE id = ? AND status = 'queued'",
-        (job.payload["delivery_id"],),
-    )
-    if row is not None:
-        await _record(ctx, job.payload["delivery_id"], row["event"], job, "failed", reason)
+    stored = await deliveries.queued_delivery(ctx.db, job.payload["delivery_id"])
+    if stored is not None:
+        await _record(ctx, stored.id, stored.event, job, "failed", reason)
 
 
 async def _record(
     ctx: Context, delivery_id: str, event: str, job: Job, status: str, outcome: str
 ) -> None:
-    await ctx.db.execute(
-        "UPDATE deliveries SET status = ?, outcome = ?, attempts = ?, processed_at = ?"
-        " WHERE id = ?",
-        (status, outcome[:1000], job.attempts, time.time(), delivery_id),
-    )
+    await deliveries.record(ctx.db, delivery_id, status, outcome, job.attempts, time.time())
     ctx.metrics.deliveries.labels(event=event, outcome=status).inc()

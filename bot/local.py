@@ -96,7 +96,7 @@ class LocalReview:
     model: str
     verdict: str
     summary: str
-    findings: list[Any]  # bot.review.store.DraftFinding, verify status included
+    findings: list[Any]  # bot.records.types.DraftFinding, verify status included
     lines: dict[int, list[tuple[int, str]]]  # finding index → (line, text) at the head
     skipped: tuple[tuple[str, str], ...]
     tokens: int = 0
@@ -244,10 +244,10 @@ async def run_engine(
 async def review_local(options: LocalOptions, settings: Settings, work: Path) -> LocalReview:
     from bot.agents.providers import ModelClients
     from bot.evals.runner import Spend, session_spend
+    from bot.records.sqlite import Database
     from bot.repo_config import RepoConfig, parse_repo_config
     from bot.review.pipeline import Reviewer, ReviewRequest
     from bot.review.verify import choose_provider
-    from bot.storage import Database
 
     mirrors = Mirrors(work)
     revisions = await resolve(options, mirrors.env())

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bot.records.notices import take_uses
+
 
 @dataclass(frozen=True)
 class Limit:
@@ -28,27 +30,12 @@ class CommandLimits:
         self.clock = clock
 
     async def check(self, db: Any, pr: str, user: str) -> tuple[str, float] | None:
-        """None if allowed (and counted); else (why, seconds until allowed). One decision at
-        a time across processes (an advisory lock on Postgres, the write lock on SQLite)."""
-        now = self.clock()
+        """None if allowed (and counted); else (why, seconds until allowed)."""
         rules = ((f"pr:{pr}", self.per_pr, "this PR"), (f"user:{user}", self.per_user, "you"))
-        async with db.transaction(lock="command_uses") as conn:
-            for key, limit, why in rules:
-                cursor = await conn.execute(
-                    "SELECT COUNT(*), MIN(used_at) FROM command_uses WHERE key = ? AND used_at > ?",
-                    (key, now - limit.seconds),
-                )
-                count, first = await cursor.fetchone()
-                if count >= limit.count:
-                    wait = limit.seconds - (now - first)
-                    return f"at most {limit.count} per hour for {why}", wait
-            await conn.executemany(
-                "INSERT INTO command_uses (key, used_at) VALUES (?, ?)",
-                [(key, now) for key, _, _ in rules],
-            )
-        return None
-
-
-async def forget_command_uses(db: Any, older_than: float) -> int:
-    """Maintenance: uses older than every window."""
-    return await db.execute("DELETE FROM command_uses WHERE used_at < ?", (older_than,))
+        windows = [(key, limit.count, limit.seconds) for key, limit, _ in rules]
+        full = await take_uses(db, windows, self.clock())
+        if full is None:
+            return None
+        index, wait = full
+        _, limit, why = rules[index]
+        return f"at most {limit.count} per hour for {why}", wait

@@ -11,7 +11,6 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import orjson
@@ -19,7 +18,7 @@ from aiohttp import web
 from gidgethub import routing
 
 from bot.agents.providers import ModelClients
-from bot.budget import disk
+from bot.backend import open_backend
 from bot.config import Settings
 from bot.context import Context
 from bot.github import GitHubApp
@@ -28,16 +27,13 @@ from bot.inbox import (
     Inbox,
     InboxUnavailable,
     MalformedBody,
-    PgCommits,
-    SqliteCommits,
     delivery_gave_up,
     process_delivery,
 )
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
-from bot.queue import EVENTS, REVIEWS, Jobs
-from bot.storage import Database
-from bot.worktrees import Mirrors
+from bot.queue import EVENTS, REVIEWS
+from bot.worktrees import Mirrors, disk
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +180,7 @@ async def healthz(request: web.Request) -> web.Response:
     workers_ok = _workers_ok(request)
     healthy = db_ok and workers_ok and inbox_ok and not stopping
     reasons = ["stopping"] if stopping else []
-    space = disk(ctx.settings)
+    space = disk(ctx.settings.data_dir, ctx.settings.min_free_mb)
     if space.low:  # the inbox still accepts; only new reviews wait
         reasons.append(
             f"low disk space: {space.free_mb} MB free, below COCKPIT_MIN_FREE_MB={space.min_mb};"
@@ -200,7 +196,7 @@ async def healthz(request: web.Request) -> web.Response:
         "workers": {
             "alive": ctx.jobs.workers_alive,
             "total": ctx.jobs.workers_total,
-            "restarts": getattr(ctx.jobs, "restarts", 0),
+            "restarts": ctx.jobs.restarts,
         },
         "role": role,
     }
@@ -274,26 +270,6 @@ async def stop_gracefully(app: web.Application) -> None:
     )
 
 
-async def open_database(settings: Settings) -> Any:
-    """The configured backend: Postgres when COCKPIT_DATABASE_URL is set, else the SQLite
-    file under COCKPIT_DATA_DIR (which applies its schema steps itself: one process owns it).
-    A Postgres schema behind this release's is refused (`bot.pg.SchemaBehind`) unless
-    COCKPIT_MIGRATE_ON_START=1 lets this process migrate it."""
-    if settings.database_url is None:
-        return await Database.open(settings.db_path)
-    from bot.pg import PgDatabase
-
-    db = await PgDatabase.open(settings.database_url.reveal())
-    try:
-        if settings.migrate_on_start:
-            await db.migrate()
-        await db.check_schema()
-    except BaseException:
-        await db.close()
-        raise
-    return db
-
-
 async def _lifecycle(
     settings: Settings, router: routing.Router, setup: Setup | None, app: web.Application
 ) -> AsyncIterator[None]:
@@ -301,22 +277,13 @@ async def _lifecycle(
         register_secret(secret)
     metrics = app[METRICS]
     role = app[ROLE]
-    db = await open_database(settings)
+    backend = await open_backend(settings)
+    jobs = backend.jobs
+    inbox = Inbox(backend.commits, jobs)
     http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
-    if settings.database_url is not None:
-        from bot.pgqueue import PgJobs
-
-        jobs: Any = PgJobs(
-            db, settings.database_url.reveal(), stalled_after=settings.worker_timeout
-        )
-        await jobs.open()
-        inbox = Inbox(PgCommits(db, jobs), jobs)
-    else:
-        jobs = Jobs(db)
-        inbox = Inbox(SqliteCommits(settings.db_path), jobs)
     ctx = Context(
         settings=settings,
-        db=db,
+        db=backend.db,
         jobs=jobs,
         github=GitHubApp(settings, http, metrics=metrics),
         metrics=metrics,
@@ -350,8 +317,6 @@ async def _lifecycle(
     finally:
         await inbox.stop()
         await jobs.stop()
-        if settings.database_url is not None:
-            await jobs.close()
         await ctx.models.close()
         await http.close()
-        await db.close()
+        await backend.close()

@@ -100,6 +100,11 @@ def render(name: str, **context: Any) -> str:
     return _environment(_strict).get_template(name).render(**context).strip() + "\n"
 
 
+def message(kind: str, **context: Any) -> str:
+    """One sentence of the message catalogue (templates/messages.txt.j2)."""
+    return render("messages.txt.j2", kind=kind, **context).strip()
+
+
 def repo_url_of(pull_html_url: str | None) -> str | None:
     """`https://github.com/o/r/pull/7` → `https://github.com/o/r` (None when not a PR URL)."""
     match = re.fullmatch(r"(https?://[^/\s]+/[^/\s]+/[^/\s]+)/pull/\d+", pull_html_url or "")

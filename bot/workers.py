@@ -6,23 +6,21 @@ import functools
 import logging
 import time
 
-from bot.agents.loop import close_interrupted_runs
 from bot.context import Context
-from bot.queue import REVIEWS, Job
-from bot.ratelimit import forget_command_uses
+from bot.queue import REVIEWS, Job, JobQueue
+from bot.records import deliveries as delivery_rows
+from bot.records.database import Database
+from bot.records.notices import forget_command_uses, forget_notices
+from bot.records.pulls import closed_pull_refs
+from bot.records.reviews import prune_closed_reviews
+from bot.records.runs import close_interrupted_runs
+from bot.records.sessions import prune_closed_sessions, reconcile
 from bot.review import state
 from bot.review.approve import queue_interrupted, recover_posting_job
-from bot.review.job import (
-    cleanup_pull_job,
-    refresh_status_job,
-    report_failure_job,
-    review_gave_up,
-    run_review_job,
-)
-from bot.review.store import prune_closed_reviews
-from bot.sessions.store import prune_closed_sessions, reconcile
+from bot.review.checkout import cleanup_pull_job
+from bot.review.job import review_gave_up, run_review_job
+from bot.review.publish import refresh_status_job, report_failure_job
 from bot.sessions.turns import session_turn_job
-from bot.storage import Database, delete_in_chunks
 
 log = logging.getLogger(__name__)
 
@@ -36,24 +34,12 @@ MAINTENANCE_CRON = "17 3 * * *"  # daily, for procrastinate's periodic tasks (UT
 PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against the inbox
 
 
-async def prune_history(db: Database, older_than: float) -> tuple[int, int]:
+async def prune_history(db: Database, jobs: JobQueue, older_than: float) -> tuple[int, int]:
     """Delete processed deliveries and finished jobs from before `older_than`, in chunks."""
-    deliveries = await delete_in_chunks(
-        db,
-        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
-        " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
-        older_than,
-        PRUNE_CHUNK,
+    return (
+        await delivery_rows.prune(db, older_than, PRUNE_CHUNK),
+        await jobs.prune(older_than, chunk=PRUNE_CHUNK),
     )
-    jobs = await delete_in_chunks(
-        db,
-        "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs"
-        " WHERE state IN ('done', 'failed', 'cancelled')"
-        " AND COALESCE(finished_at, created_at) < ? LIMIT ?)",
-        older_than,
-        PRUNE_CHUNK,
-    )
-    return deliveries, jobs
 
 
 async def prune_closed_conversations(db: Database, older_than: float) -> int:
@@ -62,14 +48,6 @@ async def prune_closed_conversations(db: Database, older_than: float) -> int:
     stays."""
     sessions = await prune_closed_sessions(db, older_than, PRUNE_CHUNK)
     return sessions + await prune_closed_reviews(db, older_than, PRUNE_CHUNK)
-
-
-async def closed_pull_refs(db: Database) -> dict[str, list[int]]:
-    rows = await db.fetchall("SELECT repo, number FROM pulls WHERE state = 'closed'")
-    found: dict[str, list[int]] = {}
-    for row in rows:
-        found.setdefault(row["repo"], []).append(row["number"])
-    return found
 
 
 async def cleanup_installation(ctx: Context, job: Job) -> None:
@@ -91,31 +69,30 @@ async def tend_disk(ctx: Context, job: Job) -> None:
 
 async def maintenance(ctx: Context, job: Job) -> None:
     """The database's housekeeping at start-up and then daily (one job whichever workers
-    run): old history, conversations of long-closed PRs, old notices and command uses."""
+    run; the queue brings it back: `JobQueue.every`): old history, conversations of
+    long-closed PRs, old notices and command uses."""
     now = time.time()
-    deliveries, jobs = await prune_history(ctx.db, now - HISTORY_TTL)
+    deliveries, jobs = await prune_history(ctx.db, ctx.jobs, now - HISTORY_TTL)
     conversations = await prune_closed_conversations(ctx.db, now - CONVERSATION_TTL)
-    await ctx.db.execute("DELETE FROM notices WHERE sent_at < ?", (now - 86400,))
+    await forget_notices(ctx.db, now - 86400)
     await forget_command_uses(ctx.db, now - 86400)
-    if ctx.db.shared:  # procrastinate's finished jobs
-        await ctx.jobs.prune(HISTORY_TTL // 3600)
     log.info(
         "maintenance done",
         extra={
             "fields": {"deliveries": deliveries, "jobs": jobs, "conversation_rows": conversations}
         },
     )
-    if ctx.db.shared:
-        return  # on Postgres, procrastinate's periodic task brings it back
-    later = await ctx.db.fetchone(  # a restart mid-run may have queued one already
-        "SELECT 1 FROM jobs WHERE key = 'maintenance' AND state IN ('queued', 'waiting')"
-        " AND id != ?",
-        (job.id,),
-    )
-    if later is None:
-        await ctx.jobs.enqueue(  # waits behind this one, then for its time
-            "maintenance", "maintenance", {}, queue=REVIEWS, delay=MAINTENANCE_EVERY
-        )
+
+
+async def finish_leftovers(ctx: Context) -> None:
+    """What a dead process left mid-way outside the queue: a revision being written (its
+    draft is approvable again), runs left `running` (failed, cost unknown), busy sessions
+    (active again, or ended with their closed PR)."""
+    await state.recover_revisions(ctx.db)
+    await close_interrupted_runs(ctx.db)
+    ended = await reconcile(ctx.db)
+    if ended:
+        log.info("ended sessions of closed PRs", extra={"fields": {"count": ended}})
 
 
 async def setup_workers(ctx: Context) -> None:
@@ -134,18 +111,10 @@ async def setup_workers(ctx: Context) -> None:
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
     ctx.jobs.on_gave_up["review"] = functools.partial(review_gave_up, ctx)
     ctx.jobs.every_here("tend_disk", MAINTENANCE_EVERY)  # each worker process, its own disk
-    if ctx.db.shared:
-        # Several workers: the database's daily run is one periodic job for all of them.
-        ctx.jobs.every("maintenance", MAINTENANCE_CRON, queue=REVIEWS)
-        # Approves left `posting`: a recovery waits for the publishing lock, which a live
-        # process holds until it is done, and a dead one no longer holds.
-        await queue_interrupted(ctx)
-        return  # the rest a dead worker left mid-way is procrastinate's to retry
-    await ctx.jobs.enqueue("maintenance", "maintenance", {}, queue=REVIEWS, supersede=True)
-    # One process: whatever was mid-way when it died is this process's to finish.
+    await ctx.jobs.every(
+        "maintenance", cron=MAINTENANCE_CRON, seconds=MAINTENANCE_EVERY, queue=REVIEWS
+    )
+    # Approves left `posting`: a recovery waits for the publishing lock, which a live process
+    # holds until it is done, and a dead one no longer holds.
     await queue_interrupted(ctx)
-    await state.recover_revisions(ctx.db)
-    await close_interrupted_runs(ctx.db)
-    ended = await reconcile(ctx.db)
-    if ended:
-        log.info("ended sessions of closed PRs", extra={"fields": {"count": ended}})
+    await ctx.jobs.finish_leftovers(functools.partial(finish_leftovers, ctx))

@@ -522,3 +522,22 @@ class Mirrors:
                     ["worktree", "prune"], cwd=mirror, env=self.env(), timeout=60, check=False
                 )
         return removed
+
+
+@dataclass(frozen=True)
+class Disk:
+    free_mb: int
+    min_mb: int
+
+    @property
+    def low(self) -> bool:
+        return self.free_mb < self.min_mb
+
+
+def disk(data_dir: Path | str, min_mb: int) -> Disk:
+    """Free space where mirrors, worktrees and the database live (below `min_mb` no new
+    review starts)."""
+    path = Path(data_dir)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return Disk(shutil.disk_usage(path).free // (1024 * 1024), min_mb)

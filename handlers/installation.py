@@ -7,7 +7,7 @@ from typing import Any
 from gidgethub import routing, sansio
 
 from bot.context import Context
-from bot.review.job import forget_installation
+from bot.review.lifecycle import forget_installation
 
 router = routing.Router()
 

@@ -86,7 +86,7 @@ def pg_cluster():
 
 
 async def _prepare_template(url: str) -> None:
-    from bot.pg import PgDatabase
+    from bot.records.postgres import PgDatabase
 
     db = await PgDatabase.open(url)
     await db.migrate()
@@ -118,10 +118,10 @@ def settings(tmp_path: Path, github: GitHubStandin, database_url: str | None) ->
 @pytest.fixture
 async def db(tmp_path: Path, database_url: str | None):
     """The Database of the backend under test, schema applied."""
-    from bot.storage import Database
+    from bot.records.sqlite import Database
 
     if database_url is not None:
-        from bot.pg import PgDatabase
+        from bot.records.postgres import PgDatabase
 
         database = await PgDatabase.open(database_url)
     else:

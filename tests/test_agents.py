@@ -10,12 +10,13 @@ from bot.agents.loop import AgentRun, interrupted
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
 from bot.config import Settings
-from bot.sessions.store import create_session, load_messages
+from bot.records.messages import load_messages
+from bot.records.sessions import create_session
+from bot.records.sqlite import Database
 from bot.skills import load_skill
 from bot.standin.models import Action, call, fail, say
 from bot.standin.repo import make_pr
 from bot.standin.scripted import scripted_reviewer
-from bot.storage import Database
 from bot.worktrees import Mirrors
 from tests.models import Scripted
 

@@ -13,14 +13,14 @@ import os
 import pytest
 
 from bot.agents.base import Budget
+from bot.agents.budget import DailyBudgetSpent
 from bot.agents.loop import AgentRun
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
-from bot.budget import DailyBudgetSpent
 from bot.config import Settings
-from bot.review.store import upsert_pull
+from bot.records.pulls import upsert_pull
+from bot.records.sessions import create_session
 from bot.server import make_app
-from bot.sessions.store import create_session
 from bot.skills import load_skill
 from bot.standin.models import say
 from bot.standin.repo import make_pr

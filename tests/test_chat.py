@@ -15,11 +15,12 @@ from bot.agents.loop import AgentRun
 from bot.agents.providers import ModelClients, probe
 from bot.agents.toolbox import Toolbox
 from bot.config import ChatSettings, Secret, Settings
-from bot.sessions.store import create_session, load_messages
+from bot.records.messages import load_messages
+from bot.records.sessions import create_session
+from bot.records.sqlite import Database
 from bot.skills import load_skill
 from bot.standin.models import VLLM_AUTO_TOOLS, Action, call
 from bot.standin.repo import make_pr
-from bot.storage import Database
 from bot.worktrees import Mirrors
 from tests.models import Scripted, chat_settings
 

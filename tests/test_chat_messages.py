@@ -21,7 +21,7 @@ from bot.agents.chat import (
     request_tokens,
     server_said,
 )
-from bot.sessions.transcript import answer_text, calls_tools, to_lines, tool_call
+from bot.agents.transcript import answer_text, calls_tools, to_lines, tool_call
 from bot.standin.models import chat_rejection
 
 

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from bot import queue
 from bot.commands.draft import cmd_approve
 from bot.commands.parse import parse_commands
 from bot.commands.pr import PullRequest
-from bot.review.store import get_pull
+from bot.queue import sqlite as queue
+from bot.records.pulls import get_pull
 from bot.server import CONTEXT, make_app
 from handlers import router
 from tests.conftest import wait_for

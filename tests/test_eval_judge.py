@@ -18,9 +18,9 @@ from bot.evals.golden import Label
 from bot.evals.judges import EvalFinding, LLMJudge, make_judge, parse_answer
 from bot.evals.report import results_json
 from bot.evals.runner import EvalOptions, Progress, run_eval
+from bot.records.sqlite import Database
 from bot.standin.models import Action, fail, say
 from bot.standin.scripted import MODEL, scripted_reviewer
-from bot.storage import Database
 
 PLANTED = Path(__file__).resolve().parent.parent / "eval" / "golden" / "planted" / "planted.json"
 FINDINGS = [

@@ -159,7 +159,7 @@ async def test_planted_set_scores_exactly_with_and_without_verify(
 
 async def test_eval_results_and_runs_are_stored(planted, settings, anthropic_standin):
     result = await run_eval(settings, options(planted), Progress())
-    from bot.storage import Database
+    from bot.records.sqlite import Database
 
     db = await Database.open(settings.db_path)
     [run] = await db.fetchall("SELECT * FROM eval_runs")
@@ -196,7 +196,7 @@ async def test_resume_runs_only_unfinished_cases_and_rescoring_costs_nothing(
     planted, settings, anthropic_standin
 ):
     first = await run_eval(settings, options(planted), Progress())
-    from bot.storage import Database
+    from bot.records.sqlite import Database
 
     db = await Database.open(settings.db_path)
     await db.execute(

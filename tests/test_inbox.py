@@ -9,7 +9,8 @@ import pytest
 
 from bot import inbox
 from bot.inbox import Delivery
-from bot.storage import Database
+from bot.records.deliveries import connect
+from bot.records.sqlite import Database
 
 
 def item(delivery_id: str, body: bytes = b'{"action": "opened"}', key: str | None = None):
@@ -22,7 +23,7 @@ def item(delivery_id: str, body: bytes = b'{"action": "opened"}', key: str | Non
 async def conn(tmp_path):
     db = await Database.open(tmp_path / "c.sqlite3")  # the real schema
     await db.close()
-    conn = inbox.connect(tmp_path / "c.sqlite3")
+    conn = connect(tmp_path / "c.sqlite3")
     yield conn
     conn.close()
 
@@ -64,7 +65,7 @@ async def test_a_delivery_that_arrives_as_the_inbox_stops_gets_an_answer(tmp_pat
     import asyncio
 
     from bot.inbox import Inbox, InboxUnavailable, SqliteCommits
-    from bot.queue import Jobs
+    from bot.queue.sqlite import Jobs
 
     db = await Database.open(tmp_path / "c.sqlite3")
     box = Inbox(SqliteCommits(tmp_path / "c.sqlite3"), Jobs(db))

@@ -12,15 +12,15 @@ import threading
 import psycopg
 import pytest
 
-from bot import storage
-from bot.pg import (
+from bot.records import schema
+from bot.records.postgres import (
     PROCRASTINATE_BASELINE,
     PgDatabase,
     SchemaBehind,
     procrastinate_migrations,
     step_ddl,
 )
-from bot.storage import Database
+from bot.records.sqlite import Database
 from tests.conftest import WEBHOOK_SECRET
 from tests.serverproc import ServerProcess
 
@@ -31,7 +31,7 @@ def previous_release(url: str) -> None:
     from procrastinate.schema import SchemaManager
 
     with psycopg.connect(url, autocommit=True) as conn:
-        for statement in step_ddl(storage.STEPS[0]):
+        for statement in step_ddl(schema.STEPS[0]):
             conn.execute(statement.sql)
         conn.execute(SchemaManager.get_schema())
         conn.execute("INSERT INTO pulls (repo, number, title) VALUES ('octo/widgets', 7, 'kept')")
@@ -67,9 +67,9 @@ def test_migrate_upgrades_a_database_of_the_previous_release(tmp_path, empty_dat
     env = {"COCKPIT_DATABASE_URL": empty_database}
     first = cockpit("migrate", env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert f"schema at version {storage.SCHEMA_VERSION}" in first.stdout
+    assert f"schema at version {schema.SCHEMA_VERSION}" in first.stdout
     versions = pg(empty_database, "SELECT version FROM schema_versions ORDER BY version")
-    assert [v for (v,) in versions] == [step.version for step in storage.STEPS]
+    assert [v for (v,) in versions] == [step.version for step in schema.STEPS]
     columns = pg(
         empty_database,
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'reviews'",
@@ -128,7 +128,7 @@ async def test_serve_refuses_a_schema_that_is_behind_unless_told_to_migrate(
     finally:
         server.terminate()
     assert pg(empty_database, "SELECT MAX(version) FROM schema_versions") == [
-        (storage.SCHEMA_VERSION,)
+        (schema.SCHEMA_VERSION,)
     ]
 
 
@@ -168,21 +168,21 @@ async def test_migrate_waits_out_a_long_read_without_stopping_ingress(tmp_path, 
     assert result["run"].returncode == 0, result["run"].stderr
     assert pg(empty_database, "SELECT COUNT(*) FROM deliveries") == [(3,)]
     assert pg(empty_database, "SELECT MAX(version) FROM schema_versions") == [
-        (storage.SCHEMA_VERSION,)
+        (schema.SCHEMA_VERSION,)
     ]
 
 
 async def test_sqlite_applies_its_steps_at_start_and_records_them(tmp_path):
     path = tmp_path / "previous.sqlite3"
     with sqlite3.connect(path) as old:  # the last release without versioned steps
-        old.executescript(storage.SCHEMA)
-        for table, column, declaration in storage.ADDED_COLUMNS:
+        old.executescript(schema.SCHEMA)
+        for table, column, declaration in schema.ADDED_COLUMNS:
             old.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-        old.executescript(storage.AFTER_COLUMNS)
+        old.executescript(schema.AFTER_COLUMNS)
         old.execute("INSERT INTO pulls (repo, number) VALUES ('octo/widgets', 7)")
     db = await Database.open(path)
     try:
-        assert await db.schema_version() == storage.SCHEMA_VERSION
+        assert await db.schema_version() == schema.SCHEMA_VERSION
         columns = {row[1] for row in await db.fetchall("PRAGMA table_info(reviews)")}
         assert {"run_owner", "revision"} <= columns
         assert await db.migrate() == []  # every start runs them again: nothing new
@@ -194,4 +194,4 @@ async def test_sqlite_applies_its_steps_at_start_and_records_them(tmp_path):
 def test_migrate_on_sqlite_reports_the_version(tmp_path):
     done = cockpit("migrate", env={"COCKPIT_DATA_DIR": str(tmp_path / "d")}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert f"schema at version {storage.SCHEMA_VERSION}" in done.stdout
+    assert f"schema at version {schema.SCHEMA_VERSION}" in done.stdout

@@ -13,7 +13,7 @@ import aiohttp
 import psycopg
 import pytest
 
-from bot.pg import PgDatabase
+from bot.records.postgres import PgDatabase
 from bot.standin.models import AnthropicStandin
 from bot.standin.scripted import scripted_reviewer
 from tests import deliveries

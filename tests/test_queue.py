@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 from bot import workers
-from bot.queue import Jobs, PermanentError, backoff_seconds
-from bot.storage import Database
+from bot.queue import PermanentError, backoff_seconds
+from bot.queue.sqlite import Jobs
+from bot.records.sqlite import Database
 from tests.conftest import wait_for
 
 
@@ -206,7 +207,7 @@ async def test_old_history_is_pruned_in_chunks_and_live_work_is_kept(db, monkeyp
             " VALUES (?, 'e', x'', ?, ?)",
             (f"d{n}", received, status),
         )
-    assert await workers.prune_history(db, older_than=5000) == (3, 5)
+    assert await workers.prune_history(db, jobs, older_than=5000) == (3, 5)
     kept = {r["id"] for r in await db.fetchall("SELECT id FROM deliveries")}
     assert kept == {"d3", "d4"}  # not yet processed, or recent
     assert list(await states(db)) == [live]
@@ -316,24 +317,30 @@ async def test_a_stop_lets_running_jobs_finish_within_the_grace_and_requeues_the
 
 
 async def test_maintenance_interrupted_by_a_crash_is_scheduled_once(db, tmp_path):
-    """Killed after it queued tomorrow's run: at the next start another start-up run is
-    queued behind it; between them, only one run stays scheduled for tomorrow."""
+    """Killed while it ran: at the next start another start-up run is queued behind it;
+    between them, only one run stays scheduled for tomorrow."""
+    import functools
     from types import SimpleNamespace
 
     from bot.worktrees import Mirrors
 
-    jobs = Jobs(db)
-    first = await jobs.enqueue("maintenance", "maintenance", {}, queue="q")
-    ctx = SimpleNamespace(db=db, jobs=jobs, mirrors=Mirrors(tmp_path / "data"))
-    job = await jobs.claim("q")
-    assert job.id == first
-    await workers.maintenance(ctx, job)  # tomorrow's is queued; then the process dies
-    await jobs.enqueue("maintenance", "maintenance", {}, queue="q", supersede=True)  # restart
-    await jobs.recover()
+    async def start() -> Jobs:
+        jobs = Jobs(db)
+        ctx = SimpleNamespace(db=db, jobs=jobs, mirrors=Mirrors(tmp_path / "data"))
+        jobs.handlers["maintenance"] = functools.partial(workers.maintenance, ctx)
+        await jobs.every("maintenance", cron="17 3 * * *", seconds=86400, queue="q")
+        return jobs
+
+    jobs = await start()
+    first = await jobs.claim("q")  # then the process dies while it runs
+    jobs = await start()
+    assert await jobs.recover() == 1
+    ran = []
     for _ in range(2):
         job = await jobs.claim("q")
-        await workers.maintenance(ctx, job)
-        await jobs._finish(job, "done")
+        ran.append(job.id)
+        await jobs._run(job)
+    assert ran[0] == first.id
     left = await db.fetchall(
         "SELECT state FROM jobs WHERE key = 'maintenance' AND state IN ('queued', 'waiting')"
     )

@@ -8,7 +8,8 @@ import datetime as dt
 
 import pytest
 
-from bot.queue import Jobs, PermanentError
+from bot.queue import PermanentError
+from bot.queue.sqlite import Jobs
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends
@@ -26,7 +27,7 @@ async def jobs(db, database_url):
 async def make_jobs(db, database_url, **options):
     if database_url is None:
         return Jobs(db)
-    from bot.pgqueue import PgJobs
+    from bot.queue.postgres import PgJobs
 
     queue = PgJobs(db, database_url, **options)
     await queue.open()
@@ -220,7 +221,7 @@ async def test_jobs_of_a_dead_worker_run_again_elsewhere_with_the_attempt_counte
     jobs, db, database_url
 ):
     """A worker took a job and died (no more heartbeats): a survivor runs it again."""
-    from bot.pgqueue import PgJobs
+    from bot.queue.postgres import PgJobs
 
     dead = await make_jobs(db, database_url)
     job_id = await jobs.enqueue("w", "pr-1", {}, queue="q", max_attempts=2)

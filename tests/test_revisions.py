@@ -10,10 +10,12 @@ from dataclasses import fields, replace
 
 import pytest
 
+from bot.records.pulls import upsert_pull
+from bot.records.reviews import load_findings
+from bot.records.types import DraftFinding, Finding
 from bot.review import state
 from bot.review.approve import publishing_key
 from bot.review.revise import renumber
-from bot.review.store import DraftFinding, Finding, load_findings, upsert_pull
 from bot.standin.models import Conversation, call
 from bot.standin.scripted import scan_diff, scripted_reviewer
 from tests.conftest import wait_for
@@ -368,7 +370,7 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
     )
     async with db.transaction() as conn:
         review_id = await state.create(conn, pull_id, "a" * 40, "claude")
-    await state.start(db, review_id, config_error=None)
+    await state.take_run(db, review_id, "job:1", config_error=None)
     await state.set_findings(
         db,
         review_id,
@@ -379,7 +381,7 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
             new("calc.py", 40, IS_NONE),
         ],
     )
-    await state.to_draft(db, review_id, stale=False)
+    await state.end_run(db, review_id, "job:1", state.DRAFT, progress="draft ready")
     assert await state.drop_findings(db, review_id, (2,))
     [row] = await db.fetchall(
         "SELECT * FROM findings WHERE review_id = ? AND ordinal = 1", (review_id,)

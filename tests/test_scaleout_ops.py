@@ -10,12 +10,13 @@ import subprocess
 import psycopg
 import pytest
 
-from bot.pg import PgDatabase
 from bot.ratelimit import CommandLimits, Limit
+from bot.records.postgres import PgDatabase
+from bot.records.pulls import pull_by_id
+from bot.records.reviews import load_findings
 from bot.review import state
 from bot.review.approve import publish, publishing_key
 from bot.review.publish import Publisher
-from bot.review.store import load_findings, pull_by_id
 from bot.server import CONTEXT, make_app
 from handlers import router
 from tests.conftest import WEBHOOK_SECRET, wait_for
@@ -99,7 +100,7 @@ async def test_publishing_under_the_lock_skips_a_review_published_meanwhile(
     ctx = world.client.server.app[CONTEXT]
     [review] = await world.review_rows()
     pull = await pull_by_id(ctx.db, review["pull_id"])
-    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
+    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
     chosen = [f.ordinal for f in await load_findings(ctx.db, review["id"])]
     async with ctx.db.hold(publishing_key(review["id"])):
         await publish(ctx, publisher, review["id"], chosen)

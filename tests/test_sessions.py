@@ -11,8 +11,9 @@ import sqlite3
 import aiohttp
 import pytest
 
+from bot.records.messages import append_messages
+from bot.records.sessions import primary_of_review
 from bot.server import make_app
-from bot.sessions.store import append_messages, primary_of_review
 from bot.standin.models import fail, say
 from handlers import router
 from tests import deliveries

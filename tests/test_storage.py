@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bot.storage import Database
+from bot.records.sqlite import Database
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ async def test_a_violated_constraint_is_an_integrity_error_and_rolls_back(db, ba
 @pytest.mark.postgres_only("one process owns a SQLite file")
 async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend, database_url):
     """Two processes (two pools) approve the same draft at once: one claim wins."""
-    from bot.pg import PgDatabase
+    from bot.records.postgres import PgDatabase
     from bot.review import state
 
     other = await PgDatabase.open(database_url)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.sessions.transcript import Line, answer_text, excerpt, feedback, render, to_lines
+from bot.agents.transcript import Line, answer_text, excerpt, feedback, render, to_lines
 
 CLAUDE = [
     ("msg-0", "user", {"role": "user", "content": [{"type": "text", "text": "Review it"}]}),

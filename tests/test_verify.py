@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bot.records.types import DraftFinding
 from bot.repo_config import parse_repo_config
-from bot.review.store import DraftFinding
 from bot.review.verify import (
-    NOT_ANSWERED,
     InvalidVerification,
     Verdict,
     Verification,
@@ -23,9 +22,11 @@ from bot.review.verify import (
 from bot.server import make_app
 from bot.standin.models import call, fail
 from bot.standin.scripted import scripted_reviewer
-from bot.texts import render
+from bot.texts import message, render
 from handlers import router
 from tests.world import BASE, build_world, comment_payload
+
+NO_VERDICT = message("no_verdict")
 
 HEAD = {
     "calc.py": "def parse(text):\n    return eval(text)\n\n\ndef total(values):\n"
@@ -53,11 +54,17 @@ VERIFY_CONFIG = {".github/cockpit.toml": "verify = true\n"}
         ),
         (
             {"verdicts": [{"finding": 2, "status": "uncertain", "evidence": "b.py:9 unclear"}]},
-            {1: Verdict("uncertain", NOT_ANSWERED), 2: Verdict("uncertain", "b.py:9 unclear")},
+            {
+                1: Verdict("uncertain", NO_VERDICT),
+                2: Verdict("uncertain", "b.py:9 unclear"),
+            },
         ),
         (
             {"verdicts": []},
-            {1: Verdict("uncertain", NOT_ANSWERED), 2: Verdict("uncertain", NOT_ANSWERED)},
+            {
+                1: Verdict("uncertain", NO_VERDICT),
+                2: Verdict("uncertain", NO_VERDICT),
+            },
         ),
     ],
 )

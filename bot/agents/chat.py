@@ -41,6 +41,7 @@ from typing import Any
 
 import openai
 
+from bot import texts
 from bot.agents.base import (
     AgentError,
     ModelReply,
@@ -177,7 +178,7 @@ class ChatProvider:
         messages = join_user_turns(messages)
         response = await self._create(messages, tools)
         if not response.choices:
-            raise AgentError("the chat server answered without a message (no choices)")
+            raise AgentError(texts.message("chat_no_choices"))
         message = response.choices[0].message
         text = _THINK.sub("", message.content or "").strip()
         calls = _calls(message.tool_calls or [])
@@ -478,12 +479,7 @@ def fit(
         clipped += 1
     tokens = size(candidate)
     if tokens > budget:
-        raise AgentError(
-            f"the conversation does not fit the chat model's context even trimmed: about"
-            f" {tokens} tokens for {budget} of input (COCKPIT_CHAT_CONTEXT_TOKENS less the"
-            " output); serve the model with a larger context and raise"
-            " COCKPIT_CHAT_CONTEXT_TOKENS to match"
-        )
+        raise AgentError(texts.message("chat_context_full", tokens=tokens, budget=budget))
     return Fitted(candidate, tokens, dropped, clipped)
 
 
@@ -536,42 +532,18 @@ def explain(status: int, said: str, model: str) -> str:
     quoted = " ".join(said.split())
     if len(quoted) > SAID_CHARS:
         quoted = quoted[:SAID_CHARS] + "…"
-    quote = f'{status}: "{quoted}"' if quoted else str(status)
-    if status in (401, 403):  # not quoted: a server may echo (part of) the key it refused
-        return (
-            f"the chat server refused the key ({status}): set COCKPIT_CHAT_API_KEY to the key"
-            " it expects"
-        )
     low = said.lower()
-    if "enable-auto-tool-choice" in low or "tool-call-parser" in low:
-        return (
-            f"the chat server refused tool calling ({quote}): a vLLM server lets the model call"
-            " tools only when started with --enable-auto-tool-choice and --tool-call-parser"
-            " PARSER (the parser for the model's family, e.g. hermes, llama3_json, mistral);"
-            " restart it with both"
-        )
-    if "--jinja" in low:
-        return (
-            f"the chat server refused tool calling ({quote}): start llama-server with --jinja"
-            " (and a model whose chat template supports tools)"
-        )
-    if "support tools" in low or "tools are not supported" in low:
-        return (
-            f"the chat model {model} cannot call tools on this server ({quote}): choose one"
-            " that can (Ollama: a model whose `ollama show` lists the tools capability) and"
-            " set COCKPIT_CHAT_MODEL"
-        )
-    if any(word in low for word in _CONTEXT_WORDS):
-        return (
-            f"the request is longer than the chat model's context ({quote}): set"
-            " COCKPIT_CHAT_CONTEXT_TOKENS to the context the server gives the model (vLLM"
-            " --max-model-len, Ollama num_ctx, llama-server --ctx-size) and the conversation"
-            " is trimmed to fit"
-        )
-    if status == 404:
-        return (
-            f"the chat server does not serve {model} ({quote}): set COCKPIT_CHAT_MODEL to a"
-            " model it lists (cockpit check-config shows them), and check that"
-            " COCKPIT_CHAT_BASE_URL ends in /v1 (Azure OpenAI: /openai/v1/)"
-        )
-    return f"the chat server rejected the request ({quote})"
+    if status in (401, 403):  # not quoted: a server may echo (part of) the key it refused
+        why = "key"
+    elif "enable-auto-tool-choice" in low or "tool-call-parser" in low:
+        why = "vllm_tools"
+    elif "--jinja" in low:
+        why = "llama_tools"
+    elif "support tools" in low or "tools are not supported" in low:
+        why = "no_tools"
+    elif any(word in low for word in _CONTEXT_WORDS):
+        why = "context"
+    else:
+        why = "model" if status == 404 else "other"
+    quote = f'{status}: "{quoted}"' if quoted else str(status)
+    return texts.message("chat_refused", why=why, status=status, quote=quote, model=model)

@@ -26,26 +26,22 @@ from bot.agents.base import (
     arguments_problem,
     cost_usd,
 )
+from bot.agents.budget import admission, day_start
 from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
-from bot.budget import RUN_START_LOCK, charge_run
+from bot.agents.transcript import answer_text
 from bot.metrics import Metrics
-from bot.sessions.store import Session, append_messages, load_messages
-from bot.sessions.transcript import answer_text
+from bot.records.database import Database
+from bot.records.messages import append_messages, load_messages
+from bot.records.runs import finish_run, start_run
+from bot.records.types import Session
 from bot.skills import prompt_text
-from bot.storage import Database
-from bot.texts import render
+from bot.texts import message, render
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
 MAX_BACKOFF = 30.0
-SUBMITTED = "Review submitted. Thank you."
-NOT_NOW = "Do not submit a review in this turn: answer the message in plain text."
-NUDGE = (
-    "You ended your turn without calling submit_review. Call submit_review now with "
-    "your summary, verdict and findings (an empty findings list is fine)."
-)
 
 
 @dataclass(frozen=True)
@@ -54,15 +50,15 @@ class FinalAnswer:
 
     tool: dict[str, Any]
     parse: Callable[[Any], Any]  # raises InvalidAnswer saying what to fix (one repair turn)
-    nudge: str  # sent once when the model ends its turn without calling the tool
-    acknowledgement: str = SUBMITTED
+    nudge: str  # the prompt sent once when the model ends its turn without calling the tool
+    acknowledgement: str = "submitted"  # the prompt the tool call is answered with
 
     @property
     def name(self) -> str:
         return str(self.tool["name"])
 
 
-SUBMIT_REVIEW = FinalAnswer(SUBMIT_TOOL, parse_submission, NUDGE)
+SUBMIT_REVIEW = FinalAnswer(SUBMIT_TOOL, parse_submission, "submit_nudge")
 
 
 @dataclass
@@ -121,7 +117,7 @@ class AgentRun:
             await self._finish(
                 run_id, usage, "failed", f"{exc.__class__.__name__}: {exc}", self.toolbox.calls
             )
-            raise AgentError(f"the model run failed ({exc.__class__.__name__})") from exc
+            raise AgentError(message("run_failed", error_class=exc.__class__.__name__)) from exc
         result.cost_usd = await self._finish(run_id, usage, "done", None, calls)
         result.usage = usage
         return result
@@ -130,25 +126,19 @@ class AgentRun:
         """The run's ledger row, written only when its installation's daily budget has room
         (DailyBudgetSpent otherwise): every model run passes here, whatever started it."""
         now = time.time()
-        async with self.db.transaction(lock=RUN_START_LOCK) as conn:
-            cursor = await conn.execute(
-                "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
-                " skill_version_id, status, started_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                (
-                    self.kind if self.kind != "verify" else "review",
-                    self.subkind or (self.kind if self.kind == "verify" else None),
-                    self.session.id,
-                    self.review_id,
-                    self.provider.name,
-                    self.provider.model,
-                    self.skill_version_id,
-                    now,
-                ),
-            )
-            run_id = int(cursor.lastrowid or 0)
-            await charge_run(conn, run_id, self.budget, now)
-        return run_id
+        return await start_run(
+            self.db,
+            kind=self.kind if self.kind != "verify" else "review",
+            subkind=self.subkind or (self.kind if self.kind == "verify" else None),
+            session_id=self.session.id,
+            review_id=self.review_id,
+            provider=self.provider.name,
+            model=self.provider.model,
+            skill_version_id=self.skill_version_id,
+            now=now,
+            since=day_start(now),
+            admit=admission(self.budget),
+        )
 
     async def _loop(
         self,
@@ -174,7 +164,9 @@ class AgentRun:
             # process died): take that step now; a request never ends with the model's text.
             if not self.expect_submit:
                 return TurnResult(run_id, answer_text(last), None, 0)
-            await append_messages(self.db, self.session.id, self.provider.user_message(final.nudge))
+            await append_messages(
+                self.db, self.session.id, self.provider.user_message(fragment(final.nudge))
+            )
             repaired = True
         offer = self.expect_submit if self.offer_submit is None else self.offer_submit
         tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
@@ -196,23 +188,17 @@ class AgentRun:
                 if not self.expect_submit:
                     return TurnResult(run_id, reply.text, None, tool_calls)
                 if repaired:
-                    raise AgentError(
-                        f"the model ended without calling {final.name}, even "
-                        "after being asked once more"
-                    )
+                    raise AgentError(message("no_final_answer", tool=final.name))
                 repaired = True
                 await append_messages(
-                    self.db, self.session.id, self.provider.user_message(final.nudge)
+                    self.db, self.session.id, self.provider.user_message(fragment(final.nudge))
                 )
                 continue
             results: list[tuple[ToolCall, str, bool]] = []
             answer = None
             problems = [arguments_problem(c.arguments) for c in reply.tool_calls]
             if broken and any(problems):
-                raise AgentError(
-                    "the model sent tool arguments that are not a JSON object again, after"
-                    " being told once"
-                )
+                raise AgentError(message("arguments_again"))
             broken = any(problems)
             try:
                 for call, problem in zip(reply.tool_calls, problems, strict=True):
@@ -220,23 +206,24 @@ class AgentRun:
                         results.append((call, unreadable_arguments(call.name, problem), True))
                         continue
                     if call.name == final.name and not self.expect_submit:
-                        results.append((call, NOT_NOW, True))
+                        results.append((call, fragment("not_now"), True))
                         continue
                     if call.name == final.name:
                         try:
                             answer = final.parse(_as_dict(call.arguments))
-                            results.append((call, final.acknowledgement, False))
+                            results.append((call, fragment(final.acknowledgement), False))
                         except InvalidAnswer as exc:
                             if repaired:
                                 raise AgentError(
-                                    f"invalid {final.name} output after one repair turn: {exc}"
+                                    message("invalid_output", tool=final.name, problem=exc)
                                 ) from None
                             repaired = True
                             results.append(
                                 (
                                     call,
-                                    f"Invalid {final.name} input: {exc}. Call "
-                                    f"{final.name} again with corrected input.",
+                                    render(
+                                        "prompts/invalid_answer.md.j2", tool=final.name, error=exc
+                                    ).strip(),
                                     True,
                                 )
                             )
@@ -244,7 +231,7 @@ class AgentRun:
                     tool_calls += 1
                     if tool_calls > self.budget.max_tool_calls:
                         raise BudgetExceeded(
-                            f"budget exhausted: more than {self.budget.max_tool_calls} tool calls"
+                            message("budget_tool_calls", limit=self.budget.max_tool_calls)
                         )
                     output = await self.toolbox.call(call.name, call.arguments)
                     results.append((call, output, False))
@@ -281,17 +268,13 @@ class AgentRun:
         while True:
             remaining = self.budget.max_seconds - (time.monotonic() - started)
             if remaining <= 0:
-                raise BudgetExceeded(
-                    f"budget exhausted: wall clock ({self.budget.max_seconds:.0f}s)"
-                )
+                raise BudgetExceeded(self._out_of_time())
             attempt += 1
             try:
                 async with asyncio.timeout(remaining):
                     return await self.provider.send(request)
             except TimeoutError:
-                raise BudgetExceeded(
-                    f"budget exhausted: wall clock ({self.budget.max_seconds:.0f}s)"
-                ) from None
+                raise BudgetExceeded(self._out_of_time()) from None
             except AgentError:  # the provider said what went wrong and what to do
                 raise
             except Exception as exc:
@@ -300,8 +283,12 @@ class AgentRun:
                     raise AgentError(_describe(self.provider.name, exc)) from exc
                 if attempt >= MAX_ATTEMPTS:
                     raise AgentError(
-                        f"{self.provider.name} is unavailable after {attempt} "
-                        f"attempts ({_describe(self.provider.name, exc)})"
+                        message(
+                            "provider_unavailable",
+                            provider=self.provider.name,
+                            attempts=attempt,
+                            reason=_describe(self.provider.name, exc),
+                        )
                     ) from exc
                 delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
                 log.warning(
@@ -333,20 +320,20 @@ class AgentRun:
             if cost:
                 self.metrics.model_cost.labels(provider=self.provider.name, model=model).inc(cost)
 
+    def _out_of_time(self) -> str:
+        return message("budget_wall_clock", seconds=self.budget.max_seconds)
+
     def _check_spend(self, usage: dict[str, Usage]) -> None:
         tokens = sum(u.total for u in usage.values())
         if tokens > self.budget.max_tokens:
             raise BudgetExceeded(
-                f"budget exhausted: {tokens} tokens (limit {self.budget.max_tokens})"
+                message("budget_tokens", tokens=tokens, limit=self.budget.max_tokens)
             )
         if self.budget.max_usd is not None:
             rate = self.provider.fallback_rate
             spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
             if spent > self.budget.max_usd:
-                raise BudgetExceeded(
-                    f"budget exhausted: ${spent:.2f} spent (limit "
-                    f"${self.budget.max_usd:.2f}, COCKPIT_REVIEW_MAX_USD)"
-                )
+                raise BudgetExceeded(message("budget_usd", spent=spent, limit=self.budget.max_usd))
 
     async def _finish(
         self, run_id: int, usage: dict[str, Usage], status: str, error: str | None, tool_calls: int
@@ -354,43 +341,27 @@ class AgentRun:
         rate = self.provider.fallback_rate
         costs = {model: cost_usd(model, u, rate) for model, u in usage.items()}
         total = None if any(c is None for c in costs.values()) else sum(costs.values())
-        async with self.db.transaction() as conn:
-            for model, u in usage.items():
-                await conn.execute(
-                    "INSERT INTO run_usage (run_id, model, input_tokens, output_tokens,"
-                    " cache_read_tokens, cache_write_tokens, cost_usd)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        model,
-                        u.input_tokens,
-                        u.output_tokens,
-                        u.cache_read_tokens,
-                        u.cache_write_tokens,
-                        costs[model],
-                    ),
-                )
-            await conn.execute(
-                "UPDATE runs SET status = ?, error = ?, tool_calls = ?, cost_usd = ?,"
-                " finished_at = ? WHERE id = ?",
-                (status, error, tool_calls, total, time.time(), run_id),
-            )
+        await finish_run(
+            self.db,
+            run_id,
+            usage,
+            costs,
+            status=status,
+            error=error,
+            tool_calls=tool_calls,
+            cost_usd=total,
+        )
         return total
+
+
+def fragment(name: str) -> str:
+    """A prompt fragment (templates/prompts/NAME.md) as the model is sent it."""
+    return prompt_text(name).strip()
 
 
 def interrupted() -> str:
     """The result a tool call gets when its turn ended before the tool answered."""
-    return prompt_text("tool_interrupted").strip()
-
-
-async def close_interrupted_runs(db: Database) -> int:
-    """At start-up: runs a dead process left `running` end as failed; their usage was not
-    recorded, so their cost stays unknown."""
-    return await db.execute(
-        "UPDATE runs SET status = 'failed', error = 'interrupted by a restart', finished_at = ?"
-        " WHERE status = 'running'",
-        (time.time(),),
-    )
+    return fragment("tool_interrupted")
 
 
 def unreadable_arguments(tool: str, problem: str) -> str:
@@ -408,10 +379,6 @@ def _as_dict(arguments: Any) -> Any:
 
 def _describe(provider: str, exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
-    if status == 401:
-        return f"{provider} rejected the API key (401); check the key in the environment"
-    if status == 400:
-        return f"{provider} rejected the request (400)"
-    if status:
-        return f"{provider} answered HTTP {status}"
-    return f"{provider} could not be reached ({exc.__class__.__name__})"
+    return message(
+        "provider_error", provider=provider, status=status, error_class=exc.__class__.__name__
+    )

@@ -13,10 +13,15 @@ from bot.agents.chat import ChatEndpoint, ChatProvider, server_said
 from bot.agents.claude import ClaudeProvider
 from bot.agents.codex import CodexProvider
 from bot.config import PROVIDERS, Settings
+from bot.texts import message
 
 PROBE_TIMEOUT = 15.0
 OLLAMA_DEFAULT_TAG = ":latest"  # Ollama serves `qwen3` as `qwen3:latest`
 AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+
+
+def _not_configured(provider: str, *variables: str) -> AgentError:
+    return AgentError(message("provider_not_configured", provider=provider, variables=variables))
 
 
 class ModelClients:
@@ -36,7 +41,7 @@ class ModelClients:
                 try:
                     self._anthropic = anthropic.AsyncAnthropic(max_retries=0)
                 except anthropic.AnthropicError as exc:
-                    raise AgentError("claude is not configured: set ANTHROPIC_API_KEY") from exc
+                    raise _not_configured("claude", "ANTHROPIC_API_KEY") from exc
             return ClaudeProvider(
                 self._anthropic,
                 model or self.settings.claude_model,
@@ -47,7 +52,7 @@ class ModelClients:
                 try:
                     self._openai = openai.AsyncOpenAI(max_retries=0)
                 except openai.OpenAIError as exc:
-                    raise AgentError("codex is not configured: set OPENAI_API_KEY") from exc
+                    raise _not_configured("codex", "OPENAI_API_KEY") from exc
             return CodexProvider(
                 self._openai,
                 model or self.settings.codex_model,
@@ -56,9 +61,7 @@ class ModelClients:
         if name == "chat":
             chat = self.settings.chat
             if chat is None:
-                raise AgentError(
-                    "chat is not configured: set COCKPIT_CHAT_BASE_URL and COCKPIT_CHAT_MODEL"
-                )
+                raise _not_configured("chat", "COCKPIT_CHAT_BASE_URL", "COCKPIT_CHAT_MODEL")
             if self._chat is None:
                 self._chat = ChatEndpoint.connect(chat)
             return ChatProvider(
@@ -68,7 +71,7 @@ class ModelClients:
                 context_tokens=chat.context_tokens,
                 fallback_rate=chat_rate(chat.rates),
             )
-        raise AgentError(f"unknown provider {name!r}; use {', '.join(PROVIDERS)}")
+        raise AgentError(message("unknown_provider", provider=repr(name), choices=PROVIDERS))
 
     def configured(self, name: str) -> bool:
         """Whether `name` can be used here: its SDK found a key in the environment (`chat`:

@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 from bot.commands import gate
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.github import permits
+from bot.records.reviews import get_review, latest_draft, load_findings
+from bot.records.types import Finding, Review
 from bot.repo_config import fetch_repo_config
 from bot.review import state
 from bot.review.approve import PublishFailed, approve, publishing_key, select_findings
-from bot.review.job import queue_status_refresh
-from bot.review.store import Finding, get_review, latest_draft, load_findings
+from bot.review.lifecycle import queue_status_refresh
+from bot.texts import message
 
 
-async def current_draft(pr: PullRequest) -> sqlite3.Row:
+async def current_draft(pr: PullRequest) -> Review:
     pull = await pr.known()
-    review = await latest_draft(pr.ctx.db, pull["id"])
+    review = await latest_draft(pr.ctx.db, pull.id)
     if review is None:
-        raise CommandFailed(
-            f"there is no draft review on this PR yet: run `{pr.prefix} review` to start one"
-        )
+        raise CommandFailed(message("no_draft_yet", prefix=pr.prefix))
     return review
 
 
@@ -30,25 +28,22 @@ def _check_refs(cmd: Command, findings: list[Finding]) -> None:
     known = {f.ordinal for f in findings}
     missing = [f"F{n}" for n in cmd.findings if n not in known]
     if missing:
-        raise CommandFailed(f"the draft has no {', '.join(missing)} (it has F1…F{len(known)})")
+        raise CommandFailed(message("unknown_findings", missing=missing, count=len(known)))
 
 
-REVISING = "the reviewer's revision of this draft is being applied; try again in a moment"
-
-
-def _not_a_draft(review: sqlite3.Row) -> CommandFailed:
+def _not_a_draft(review: Review) -> CommandFailed:
     return CommandFailed(
-        REVISING if review["state"] == state.REVISING else "the draft is already published"
+        message("revising" if review.state == state.REVISING else "already_published")
     )
 
 
 async def cmd_drop(pr: PullRequest, cmd: Command) -> str | None:
     review = await current_draft(pr)
-    if review["state"] != state.DRAFT:
+    if review.state != state.DRAFT:
         raise _not_a_draft(review)
     if not cmd.findings:
-        raise CommandFailed("say which findings to drop, e.g. `drop F2 F5`")
-    db, review_id = pr.ctx.db, review["id"]
+        raise CommandFailed(message("which_to_drop"))
+    db, review_id = pr.ctx.db, review.id
     _check_refs(cmd, await load_findings(db, review_id))
     publisher = pr.publisher()
     async with db.hold(publishing_key(review_id)):  # a revision or an approve may be writing
@@ -70,25 +65,22 @@ def _event(cmd: Command, verdict: str | None) -> str:
 
 async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
     review = await current_draft(pr)
-    if review["state"] in (state.POSTING, state.POSTED):
-        return text(pr, "already_posted", state=review["state"])
-    if review["state"] == state.REVISING:
-        raise CommandFailed(REVISING)
+    if review.state in (state.POSTING, state.POSTED):
+        return text(pr, "already_posted", state=review.state)
+    if review.state == state.REVISING:
+        raise CommandFailed(message("revising"))
     live = await pr.refresh()  # the PR as GitHub has it now, not as the last delivery said
-    if live["head_sha"] != review["head_sha"] and await state.mark_stale(
-        pr.ctx.db, live["id"], live["head_sha"]
+    if live.head_sha != review.head_sha and await state.mark_stale(
+        pr.ctx.db, live.id, live.head_sha
     ):
-        await queue_status_refresh(pr.ctx, live["id"])
-        review = await get_review(pr.ctx.db, review["id"])
-    if review["stale"]:
-        raise CommandFailed(
-            "this draft is stale (the PR head moved since it was written); "
-            f"run `{pr.prefix} review` first"
-        )
+        await queue_status_refresh(pr.ctx, live.id)
+        review = await get_review(pr.ctx.db, review.id)
+    if review.stale:
+        raise CommandFailed(message("stale_draft", prefix=pr.prefix))
     config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
     if not permits(await gate.permission(pr), config.approve_permission):
-        raise CommandFailed(f"publishing needs `{config.approve_permission}` permission here")
-    findings = await load_findings(pr.ctx.db, review["id"])
+        raise CommandFailed(message("needs_permission", permission=config.approve_permission))
+    findings = await load_findings(pr.ctx.db, review.id)
     _check_refs(cmd, findings)
     gone = [
         f"F{f.ordinal}"
@@ -96,18 +88,16 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
         if f.ordinal in cmd.findings and f.state in (state.DROPPED, state.WITHDRAWN)
     ]
     if gone:
-        raise CommandFailed(
-            f"{', '.join(gone)} was dropped or withdrawn from the draft; list kept findings"
-        )
+        raise CommandFailed(message("findings_gone", gone=gone))
     chosen = select_findings(findings, cmd.findings)
-    event = _event(cmd, review["verdict"])
+    event = _event(cmd, review.verdict)
     try:
-        published = await approve(pr.ctx, pr.publisher(), review["id"], pr.actor, event, chosen)
+        published = await approve(pr.ctx, pr.publisher(), review.id, pr.actor, event, chosen)
     except PublishFailed as exc:
         raise CommandFailed(str(exc)) from exc
     if not published:  # someone else's approve (or a revision) got there first
-        current = await get_review(pr.ctx.db, review["id"])
-        if current["state"] == state.REVISING:
-            raise CommandFailed(REVISING)
-        return text(pr, "already_posted", state=current["state"])
+        current = await get_review(pr.ctx.db, review.id)
+        if current.state == state.REVISING:
+            raise CommandFailed(message("revising"))
+        return text(pr, "already_posted", state=current.state)
     return text(pr, "approved", event=event, count=len(chosen))

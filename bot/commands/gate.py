@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from bot.commands.catalog import BY_NAME
+from bot.catalog import BY_NAME
 from bot.commands.pr import PullRequest
 from bot.github import permits
+from bot.records import notices
 
 
 async def permission(pr: PullRequest) -> str:
@@ -25,12 +26,7 @@ async def first_notice(pr: PullRequest, kind: str, every: float) -> bool:
     several processes agree): the notice may be given."""
     now = time.time()
     key = f"{kind}:{pr.repo.get('id') or pr.repo['full_name']}#{pr.number}:{pr.actor.casefold()}"
-    row = await pr.ctx.db.fetchone(
-        "INSERT INTO notices (key, sent_at) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
-        " SET sent_at = excluded.sent_at WHERE notices.sent_at <= ? RETURNING key",
-        (key, now, now - every),
-    )
-    return row is not None
+    return await notices.first_notice(pr.ctx.db, key, now, every)
 
 
 async def rate_limited(pr: PullRequest, command: str) -> tuple[str, float] | None:

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from bot.commands.catalog import COMMANDS
+from bot.catalog import COMMANDS
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
+from bot.records.reviews import latest_review
 from bot.repo_config import CONFIG_PATH, effective, fetch_repo_config
-from bot.review.store import latest_review
+from bot.texts import message
 
 
 async def help_text(pr: PullRequest, unknown: str | None = None) -> str:
-    review = await latest_review(pr.ctx.db, pr.pull["id"]) if pr.pull else None
+    review = await latest_review(pr.ctx.db, pr.pull.id) if pr.pull else None
     state = (
         "no review yet"
         if review is None
-        else f"latest review: {review['state']}" + (", stale" if review["stale"] else "")
+        else f"latest review: {review.state}" + (", stale" if review.stale else "")
     )
     rows = [(spec.usage, spec.what) for spec in COMMANDS]
     return text(pr, "help", unknown=unknown, state_line=state, commands=rows)
@@ -27,9 +28,9 @@ async def cmd_help(pr: PullRequest, cmd: Command) -> str | None:
 
 async def cmd_status(pr: PullRequest, cmd: Command) -> str | None:
     pull = await pr.known()
-    review = await latest_review(pr.ctx.db, pull["id"])
+    review = await latest_review(pr.ctx.db, pull.id)
     if review is None:
-        raise CommandFailed(f"there is no review yet: run `{pr.prefix} review` to start one")
+        raise CommandFailed(message("no_review_yet", prefix=pr.prefix))
     await pr.publisher().status(review)
     return None
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bot.records.pulls import find_pull, upsert_pull
+from bot.records.types import Pull
 from bot.review.publish import Publisher
-from bot.review.store import find_pull, upsert_pull
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -23,7 +23,7 @@ class PullRequest:
     gh: Any
     repo: dict[str, Any]
     number: int
-    pull: sqlite3.Row | None
+    pull: Pull | None
     actor: str
     installation_id: int | None = None
     comment_id: int | None = None  # the comment the commands came in
@@ -44,16 +44,16 @@ class PullRequest:
     def prefix(self) -> str:
         return self.ctx.settings.command_prefix
 
-    async def refresh(self) -> sqlite3.Row:
+    async def refresh(self) -> Pull:
         """Read the PR from GitHub (a comment's payload has no head sha) and store it."""
         data = await self.gh.getitem("/repos/{owner}/{repo}/pulls/{number}", self.owner_repo)
-        installation = self.installation_id or (self.pull["installation_id"] if self.pull else None)
+        installation = self.installation_id or (self.pull.installation_id if self.pull else None)
         await upsert_pull(self.ctx.db, installation, self.repo, data)
         self.pull = await find_pull(self.ctx.db, self.repo, self.number)
         assert self.pull is not None
         return self.pull
 
-    async def known(self) -> sqlite3.Row:
+    async def known(self) -> Pull:
         """The stored PR, read from GitHub the first time a command needs it."""
         return self.pull or await self.refresh()
 

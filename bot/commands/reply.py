@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def text(pr: PullRequest, kind: str, **context: Any) -> str:
-    repo_url = repo_url_of(pr.pull["html_url"]) if pr.pull else None
+    repo_url = repo_url_of(pr.pull.html_url) if pr.pull else None
     return render("reply.md.j2", kind=kind, prefix=pr.prefix, repo_url=repo_url, **context)
 
 

@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import time
 
-from bot.budget import budget_used_up
+from bot.agents.budget import budget_used_up
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.config import PROVIDERS
 from bot.repo_config import fetch_repo_config
-from bot.review.job import enqueue_review, held_text, stop_pull_work
+from bot.review.lifecycle import enqueue_review, held_text, stop_pull_work
+from bot.texts import message
 
 
 async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
     pull = await pr.refresh()
-    if pull["state"] != "open":
-        raise CommandFailed("this pull request is closed")
+    if pull.state != "open":
+        raise CommandFailed(message("pr_closed"))
     provider = cmd.flag("provider")
     if provider is not None and provider not in PROVIDERS:
-        raise CommandFailed(f"--provider must be one of {', '.join(PROVIDERS)}")
-    spent = await budget_used_up(pr.ctx.settings, pr.ctx.db, pull["installation_id"], time.time())
+        raise CommandFailed(message("bad_choice", flag="provider", choices=PROVIDERS))
+    spent = await budget_used_up(pr.ctx.settings, pr.ctx.db, pull.installation_id, time.time())
     if spent is not None:
         raise CommandFailed(
             held_text("budget", spent=spent.describe(pr.ctx.settings), prefix=pr.prefix)
@@ -30,20 +31,18 @@ async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
     verify = bool(cmd.flag("verify")) or config.verify
     await enqueue_review(
         pr.ctx,
-        pull["id"],
-        pull["head_sha"],
+        pull.id,
+        pull.head_sha,
         provider=provider,
         verify=verify,
         config=config,
         reason="command",
         requested_by=pr.actor,
     )
-    return text(
-        pr, "review_queued", short_sha=pull["head_sha"][:7], provider=provider, verify=verify
-    )
+    return text(pr, "review_queued", short_sha=pull.head_sha[:7], provider=provider, verify=verify)
 
 
 async def cmd_stop(pr: PullRequest, cmd: Command) -> str | None:
     pull = await pr.known()
-    count = await stop_pull_work(pr.ctx, pull["id"], f"stopped by {pr.actor}")
+    count = await stop_pull_work(pr.ctx, pull.id, message("progress_stopped_by", actor=pr.actor))
     return text(pr, "stopped", count=count)

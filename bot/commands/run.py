@@ -7,12 +7,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from bot.catalog import COMMANDS
 from bot.commands import draft, gate, info, review, session
-from bot.commands.catalog import COMMANDS
 from bot.commands.parse import Command, parse_commands
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import post, react, reply
-from bot.review.store import find_pull
+from bot.records.pulls import find_pull
+from bot.texts import message
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -45,10 +46,10 @@ async def run_comment(ctx: Context, gh: Any, data: dict[str, Any], number: int, 
     repo = data["repository"]
     installation_id = (data.get("installation") or {}).get("id")
     pull = await find_pull(ctx.db, repo, number)
-    if pull is not None and installation_id and pull["installation_id"] != installation_id:
+    if pull is not None and installation_id and pull.installation_id != installation_id:
         log.warning(  # the repository moved to another installation: read the PR afresh
             "stored PR belongs to another installation",
-            extra={"fields": {"stored": pull["installation_id"], "now": installation_id}},
+            extra={"fields": {"stored": pull.installation_id, "now": installation_id}},
         )
         pull = None
     pr = PullRequest(
@@ -91,7 +92,7 @@ async def run_one(pr: PullRequest, cmd: Command) -> bool:
             pr,
             "failed",
             command=cmd.name,
-            reason="an internal error occurred; the operator's logs have details",
+            reason=message("internal_error"),
         )
         return False
     return True

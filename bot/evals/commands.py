@@ -116,7 +116,7 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
     where the server keeps its data, or no published review of the repository): nothing is
     created then, neither a database nor an empty file."""
     from bot.evals.from_reviews import check_repo, golden_from_reviews, published_repos
-    from bot.storage import Database
+    from bot.records.sqlite import Database
 
     try:
         settings = load_settings(github=False)

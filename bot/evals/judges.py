@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import json
 import re
-import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,8 +18,10 @@ from typing import Any, Protocol
 from bot.agents.base import AgentError, ProviderRequest, Usage, cost_usd
 from bot.agents.providers import ModelClients
 from bot.evals.golden import Label
+from bot.evals.messages import say
+from bot.records import evals
+from bot.records.database import Database
 from bot.skills import prompt_text
-from bot.storage import Database
 from bot.texts import render
 
 LINE_WINDOW = 10  # a finding this many lines from a label's line can still be about it
@@ -52,18 +53,18 @@ class EvalFinding:
     verify_note: str | None = None
 
     @classmethod
-    def from_row(cls, ordinal: int, row: Any) -> EvalFinding:
-        get = row.get if isinstance(row, dict) else (lambda key: row[key])
+    def of(cls, ordinal: int, finding: Any) -> EvalFinding:
+        """A draft's finding (`DraftFinding`) or a stored one (`StoredEvalFinding`)."""
         return cls(
             ordinal=ordinal,
-            path=get("path"),
-            severity=get("severity"),
-            title=get("title"),
-            body=get("body") or "",
-            line=get("line"),
-            end_line=get("end_line"),
-            verify_status=get("verify_status"),
-            verify_note=get("verify_note"),
+            path=finding.path,
+            severity=finding.severity,
+            title=finding.title,
+            body=finding.body or "",
+            line=finding.line,
+            end_line=finding.end_line,
+            verify_status=finding.verify_status,
+            verify_note=finding.verify_note,
         )
 
 
@@ -218,7 +219,7 @@ class LLMJudge:
     def __post_init__(self) -> None:
         self._provider = self.models.provider(self.name, self.model)
         if not self.models.configured(self.name):
-            raise AgentError(f"the {self.name} judge needs an API key in the environment")
+            raise AgentError(say("judge_needs_key", judge=self.name))
         self.model = self._provider.model
         self._system = prompt_text("judge")
         self._limit = asyncio.Semaphore(self.concurrency)
@@ -253,23 +254,17 @@ class LLMJudge:
     async def _judge(self, finding: str, label: str) -> Answer | None:
         # The label's key covers the prompt too (one cache row per question actually asked).
         keys = (self.name, self.model, _key(finding), _key(f"{self._prompt_key}\0{label}"))
-        row = await self.db.fetchone(
-            "SELECT match, confidence, reasoning FROM eval_judgements WHERE judge = ? AND"
-            " model = ? AND finding_key = ? AND label_key = ?",
-            keys,
-        )
-        if row is not None:
+        known = await evals.judgement(self.db, keys)
+        if known is not None:
             self.cached += 1
-            return Answer(bool(row["match"]), row["confidence"], row["reasoning"] or "")
+            return Answer(*known)
         async with self._limit:
             answer = await self._ask(finding, label)
         if answer is None:
             self.unreadable += 1
             return None
-        await self.db.execute(
-            "INSERT OR REPLACE INTO eval_judgements (judge, model, finding_key, label_key,"
-            " match, confidence, reasoning, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (*keys, int(answer.match), answer.confidence, answer.reasoning, time.time()),
+        await evals.store_judgement(
+            self.db, keys, answer.match, answer.confidence, answer.reasoning
         )
         return answer
 
@@ -292,7 +287,7 @@ class LLMJudge:
                 advice = provider.transient(exc)
                 if advice is None or attempt == 5:
                     raise AgentError(
-                        f"the {self.name} judge failed ({exc.__class__.__name__})"
+                        say("judge_failed", judge=self.name, error_class=exc.__class__.__name__)
                     ) from exc
                 delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
                 await self.sleep(min(delay, 30.0))
@@ -308,4 +303,4 @@ def make_judge(name: str, db: Database, models: ModelClients, model: str | None 
         return LexicalJudge()
     if name in JUDGES[1:]:
         return LLMJudge(db, models, name, model)
-    raise AgentError(f"unknown judge {name!r}; use {', '.join(JUDGES)}")
+    raise AgentError(say("unknown_judge", judge=repr(name), choices=JUDGES))

@@ -22,11 +22,13 @@ from bot.evals.golden import Case, Golden, load_golden
 from bot.evals.judges import EvalFinding, Judge, make_judge
 from bot.evals.scoring import Counts, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
+from bot.records import evals
+from bot.records.runs import session_spend as ledger_spend
+from bot.records.sessions import end_session, prune_detached_sessions
+from bot.records.sqlite import Database
+from bot.records.types import DraftFinding
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
-from bot.review.store import DraftFinding
 from bot.review.verify import apply_verification, choose_provider, verify_draft
-from bot.sessions.store import end_session, prune_detached_sessions
-from bot.storage import Database
 from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
 from bot.worktrees import GitError
 
@@ -155,20 +157,12 @@ class Spend:
 async def session_spend(db: Database, session_id: int) -> tuple[Spend, Spend]:
     """What the runs ledger holds for a case's review session and the sessions started
     from it (the verify pass), as (review, verify): every run, failed ones included."""
-    rows = await db.fetchall(
-        "SELECT r.subkind, r.cost_usd, (SELECT COALESCE(SUM(u.input_tokens + u.output_tokens"
-        " + u.cache_read_tokens + u.cache_write_tokens), 0) FROM run_usage u"
-        " WHERE u.run_id = r.id) AS tokens FROM runs r WHERE r.session_id IN"
-        " (SELECT id FROM sessions WHERE id = ? OR parent_session_id = ?)",
-        (session_id, session_id),
-    )
     review, verify = Spend(), Spend()
-    for row in rows:
-        spent = Spend(int(row["tokens"]), row["cost_usd"])
-        if row["subkind"] == "verify":
-            verify += spent
+    for subkind, tokens, usd in await ledger_spend(db, session_id):
+        if subkind == "verify":
+            verify += Spend(tokens, usd)
         else:
-            review += spent
+            review += Spend(tokens, usd)
     return review, verify
 
 
@@ -220,9 +214,7 @@ class Runner:
             rows = draft.findings
             if run.verify and rows:
                 rows = await self._verify(run, reviewer, prepared.tree, request, draft, result)
-            result.findings = [
-                EvalFinding.from_row(n, asdict(r)) for n, r in enumerate(rows, start=1)
-            ]
+            result.findings = [EvalFinding.of(n, r) for n, r in enumerate(rows, start=1)]
         except (AgentError, GitError, OSError) as exc:
             result.error = str(exc) or exc.__class__.__name__
         finally:
@@ -273,72 +265,43 @@ class Runner:
     async def store_case(self, run: ModelRun, result: CaseResult) -> None:
         final = result.counts.get(VERIFIED if run.verify else ALL, Counts())
         strict = final.strict
-        async with self.db.transaction() as conn:
-            await conn.execute(
-                "DELETE FROM eval_findings WHERE eval_case_id IN (SELECT id FROM eval_cases"
-                " WHERE eval_run_id = ? AND case_id = ?)",
-                (run.id, result.case.id),
-            )
-            await conn.execute(
-                "DELETE FROM eval_cases WHERE eval_run_id = ? AND case_id = ?",
-                (run.id, result.case.id),
-            )
-            cursor = await conn.execute(
-                "INSERT INTO eval_cases (eval_run_id, case_id, pr, head_sha, status,"
-                " true_positives, false_positives, false_negatives, precision, recall, f1,"
-                " cost_usd, tokens, wall_seconds, error, scores)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run.id,
-                    result.case.id,
-                    result.case.pr or 0,
-                    result.head_sha,
-                    "failed" if result.error else "done",
-                    strict["tp"],
-                    strict["fp"],
-                    strict["fn"],
-                    strict["precision"],
-                    strict["recall"],
-                    strict["f1"],
-                    add_usd(result.review_usd, result.verify_usd),
-                    result.review_tokens + result.verify_tokens,
-                    result.wall_seconds,
-                    result.error,
-                    json.dumps(result.to_scores()),
-                ),
-            )
-            case_row = cursor.lastrowid
-            await conn.executemany(
-                "INSERT INTO eval_findings (eval_case_id, ordinal, path, line, end_line,"
-                " severity, title, body, matched_label, verify_status, verify_note)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        case_row,
-                        f.ordinal,
-                        f.path,
-                        f.line,
-                        f.end_line,
-                        f.severity,
-                        f.title,
-                        f.body,
-                        result.pairs.get(index),
-                        f.verify_status,
-                        f.verify_note,
-                    )
-                    for index, f in enumerate(result.findings)
-                ],
-            )
+        case = {
+            "pr": result.case.pr or 0,
+            "head_sha": result.head_sha,
+            "status": "failed" if result.error else "done",
+            "true_positives": strict["tp"],
+            "false_positives": strict["fp"],
+            "false_negatives": strict["fn"],
+            "precision": strict["precision"],
+            "recall": strict["recall"],
+            "f1": strict["f1"],
+            "cost_usd": add_usd(result.review_usd, result.verify_usd),
+            "tokens": result.review_tokens + result.verify_tokens,
+            "wall_seconds": result.wall_seconds,
+            "error": result.error,
+            "scores": json.dumps(result.to_scores()),
+        }
+        findings = [
+            {
+                "ordinal": f.ordinal,
+                "path": f.path,
+                "line": f.line,
+                "end_line": f.end_line,
+                "severity": f.severity,
+                "title": f.title,
+                "body": f.body,
+                "matched_label": result.pairs.get(index),
+                "verify_status": f.verify_status,
+                "verify_note": f.verify_note,
+            }
+            for index, f in enumerate(result.findings)
+        ]
+        await evals.store_case(self.db, run.id, result.case.id, case, findings)
 
     async def earlier_spend(self, run: ModelRun, case: Case) -> tuple[Spend, Spend]:
         """What earlier failed attempts at this case spent (it runs again on `--resume`):
         the run's totals keep counting it."""
-        row = await self.db.fetchone(
-            "SELECT scores FROM eval_cases WHERE eval_run_id = ? AND case_id = ?"
-            " AND status = 'failed'",
-            (run.id, case.id),
-        )
-        saved = json.loads(row["scores"] or "{}") if row is not None else {}
+        saved = json.loads(await evals.failed_case_scores(self.db, run.id, case.id) or "{}")
         return (
             Spend(saved.get("review_tokens", 0), saved.get("review_usd", 0.0)),
             Spend(saved.get("verify_tokens", 0), saved.get("verify_usd", 0.0)),
@@ -346,23 +309,18 @@ class Runner:
 
     async def load_case(self, run: ModelRun, golden: Golden, case: Case) -> CaseResult | None:
         """A case this run already finished (on `--resume`), or None to run it (again)."""
-        row = await self.db.fetchone(
-            "SELECT * FROM eval_cases WHERE eval_run_id = ? AND case_id = ? AND status = 'done'",
-            (run.id, case.id),
-        )
-        if row is None:
+        done = await evals.done_case(self.db, run.id, case.id)
+        if done is None:
             return None
-        saved = json.loads(row["scores"] or "{}")
-        findings = await self.db.fetchall(
-            "SELECT * FROM eval_findings WHERE eval_case_id = ? ORDER BY ordinal", (row["id"],)
-        )
+        stored, findings = done
+        saved = json.loads(stored.scores or "{}")
         return CaseResult(
             case,
             str(golden.path),
-            findings=[EvalFinding.from_row(f["ordinal"], f) for f in findings],
-            head_sha=row["head_sha"],
+            findings=[EvalFinding.of(f.ordinal, f) for f in findings],
+            head_sha=stored.head_sha,
             notes=tuple(saved.get("notes", ())),
-            wall_seconds=row["wall_seconds"] or 0.0,
+            wall_seconds=stored.wall_seconds or 0.0,
             verify_seconds=saved.get("verify_seconds", 0.0),
             review_tokens=saved.get("review_tokens", 0),
             review_usd=saved.get("review_usd"),
@@ -408,21 +366,17 @@ class Runner:
             usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd))
             tokens += case.review_tokens + case.verify_tokens
         scores = {name: run.total(name).to_dict() for name in (ALL, VERIFIED)}
-        await self.db.execute(
-            "UPDATE eval_runs SET status = ?, precision = ?, recall = ?, f1 = ?, cost_usd = ?,"
-            " tokens = ?, wall_seconds = ?, finished_at = ?, scores = ? WHERE id = ?",
-            (
-                "failed" if run.failed else "done",
-                strict["precision"],
-                strict["recall"],
-                strict["f1"],
-                usd,
-                tokens,
-                run.wall_seconds,
-                time.time(),
-                json.dumps(scores),
-                run.id,
-            ),
+        await evals.finish_run(
+            self.db,
+            run.id,
+            status="failed" if run.failed else "done",
+            precision=strict["precision"],
+            recall=strict["recall"],
+            f1=strict["f1"],
+            cost_usd=usd,
+            tokens=tokens,
+            wall_seconds=run.wall_seconds,
+            scores=json.dumps(scores),
         )
 
 
@@ -450,46 +404,33 @@ def default_model(settings: Settings, provider: str) -> str:
 async def _create_batch(
     db: Database, options: EvalOptions, verify_provider: str | None, judge: str
 ) -> list[ModelRun]:
-    runs = []
-    batch = None
-    for model in options.models:
-        run_id = await db.execute(
-            "INSERT INTO eval_runs (golden, provider, model, verify, verify_provider, judge,"
-            " options, status, batch, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)",
-            (
-                json.dumps(list(options.goldens)),
-                options.provider,
-                model,
-                int(options.verify),
-                verify_provider,
-                judge,
-                options.to_json(),
-                batch,
-                time.time(),
-            ),
-        )
-        if batch is None:
-            batch = run_id
-            await db.execute("UPDATE eval_runs SET batch = ? WHERE id = ?", (batch, run_id))
-        runs.append(ModelRun(run_id, options.provider, model, options.verify, verify_provider))
-    return runs
+    ids = await evals.create_runs(
+        db,
+        [
+            {
+                "golden": json.dumps(list(options.goldens)),
+                "provider": options.provider,
+                "model": model,
+                "verify": int(options.verify),
+                "verify_provider": verify_provider,
+                "judge": judge,
+                "options": options.to_json(),
+            }
+            for model in options.models
+        ],
+    )
+    return [
+        ModelRun(run_id, options.provider, model, options.verify, verify_provider)
+        for run_id, model in zip(ids, options.models, strict=True)
+    ]
 
 
 async def _load_batch(db: Database, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
-    rows = await db.fetchall("SELECT * FROM eval_runs WHERE batch = ? ORDER BY id", (batch,))
-    if not rows:
+    found = await evals.resume_batch(db, batch)
+    if not found:
         raise EvalError(f"there is no eval run {batch} to resume")
-    options = EvalOptions.from_json(rows[0]["options"])
-    runs = [
-        ModelRun(
-            row["id"], row["provider"], row["model"], bool(row["verify"]), row["verify_provider"]
-        )
-        for row in rows
-    ]
-    for run in runs:
-        await db.execute(
-            "UPDATE eval_runs SET status = 'running', finished_at = NULL WHERE id = ?", (run.id,)
-        )
+    options = EvalOptions.from_json(found[0].options)
+    runs = [ModelRun(r.id, r.provider, r.model, r.verify, r.verify_provider) for r in found]
     return options, runs
 
 
@@ -543,9 +484,7 @@ async def run_eval(
         after = {repo: await fingerprint(repo) for repo in repositories}
         result.source_changed = [repo for repo in repositories if before[repo] != after[repo]]
         if result.source_changed:
-            await db.execute(
-                "UPDATE eval_runs SET status = 'failed' WHERE batch = ?", (result.batch,)
-            )
+            await evals.fail_batch(db, result.batch)
         result.judge_tokens = getattr(judge, "tokens", 0)
         result.judge_usd = getattr(judge, "cost_usd", 0.0)
         result.judge_unreadable = getattr(judge, "unreadable", 0)

@@ -10,9 +10,12 @@ import gidgethub
 
 from bot.github import github_transient
 from bot.queue import REVIEWS, Job
+from bot.records.pulls import pull_by_id
+from bot.records.reviews import get_review, load_findings, mid_publish, update_review
+from bot.records.types import Finding
 from bot.review import state
 from bot.review.publish import Publisher
-from bot.review.store import Finding, get_review, load_findings, pull_by_id, update_review
+from bot.texts import message
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -50,38 +53,35 @@ async def approve(
             raise
         review = await get_review(ctx.db, review_id)
         try:
-            nothing_went_out = await _pending_exists(publisher, review["pending_review_id"])
+            nothing_went_out = await _pending_exists(publisher, review.pending_review_id)
         except Exception as check:
             if not github_transient(check):
                 raise
             nothing_went_out = False  # GitHub cannot tell us now: the recovery job will
         if nothing_went_out:
             await state.release(ctx.db, review_id)
-            raise PublishFailed(
-                f"GitHub refused to publish ({_describe(exc)}); the draft is unchanged"
-            ) from exc
+            raise PublishFailed(message("publish_refused", reason=_describe(exc))) from exc
         await waiting_for_github(ctx, publisher, review_id, exc)
         await queue_recovery(ctx, review_id)
-        raise PublishFailed(
-            f"publishing is waiting for GitHub ({_describe(exc)}); PR Cockpit retries until "
-            "GitHub answers, publishes exactly once, and the status comment shows it"
-        ) from exc
+        raise PublishFailed(message("publish_waiting", reason=_describe(exc))) from exc
     return True
 
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, gidgethub.HTTPException):
-        return f"GitHub answered {int(exc.status_code)}"
-    return f"GitHub could not be reached: {exc.__class__.__name__}"
+        return message("github_status", status=int(exc.status_code))
+    return message("github_unreachable", error_class=exc.__class__.__name__)
 
 
 async def waiting_for_github(
     ctx: Context, publisher: Publisher, review_id: int, exc: BaseException
 ) -> None:
     """Say on the review (and, if GitHub lets us, the status comment) that publishing waits."""
-    await update_review(ctx.db, review_id, progress=f"waiting for GitHub ({_describe(exc)})")
+    review = await update_review(
+        ctx.db, review_id, progress=message("progress_waiting", reason=_describe(exc))
+    )
     try:
-        await publisher.status(await get_review(ctx.db, review_id))
+        await publisher.status(review)
     except Exception as failed:
         if not github_transient(failed) and not isinstance(failed, gidgethub.GitHubException):
             raise
@@ -93,13 +93,13 @@ async def publish(ctx: Context, publisher: Publisher, review_id: int, chosen: li
     the check run and status comment (their failures are logged, never reverted). Called
     holding the publishing lock; a review no longer `posting` was published meanwhile."""
     review = await get_review(ctx.db, review_id)
-    if review is None or review["state"] != state.POSTING:
+    if review is None or review.state != state.POSTING:
         return
     pending_id = await publisher.pending_review(review, only=set(chosen))
     await publisher.gh.post(
         "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}/events",
         {**publisher.owner_repo, "id": pending_id},
-        data={"event": review["posted_event"]},
+        data={"event": review.posted_event},
     )
     await state.mark_posted(ctx.db, review_id)
     review = await get_review(ctx.db, review_id)
@@ -145,10 +145,8 @@ async def queue_recovery(ctx: Context, review_id: int) -> None:
 async def queue_interrupted(ctx: Context) -> None:
     """At start-up: every review left `posting` is checked and finished (one left `revising`
     is given back as a draft); each waits for whoever may still be publishing it."""
-    for row in await ctx.db.fetchall(
-        "SELECT id FROM reviews WHERE state IN ('posting', 'revising')"
-    ):
-        await queue_recovery(ctx, row["id"])
+    for review_id in await mid_publish(ctx.db):
+        await queue_recovery(ctx, review_id)
 
 
 def publishing_key(review_id: int) -> str:
@@ -165,14 +163,14 @@ async def recover_posting(ctx: Context, review_id: int) -> str:
 
 async def _recover(ctx: Context, review_id: int) -> str:
     review = await get_review(ctx.db, review_id)
-    if review is not None and review["state"] == state.REVISING:
+    if review is not None and review.state == state.REVISING:
         await state.end_revision(ctx.db, review_id)  # its reviser died mid-way
         return "revision given back"
-    if review is None or review["state"] != state.POSTING:
+    if review is None or review.state != state.POSTING:
         return "nothing to do"
-    pull = await pull_by_id(ctx.db, review["pull_id"])
-    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
-    found = await _pending_review(publisher, review["pending_review_id"])
+    pull = await pull_by_id(ctx.db, review.pull_id)
+    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    found = await _pending_review(publisher, review.pending_review_id)
     if found is not None and found.get("state") not in ("PENDING", None):
         await state.mark_posted(ctx.db, review_id)
         await publisher.status(await get_review(ctx.db, review_id))
@@ -188,10 +186,10 @@ async def recover_posting_job(ctx: Context, job: Job) -> None:
         outcome = await recover_posting(ctx, review_id)
     except Exception as exc:
         review = await get_review(ctx.db, review_id)
-        pull = await pull_by_id(ctx.db, review["pull_id"]) if review else None
+        pull = await pull_by_id(ctx.db, review.pull_id) if review else None
         if pull is None:
             raise
-        publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
+        publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
         if github_transient(exc):  # retried by the queue, with backoff
             await waiting_for_github(ctx, publisher, review_id, exc)
             raise
@@ -199,10 +197,10 @@ async def recover_posting_job(ctx: Context, job: Job) -> None:
             raise
         # GitHub answered no (the PR is locked, the review was removed …): nothing went out.
         await state.release(ctx.db, review_id)
-        await update_review(
-            ctx.db, review_id, progress=f"publishing failed: {_describe(exc)}; approve again"
+        released = await update_review(
+            ctx.db, review_id, progress=message("progress_publish_failed", reason=_describe(exc))
         )
-        await publisher.status(await get_review(ctx.db, review_id))
+        await publisher.status(released)
         log.warning("GitHub refused an interrupted approve", extra={"fields": {"error": str(exc)}})
         return
     log.info("recovered an interrupted approve", extra={"fields": {"outcome": outcome}})

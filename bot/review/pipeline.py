@@ -10,26 +10,28 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.agents.base import Budget
-from bot.agents.loop import AgentRun
+from bot.agents.loop import SUBMIT_REVIEW, AgentRun, FinalAnswer
 from bot.agents.providers import ModelClients
 from bot.agents.submit import ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
+from bot.records.database import Database
+from bot.records.sessions import create_session
+from bot.records.types import DraftFinding, Session, Skill
 from bot.repo_config import RepoConfig
 from bot.review.plan import place, plan_files
-from bot.review.store import DraftFinding
-from bot.sessions.store import Session, create_session
 from bot.skills import load_skill
-from bot.storage import Database
-from bot.texts import render
+from bot.texts import message, render
 from bot.worktrees import Worktree
 
+if TYPE_CHECKING:
+    from bot.context import Context
+
 MAX_DIFF_BYTES = 50 * 1024 * 1024
-NOTHING_TO_REVIEW = "Nothing to review: every changed file was left out (see below)."
 
 
 @dataclass(frozen=True)
@@ -61,12 +63,49 @@ class Draft:
 
 @dataclass
 class Reviewer:
-    """The services a review run needs (no GitHub among them)."""
+    """The services a model run needs (no GitHub among them), and the one place an agent run
+    is built (`agent`): reviews, verify passes, revisions and session turns alike."""
 
     db: Database
     models: ModelClients
     budget: Budget  # a server's: Budget.from_settings (the daily limits are in it)
     metrics: Metrics | None = None
+
+    @classmethod
+    def of(cls, ctx: Context) -> Reviewer:
+        """A server's: its database, model clients, settings' budgets and metrics."""
+        return cls(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
+
+    def agent(
+        self,
+        session: Session,
+        toolbox: Toolbox,
+        skill: Skill,
+        *,
+        kind: str,
+        subkind: str | None = None,
+        final: FinalAnswer = SUBMIT_REVIEW,
+        expect_submit: bool = True,
+        offer_submit: bool | None = None,
+    ) -> AgentRun:
+        """A turn of `session` (on its provider and model) with `skill` as its system prompt,
+        charged to the session's review, under this reviewer's budgets."""
+        return AgentRun(
+            db=self.db,
+            provider=self.models.provider(session.provider, session.model),
+            session=session,
+            toolbox=toolbox,
+            system=skill.text,
+            kind=kind,
+            subkind=subkind,
+            budget=self.budget,
+            skill_version_id=skill.id,
+            review_id=session.review_id,
+            expect_submit=expect_submit,
+            offer_submit=offer_submit,
+            final=final,
+            metrics=self.metrics,
+        )
 
 
 async def pr_diff(tree: Worktree) -> DiffModel:
@@ -130,7 +169,7 @@ async def review_worktree(
     if on_plan is not None:
         await on_plan(plan.skipped)
     if not plan.reviewed:
-        return Draft(NOTHING_TO_REVIEW, "comment", [], plan.skipped)
+        return Draft(message("nothing_to_review"), "comment", [], plan.skipped)
     provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(
         reviewer.db,
@@ -202,19 +241,7 @@ async def _submitted(
 ) -> Draft:
     """One reviewer turn that ends with `submit_review`, as a Draft placed on the diff."""
     skill = await load_skill(reviewer.db)
-    run = AgentRun(
-        db=reviewer.db,
-        provider=reviewer.models.provider(session.provider, session.model),
-        session=session,
-        toolbox=toolbox,
-        system=skill.text,
-        kind="review",
-        subkind=subkind,
-        budget=reviewer.budget,
-        skill_version_id=skill.id,
-        review_id=session.review_id,
-        metrics=reviewer.metrics,
-    )
+    run = reviewer.agent(session, toolbox, skill, kind="review", subkind=subkind)
     result = await run.turn(message, comment_id=origin[0], source=origin[1])
     assert result.draft is not None
     return Draft(

@@ -10,23 +10,27 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gidgethub
 
-from bot.commands.catalog import suggested
-from bot.review.store import (
-    Finding,
+from bot.catalog import suggested
+from bot.queue import Job
+from bot.records.pulls import pull_by_id
+from bot.records.reviews import (
     get_review,
     latest_draft,
+    latest_review,
     load_findings,
-    review_costs,
+    status_comment_of,
     update_review,
 )
-from bot.sessions.store import has_active_cross_review
-from bot.texts import STATUS_MARKER, fit, neutralise_mentions, render, repo_url_of, usd
+from bot.records.runs import review_costs
+from bot.records.sessions import has_active_cross_review
+from bot.records.types import Finding, Pull, Review
+from bot.review import state
+from bot.texts import STATUS_MARKER, fit, message, neutralise_mentions, render, repo_url_of, usd
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -36,18 +40,6 @@ log = logging.getLogger(__name__)
 CHECK_NAME = "PR Cockpit"
 ANNOTATION_BATCH = 50
 LEVELS = {"critical": "failure", "major": "warning", "minor": "notice", "nit": "notice"}
-HEADLINES = {
-    "queued": "review queued",
-    "running": "reviewing",
-    "draft": "draft ready",
-    "revising": "revising the draft",
-    "posting": "publishing",
-    "posted": "published",
-    "failed": "review failed",
-    "cancelled": "review stopped",
-    "superseded": "superseded by a newer review",
-    "held": "review not started",
-}
 
 
 def refs(ordinals: list[int]) -> str:
@@ -71,17 +63,17 @@ def _now() -> str:
 class Publisher:
     ctx: Context
     gh: Any
-    pull: sqlite3.Row
+    pull: Pull
 
     @property
     def repo_url(self) -> str | None:
         """The repository's page on GitHub: the one place model text may link to."""
-        return repo_url_of(self.pull["html_url"])
+        return repo_url_of(self.pull.html_url)
 
     @property
     def owner_repo(self) -> dict[str, Any]:
-        owner, name = self.pull["repo"].split("/", 1)
-        return {"owner": owner, "repo": name, "number": self.pull["number"]}
+        owner, name = self.pull.repo.split("/", 1)
+        return {"owner": owner, "repo": name, "number": self.pull.number}
 
     async def comment(self, body: str) -> int:
         """Post a new comment on the PR (a reply, or a session's answer)."""
@@ -92,17 +84,17 @@ class Publisher:
         )
         return int(created["id"])
 
-    def status_link(self, review: sqlite3.Row) -> str | None:
-        if not (self.pull["html_url"] and review["status_comment_id"]):
+    def status_link(self, review: Review) -> str | None:
+        if not (self.pull.html_url and review.status_comment_id):
             return None
-        return f"{self.pull['html_url']}#issuecomment-{review['status_comment_id']}"
+        return f"{self.pull.html_url}#issuecomment-{review.status_comment_id}"
 
     # -- status comment -------------------------------------------------------
 
-    async def status(self, review: sqlite3.Row) -> int:
+    async def status(self, review: Review) -> int:
         """Create or edit the PR's one status comment to show this review's state."""
         body = fit(await self.render_status(review))
-        comment_id = review["status_comment_id"] or await self._find_status_comment()
+        comment_id = review.status_comment_id or await self._find_status_comment()
         if comment_id:
             try:
                 await self.gh.patch(
@@ -121,18 +113,14 @@ class Publisher:
                 data={"body": body},
             )
             comment_id = created["id"]
-        if review["status_comment_id"] != comment_id:
-            await update_review(self.ctx.db, review["id"], status_comment_id=comment_id)
+        if review.status_comment_id != comment_id:
+            await update_review(self.ctx.db, review.id, status_comment_id=comment_id)
         return int(comment_id)
 
     async def _find_status_comment(self) -> int | None:
-        row = await self.ctx.db.fetchone(
-            "SELECT status_comment_id FROM reviews WHERE pull_id = ? AND status_comment_id"
-            " IS NOT NULL ORDER BY id DESC LIMIT 1",
-            (self.pull["id"],),
-        )
-        if row:
-            return int(row[0])
+        known = await status_comment_of(self.ctx.db, self.pull.id)
+        if known:
+            return known
         login = await self.ctx.github.bot_login()
         async for comment in self.gh.getiter(
             "/repos/{owner}/{repo}/issues/{number}/comments", self.owner_repo
@@ -144,56 +132,56 @@ class Publisher:
                 return int(comment["id"])
         return None
 
-    async def render_status(self, review: sqlite3.Row) -> str:
+    async def render_status(self, review: Review) -> str:
         db = self.ctx.db
-        findings = await load_findings(db, review["id"])
-        costs = await review_costs(db, review["id"])
+        findings = await load_findings(db, review.id)
+        costs = await review_costs(db, review.id)
         stale_sha = None
-        if review["state"] in ("queued", "running"):
-            previous = await latest_draft(db, self.pull["id"])
-            if previous is not None and previous["stale"]:
-                stale_sha = previous["head_sha"][:7]
+        if review.state in ("queued", "running"):
+            previous = await latest_draft(db, self.pull.id)
+            if previous is not None and previous.stale:
+                stale_sha = previous.head_sha[:7]
         cost_line = " · ".join(
             f"{provider}: {runs} model run(s), {usd(cost)}" for provider, runs, cost in costs
         )
         return render(
             "status.md.j2",
-            headline=HEADLINES.get(review["state"], review["state"]),
-            state=review["state"],
-            progress=review["progress"] or review["state"],
-            short_sha=review["head_sha"][:7],
-            provider=review["provider"],
-            error=review["error"],
-            stale=bool(review["stale"]),
+            headline=message("headline", state=review.state),
+            state=review.state,
+            progress=review.progress or review.state,
+            short_sha=review.head_sha[:7],
+            provider=review.provider,
+            error=review.error,
+            stale=bool(review.stale),
             stale_sha=stale_sha,
-            verdict=review["verdict"],
-            summary=review["summary"],
-            posted_by=review["posted_by"],
-            posted_event=review["posted_event"],
+            verdict=review.verdict,
+            summary=review.summary,
+            posted_by=review.posted_by,
+            posted_event=review.posted_event,
             findings=[self._finding_view(f, review) for f in findings],
-            not_reviewed=[tuple(x) for x in json.loads(review["not_reviewed"] or "[]")],
-            config_error=review["config_error"],
-            revision=review["revision"],
-            revision_note=revision_note(review["revision_note"]),
-            verify_provider=review["verify_provider"],
-            verify_error=review["verify_error"],
+            not_reviewed=[tuple(x) for x in json.loads(review.not_reviewed or "[]")],
+            config_error=review.config_error,
+            revision=review.revision,
+            revision_note=revision_note(review.revision_note),
+            verify_provider=review.verify_provider,
+            verify_error=review.verify_error,
             cost_line=cost_line,
             commands=suggested(
-                review["state"],
-                bool(review["stale"]),
-                await has_active_cross_review(db, review["id"]),
+                review.state,
+                bool(review.stale),
+                await has_active_cross_review(db, review.id),
             ),
             prefix=self.ctx.settings.command_prefix,
             repo_url=self.repo_url,
         )
 
-    def _finding_view(self, finding: Finding, review: sqlite3.Row) -> dict[str, Any]:
+    def _finding_view(self, finding: Finding, review: Review) -> dict[str, Any]:
         where = finding.path + (f":{finding.line}" if finding.line else "")
         link = None
-        if self.pull["html_url"] and finding.line:
+        if self.pull.html_url and finding.line:
             anchor = hashlib.sha256(finding.path.encode()).hexdigest()
             side = "L" if finding.side == "LEFT" else "R"
-            link = f"{self.pull['html_url']}/files#diff-{anchor}{side}{finding.line}"
+            link = f"{self.pull.html_url}/files#diff-{anchor}{side}{finding.line}"
         return {
             "ordinal": finding.ordinal,
             "severity": finding.severity,
@@ -204,37 +192,38 @@ class Publisher:
             "checked_by": finding.checked_by,
             "verify_status": finding.verify_status,
             "verify_note": finding.verify_note,
-            "verifier": review["verify_provider"],
+            "verifier": review.verify_provider,
         }
 
     # -- check run ----------------------------------------------------------------
 
-    async def start_check(self, review: sqlite3.Row) -> int:
-        if review["check_run_id"]:  # a retried or recovered job: reuse its check run
+    async def start_check(self, review: Review) -> Review:
+        """The review's check run in progress (a new one unless it has one); the review with
+        it."""
+        if review.check_run_id:  # a retried or recovered job: reuse its check run
             await self.gh.patch(
                 "/repos/{owner}/{repo}/check-runs/{id}",
-                {**self.owner_repo, "id": review["check_run_id"]},
+                {**self.owner_repo, "id": review.check_run_id},
                 data={"status": "in_progress"},
             )
-            return int(review["check_run_id"])
+            return review
         created = await self.gh.post(
             "/repos/{owner}/{repo}/check-runs",
             self.owner_repo,
             data={
                 "name": CHECK_NAME,
-                "head_sha": review["head_sha"],
+                "head_sha": review.head_sha,
                 "status": "in_progress",
                 "started_at": _now(),
-                "external_id": str(review["id"]),
+                "external_id": str(review.id),
                 "output": {"title": "Reviewing", "summary": "PR Cockpit is preparing a draft."},
             },
         )
-        await update_review(self.ctx.db, review["id"], check_run_id=created["id"])
-        return int(created["id"])
+        return await update_review(self.ctx.db, review.id, check_run_id=created["id"]) or review
 
     async def finish_check(
         self,
-        review: sqlite3.Row,
+        review: Review,
         *,
         conclusion: str = "neutral",
         error: str | None = None,
@@ -243,10 +232,10 @@ class Publisher:
     ) -> None:
         """Complete the check run. GitHub appends annotations on every update, so they are
         sent once, when the draft is first finished (`with_annotations=False` after that)."""
-        if not review["check_run_id"]:
+        if not review.check_run_id:
             return
-        findings = [f for f in await load_findings(self.ctx.db, review["id"]) if f.state == "kept"]
-        verifier = review["verify_provider"]
+        findings = [f for f in await load_findings(self.ctx.db, review.id) if f.state == "kept"]
+        verifier = review.verify_provider
         annotations = (
             [_annotation(f, verifier) for f in findings if f.line] if with_annotations else []
         )
@@ -255,13 +244,13 @@ class Publisher:
                 "check_run.md.j2",
                 stopped=stopped,
                 error=error,
-                verdict=review["verdict"],
-                summary=review["summary"],
+                verdict=review.verdict,
+                summary=review.summary,
                 findings=findings,
-                stale=bool(review["stale"]),
+                stale=bool(review.stale),
                 repo_url=self.repo_url,
                 verifier=verifier,
-                verify_error=review["verify_error"],
+                verify_error=review.verify_error,
             ),
             65_000,
         )
@@ -269,12 +258,12 @@ class Publisher:
             title = "Review stopped"
         elif error:
             title = "Review failed"
-        elif review["stale"]:
+        elif review.stale:
             title = f"Stale draft: {len(findings)} finding(s)"
         else:
             title = f"Draft: {len(findings)} finding(s)"
         url = "/repos/{owner}/{repo}/check-runs/{id}"
-        params = {**self.owner_repo, "id": review["check_run_id"]}
+        params = {**self.owner_repo, "id": review.check_run_id}
         batches = [
             annotations[n : n + ANNOTATION_BATCH]
             for n in range(0, len(annotations), ANNOTATION_BATCH)
@@ -291,9 +280,9 @@ class Publisher:
         """A new check run showing the draft as it stands now (after a revision or a drop):
         annotations cannot be withdrawn from a check run, so the old one is left behind and
         GitHub shows the newest run of the name."""
-        await update_review(self.ctx.db, review_id, check_run_id=None)
-        await self.start_check(await get_review(self.ctx.db, review_id))
-        await self.finish_check(await get_review(self.ctx.db, review_id))
+        review = await update_review(self.ctx.db, review_id, check_run_id=None)
+        if review is not None:
+            await self.finish_check(await self.start_check(review))
 
     # -- pending review ---------------------------------------------------------------
 
@@ -308,14 +297,14 @@ class Publisher:
                     {**self.owner_repo, "id": existing["id"]},
                 )
 
-    async def pending_review(self, review: sqlite3.Row, *, only: set[int] | None = None) -> int:
+    async def pending_review(self, review: Review, *, only: set[int] | None = None) -> int:
         """Create the pending review: inline comments where GitHub allows them, the rest in the
         body. If GitHub still refuses the inline comments (422) they move to the body: the
         draft is never lost. `only` limits it to those finding ordinals (a partial approve);
         without it, findings the verify pass refuted stay out, as `approve` leaves them out."""
         findings = [
             f
-            for f in await load_findings(self.ctx.db, review["id"])
+            for f in await load_findings(self.ctx.db, review.id)
             if f.state == "kept"
             and (f.ordinal in only if only is not None else f.verify_status != "refuted")
         ]
@@ -332,11 +321,11 @@ class Publisher:
             created = await self.gh.post(
                 url, self.owner_repo, data=self._review_payload(review, findings, inline=False)
             )
-        await update_review(self.ctx.db, review["id"], pending_review_id=created["id"])
+        await update_review(self.ctx.db, review.id, pending_review_id=created["id"])
         return int(created["id"])
 
     def _review_payload(
-        self, review: sqlite3.Row, findings: list[Finding], *, inline: bool
+        self, review: Review, findings: list[Finding], *, inline: bool
     ) -> dict[str, Any]:
         comments, other = [], []
         for f in findings:
@@ -379,14 +368,14 @@ class Publisher:
         body = fit(
             render(
                 "review_body.md.j2",
-                provider=review["provider"],
-                verdict=review["verdict"],
-                summary=review["summary"],
+                provider=review.provider,
+                verdict=review.verdict,
+                summary=review.summary,
                 other=other,
                 repo_url=self.repo_url,
             )
         )
-        return {"commit_id": review["head_sha"], "body": body, "comments": comments}
+        return {"commit_id": review.head_sha, "body": body, "comments": comments}
 
 
 def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
@@ -409,3 +398,28 @@ def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
         "title": neutralise_mentions(title)[:255],
         "message": neutralise_mentions(message.strip() or finding.title)[:64_000],
     }
+
+
+async def refresh_status_job(ctx: Context, job: Job) -> None:
+    """Re-render the PR's status comment (and the check run of a stale draft)."""
+    pull = await pull_by_id(ctx.db, job.payload["pull_id"])
+    review = await latest_review(ctx.db, job.payload["pull_id"]) if pull else None
+    if pull is None or review is None:
+        return
+    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    await publisher.status(review)
+    if review.stale and review.state == state.DRAFT:
+        await publisher.finish_check(review, with_annotations=False)
+
+
+async def report_failure_job(ctx: Context, job: Job) -> None:
+    """Show a failed review on the PR: check run `failure` and the status comment."""
+    review = await get_review(ctx.db, job.payload["review_id"])
+    pull = await pull_by_id(ctx.db, review.pull_id) if review else None
+    if review is None or pull is None or review.state != state.FAILED:
+        return
+    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    if not review.check_run_id:  # it failed before its check run was made
+        review = await publisher.start_check(review)
+    await publisher.finish_check(review, conclusion="failure", error=review.error)
+    await publisher.status(review)

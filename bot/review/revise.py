@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bot.agents.base import Budget
+from bot.records.reviews import get_review, load_findings
+from bot.records.types import DraftFinding, Finding, Review
 from bot.repo_config import RepoConfig
 from bot.review import state
 from bot.review.approve import publishing_key
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.review.publish import Publisher
-from bot.review.store import DraftFinding, Finding, get_review, load_findings
 from bot.review.verify import apply_verification, verify_draft
 from bot.worktrees import Worktree
 
@@ -189,8 +188,9 @@ async def apply_revision(
     nothing changes. While GitHub is being updated the draft is `revising`, so an approve
     cannot race it, and the draft's publishing lock is held, so a drop cannot either."""
     review = await get_review(ctx.db, review_id)
+    assert review is not None
     findings, verified = draft.findings, {}
-    if review["verify_provider"]:
+    if review.verify_provider:
         findings, verified = await _verified(ctx, publisher, review, draft, tree)
     async with ctx.db.hold(publishing_key(review_id)):
         change = renumber(await load_findings(ctx.db, review_id), findings)
@@ -223,29 +223,29 @@ async def apply_revision(
 
 
 async def _verified(
-    ctx: Context, publisher: Publisher, review: sqlite3.Row, draft: Draft, tree: Worktree
+    ctx: Context, publisher: Publisher, review: Review, draft: Draft, tree: Worktree
 ) -> tuple[list[DraftFinding], dict[str, object]]:
     """The revision's findings, those that are new or changed (or never verified) checked by
     the review's verifier, and the review's `verify_error` when a pass ran."""
-    change = renumber(await load_findings(ctx.db, review["id"]), draft.findings)
+    change = renumber(await load_findings(ctx.db, review.id), draft.findings)
     if not change.unverified:
         return draft.findings, {}
     pull = publisher.pull
     request = ReviewRequest(
-        repo=pull["repo"],
-        number=pull["number"],
-        title=pull["title"],
-        body=pull["body"],
-        base_ref=pull["base_ref"],
-        provider=review["provider"],
+        repo=pull.repo,
+        number=pull.number,
+        title=pull.title,
+        body=pull.body,
+        base_ref=pull.base_ref,
+        provider=review.provider,
         config=RepoConfig(),  # the verifier reads the findings and the worktree only
-        pull_id=pull["id"],
-        review_id=review["id"],
+        pull_id=pull.id,
+        review_id=review.id,
     )
-    reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
+    reviewer = Reviewer.of(ctx)
     subset = [draft.findings[n] for n in change.unverified]
     verification = await verify_draft(
-        reviewer, tree, request, replace(draft, findings=subset), provider=review["verify_provider"]
+        reviewer, tree, request, replace(draft, findings=subset), provider=review.verify_provider
     )
     findings = list(draft.findings)
     checked = apply_verification(subset, verification)

@@ -1,5 +1,6 @@
-"""The review state machine: the only code that writes `reviews.state`, `reviews.stale` and
-the findings' `state`. Every transition is a compare-and-set that says whether it happened.
+"""The review state machine: the only code that changes `reviews.state`, `reviews.stale` and
+the findings' `state`. Every transition is a named compare-and-set that says whether it
+happened (its SQL is `bot.records.review_state`, which nothing else calls).
 
     queued → running → draft → posting → posted
        ↘        ↘ failed / cancelled    ↖ (release: nothing went out)
@@ -12,15 +13,13 @@ the findings' `state`. Every transition is a compare-and-set that says whether i
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import aiosqlite
-
-from bot.storage import Database
-
-if TYPE_CHECKING:
-    from bot.review.store import DraftFinding
+from bot.records import review_state as sql
+from bot.records.database import Database
+from bot.records.reviews import owned_by
+from bot.records.types import DraftFinding, Review
+from bot.texts import message
 
 QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"
 REVISING = "revising"  # a draft while its revision is written to GitHub: not approvable
@@ -29,27 +28,10 @@ ACTIVE = (QUEUED, RUNNING)
 # Findings: kept (in the draft), dropped (by a person), skipped (left out of a partial approve),
 # withdrawn (by the reviewer itself when it revised the draft).
 KEPT, DROPPED, SKIPPED, WITHDRAWN = "kept", "dropped", "skipped", "withdrawn"
-COLUMNS = (  # what a draft finding stores (bot.review.store.DraftFinding)
-    "path",
-    "line",
-    "end_line",
-    "side",
-    "severity",
-    "title",
-    "body",
-    "suggestion",
-    "in_diff",
-    "verify_status",
-    "verify_note",
-)
-
-
-def _marks(values: Iterable[object]) -> str:
-    return ",".join("?" for _ in values) or "NULL"
 
 
 async def create(
-    conn: aiosqlite.Connection,
+    conn: Any,
     pull_id: int,
     head_sha: str,
     provider: str,
@@ -60,28 +42,17 @@ async def create(
 ) -> int:
     """A new queued review (inside the caller's transaction), or with `held` one that is not
     started and says why; the PR's older queued or running review is superseded by it."""
-    now = time.time()
-    await conn.execute(
-        "UPDATE reviews SET state = 'superseded', updated_at = ?"
-        " WHERE pull_id = ? AND state IN ('queued', 'running')",
-        (now, pull_id),
+    return await sql.insert(
+        conn,
+        pull_id,
+        head_sha,
+        provider,
+        state=HELD if held else QUEUED,
+        progress=held or message("progress", step="queued"),
+        reason=reason,
+        requested_by=requested_by,
+        supersede=ACTIVE,
     )
-    cursor = await conn.execute(
-        "INSERT INTO reviews (pull_id, head_sha, state, provider, progress, reason,"
-        " requested_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            pull_id,
-            head_sha,
-            HELD if held else QUEUED,
-            provider,
-            held or "queued",
-            reason,
-            requested_by,
-            now,
-            now,
-        ),
-    )
-    return int(cursor.lastrowid or 0)
 
 
 async def create_held(
@@ -94,73 +65,33 @@ async def create_held(
 
 async def hold(db: Database, review_id: int, why: str) -> bool:
     """queued / running → held: it will not run (today's budget is spent, disk is low …)."""
-    return await _move(db, review_id, HELD, ACTIVE, progress=why)
-
-
-async def _move(db: Database, review_id: int, to: str, sources: tuple[str, ...], **fields) -> bool:
-    fields = {"state": to, **fields, "updated_at": time.time()}
-    changed = await db.execute(
-        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
-        f" WHERE id = ? AND state IN ({_marks(sources)})",
-        (*fields.values(), review_id, *sources),
-    )
-    return changed == 1
-
-
-async def start(db: Database, review_id: int, *, config_error: str | None) -> bool:
-    """queued → running (a retried job finds it running already)."""
-    return await _move(
-        db,
-        review_id,
-        RUNNING,
-        ACTIVE,
-        progress="preparing the worktree",
-        config_error=config_error,
-    )
-
-
-async def to_draft(db: Database, review_id: int, *, stale: bool) -> bool:
-    """running → draft; `stale` when the PR moved on while the review ran."""
-    return await _move(db, review_id, DRAFT, (RUNNING,), progress="draft ready", stale=int(stale))
+    return await sql.move(db, review_id, HELD, ACTIVE, progress=why)
 
 
 async def fail(db: Database, review_id: int, error: str) -> bool:
-    return await _move(db, review_id, FAILED, ACTIVE, error=error, progress="failed")
+    return await sql.move(
+        db, review_id, FAILED, ACTIVE, error=error, progress=message("progress", step="failed")
+    )
 
 
 async def cancel(db: Database, review_id: int, why: str) -> bool:
-    return await _move(db, review_id, CANCELLED, ACTIVE, progress=why)
+    return await sql.move(db, review_id, CANCELLED, ACTIVE, progress=why)
 
 
 async def cancel_pull(db: Database, pull_id: int, why: str, *, queued_only: bool = False) -> int:
     """Cancel a PR's queued (and, unless `queued_only`, running) reviews."""
-    states = (QUEUED,) if queued_only else ACTIVE
-    return await db.execute(
-        "UPDATE reviews SET state = 'cancelled', progress = ?, updated_at = ?"
-        f" WHERE pull_id = ? AND state IN ({_marks(states)})",
-        (why, time.time(), pull_id, *states),
-    )
+    return await sql.move_pull(db, pull_id, CANCELLED, (QUEUED,) if queued_only else ACTIVE, why)
 
 
 async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
     """Drafts of an older head go stale when the PR moves on; returns how many did."""
-    return await db.execute(
-        "UPDATE reviews SET stale = 1, updated_at = ?"
-        " WHERE pull_id = ? AND head_sha != ? AND state = 'draft' AND stale = 0",
-        (time.time(), pull_id, head_sha),
-    )
+    return await sql.mark_stale(db, pull_id, head_sha)
 
 
 async def drop_findings(db: Database, review_id: int, ordinals: tuple[int, ...]) -> bool:
     """A person drops findings from the draft: only while it is a draft (not being revised or
     published). False, and nothing changed, when it is not."""
-    changed = await db.execute(
-        "UPDATE findings SET state = 'dropped', checked_by = 'human' WHERE review_id = ?"
-        f" AND ordinal IN ({_marks(ordinals)})"
-        " AND EXISTS (SELECT 1 FROM reviews WHERE id = ? AND state = 'draft')",
-        (review_id, *ordinals, review_id),
-    )
-    return changed > 0
+    return await sql.drop_findings(db, review_id, ordinals)
 
 
 async def claim_posting(
@@ -168,44 +99,16 @@ async def claim_posting(
 ) -> bool:
     """draft → posting, recording who publishes what in the same commit (so a crash at any
     point leaves enough to finish exactly once); False when someone else got there first."""
-    async with db.transaction() as conn:
-        cursor = await conn.execute(
-            "UPDATE reviews SET state = 'posting', posted_by = ?, posted_event = ?,"
-            " progress = 'publishing', updated_at = ? WHERE id = ? AND state = 'draft'",
-            (actor, event, time.time(), review_id),
-        )
-        if cursor.rowcount != 1:
-            return False
-        await conn.execute(
-            f"UPDATE findings SET checked_by = CASE WHEN ordinal IN ({_marks(chosen)})"
-            " THEN 'human' ELSE checked_by END WHERE review_id = ?",
-            (*chosen, review_id),
-        )
-        await conn.execute(
-            "UPDATE findings SET state = 'skipped' WHERE review_id = ? AND state = 'kept'"
-            f" AND ordinal NOT IN ({_marks(chosen)})",
-            (review_id, *chosen),
-        )
-    return True
+    return await sql.claim_posting(db, review_id, actor, event, chosen)
 
 
 async def release(db: Database, review_id: int) -> bool:
     """posting → draft, when the publish provably did not happen: approve may run again."""
-    async with db.transaction() as conn:
-        cursor = await conn.execute(
-            "UPDATE reviews SET state = 'draft' WHERE id = ? AND state = 'posting'", (review_id,)
-        )
-        if cursor.rowcount != 1:
-            return False
-        await conn.execute(
-            "UPDATE findings SET state = 'kept' WHERE review_id = ? AND state = 'skipped'",
-            (review_id,),
-        )
-    return True
+    return await sql.release(db, review_id)
 
 
 async def mark_posted(db: Database, review_id: int) -> bool:
-    return await _move(db, review_id, POSTED, (POSTING,), posted_at=time.time())
+    return await sql.move(db, review_id, POSTED, (POSTING,), posted_at=time.time())
 
 
 async def begin_revision(
@@ -223,73 +126,23 @@ async def begin_revision(
     marked so; a finding a person dropped is left exactly as they dropped it. False, and
     nothing changed, unless this is the PR's newest review and still a draft that is not stale
     (nothing may overwrite what people approve)."""
-    async with db.transaction() as conn:
-        cursor = await conn.execute(
-            "UPDATE reviews SET state = 'revising', revision = revision + 1,"
-            f" {', '.join(f'{k} = ?' for k in texts)}, updated_at = ?"
-            " WHERE id = ? AND state = 'draft' AND stale = 0 AND NOT EXISTS (SELECT 1 FROM"
-            " reviews newer WHERE newer.pull_id = reviews.pull_id AND newer.id > reviews.id"
-            " AND newer.state NOT IN ('failed', 'cancelled', 'superseded'))",
-            (*texts.values(), time.time(), review_id),
-        )
-        if cursor.rowcount != 1:
-            return False
-        for ordinal, finding in assigned:
-            values = _values(finding)
-            cursor = await conn.execute(
-                f"UPDATE findings SET {', '.join(f'{k} = ?' for k in COLUMNS)},"
-                " state = 'kept', checked_by = 'auto'"
-                " WHERE review_id = ? AND ordinal = ? AND state != 'dropped'",
-                (*values, review_id, ordinal),
-            )
-            if cursor.rowcount == 0:
-                await conn.execute(
-                    f"INSERT INTO findings (review_id, ordinal, {', '.join(COLUMNS)},"
-                    f" state, checked_by) VALUES (?, ?, {_marks(COLUMNS)}, 'kept', 'auto')"
-                    " ON CONFLICT (review_id, ordinal) DO NOTHING",
-                    (review_id, ordinal, *values),
-                )
-        await conn.execute(
-            "UPDATE findings SET state = 'withdrawn', checked_by = ? WHERE review_id = ?"
-            f" AND state = 'kept' AND ordinal IN ({_marks(withdrawn)})",
-            (by, review_id, *withdrawn),
-        )
-    return True
+    return await sql.begin_revision(db, review_id, assigned, withdrawn, by=by, texts=texts)
 
 
 async def end_revision(db: Database, review_id: int) -> bool:
     """revising → draft, once GitHub shows the revision (or the attempt gave up)."""
-    return await _move(db, review_id, DRAFT, (REVISING,))
+    return await sql.move(db, review_id, DRAFT, (REVISING,))
 
 
 async def recover_revisions(db: Database) -> int:
     """At start-up: a revision interrupted by a crash leaves its draft approvable again
     (`approve` rebuilds the pending review from the stored findings)."""
-    return await db.execute(
-        "UPDATE reviews SET state = 'draft', updated_at = ? WHERE state = 'revising'",
-        (time.time(),),
-    )
+    return await sql.move_every(db, DRAFT, REVISING)
 
 
 async def set_findings(db: Database, review_id: int, findings: list[DraftFinding]) -> None:
     """A new draft's findings, numbered F1…Fn as shown on the PR, all kept."""
-    async with db.transaction() as conn:
-        await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
-        await conn.executemany(
-            f"INSERT INTO findings (review_id, ordinal, {', '.join(COLUMNS)}, state, checked_by)"
-            f" VALUES (?, ?, {_marks(COLUMNS)}, 'kept', 'auto')",
-            [
-                (review_id, ordinal, *_values(finding))
-                for ordinal, finding in enumerate(findings, start=1)
-            ],
-        )
-
-
-def _values(finding: DraftFinding) -> tuple[object, ...]:
-    """A draft finding's values for COLUMNS."""
-    values = {name: getattr(finding, name) for name in COLUMNS}
-    values.update(side=finding.side or "RIGHT", in_diff=int(finding.in_diff))
-    return tuple(values.values())
+    await sql.set_findings(db, review_id, findings)
 
 
 # -- fencing: one job attempt owns a review's run ---------------------------------------------
@@ -301,12 +154,12 @@ def _values(finding: DraftFinding) -> tuple[object, ...]:
 
 async def take_run(db: Database, review_id: int, owner: str, *, config_error: str | None) -> bool:
     """queued / running → running, owned by `owner` (a later attempt takes it over)."""
-    return await _move(
+    return await sql.move(
         db,
         review_id,
         RUNNING,
         ACTIVE,
-        progress="preparing the worktree",
+        progress=message("progress", step="preparing"),
         config_error=config_error,
         run_owner=owner,
     )
@@ -314,19 +167,13 @@ async def take_run(db: Database, review_id: int, owner: str, *, config_error: st
 
 async def owns_run(db: Database, review_id: int, owner: str) -> bool:
     """Whether `owner` still owns the review's run (whatever its state now)."""
-    row = await db.fetchone(
-        "SELECT 1 FROM reviews WHERE id = ? AND run_owner = ?", (review_id, owner)
-    )
-    return row is not None
+    return await owned_by(db, review_id, owner)
 
 
-async def end_run(db: Database, review_id: int, owner: str, to: str, **fields: Any) -> bool:
-    """running → draft / failed / cancelled, only while `owner` owns the run."""
+async def end_run(
+    db: Database, review_id: int, owner: str, to: str, **fields: Any
+) -> Review | None:
+    """running → draft / failed / cancelled, only while `owner` owns the run; the review as
+    it ended (None: it did not, this attempt no longer owns it or it ended otherwise)."""
     assert to in (DRAFT, FAILED, CANCELLED)
-    fields = {"state": to, **fields, "updated_at": time.time()}
-    changed = await db.execute(
-        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
-        " WHERE id = ? AND state = 'running' AND run_owner = ?",
-        (*fields.values(), review_id, owner),
-    )
-    return changed == 1
+    return await sql.move_owned(db, review_id, owner, to, **fields)

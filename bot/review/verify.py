@@ -17,15 +17,15 @@ from functools import partial
 from typing import Any
 
 from bot.agents.base import AgentError
-from bot.agents.loop import AgentRun, FinalAnswer
+from bot.agents.loop import FinalAnswer
 from bot.agents.providers import other_provider
 from bot.agents.submit import InvalidAnswer
 from bot.agents.toolbox import Toolbox
+from bot.records.sessions import end_session, start_verify_session
+from bot.records.types import DraftFinding
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
-from bot.review.store import DraftFinding
-from bot.sessions.store import end_session, start_verify_session
 from bot.skills import load_skill
-from bot.texts import render
+from bot.texts import message, render
 from bot.worktrees import GitError, Worktree
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 CONFIRMED, REFUTED, UNCERTAIN = "confirmed", "refuted", "uncertain"
 STATUSES = (CONFIRMED, REFUTED, UNCERTAIN)
 MAX_EVIDENCE = 1000
-NOT_ANSWERED = "the verifier gave no verdict for this finding"
 _REF = re.compile(r"^\s*F?(\d+)\s*$", re.I)
 
 VERIFY_TOOL: dict[str, Any] = {
@@ -65,10 +64,6 @@ VERIFY_TOOL: dict[str, Any] = {
         "additionalProperties": False,
     },
 }
-NUDGE = (
-    "You ended your turn without calling submit_verification. Call it now with one verdict "
-    "per finding (use `uncertain` where you could not decide)."
-)
 
 
 class InvalidVerification(InvalidAnswer):
@@ -121,7 +116,7 @@ def parse_verification(data: Any, *, count: int) -> dict[int, Verdict]:
     if problems:
         raise InvalidVerification("; ".join(problems[:20]))
     for ordinal in range(1, count + 1):
-        verdicts.setdefault(ordinal, Verdict(UNCERTAIN, NOT_ANSWERED))
+        verdicts.setdefault(ordinal, Verdict(UNCERTAIN, message("no_verdict")))
     return verdicts
 
 
@@ -172,7 +167,7 @@ async def verify_draft(
         return Verification(provider, error=f"a local error occurred ({exc.__class__.__name__})")
     except Exception:
         log.exception("verify pass crashed")
-        return Verification(provider, error="an internal error occurred; see the logs")
+        return Verification(provider, error=message("internal_error"))
 
 
 async def _verify(
@@ -194,23 +189,17 @@ async def _verify(
         draft_session_id=draft.session_id,
     )
     skill = await load_skill(reviewer.db, "verify")
-    run = AgentRun(
-        db=reviewer.db,
-        provider=provider,
-        session=session,
-        toolbox=Toolbox(tree, on_call=on_tool_call),
-        system=skill.text,
+    run = reviewer.agent(
+        session,
+        Toolbox(tree, on_call=on_tool_call),
+        skill,
         kind="verify",
-        budget=reviewer.budget,
-        skill_version_id=skill.id,
-        review_id=request.review_id,
         final=FinalAnswer(
             VERIFY_TOOL,
             partial(parse_verification, count=len(draft.findings)),
-            NUDGE,
-            "Verification submitted. Thank you.",
+            "verify_nudge",
+            "verified",
         ),
-        metrics=reviewer.metrics,
     )
     prompt = render(
         "prompts/verify_request.md.j2",

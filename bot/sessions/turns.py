@@ -4,28 +4,17 @@ resumes from what was stored."""
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import gidgethub
 
-from bot.agents.base import AgentError, Budget
+from bot import texts
+from bot.agents.base import AgentError
+from bot.agents.budget import DailyBudgetSpent
 from bot.agents.loop import AgentRun
 from bot.agents.toolbox import Toolbox
-from bot.budget import DailyBudgetSpent
-from bot.logs import log_context
-from bot.queue import REVIEWS, Job
-from bot.review import state
-from bot.review.job import INTERNAL_ERROR, describe, prepare_worktree, worktree_name
-from bot.review.pipeline import Reviewer, revise_review, stored_draft
-from bot.review.publish import Publisher, refs
-from bot.review.revise import apply_revision
-from bot.review.store import get_review, load_findings, pull_by_id
-from bot.sessions import store
-from bot.sessions.store import Session
-from bot.sessions.transcript import (
+from bot.agents.transcript import (
     MAX_BYTES,
     MAX_MESSAGES,
     answer_text,
@@ -35,6 +24,18 @@ from bot.sessions.transcript import (
     to_lines,
     tool_call,
 )
+from bot.github import describe_failure
+from bot.logs import log_context
+from bot.queue import REVIEWS, Job, turn_key
+from bot.records import messages, sessions
+from bot.records.pulls import pull_by_id
+from bot.records.reviews import get_review, load_findings
+from bot.records.types import Message, Pull, Review, Session, Skill
+from bot.review import state
+from bot.review.checkout import prepare_worktree, worktree_name
+from bot.review.pipeline import Reviewer, revise_review, stored_draft
+from bot.review.publish import Publisher, refs
+from bot.review.revise import apply_revision
 from bot.skills import load_skill
 from bot.texts import render as render_text
 from bot.worktrees import GitError, Worktree
@@ -57,8 +58,8 @@ async def queue_turn(
     **extra: Any,
 ) -> bool:
     """Queue the session's next turn; True when it waits behind a turn already under way."""
-    key = store.turn_key(session.id)
-    busy = await ctx.jobs.busy(key) or session.status == store.BUSY
+    key = turn_key(session.id)
+    busy = await ctx.jobs.busy(key) or session.status == sessions.BUSY
     payload = {"session_id": session.id, "mode": mode, "text": text, "comment_id": comment_id}
     await ctx.jobs.enqueue("session_turn", key, {**payload, **extra}, queue=REVIEWS)
     return busy
@@ -66,19 +67,19 @@ async def queue_turn(
 
 async def draft_message_id(ctx: Context, session_id: int) -> str | None:
     """The message in which the reviewer submitted its (latest) draft."""
-    for row in reversed(await store.message_rows(ctx.db, session_id)):
-        if tool_call(json.loads(row["content"]), "submit_review") is not None:
-            return row["id"]
+    for message in reversed(await messages.messages(ctx.db, session_id)):
+        if tool_call(message.item, "submit_review") is not None:
+            return message.id
     return None
 
 
 async def cross_review_context(
-    ctx: Context, parent: Session, review: sqlite3.Row, pull: sqlite3.Row, instructions: str
+    ctx: Context, parent: Session, review: Review, pull: Pull, instructions: str
 ) -> str:
     """The child's first message: the PR, the draft, the parent's conversation (capped) and
     what to do."""
-    rows = await store.message_rows(ctx.db, parent.id)
-    lines = to_lines([(r["id"], r["role"], json.loads(r["content"])) for r in rows])
+    stored = await messages.messages(ctx.db, parent.id)
+    lines = to_lines([(m.id, m.role, m.item) for m in stored])
     part = excerpt(lines)
     findings = [
         {
@@ -88,19 +89,19 @@ async def cross_review_context(
             "title": f.title,
             "body": f.body,
         }
-        for f in await load_findings(ctx.db, review["id"])
+        for f in await load_findings(ctx.db, review.id)
         if f.state == state.KEPT
     ]
     return render_text(
         "prompts/cross_review.md.j2",
-        number=pull["number"],
-        repo=pull["repo"],
-        head_sha=review["head_sha"],
+        number=pull.number,
+        repo=pull.repo,
+        head_sha=review.head_sha,
         parent_provider=parent.provider,
-        title=pull["title"],
-        body=pull["body"],
-        verdict=review["verdict"],
-        summary=review["summary"],
+        title=pull.title,
+        body=pull.body,
+        verdict=review.verdict,
+        summary=review.summary,
         findings=findings,
         omitted=part.omitted,
         shown=len(part.lines),
@@ -114,17 +115,17 @@ async def cross_review_context(
 async def session_turn_job(ctx: Context, job: Job) -> None:
     payload = job.payload
     try:
-        session = await store.get_session(ctx.db, payload["session_id"])
+        session = await sessions.get_session(ctx.db, payload["session_id"])
     except LookupError:
         return
     pull = await pull_by_id(ctx.db, session.pull_id) if session.pull_id else None
     review = await get_review(ctx.db, session.review_id) if session.review_id else None
-    if pull is None or review is None or pull["state"] != "open":
-        await store.end_session(ctx.db, session.id)
+    if pull is None or review is None or pull.state != "open":
+        await sessions.end_session(ctx.db, session.id)
         return
-    publisher = Publisher(ctx, ctx.github.installation_api(pull["installation_id"]), pull)
+    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
     turn = Turn(ctx, publisher, session, pull, review, payload)
-    with log_context(repo=pull["repo"], pr=pull["number"], session=session.id):
+    with log_context(repo=pull.repo, pr=pull.number, session=session.id):
         await turn.run()
 
 
@@ -134,8 +135,8 @@ class Turn:
         ctx: Context,
         publisher: Publisher,
         session: Session,
-        pull: sqlite3.Row,
-        review: sqlite3.Row,
+        pull: Pull,
+        review: Review,
         payload: dict[str, Any],
     ) -> None:
         self.ctx = ctx
@@ -156,17 +157,17 @@ class Turn:
 
     async def run(self) -> None:
         db = self.ctx.db
-        if not await store.mark_busy(db, self.session.id):  # ended while the turn waited
+        if not await sessions.mark_busy(db, self.session.id):  # ended while the turn waited
             await self._reply("not_run", provider=self.session.provider)
             return
         try:
-            done = await store.since_source(db, self.session.id, self.source)
+            done = await messages.since_source(db, self.session.id, self.source)
             if done is not None and any(
-                r["role"] == "assistant" and r["github_comment_id"] for r in done
+                m.role == "assistant" and m.github_comment_id for m in done
             ):
                 return  # finished before a restart: its answer is on the PR already
-            name = worktree_name(self.pull, self.review["id"], self.session.id)
-            tree = await prepare_worktree(self.ctx, self.pull, self.review["head_sha"], name)
+            name = worktree_name(self.pull, self.review.id, self.session.id)
+            tree = await prepare_worktree(self.ctx, self.pull, self.review.head_sha, name)
             if self.mode == REVISE:
                 await self._revise(tree, done)
             else:
@@ -174,44 +175,37 @@ class Turn:
         except DailyBudgetSpent as exc:  # not run: the person is told, the session stays
             await self._not_run(str(exc))
         except AgentError as exc:  # the model gave up: the person is told, the critic ends
-            await self._failed(describe(exc))
+            await self._failed(describe_failure(exc))
         except (GitError, gidgethub.GitHubException, OSError):
             raise  # the job is retried; what was stored is resumed, not paid for again
         except Exception:
             log.exception("session turn crashed")
-            await self._failed(INTERNAL_ERROR)
+            await self._failed(texts.message("internal_error"))
         finally:
-            await store.mark_idle(db, self.session.id)
+            await sessions.mark_idle(db, self.session.id)
 
-    def _agent(self, tree: Worktree, skill: Any) -> AgentRun:
-        ctx = self.ctx
-        return AgentRun(
-            db=ctx.db,
-            provider=ctx.models.provider(self.session.provider, self.session.model),
-            session=self.session,
-            toolbox=Toolbox(tree),
-            system=skill.text,
+    def _agent(self, tree: Worktree, skill: Skill) -> AgentRun:
+        return Reviewer.of(self.ctx).agent(
+            self.session,
+            Toolbox(tree),
+            skill,
             kind="session",
             subkind=self.mode,
-            budget=Budget.from_settings(ctx.settings),
-            skill_version_id=skill.id,
-            review_id=self.review["id"],
             expect_submit=False,
             offer_submit=not self.child,  # the reviewer's earlier turns used it
-            metrics=ctx.metrics,
         )
 
-    async def _answer(self, tree: Worktree, done: list[sqlite3.Row] | None) -> None:
+    async def _answer(self, tree: Worktree, done: list[Message] | None) -> None:
         ctx = self.ctx
         answered = None
-        if done is not None and done[-1]["role"] == "assistant":
-            last = json.loads(done[-1]["content"])
+        if done is not None and done[-1].role == "assistant":
+            last = done[-1].item
             if not calls_tools(last):  # the answer was stored, then the process died
                 answered = answer_text(last) or None
         if answered is None:
             message = None if done is not None else self.text
             if message is not None and self.mode == CRITIQUE:
-                parent = await store.get_session(ctx.db, self.session.parent_session_id or 0)
+                parent = await sessions.get_session(ctx.db, self.session.parent_session_id or 0)
                 message = await cross_review_context(ctx, parent, self.review, self.pull, message)
             skill = await load_skill(ctx.db, "critic" if self.child else "review")
             run = self._agent(tree, skill)
@@ -232,37 +226,37 @@ class Turn:
         )
         await self._link(await self.publisher.comment(body))
         if self.child:
-            await store.sync_message_count(ctx.db, self.session.id)
+            await sessions.sync_message_count(ctx.db, self.session.id)
 
     async def _link(self, comment_id: int) -> None:
         """The turn's last assistant message produced this comment: the turn is done."""
-        rows = await store.message_rows(self.ctx.db, self.session.id)
-        last = next((r for r in reversed(rows) if r["role"] == "assistant"), None)
+        stored = await messages.messages(self.ctx.db, self.session.id)
+        last = next((m for m in reversed(stored) if m.role == "assistant"), None)
         if last is not None:
-            await store.link_comment(self.ctx.db, self.session.id, last["id"], comment_id)
+            await messages.link_comment(self.ctx.db, self.session.id, last.id, comment_id)
 
     async def _parent_name(self) -> str:
         if not self.child or self.session.parent_session_id is None:
             return ""
-        parent = await store.get_session(self.ctx.db, self.session.parent_session_id)
+        parent = await sessions.get_session(self.ctx.db, self.session.parent_session_id)
         return parent.provider.title()
 
-    async def _revise(self, tree: Worktree, done: list[sqlite3.Row] | None) -> None:
+    async def _revise(self, tree: Worktree, done: list[Message] | None) -> None:
         ctx = self.ctx
         child = str(self.payload.get("child") or "the other reviewer")
         submitted = next(
             (
                 call
-                for row in reversed(done or [])
-                if row["role"] == "assistant"
-                and (call := tool_call(json.loads(row["content"]), "submit_review")) is not None
+                for message in reversed(done or [])
+                if message.role == "assistant"
+                and (call := tool_call(message.item, "submit_review")) is not None
             ),
             None,
         )
         if submitted is not None:  # revised before a restart; not yet applied
             draft = await stored_draft(tree, self.session, submitted)
         else:
-            reviewer = Reviewer(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
+            reviewer = Reviewer.of(ctx)
             message = None if done is not None else self.text + await self._decisions()
             draft = await revise_review(
                 reviewer,
@@ -275,7 +269,7 @@ class Turn:
         change = await apply_revision(
             ctx,
             self.publisher,
-            self.review["id"],
+            self.review.id,
             draft,
             by=self.session.provider,
             after=child,
@@ -298,7 +292,7 @@ class Turn:
     async def _decisions(self) -> str:
         """What the reviser must know besides the feedback: the findings people dropped and
         those it withdrew itself (so it neither brings them back nor rewords them in)."""
-        findings = await load_findings(self.ctx.db, self.review["id"])
+        findings = await load_findings(self.ctx.db, self.review.id)
         dropped = [f for f in findings if f.state == state.DROPPED]
         withdrawn = [f for f in findings if f.state == state.WITHDRAWN]
         if not dropped and not withdrawn:
@@ -311,9 +305,9 @@ class Turn:
         """The turn could not start (today's budget is spent). A critic that never got to
         its critique has nothing to continue: its cross-review ends."""
         log.warning("session turn not run", extra={"fields": {"reason": reason}})
-        ended = self.child and await store.count_messages(self.ctx.db, self.session.id) == 0
+        ended = self.child and await messages.count_messages(self.ctx.db, self.session.id) == 0
         if ended:
-            await store.end_session(self.ctx.db, self.session.id)
+            await sessions.end_session(self.ctx.db, self.session.id)
         try:
             await self._reply(
                 "turn_not_run",
@@ -329,7 +323,7 @@ class Turn:
         log.warning("session turn failed", extra={"fields": {"reason": reason}})
         kind, context = "turn_failed", {"revising": self.mode == REVISE}
         if self.child:
-            await store.end_session(self.ctx.db, self.session.id, failed=reason)
+            await sessions.end_session(self.ctx.db, self.session.id, failed=reason)
             kind, context = "session_failed", {}
         try:
             await self._reply(kind, provider=self.session.provider, reason=reason, **context)

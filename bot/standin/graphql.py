@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from graphql import (
     GraphQLError,
@@ -29,8 +29,21 @@ from graphql import (
     validate,
 )
 
-if TYPE_CHECKING:
-    from bot.standin.github import GitHubStandin
+
+class GitHubState(Protocol):
+    """What the endpoint reads and changes of the stand-in's state (`bot.standin.github`)."""
+
+    repos: dict[str, Any]
+    pulls: dict[tuple[str, int], Any]
+    review_comments: dict[int, dict]  # published in reviews, by REST id
+    review_threads: dict[str, dict]  # by GraphQL node id
+
+    @property
+    def bot_login(self) -> str: ...
+
+    @property
+    def web_url(self) -> str: ...
+
 
 MAX_PAGE = 100
 NO_QUERY = "A query attribute must be specified and must be a string."
@@ -170,7 +183,7 @@ def connection(name: str, items: list[dict], page: dict[str, Any]) -> dict:
 class GraphQLEndpoint:
     """Answers `POST /graphql` bodies for one stand-in, as one installation sees it."""
 
-    def __init__(self, github: GitHubStandin, schema_path: Path) -> None:
+    def __init__(self, github: GitHubState, schema_path: Path) -> None:
         self.github = github
         self.schema = load_schema(Path(schema_path))
 

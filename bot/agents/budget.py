@@ -1,32 +1,22 @@
-"""Limits that hold whoever asks: the daily model budget per installation (read from the
-runs ledger in the database, so every process agrees) and the free-space watermark.
+"""The daily model budget per installation, read from the runs ledger in the database (so
+every process agrees).
 
-The budget is enforced where every model run starts (`charge_run`, in the transaction that
-writes the run's ledger row), so no path that starts a run can pass it; commands and the
+The budget is enforced where every model run starts (`admission`, called in the transaction
+that writes the run's ledger row), so no path that starts a run can pass it; commands and the
 review job also ask first (`budget_used_up`) to answer at once instead of queueing work that
 could not run."""
 
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from bot.agents.base import AgentError
 from bot.config import Settings
-from bot.storage import Database
+from bot.records.database import Database
+from bot.records.runs import Admit, spent_since
 from bot.texts import render
-
-# Run starts take this lock (Postgres: a transaction advisory lock; SQLite's BEGIN IMMEDIATE
-# already excludes every other writer), so two runs cannot both take an installation's last
-# slot. Starts are a few a minute and the critical section two indexed statements.
-RUN_START_LOCK = "daily-budget"
-_SPENT = (
-    "SELECT COUNT(*), COALESCE(SUM(cost_usd), 0) FROM runs"
-    " WHERE COALESCE(installation_id, 0) = COALESCE(?, 0) AND started_at >= ?"
-)
 
 
 class DailyLimits(Protocol):
@@ -75,8 +65,8 @@ class DailyBudgetSpent(AgentError):
 
 
 async def spent_today(db: Database, installation_id: int | None, now: float) -> Spend:
-    row = await db.fetchone(_SPENT, (installation_id, day_start(now)))
-    return Spend(int(row[0]), float(row[1])) if row else Spend(0, 0.0)
+    runs, usd = await spent_since(db, installation_id, day_start(now))
+    return Spend(runs, usd)
 
 
 async def budget_used_up(
@@ -97,34 +87,16 @@ async def refuse_when_spent(
         raise DailyBudgetSpent(spend, settings)
 
 
-async def charge_run(conn: Any, run_id: int, limits: DailyLimits, now: float) -> None:
-    """Inside the transaction that wrote run `run_id`'s ledger row (holding RUN_START_LOCK):
-    raise DailyBudgetSpent, which rolls the row back, when the run's installation had reached
-    a daily limit before it. The schema trigger has charged the row to its installation."""
+def admission(limits: DailyLimits) -> Admit | None:
+    """What a run's start asks, in the transaction that wrote its ledger row (see
+    `bot.records.runs.start_run`): DailyBudgetSpent, which rolls the row back, when the
+    run's installation had reached a daily limit before it. None: no daily limit at all."""
     if limits.daily_max_runs is None and limits.daily_max_usd is None:
-        return
-    cursor = await conn.execute("SELECT installation_id FROM runs WHERE id = ?", (run_id,))
-    installation_id = (await cursor.fetchone())[0]
-    cursor = await conn.execute(_SPENT, (installation_id, day_start(now)))
-    runs, usd = await cursor.fetchone()
-    before = Spend(int(runs) - 1, float(usd))  # this run is counted, at no cost yet
-    if before.reached(limits):
-        raise DailyBudgetSpent(before, limits)
+        return None
 
+    def admit(runs: int, usd: float) -> None:
+        before = Spend(runs, usd)
+        if before.reached(limits):
+            raise DailyBudgetSpent(before, limits)
 
-@dataclass(frozen=True)
-class Disk:
-    free_mb: int
-    min_mb: int
-
-    @property
-    def low(self) -> bool:
-        return self.free_mb < self.min_mb
-
-
-def disk(settings: Settings) -> Disk:
-    """Free space where mirrors, worktrees and the database live."""
-    path = Path(settings.data_dir)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return Disk(shutil.disk_usage(path).free // (1024 * 1024), settings.min_free_mb)
+    return admit

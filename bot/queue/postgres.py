@@ -1,4 +1,4 @@
-"""Jobs on procrastinate (Postgres): the `bot.queue.Jobs` interface for several processes.
+"""The job queue on procrastinate (Postgres): `bot.queue.JobQueue` for several processes.
 
 Every job is one procrastinate task, `cockpit.job`, whose arguments carry our kind, key and
 payload. The key is procrastinate's `lock` (one running job per key, in arrival order, also
@@ -31,13 +31,19 @@ from procrastinate import job_context, retry
 from procrastinate import jobs as pjobs
 from procrastinate.worker import Worker
 
-from bot.logs import log_context
-from bot.pg import CONNECT_TIMEOUT, POOL_TIMEOUT, RECONNECT_TIMEOUT, Connection, PgDatabase
-from bot.queue import GaveUpHook, Job, JobHandler, PermanentError, backoff_seconds
+from bot.queue import Job, PermanentError, Workers, backoff_seconds, job_log
+from bot.records import pgjobs
+from bot.records.postgres import (
+    CONNECT_TIMEOUT,
+    POOL_TIMEOUT,
+    RECONNECT_TIMEOUT,
+    Connection,
+    PgDatabase,
+)
+from bot.texts import message
 
 log = logging.getLogger(__name__)
 
-# Called once when a job fails for good, with the reason (e.g. to say so on the PR).
 TASK = "cockpit.job"
 STALLED_AFTER = 20.0  # a worker silent this long is dead: its jobs run again elsewhere
 POLL_SECONDS = 1.0  # fallback to LISTEN/NOTIFY for new jobs and abort requests
@@ -47,14 +53,6 @@ STEADY_SECONDS = 60.0  # a worker that ran this long starts again after RESTART_
 _CURRENT: contextvars.ContextVar[job_context.JobContext | None] = contextvars.ContextVar(
     "cockpit_pg_job", default=None
 )
-STATES = {  # procrastinate's statuses as the SQLite queue names them
-    "todo": "queued",
-    "doing": "running",
-    "succeeded": "done",
-    "failed": "failed",
-    "cancelled": "cancelled",
-    "aborted": "cancelled",
-}
 
 
 class Interrupted(Exception):
@@ -82,10 +80,11 @@ def retry_decision(
     return retry.RetryDecision(retry_in={"seconds": int(backoff_seconds(attempts))})
 
 
-class PgJobs:
+class PgJobs(Workers):
     """The queue in procrastinate's tables plus this process's procrastinate workers."""
 
     def __init__(self, db: PgDatabase, url: str, *, stalled_after: float = STALLED_AFTER) -> None:
+        super().__init__()
         self.db = db
         self.stalled_after = stalled_after
         self.app = procrastinate.App(
@@ -99,20 +98,12 @@ class PgJobs:
             )
         )
         self.app.task(name=TASK, pass_context=True, retry=_Retry())(self._execute)
-        self.handlers: dict[str, JobHandler] = {}
-        self.on_finished: Callable[[Job, str, float], None] | None = None
-        self.on_gave_up: dict[str, GaveUpHook] = {}
-        self._workers: list[asyncio.Task] = []
         self._procrastinate: dict[str, Worker] = {}
-        self._stopping = False
-        self._stopped = asyncio.Event()
         self._running = 0
         # Jobs interrupted here (this process's worker stopped): job id -> (the worker id
         # that ran it, its attempts when fetched), until they are back in line uncounted.
         self._interrupted: dict[int, tuple[int | None, int]] = {}
         self._settling = asyncio.Lock()
-        self._local: list[tuple[str, float]] = []
-        self.restarts = 0  # workers started again after stopping by themselves
 
     async def open(self) -> None:
         await self.app.open_async()
@@ -194,14 +185,7 @@ class PgJobs:
             return await self._cancel_in(conn, key, kind)
 
     async def _cancel_in(self, conn: Connection, key: str, kind: str | None) -> int:
-        cursor = await conn.execute(
-            "SELECT id FROM procrastinate_jobs WHERE lock = ? AND task_name = ?"
-            " AND status IN ('todo', 'doing')"
-            + (" AND args->>'kind' = ?" if kind else "")
-            + " ORDER BY id DESC",  # the jobs in line first, then the running one
-            (key, TASK, kind) if kind else (key, TASK),
-        )
-        ids = [row[0] for row in await cursor.fetchall()]
+        ids = await pgjobs.open_ids(conn, TASK, key, kind)  # the jobs in line first
         for job_id in ids:
             await self.app.job_manager.cancel_job_by_id_async(
                 job_id, abort=True, connection=conn.raw
@@ -210,44 +194,22 @@ class PgJobs:
 
     async def busy(self, key: str) -> bool:
         """Whether the key has a job running or in line."""
-        row = await self.db.fetchone(
-            "SELECT 1 FROM procrastinate_jobs WHERE lock = ? AND status IN ('todo', 'doing')"
-            " LIMIT 1",
-            (key,),
-        )
-        return row is not None
+        return await pgjobs.busy(self.db, key)
 
     async def pending(self) -> int:
         """Jobs with work to do now: running, or waiting and due."""
-        row = await self.db.fetchone(
-            "SELECT COUNT(*) FROM procrastinate_jobs WHERE status = 'doing'"
-            " OR (status = 'todo' AND (scheduled_at IS NULL OR scheduled_at <= now()))"
-        )
-        return int(row[0]) if row else 0
+        return await pgjobs.pending(self.db)
 
     async def counts(self) -> dict[str, int]:
-        rows = await self.db.fetchall(
-            "SELECT status::text AS state, COUNT(*) AS n FROM procrastinate_jobs GROUP BY status"
-        )
-        found: dict[str, int] = {}
-        for row in rows:
-            state = STATES.get(row["state"], row["state"])
-            found[state] = found.get(state, 0) + int(row["n"])
-        return found
+        return await pgjobs.counts(self.db)
 
     async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
         """The states of the jobs of a kind and/or key, oldest first."""
-        rows = await self.db.fetchall(
-            "SELECT status::text AS state FROM procrastinate_jobs WHERE task_name = ?"
-            " AND (?::text IS NULL OR args->>'kind' = ?) AND (?::text IS NULL OR lock = ?)"
-            " ORDER BY id",
-            (TASK, kind, kind, key, key),
-        )
-        return [STATES.get(row["state"], row["state"]) for row in rows]
+        return await pgjobs.states(self.db, TASK, kind, key)
 
-    def every(self, kind: str, cron: str, *, queue: str) -> None:
+    async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
         """Run `kind` on this cron schedule (procrastinate's periodic tasks: one job per
-        tick whichever workers are up). Call before `start`."""
+        tick whichever workers are up; `seconds` is SQLite's). Call before `start`."""
         self.app.periodic(
             cron=cron,
             periodic_id=kind,
@@ -257,14 +219,20 @@ class PgJobs:
             task_kwargs={"kind": kind, "key": kind, "payload": {}, "max_attempts": 1},
         )(self.app.tasks[TASK])
 
-    async def prune(self, older_than_hours: int) -> None:
-        """Forget finished jobs (any outcome) older than this."""
+    async def prune(self, older_than: float, *, chunk: int) -> int:
+        """Forget finished jobs (any outcome) from before `older_than`, in whole hours
+        (procrastinate deletes them in one statement and does not say how many: 0)."""
         await self.app.job_manager.delete_old_jobs(
-            nb_hours=older_than_hours,
+            nb_hours=int((time.time() - older_than) // 3600),
             include_failed=True,
             include_cancelled=True,
             include_aborted=True,
         )
+        return 0
+
+    async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Nothing here: several processes share the database, so what one left mid-way may
+        be another's work under way (and a dead worker's jobs are retried by procrastinate)."""
 
     async def recover(self) -> int:
         """Retry the jobs of workers that stopped sending heartbeats (a crashed process);
@@ -286,8 +254,8 @@ class PgJobs:
             except procrastinate.exceptions.ConnectorException:
                 continue  # another worker recovered it first
             job = self._job(found, kwargs)
-            reason = f"the process stopped while this job ran ({attempts} of {most} attempts)"
-            with log_context(job=job.id, job_kind=job.kind, key=job.key):
+            reason = message("job_interrupted", attempts=attempts, max_attempts=most)
+            with job_log(job):
                 log.error("job failed for good: its worker died at every attempt")
             await self._gave_up(job, reason)
         return retried
@@ -297,24 +265,14 @@ class PgJobs:
     def wake(self, queue: str) -> None:
         """Nothing to do: procrastinate's workers hear about new jobs through NOTIFY."""
 
-    def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds` (the first time at once), whatever the
-        other workers do: for what is local to a worker, like its disk. Call before `start`."""
-        self._local.append((kind, seconds))
-
     def start(self, pools: dict[str, int]) -> None:
         """One supervised procrastinate worker per queue, running up to `size` jobs at once."""
-        self._stopping = False
-        self._stopped.clear()
+        self._start_local()
         for queue, size in pools.items():
             self._workers.append(
                 asyncio.create_task(self._supervise(queue, size), name=f"worker-{queue}")
             )
         self._workers.append(asyncio.create_task(self._recoverer(), name="stalled-jobs"))
-        for kind, seconds in self._local:
-            self._workers.append(
-                asyncio.create_task(self._here(kind, seconds), name=f"local-{kind}")
-            )
 
     def _worker(self, queue: str, size: int) -> Worker:
         return Worker(
@@ -373,51 +331,14 @@ class PgJobs:
 
     async def _settle(self, job_id: int, worker_id: int | None, attempts: int) -> bool:
         try:
-            async with self.db.transaction() as conn:
-                cursor = await conn.execute(
-                    "SELECT status::text, worker_id, attempts FROM procrastinate_jobs"
-                    " WHERE id = ? FOR UPDATE",
-                    (job_id,),
-                )
-                row = await cursor.fetchone()
-                if row is not None and row[0] == "doing" and row[1] in (worker_id, None):
-                    await conn.execute(
-                        "SELECT procrastinate_retry_job_v2(?, now(), NULL, NULL, NULL)",
-                        (job_id,),
-                    )
-                    row = ("todo", None, attempts + 1)
-                if row is not None and row[0] == "todo" and row[2] == attempts + 1:
-                    await conn.execute(
-                        "UPDATE procrastinate_jobs SET attempts = ? WHERE id = ?",
-                        (attempts, job_id),
-                    )
+            row = await pgjobs.put_back(self.db, job_id, worker_id, attempts)
         except (OSError, sqlite3.Error):
             log.warning("interrupted jobs wait for the database", exc_info=True)
             return False
-        found = {"job": job_id, "found": list(row or ()), "attempts": attempts}
+        found = {"job": job_id, "found": list(row), "attempts": attempts}
         log.info("interrupted job back in line", extra={"fields": found})
         self._interrupted.pop(job_id, None)
         return True
-
-    async def _here(self, kind: str, seconds: float) -> None:
-        job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)
-        while not self._stopping:
-            handler = self.handlers.get(kind)
-            try:
-                if handler is not None:
-                    await handler(job)
-            except Exception:
-                log.exception("local periodic work failed", extra={"fields": {"kind": kind}})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopped.wait(), seconds)
-
-    @property
-    def workers_alive(self) -> int:
-        return sum(1 for task in self._workers if not task.done())
-
-    @property
-    def workers_total(self) -> int:
-        return len(self._workers)
 
     @property
     def stopping(self) -> bool:
@@ -438,18 +359,11 @@ class PgJobs:
     async def stop(self, grace: float = 0.0) -> None:
         """Stop fetching; let running jobs finish for up to `grace` seconds; the rest are
         interrupted and run again (here or in another worker), their attempt not counted."""
-        self._stopping = True
-        self._stopped.set()
+        self._begin_stop()
         for worker in self._procrastinate.values():
             worker.shutdown_graceful_timeout = grace
             worker.stop()
-        for task in self._workers:
-            if task.get_name() == "stalled-jobs" or task.get_name().startswith("local-"):
-                task.cancel()
-        for task in self._workers:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._workers.clear()
+        await self._end_workers("stalled-jobs")
         self._procrastinate.clear()
         await self._settle_interrupted()
 
@@ -482,7 +396,7 @@ class PgJobs:
         outcome = "done"
         self._running += 1
         _CURRENT.set(context)
-        with log_context(job=job.id, job_kind=job.kind, key=job.key):
+        with job_log(job):
             try:
                 if handler is None:
                     log.error("no handler for job kind")
@@ -506,14 +420,4 @@ class PgJobs:
                 raise
             finally:
                 self._running -= 1
-                if self.on_finished:
-                    self.on_finished(job, outcome, time.monotonic() - started)
-
-    async def _gave_up(self, job: Job, reason: str) -> None:
-        hook = self.on_gave_up.get(job.kind)
-        if hook is None:
-            return
-        try:
-            await hook(job, reason)
-        except Exception:
-            log.exception("reporting a failed job failed", extra={"fields": {"job": job.id}})
+                self._finished(job, outcome, started)

@@ -1,48 +1,18 @@
-"""Sessions, their ordered messages `msg-0, msg-1, …` and cross-reviews between them; the only
-writer of session status (active, busy, ended, failed) and of `session_reviews`."""
+"""Sessions (model conversations) and the cross-reviews between them: the only writer of a
+session's status (active, busy, ended, failed) and of `session_reviews`. Their messages are
+`bot.records.messages`."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from bot.storage import Database, delete_in_chunks
+from bot.records.database import Database, delete_in_chunks
+from bot.records.types import CrossReview, Session
 
 ACTIVE, BUSY, ENDED, FAILED = "active", "busy", "ended", "failed"
 OPEN = (ACTIVE, BUSY)
-
-
-def turn_key(session_id: int) -> str:
-    """Serialisation key of a session's turns: one at a time, in the order they were asked."""
-    return f"session:{session_id}"
-
-
-@dataclass(frozen=True)
-class Session:
-    id: int
-    provider: str
-    model: str
-    role: str
-    status: str
-    pull_id: int | None
-    review_id: int | None
-    parent_session_id: int | None
-
-
-def _session(row: Any) -> Session:
-    return Session(
-        row["id"],
-        row["provider"],
-        row["model"],
-        row["role"],
-        row["status"],
-        row["pull_id"],
-        row["review_id"],
-        row["parent_session_id"],
-    )
 
 
 class OneActive(Exception):
@@ -149,7 +119,7 @@ async def get_session(db: Database, session_id: int) -> Session:
     row = await db.fetchone("SELECT * FROM sessions WHERE id = ?", (session_id,))
     if row is None:
         raise LookupError(f"session {session_id} does not exist")
-    return _session(row)
+    return Session.from_row(row)
 
 
 async def primary_of_review(db: Database, review_id: int) -> Session | None:
@@ -157,27 +127,27 @@ async def primary_of_review(db: Database, review_id: int) -> Session | None:
         "SELECT * FROM sessions WHERE review_id = ? AND role = 'primary' ORDER BY id DESC LIMIT 1",
         (review_id,),
     )
-    return _session(row) if row else None
+    return Session.from_row(row) if row else None
 
 
-async def active_cross_review(db: Database, parent_id: int) -> sqlite3.Row | None:
-    return await db.fetchone(
+async def active_cross_review(db: Database, parent_id: int) -> CrossReview | None:
+    row = await db.fetchone(
         "SELECT * FROM session_reviews WHERE parent_session_id = ? AND ended_at IS NULL",
         (parent_id,),
     )
+    return CrossReview.from_row(row) if row else None
 
 
-async def cross_review_of_child(db: Database, child_id: int) -> sqlite3.Row | None:
-    return await db.fetchone(
-        "SELECT * FROM session_reviews WHERE child_session_id = ?", (child_id,)
-    )
+async def cross_review_of_child(db: Database, child_id: int) -> CrossReview | None:
+    row = await db.fetchone("SELECT * FROM session_reviews WHERE child_session_id = ?", (child_id,))
+    return CrossReview.from_row(row) if row else None
 
 
 async def open_sessions(db: Database, pull_id: int) -> list[Session]:
     rows = await db.fetchall(
         "SELECT * FROM sessions WHERE pull_id = ? AND status IN ('active', 'busy')", (pull_id,)
     )
-    return [_session(row) for row in rows]
+    return [Session.from_row(row) for row in rows]
 
 
 async def end_review_sessions(db: Database, review_id: int) -> None:
@@ -197,81 +167,6 @@ async def has_active_cross_review(db: Database, review_id: int) -> bool:
     return row is not None
 
 
-def _role(item: dict[str, Any]) -> str:
-    if "role" in item:
-        return str(item["role"])
-    return "tool" if item.get("type") == "function_call_output" else "assistant"
-
-
-async def append_messages(
-    db: Database,
-    session_id: int,
-    items: list[dict[str, Any]],
-    *,
-    github_comment_id: int | None = None,
-    source: str | None = None,
-) -> list[str]:
-    """Store native messages in order; ids are `msg-<seq>`, stable across restarts. `source`
-    names the command a person's message came from (`comment:line`), so a retried turn
-    finds it instead of adding it again."""
-    ids = []
-    now = time.time()
-    async with db.transaction() as conn:
-        cursor = await conn.execute(
-            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = ?", (session_id,)
-        )
-        seq = (await cursor.fetchone())[0]
-        for item in items:
-            message_id = f"msg-{seq}"
-            await conn.execute(
-                "INSERT INTO messages (session_id, seq, id, role, content, github_comment_id,"
-                " source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    session_id,
-                    seq,
-                    message_id,
-                    _role(item),
-                    json.dumps(item),
-                    github_comment_id,
-                    source,
-                    now,
-                ),
-            )
-            ids.append(message_id)
-            seq += 1
-        await conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
-    return ids
-
-
-async def load_messages(db: Database, session_id: int) -> list[dict[str, Any]]:
-    rows = await db.fetchall(
-        "SELECT content FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
-    )
-    return [json.loads(row["content"]) for row in rows]
-
-
-async def message_rows(db: Database, session_id: int) -> list[sqlite3.Row]:
-    return await db.fetchall(
-        "SELECT * FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
-    )
-
-
-async def since_source(db: Database, session_id: int, source: str) -> list[sqlite3.Row] | None:
-    """The messages from a command's message on (None when the command has none yet): how
-    far a turn got before a restart."""
-    rows = await message_rows(db, session_id)
-    start = next((n for n, row in enumerate(rows) if row["source"] == source), None)
-    return None if start is None else rows[start:]
-
-
-async def link_comment(db: Database, session_id: int, message_id: str, comment_id: int) -> None:
-    """The PR comment a message produced."""
-    await db.execute(
-        "UPDATE messages SET github_comment_id = ? WHERE session_id = ? AND id = ?",
-        (comment_id, session_id, message_id),
-    )
-
-
 async def _set(db: Database, session_id: int, status: str, sources: tuple[str, ...], **extra: Any):
     fields = {"status": status, **extra, "updated_at": time.time()}
     return (
@@ -282,6 +177,11 @@ async def _set(db: Database, session_id: int, status: str, sources: tuple[str, .
         )
         == 1
     )
+
+
+async def touch(conn: Any, session_id: int, now: float) -> None:
+    """The session spoke (inside the caller's transaction)."""
+    await conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
 
 
 async def mark_busy(db: Database, session_id: int) -> bool:
@@ -334,11 +234,6 @@ async def _end_cross_reviews(conn: Any, where: str, args: tuple, now: float) -> 
     )
 
 
-async def count_messages(db: Database, session_id: int) -> int:
-    row = await db.fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,))
-    return int(row[0]) if row else 0
-
-
 async def sync_message_count(db: Database, child_id: int) -> None:
     await db.execute(
         "UPDATE session_reviews SET message_count = (SELECT COUNT(*) FROM messages"
@@ -363,18 +258,10 @@ async def reconcile(db: Database) -> int:
     return len(closed)
 
 
-async def session_cost(db: Database, session_id: int) -> float | None:
-    """USD of the session's runs; None when any run's cost is unknown."""
-    rows = await db.fetchall("SELECT cost_usd FROM runs WHERE session_id = ?", (session_id,))
-    costs = [row["cost_usd"] for row in rows]
-    return None if None in costs else sum(c for c in costs if c is not None)
-
-
 async def delete_installation_sessions(db: Database, installation_id: int) -> None:
     """The App was uninstalled: its PRs' conversations are deleted."""
     sessions = (
-        "SELECT id FROM sessions WHERE pull_id IN"
-        " (SELECT id FROM pulls WHERE installation_id = ?)"
+        "SELECT id FROM sessions WHERE pull_id IN (SELECT id FROM pulls WHERE installation_id = ?)"
     )
     async with db.transaction() as conn:
         for statement in (

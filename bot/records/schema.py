@@ -1,21 +1,10 @@
-"""SQLite storage (aiosqlite, WAL) and the schema's versioned steps (`STEPS`), shared by both
-backends: SQLite applies them at every start (idempotently: one process owns the file),
-Postgres through `cockpit migrate` (see `bot.pg`)."""
+"""The schema: its versioned steps (`STEPS`), the same on both backends. SQLite applies them
+at every start (idempotently: one process owns the file), Postgres through `cockpit migrate`
+(see `bot.records.postgres`, which translates them)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import sqlite3
-import time
-from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-import aiosqlite
-
-BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
 # Step 1 of the schema (below): the tables as the last release without versioned steps made
 # them, with its columns added later (ADDED_COLUMNS) and what came after them (AFTER_COLUMNS).
@@ -74,15 +63,7 @@ BEGIN
     AND NOT EXISTS (
         SELECT 1 FROM jobs WHERE key = NEW.key AND state IN ('queued', 'running'));
 END;
--- At every start, so the lines are right whatever happened before: jobs behind their key's
--- oldest (databases from before 'waiting') wait; a line without a head gets one.
-UPDATE jobs SET state = 'waiting' WHERE state = 'queued' AND EXISTS (
-    SELECT 1 FROM jobs r WHERE r.key = jobs.key
-    AND r.state IN ('queued', 'running') AND r.id < jobs.id);
-UPDATE jobs SET state = 'queued' WHERE state = 'waiting'
-    AND id IN (SELECT MIN(id) FROM jobs WHERE state = 'waiting' GROUP BY key)
-    AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.key = jobs.key
-        AND r.state IN ('queued', 'running'));
+-- (SQLite repairs the lines at every start: bot.records.jobs.REPAIR_LINES.)
 
 CREATE TABLE IF NOT EXISTS pulls (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -373,120 +354,3 @@ CREATE TABLE IF NOT EXISTS schema_versions (
     applied_at REAL NOT NULL
 );
 """
-
-
-class Database:
-    """One aiosqlite connection; writes and multi-statement work go through `transaction()`.
-
-    `bot.pg.PgDatabase` has the same methods over Postgres (the server picks one)."""
-
-    shared = False  # one process owns the file
-
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self.conn = conn
-        self._lock = asyncio.Lock()
-        self._held: dict[str, asyncio.Lock] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        """One holder of `key` at a time, for work that talks to GitHub (no transaction is
-        kept open): in this process, since one process owns the file."""
-        lock = self._held.setdefault(key, asyncio.Lock())
-        async with lock:
-            yield
-
-    @classmethod
-    async def open(cls, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
-        """Open (and create) the database. WAL with `synchronous=NORMAL` survives a killed
-        process; the inbox commits deliveries on its own connection at `synchronous=FULL`."""
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = await aiosqlite.connect(str(path), isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        db = cls(conn)
-        try:
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await conn.execute("PRAGMA synchronous=NORMAL")
-            await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            await conn.execute("PRAGMA foreign_keys=ON")
-            await db.migrate()
-        except BaseException:
-            await conn.close()  # its thread would keep the process alive
-            raise
-        return db
-
-    async def close(self) -> None:
-        await self.conn.close()
-
-    async def migrate(self) -> list[int]:
-        """Apply every step (each is idempotent: one process owns the file, so every start
-        runs them all) and record the new ones; returns the versions recorded now."""
-        async with self._lock:
-            await self.conn.executescript(VERSIONS)
-            for step in STEPS:
-                await self.conn.executescript(step.schema)
-                for table, column, declaration in step.columns:
-                    present = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
-                    if column not in {row["name"] for row in present}:
-                        await self.conn.execute(
-                            f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
-                        )
-                await self.conn.executescript(step.after)
-            recorded = await self.conn.execute_fetchall(
-                "INSERT INTO schema_versions (version, name, applied_at) VALUES "
-                + ", ".join("(?, ?, ?)" for _ in STEPS)
-                + " ON CONFLICT (version) DO NOTHING RETURNING version",
-                [value for step in STEPS for value in (step.version, step.name, time.time())],
-            )
-        return sorted(row[0] for row in recorded)
-
-    async def schema_version(self) -> int:
-        """The newest step recorded (0: none)."""
-        row = await self.fetchone("SELECT MAX(version) FROM schema_versions")
-        return int(row[0] or 0) if row else 0
-
-    @contextlib.asynccontextmanager
-    async def transaction(self, lock: str | None = None) -> AsyncIterator[aiosqlite.Connection]:
-        """One transaction. `lock` names what other processes must not change meanwhile
-        (Postgres takes an advisory lock); here BEGIN IMMEDIATE already excludes every writer."""
-        async with self._lock:
-            await self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.conn
-            except BaseException:
-                await self.conn.execute("ROLLBACK")
-                raise
-            await self.conn.execute("COMMIT")
-
-    async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        """Run one statement; return rowcount (or lastrowid for an INSERT)."""
-        async with self._lock:
-            cursor = await self.conn.execute(sql, args)
-            if sql.lstrip().upper().startswith("INSERT"):
-                return cursor.lastrowid or 0
-            return cursor.rowcount
-
-    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Row | None:
-        rows = await self.fetchall(sql, args)
-        return rows[0] if rows else None
-
-    async def fetchall(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        """One statement (a `... RETURNING` write is atomic on its own), one thread hop."""
-        async with self._lock:
-            return list(await self.conn.execute_fetchall(sql, tuple(args)))
-
-    async def ping(self) -> bool:
-        try:
-            await self.fetchone("SELECT 1")
-        except (sqlite3.Error, ValueError):
-            return False
-        return True
-
-
-async def delete_in_chunks(db: Any, statement: str, older_than: float, chunk: int) -> int:
-    """Run a `DELETE … WHERE key IN (SELECT … WHERE … < ? LIMIT ?)` until it deletes nothing,
-    `chunk` rows at a time, so a write lock is never held long; returns how many went."""
-    total = 0
-    while count := await db.execute(statement, (older_than, chunk)):
-        total += count
-    return total

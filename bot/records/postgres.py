@@ -1,4 +1,4 @@
-"""Postgres storage (psycopg 3, async pool): the `Database` interface of `bot.storage` for
+"""Postgres storage (psycopg 3, async pool): the `Database` interface of `bot.records.sqlite` for
 several processes sharing one database. Its DDL is derived from the SQLite `SCHEMA`, so the
 two backends have the same tables and columns; every dialect difference lives here.
 """
@@ -23,7 +23,7 @@ import psycopg.rows
 import psycopg_pool
 from psycopg_pool import AsyncConnectionPool
 
-from bot import storage
+from bot.records import schema
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +50,9 @@ CREATE TABLE IF NOT EXISTS procrastinate_migrations (
     applied_at DOUBLE PRECISION NOT NULL
 )"""
 
-# The parts of the SQLite schema that only the SQLite queue needs (its line-keeping triggers
-# and their repair at start-up): on Postgres, jobs live in procrastinate's tables.
-_SQLITE_ONLY = re.compile(r"CREATE TRIGGER .*?\bEND;|^UPDATE jobs .*?;", re.S | re.M)
+# The parts of the SQLite schema that only the SQLite queue needs (its line-keeping triggers):
+# on Postgres, jobs live in procrastinate's tables.
+_SQLITE_ONLY = re.compile(r"CREATE TRIGGER .*?\bEND;", re.S)
 _COMMENT = re.compile(r"--[^\n]*")
 _TYPES = (
     (
@@ -121,7 +121,7 @@ class Statement:
     present: str
 
 
-def step_ddl(step: storage.Step) -> tuple[Statement, ...]:
+def step_ddl(step: schema.Step) -> tuple[Statement, ...]:
     """A schema step in Postgres terms: its tables and indexes translated, its added columns,
     then its later statements, each trigger from `_TRIGGERS` (a trigger without a Postgres form,
     or any other kind of statement, fails loudly)."""
@@ -176,7 +176,7 @@ def procrastinate_migrations() -> list[Path]:
 @lru_cache(maxsize=1)
 def id_tables() -> frozenset[str]:
     """Tables with a generated `id`: an INSERT into them reports it as SQLite's lastrowid."""
-    return frozenset(_TABLE.findall("".join(step.schema for step in storage.STEPS)))
+    return frozenset(_TABLE.findall("".join(step.schema for step in schema.STEPS)))
 
 
 @lru_cache(maxsize=1024)
@@ -298,10 +298,9 @@ async def _configure(conn: psycopg.AsyncConnection) -> None:
 
 
 class PgDatabase:
-    """A connection pool; the same methods as `storage.Database`. `transaction(lock=…)`
-    also takes a transaction-scoped advisory lock, so other processes wait for it."""
-
-    shared = True  # several processes may use this database at once
+    """`bot.records.database.Database` on a connection pool (several processes may share the
+    database). `transaction(lock=…)` also takes a transaction-scoped advisory lock, so other
+    processes wait for it."""
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
@@ -339,12 +338,12 @@ class PgDatabase:
 
     async def migrate(self) -> Migrated:
         """Apply what is missing, in order, each step once and recorded: our steps
-        (`storage.STEPS`), then procrastinate's schema or its newer migrations. Each runs in
+        (`schema.STEPS`), then procrastinate's schema or its newer migrations. Each runs in
         its own transaction under the schema lock with `lock_timeout`, tried again while a
         long transaction holds a table."""
         await self._in_step(self._bootstrap)
         done = Migrated(version=0)
-        for step in storage.STEPS:
+        for step in schema.STEPS:
             if await self._in_step(lambda conn, step=step: self._apply_step(conn, step)):
                 done.steps.append(step.version)
         done.procrastinate_schema = await self._in_step(self._procrastinate_baseline) or ""
@@ -379,10 +378,10 @@ class PgDatabase:
         return None
 
     async def _bootstrap(self, conn: psycopg.AsyncConnection) -> None:
-        for text in (storage.VERSIONS, PROCRASTINATE_VERSIONS):
+        for text in (schema.VERSIONS, PROCRASTINATE_VERSIONS):
             await conn.execute(column_type(text))
 
-    async def _apply_step(self, conn: psycopg.AsyncConnection, step: storage.Step) -> bool:
+    async def _apply_step(self, conn: psycopg.AsyncConnection, step: schema.Step) -> bool:
         cursor = await conn.execute(
             "SELECT 1 FROM schema_versions WHERE version = %s", (step.version,)
         )
@@ -454,14 +453,14 @@ class PgDatabase:
         """SchemaBehind unless every step and procrastinate migration of this release is
         recorded (a newer schema is fine: steps only add, so a rollout may run both)."""
         version, missing = await self.schema_version(), await self.missing_migrations()
-        if version >= storage.SCHEMA_VERSION and not missing:
+        if version >= schema.SCHEMA_VERSION and not missing:
             return
         if version == 0:
             found = "has no recorded schema version (new, or made by a release before versions)"
         else:
             extra = f" and {len(missing)} procrastinate migration(s)" if missing else ""
             found = f"schema is at version {version}; this release needs"
-            found += f" version {storage.SCHEMA_VERSION}{extra}"
+            found += f" version {schema.SCHEMA_VERSION}{extra}"
         raise SchemaBehind(
             f"the database {found}: run `cockpit migrate` first (or set COCKPIT_MIGRATE_ON_START=1)"
         )

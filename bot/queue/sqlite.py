@@ -1,4 +1,4 @@
-"""Durable job queue in SQLite and the worker pools that run it.
+"""The job queue on SQLite (`bot.queue.JobQueue`) and the worker pools that run it.
 
 Jobs have a kind, a serialisation key (one running job per key), attempts with backoff,
 a lease renewed while they run, and cancellation: a newer job may supersede older ones
@@ -13,91 +13,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
-
-from bot.logs import log_context
-from bot.storage import Database
+from bot.queue import PermanentError, Workers, backoff_seconds, job_log
+from bot.records import jobs as rows
+from bot.records.database import Database
+from bot.records.types import Job
+from bot.texts import message
 
 log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 60.0
 POLL_SECONDS = 0.5
-BACKOFF_BASE = 2.0
-BACKOFF_CAP = 300.0
-
-# The queues and their worker pools: deliveries are routed on EVENTS; reviews, sessions and
-# housekeeping (anything that may talk to a model or run git) on REVIEWS.
-EVENTS = "events"
-REVIEWS = "reviews"
 
 _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_job", default=None)
 
-INSERT_SQL = (
-    "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
 
-
-class PermanentError(Exception):
-    """A job failure that retrying cannot fix (bad input, refused by policy)."""
-
-
-@dataclass(frozen=True)
-class Job:
-    id: int
-    kind: str
-    queue: str
-    key: str
-    payload: dict[str, Any]
-    attempts: int
-    max_attempts: int
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Job:
-        return cls(
-            id=row["id"],
-            kind=row["kind"],
-            queue=row["queue"],
-            key=row["key"],
-            payload=json.loads(row["payload"]),
-            attempts=row["attempts"],
-            max_attempts=row["max_attempts"],
-        )
-
-
-JobHandler = Callable[[Job], Awaitable[None]]
-# Called once when a job fails for good, with the reason (e.g. to say so on the PR).
-GaveUpHook = Callable[[Job, str], Awaitable[None]]
-INTERRUPTED = "the process stopped while this job ran ({attempts} of {max_attempts} attempts)"
-
-
-def backoff_seconds(attempts: int) -> float:
-    return min(BACKOFF_CAP, BACKOFF_BASE ** max(attempts, 1))
-
-
-class Jobs:
-    """The queue (rows in `jobs`) plus the asyncio workers that drain it."""
+class Jobs(Workers):
+    """The queue (rows in `jobs`, through `bot.records.jobs`) plus the asyncio workers that
+    drain it; one process owns it."""
 
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
         self.db = db
         self.clock = clock
-        self.handlers: dict[str, JobHandler] = {}
-        self.on_finished: Callable[[Job, str, float], None] | None = None
-        self.on_gave_up: dict[str, GaveUpHook] = {}
         self._wake: dict[str, asyncio.Event] = {}
-        self._workers: list[asyncio.Task] = []
         self._running: dict[int, asyncio.Task] = {}
         self._interrupted: set[int] = set()  # cancelled by a stop, to be re-queued uncounted
-        self._stopping = False
-        self._local: list[tuple[str, float]] = []
+        self._every: dict[str, tuple[str, float]] = {}  # kind -> (queue, seconds)
+
+    async def open(self) -> None:
+        """Nothing to open: the queue is tables of the database."""
+
+    async def close(self) -> None:
+        """Nothing to close (the database closes on its own)."""
 
     # -- queue operations -------------------------------------------------
 
@@ -111,9 +64,17 @@ class Jobs:
         max_attempts: int = 3,
         delay: float = 0.0,
     ) -> tuple:
-        """Values for INSERT_SQL, for callers that insert jobs in their own transaction."""
+        """A job's values, for callers that insert jobs in their own transaction."""
         now = self.clock()
-        return (kind, queue, key, json.dumps(payload), max_attempts, now + delay, now)
+        return rows.new_row(
+            kind,
+            key,
+            payload,
+            queue=queue,
+            max_attempts=max_attempts,
+            run_after=now + delay,
+            now=now,
+        )
 
     async def enqueue(
         self,
@@ -125,7 +86,7 @@ class Jobs:
         supersede: bool = False,
         max_attempts: int = 3,
         delay: float = 0.0,
-        prepare: Callable[[aiosqlite.Connection], Awaitable[dict[str, Any]]] | None = None,
+        prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
     ) -> int:
         """Add a job; with `supersede`, older jobs of this kind and key are cancelled.
 
@@ -135,14 +96,13 @@ class Jobs:
         async with self.db.transaction() as conn:
             running: list[int] = []
             if supersede:
-                running = await self._cancel_in(conn, key, kind)
+                running = await rows.cancel_in(conn, key, kind, self.clock())
             if prepare is not None:
                 payload = {**payload, **await prepare(conn)}
-            cursor = await conn.execute(
-                INSERT_SQL,
+            job_id = await rows.insert(
+                conn,
                 self.row(kind, key, payload, queue=queue, max_attempts=max_attempts, delay=delay),
             )
-            job_id = int(cursor.lastrowid or 0)
         self._interrupt(running)
         self.wake(queue)
         return job_id
@@ -150,34 +110,12 @@ class Jobs:
     async def cancel(self, key: str, kind: str | None = None) -> int:
         """Cancel queued and running jobs for a key; return how many were affected."""
         async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "SELECT COUNT(*) FROM jobs WHERE key = ?"
-                " AND state IN ('queued', 'running', 'waiting')"
-                + (" AND kind = ?" if kind else ""),
-                (key, kind) if kind else (key,),
-            )
-            count = (await cursor.fetchone())[0]
-            running = await self._cancel_in(conn, key, kind)
+            count = await rows.count_open(conn, key, kind)
+            running = await rows.cancel_in(conn, key, kind, self.clock())
         self._interrupt(running)
         for queue in self._wake:  # a job of another kind may have moved up in this key's line
             self.wake(queue)
         return count
-
-    async def _cancel_in(self, conn: aiosqlite.Connection, key: str, kind: str | None) -> list[int]:
-        kind_clause = " AND kind = ?" if kind else ""
-        args: tuple = (key, kind) if kind else (key,)
-        now = self.clock()
-        # The jobs in line first: the head's exit then moves up only a job that stays.
-        for state in ("waiting", "queued"):
-            await conn.execute(
-                "UPDATE jobs SET state = 'cancelled', finished_at = ?, error = 'superseded'"
-                f" WHERE key = ? AND state = '{state}'{kind_clause}",
-                (now, *args),
-            )
-        cursor = await conn.execute(
-            f"SELECT id FROM jobs WHERE key = ? AND state = 'running'{kind_clause}", args
-        )
-        return [row[0] for row in await cursor.fetchall()]
 
     def _interrupt(self, job_ids: list[int]) -> None:
         for job_id in job_ids:
@@ -193,112 +131,58 @@ class Jobs:
         and a retry waiting out its backoff keeps its place.
         """
         now = self.clock()
-        row = await self.db.fetchone(
-            "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
-            " started_at = ?, lease_until = ?"
-            " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
-            "   AND j.run_after <= ? AND j.attempts < j.max_attempts"
-            "   AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.key = j.key AND r.state = 'running')"
-            "   ORDER BY j.run_after, j.id LIMIT 1)"
-            " RETURNING *",
-            (now, now + LEASE_SECONDS, queue, now),
-        )
-        return Job.from_row(row) if row else None
+        return await rows.claim(self.db, queue, now, now + LEASE_SECONDS)
 
     async def _finish(self, job: Job, state: str, error: str | None = None) -> None:
-        await self.db.execute(
-            "UPDATE jobs SET state = ?, error = ?, finished_at = ?, lease_until = NULL"
-            " WHERE id = ? AND state = 'running'",
-            (state, error, self.clock(), job.id),
-        )
+        await rows.finish(self.db, job.id, state, error, self.clock())
 
     async def _retry_or_fail(self, job: Job, error: str, *, permanent: bool) -> str:
         if permanent or job.attempts >= job.max_attempts:
             await self._finish(job, "failed", error)
             await self._gave_up(job, error)
             return "failed"
-        await self.db.execute(
-            "UPDATE jobs SET state = 'queued', error = ?, run_after = ?, lease_until = NULL"
-            " WHERE id = ? AND state = 'running'",
-            (error, self.clock() + backoff_seconds(job.attempts), job.id),
-        )
+        await rows.retry_at(self.db, job.id, error, self.clock() + backoff_seconds(job.attempts))
         return "retrying"
 
     async def recover(self) -> int:
         """Re-queue jobs a crashed process left running (their attempt stays counted); those
         already at their limit fail for good instead. Returns how many were re-queued."""
-        return await self._requeue_lost("state = 'running'", ())
+        return await self._requeue_lost()
 
     async def reap_expired_leases(self) -> int:
         alive = list(self._running)  # still running here: a late heartbeat, not a lost job
-        return await self._requeue_lost(
-            f"state = 'running' AND lease_until < ? AND id NOT IN ({','.join('?' * len(alive))})",
-            (self.clock(), *alive),
-        )
+        return await self._requeue_lost(expired_before=self.clock(), alive=alive)
 
-    async def _requeue_lost(self, where: str, args: tuple) -> int:
-        async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "UPDATE jobs SET state = 'failed', lease_until = NULL, finished_at = ?,"
-                " error = 'the process stopped while this job ran (' || attempts || ' of '"
-                " || max_attempts || ' attempts)'"
-                f" WHERE {where} AND attempts >= max_attempts RETURNING *",
-                (self.clock(), *args),
-            )
-            exhausted = [Job.from_row(row) for row in await cursor.fetchall()]
-            cursor = await conn.execute(
-                "UPDATE jobs SET state = 'queued', lease_until = NULL, run_after = ?"
-                f" WHERE {where}",
-                (self.clock(), *args),
-            )
-            requeued = cursor.rowcount
+    async def _requeue_lost(
+        self, *, expired_before: float | None = None, alive: list[int] = ()
+    ) -> int:
+        exhausted, requeued = await rows.requeue_lost(
+            self.db, self.clock(), expired_before=expired_before, alive=alive
+        )
         for job in exhausted:
-            reason = INTERRUPTED.format(attempts=job.attempts, max_attempts=job.max_attempts)
-            with log_context(job=job.id, job_kind=job.kind, key=job.key):
+            reason = message(
+                "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts
+            )
+            with job_log(job):
                 log.error("job failed for good: interrupted at every attempt")
             await self._gave_up(job, reason)
         return requeued
 
-    async def _gave_up(self, job: Job, reason: str) -> None:
-        hook = self.on_gave_up.get(job.kind)
-        if hook is None:
-            return
-        try:
-            await hook(job, reason)
-        except Exception:
-            log.exception("reporting a failed job failed", extra={"fields": {"job": job.id}})
-
     async def busy(self, key: str) -> bool:
         """Whether the key has a job running or in line."""
-        row = await self.db.fetchone(
-            "SELECT 1 FROM jobs WHERE key = ? AND state IN ('queued', 'running', 'waiting')"
-            " LIMIT 1",
-            (key,),
-        )
-        return row is not None
+        return await rows.busy(self.db, key)
 
     async def pending(self) -> int:
         """Jobs with work to do now: running, waiting in a line, or queued and due (a job
         scheduled for later, like tomorrow's maintenance, does not count)."""
-        row = await self.db.fetchone(
-            "SELECT COUNT(*) FROM jobs WHERE state IN ('running', 'waiting')"
-            " OR (state = 'queued' AND run_after <= ?)",
-            (self.clock(),),
-        )
-        return row[0] if row else 0
+        return await rows.pending(self.db, self.clock())
 
     async def counts(self) -> dict[str, int]:
-        rows = await self.db.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
-        return {row["state"]: row["n"] for row in rows}
+        return await rows.counts(self.db)
 
     async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
         """The states of the jobs of a kind and/or key, oldest first."""
-        rows = await self.db.fetchall(
-            "SELECT state FROM jobs WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR key = ?)"
-            " ORDER BY id",
-            (kind, kind, key, key),
-        )
-        return [row["state"] for row in rows]
+        return await rows.states(self.db, kind, key)
 
     # -- workers ----------------------------------------------------------
 
@@ -307,39 +191,34 @@ class Jobs:
         if event is not None:
             event.set()
 
-    def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds` (the first time at once), outside the
-        queue: for what is local to a worker, like its disk. Call before `start`."""
-        self._local.append((kind, seconds))
+    async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
+        """Run `kind` now (superseding one left in line), then, each time it is done, again
+        `seconds` later (one process owns the queue: a job queues its own next run)."""
+        self._every[kind] = (queue, seconds)
+        await self.enqueue(kind, kind, {}, queue=queue, supersede=True)
+
+    async def _next_run(self, job: Job) -> None:
+        queue, seconds = self._every[job.kind]
+        if not await rows.in_line_behind(self.db, job.key, job.id):  # a restart queued one
+            await self.enqueue(job.kind, job.key, {}, queue=queue, delay=seconds)
+
+    async def prune(self, older_than: float, *, chunk: int) -> int:
+        """Forget finished jobs from before `older_than`, `chunk` at a time (the write lock
+        is never held long against the inbox)."""
+        return await rows.prune(self.db, older_than, chunk)
+
+    async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
+        """One process owns the database: whatever was mid-way when it died is its own to
+        finish, now."""
+        await work()
 
     def start(self, pools: dict[str, int]) -> None:
-        self._stopping = False
+        self._start_local()
         for queue, size in pools.items():
             self._wake[queue] = asyncio.Event()
             for n in range(size):
                 self._workers.append(asyncio.create_task(self._worker(queue), name=f"{queue}-{n}"))
         self._workers.append(asyncio.create_task(self._reaper(), name="lease-reaper"))
-        for kind, seconds in self._local:
-            self._workers.append(asyncio.create_task(self._here(kind, seconds), name="local"))
-
-    async def _here(self, kind: str, seconds: float) -> None:
-        job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)
-        while not self._stopping:
-            handler = self.handlers.get(kind)
-            try:
-                if handler is not None:
-                    await handler(job)
-            except Exception:
-                log.exception("local periodic work failed", extra={"fields": {"kind": kind}})
-            await asyncio.sleep(seconds)
-
-    @property
-    def workers_alive(self) -> int:
-        return sum(1 for task in self._workers if not task.done())
-
-    @property
-    def workers_total(self) -> int:
-        return len(self._workers)
 
     @property
     def running(self) -> int:
@@ -358,7 +237,7 @@ class Jobs:
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; let running jobs finish for up to `grace` seconds; re-queue the
         rest without counting the attempt (they run again at the next start)."""
-        self._stopping = True
+        self._begin_stop()
         for event in self._wake.values():
             event.set()
         running = list(self._running.values())
@@ -368,13 +247,7 @@ class Jobs:
             if not task.done():
                 self._interrupted.add(job_id)
                 task.cancel()
-        for task in self._workers:
-            if task.get_name() in ("lease-reaper", "local"):
-                task.cancel()
-        for task in self._workers:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._workers.clear()
+        await self._end_workers("lease-reaper")
 
     async def _worker(self, queue: str) -> None:
         wake = self._wake[queue]
@@ -397,7 +270,7 @@ class Jobs:
     async def _run(self, job: Job) -> None:
         handler = self.handlers.get(job.kind)
         started = time.monotonic()
-        with log_context(job=job.id, job_kind=job.kind, key=job.key):
+        with job_log(job):
             if handler is None:
                 log.error("no handler for job kind")
                 await self._finish(job, "failed", f"no handler for {job.kind!r}")
@@ -432,15 +305,15 @@ class Jobs:
             finally:
                 heartbeat.cancel()
                 self._running.pop(job.id, None)
-            if self.on_finished:
-                self.on_finished(job, outcome, time.monotonic() - started)
+            if outcome == "done" and job.kind in self._every:
+                try:
+                    await self._next_run(job)
+                except (sqlite3.Error, ValueError):
+                    log.exception("queueing the next run failed")
+            self._finished(job, outcome, started)
 
     async def _requeue_uncounted(self, job: Job) -> None:
-        await self.db.execute(
-            "UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), lease_until = NULL,"
-            " run_after = ? WHERE id = ? AND state = 'running'",
-            (self.clock(), job.id),
-        )
+        await rows.requeue_uncounted(self.db, job.id, self.clock())
 
     async def _reaper(self) -> None:
         """Re-queue jobs whose worker stopped renewing their lease."""
@@ -456,7 +329,4 @@ class Jobs:
     async def _heartbeat(self, job: Job) -> None:
         while True:
             await asyncio.sleep(LEASE_SECONDS / 3)
-            await self.db.execute(
-                "UPDATE jobs SET lease_until = ? WHERE id = ? AND state = 'running'",
-                (self.clock() + LEASE_SECONDS, job.id),
-            )
+            await rows.renew_lease(self.db, job.id, self.clock() + LEASE_SECONDS)

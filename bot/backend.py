@@ -1,0 +1,103 @@
+"""The storage backend the configuration names, opened: the only place that asks which one.
+SQLite under COCKPIT_DATA_DIR by default (one process owns the file, its own job queue);
+Postgres with jobs on procrastinate when COCKPIT_DATABASE_URL is set (several processes).
+Both implement one contract: `bot.records.database.Database`, `bot.queue.JobQueue` and the
+inbox's `Commits`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.config import ConfigError, Settings
+from bot.inbox import Commits, PgCommits, SqliteCommits
+from bot.queue import JobQueue
+from bot.queue.sqlite import Jobs
+from bot.records.database import Database
+from bot.records.sqlite import Database as SqliteDatabase
+
+
+@dataclass
+class Backend:
+    db: Database
+    jobs: JobQueue
+    commits: Commits  # the inbox's: deliveries with their jobs, in one transaction
+
+    async def close(self) -> None:
+        await self.jobs.close()
+        await self.db.close()
+
+
+def check_role(settings: Settings, role: str) -> None:
+    """ConfigError when a process of `role` cannot run on the configured backend: only `all`
+    runs on SQLite (one process owns the file)."""
+    if role != "all" and settings.database_url is None:
+        raise ConfigError(
+            "COCKPIT_DATABASE_URL",
+            f"--role {role} needs a database the other processes share: set it to"
+            " a postgresql:// URL (SQLite serves one process, --role all)",
+        )
+
+
+async def open_database(settings: Settings) -> Database:
+    """The configured database, its schema current: the SQLite file applies its steps itself
+    (one process owns it); a Postgres schema behind this release's is refused
+    (`bot.records.postgres.SchemaBehind`) unless COCKPIT_MIGRATE_ON_START=1 lets this
+    process migrate it."""
+    if settings.database_url is None:
+        return await SqliteDatabase.open(settings.db_path)
+    from bot.records.postgres import PgDatabase
+
+    db = await PgDatabase.open(settings.database_url.reveal())
+    try:
+        if settings.migrate_on_start:
+            await db.migrate()
+        await db.check_schema()
+    except BaseException:
+        await db.close()
+        raise
+    return db
+
+
+async def open_backend(settings: Settings) -> Backend:
+    """The database, the job queue on it (opened) and the inbox's commits."""
+    db = await open_database(settings)
+    if settings.database_url is None:
+        jobs = Jobs(db)
+        return Backend(db, jobs, SqliteCommits(settings.db_path))
+    from bot.queue.postgres import PgJobs
+
+    try:
+        pg_jobs = PgJobs(db, settings.database_url.reveal(), stalled_after=settings.worker_timeout)
+        await pg_jobs.open()
+    except BaseException:
+        await db.close()
+        raise
+    return Backend(db, pg_jobs, PgCommits(db, pg_jobs))
+
+
+async def migrate(settings: Settings) -> str:
+    """`cockpit migrate`: apply the schema's missing steps (ours, and procrastinate's on
+    Postgres) and say where the schema is now, in one line."""
+    if settings.database_url is None:
+        db = await SqliteDatabase.open(settings.db_path)  # opening applies the steps
+        try:
+            return f"SQLite {settings.db_path}: schema at version {await db.schema_version()}"
+        finally:
+            await db.close()
+    from bot.records.postgres import PgDatabase
+
+    pg = await PgDatabase.open(settings.database_url.reveal())
+    try:
+        done = await pg.migrate()
+        await pg.check_schema()
+    finally:
+        await pg.close()
+    steps = ", ".join(map(str, done.steps)) or "none"
+    theirs = {
+        "created": "procrastinate's schema created",
+        "recorded": "procrastinate's existing schema recorded",
+    }.get(done.procrastinate_schema, "procrastinate's schema current")
+    return (
+        f"Postgres: schema at version {done.version} (steps applied now: {steps}; {theirs},"
+        f" {len(done.procrastinate)} of its migrations applied now)"
+    )

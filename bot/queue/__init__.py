@@ -1,0 +1,255 @@
+"""The job queue's contract: what a job is, the queues and keys, and `JobQueue`, which both
+backends implement (`bot.queue.sqlite.Jobs` on SQLite, `bot.queue.postgres.PgJobs` on
+procrastinate), with the worker machinery they share. `bot.backend.open_backend` picks one.
+
+A job has a kind, a key (a key runs one job at a time, in order), a payload and attempts with
+backoff; a newer job may supersede the key's older ones of its kind. A job that fails for
+good is reported by its kind's `on_gave_up` hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from bot.logs import log_context
+from bot.records.types import Job
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EVENTS", "REVIEWS", "Job", "JobQueue", "PermanentError"]
+
+BACKOFF_BASE = 2.0
+BACKOFF_CAP = 300.0
+
+# The queues and their worker pools: deliveries are routed on EVENTS; reviews, sessions and
+# housekeeping (anything that may talk to a model or run git) on REVIEWS.
+EVENTS = "events"
+REVIEWS = "reviews"
+
+JobHandler = Callable[[Job], Awaitable[None]]
+# Called once when a job fails for good, with the reason (e.g. to say so on the PR).
+GaveUpHook = Callable[[Job, str], Awaitable[None]]
+# Called as a job ends: the job, its outcome (done, retrying, failed, cancelled, interrupted)
+# and the seconds it ran.
+FinishedHook = Callable[[Job, str, float], None]
+
+
+def review_key(pull_id: int) -> str:
+    """One running review per PR."""
+    return f"review:{pull_id}"
+
+
+def turn_key(session_id: int) -> str:
+    """A session's turns run one at a time, in the order they were asked."""
+    return f"session:{session_id}"
+
+
+class PermanentError(Exception):
+    """A job failure that retrying cannot fix (bad input, refused by policy)."""
+
+
+def backoff_seconds(attempts: int) -> float:
+    return min(BACKOFF_CAP, BACKOFF_BASE ** max(attempts, 1))
+
+
+class JobQueue(Protocol):
+    """The queue and this process's workers, on either backend. A difference between the
+    backends that callers must respect is a method here (a no-op is a valid one)."""
+
+    handlers: dict[str, JobHandler]
+    on_gave_up: dict[str, GaveUpHook]
+    on_finished: FinishedHook | None
+    restarts: int  # workers started again after stopping by themselves
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def row(
+        self,
+        kind: str,
+        key: str,
+        payload: dict[str, Any],
+        *,
+        queue: str,
+        max_attempts: int = 3,
+        delay: float = 0.0,
+    ) -> Any:
+        """A job to insert with the inbox's commit (in its transaction)."""
+        ...
+
+    async def enqueue(
+        self,
+        kind: str,
+        key: str,
+        payload: dict[str, Any],
+        *,
+        queue: str,
+        supersede: bool = False,
+        max_attempts: int = 3,
+        delay: float = 0.0,
+        prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
+    ) -> int:
+        """Add a job; with `supersede`, the key's older jobs of this kind are cancelled (a
+        running one is interrupted wherever it runs). `prepare` runs in the same transaction
+        and its result joins the payload."""
+        ...
+
+    async def cancel(self, key: str, kind: str | None = None) -> int:
+        """Cancel the key's jobs in line and interrupt its running one; returns how many."""
+        ...
+
+    async def busy(self, key: str) -> bool:
+        """Whether the key has a job running or in line."""
+        ...
+
+    async def pending(self) -> int:
+        """Jobs with work to do now (a job scheduled for later does not count)."""
+        ...
+
+    async def counts(self) -> dict[str, int]:
+        """Jobs by state: queued, waiting, running, done, failed, cancelled."""
+        ...
+
+    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
+        """The states of the jobs of a kind and/or key, oldest first."""
+        ...
+
+    def wake(self, queue: str) -> None:
+        """New jobs are in `queue` (a committed delivery's): its workers look now."""
+        ...
+
+    def every_here(self, kind: str, seconds: float) -> None:
+        """Run `kind` in this process every `seconds`, outside the queue (for what is local to
+        a worker, like its disk). Call before `start`."""
+        ...
+
+    async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
+        """Run `kind` as one job at a time across the processes: now, then every `seconds`
+        (SQLite: a job that queues its next run when it is done) or on `cron` (Postgres:
+        procrastinate's periodic task). Call before `start`."""
+        ...
+
+    async def prune(self, older_than: float, *, chunk: int) -> int:
+        """Forget finished jobs (any outcome) from before `older_than`, `chunk` at a time
+        where the backend deletes rows itself; how many went (0 where it does not say)."""
+        ...
+
+    async def recover(self) -> int:
+        """Jobs a dead process left running run again (their attempt counted); one that used
+        its last attempt fails for good. Returns how many run again."""
+        ...
+
+    async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
+        """At start, what a dead process left mid-way outside the queue (a revision, a run,
+        a busy session) is `work`'s to finish, when no other process may still be at it."""
+        ...
+
+    def start(self, pools: dict[str, int]) -> None: ...
+
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop taking jobs; running ones get up to `grace` seconds, then are interrupted
+        and run again later, their attempt not counted."""
+        ...
+
+    @property
+    def running(self) -> int:
+        """Jobs this process is running now."""
+        ...
+
+    @property
+    def workers_alive(self) -> int: ...
+
+    @property
+    def workers_total(self) -> int: ...
+
+    def interrupted(self) -> bool:
+        """Inside a job being cancelled: whether it is interrupted (its worker stops: it runs
+        again, its state kept) rather than cancelled (stop, supersede)."""
+        ...
+
+
+class Workers:
+    """What both backends' worker machinery shares: the handlers and hooks, the process's
+    own periodic work, the counts health reports, and reporting a job's end."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, JobHandler] = {}
+        self.on_finished: FinishedHook | None = None
+        self.on_gave_up: dict[str, GaveUpHook] = {}
+        self.restarts = 0
+        self._workers: list[asyncio.Task] = []
+        self._local: list[tuple[str, float]] = []
+        self._stopping = False
+        self._stopped = asyncio.Event()
+
+    def every_here(self, kind: str, seconds: float) -> None:
+        """Run `kind` in this process every `seconds` (the first time at once), whatever the
+        other workers do: for what is local to a worker, like its disk. Call before `start`."""
+        self._local.append((kind, seconds))
+
+    def _start_local(self) -> None:
+        self._stopping = False
+        self._stopped.clear()
+        for kind, seconds in self._local:
+            self._workers.append(
+                asyncio.create_task(self._here(kind, seconds), name=f"local-{kind}")
+            )
+
+    async def _here(self, kind: str, seconds: float) -> None:
+        job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)
+        while not self._stopping:
+            handler = self.handlers.get(kind)
+            try:
+                if handler is not None:
+                    await handler(job)
+            except Exception:
+                log.exception("local periodic work failed", extra={"fields": {"kind": kind}})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), seconds)
+
+    def _begin_stop(self) -> None:
+        self._stopping = True
+        self._stopped.set()
+
+    async def _end_workers(self, *background: str) -> None:
+        """Cancel the background tasks named (and the local ones), then wait for all."""
+        for task in self._workers:
+            name = task.get_name()
+            if name in background or name.startswith("local-"):
+                task.cancel()
+        for task in self._workers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._workers.clear()
+
+    @property
+    def workers_alive(self) -> int:
+        return sum(1 for task in self._workers if not task.done())
+
+    @property
+    def workers_total(self) -> int:
+        return len(self._workers)
+
+    async def _gave_up(self, job: Job, reason: str) -> None:
+        hook = self.on_gave_up.get(job.kind)
+        if hook is None:
+            return
+        try:
+            await hook(job, reason)
+        except Exception:
+            log.exception("reporting a failed job failed", extra={"fields": {"job": job.id}})
+
+    def _finished(self, job: Job, outcome: str, started: float) -> None:
+        if self.on_finished:
+            self.on_finished(job, outcome, time.monotonic() - started)
+
+
+def job_log(job: Job) -> contextlib.AbstractContextManager[None]:
+    """Every log line of the job carries its id, kind and key."""
+    return log_context(job=job.id, job_kind=job.kind, key=job.key)

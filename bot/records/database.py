@@ -1,0 +1,72 @@
+"""The database contract both backends implement (`bot.records.sqlite.Database` and
+`bot.records.postgres.PgDatabase`, one of them opened by `bot.backend.open_backend`). Only
+the records floor runs statements; code above it calls the floor's functions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+
+class Cursor(Protocol):
+    """What a statement in a transaction returns."""
+
+    rowcount: int
+    lastrowid: int | None
+
+    async def fetchone(self) -> Any: ...
+
+    async def fetchall(self) -> Iterable[Any]: ...
+
+
+class Connection(Protocol):
+    """A transaction's connection."""
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor: ...
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any: ...
+
+
+class Database(Protocol):
+    """Statements one at a time or in a transaction, rows read by column name (records are
+    built from them by `from_row`), a lock across whatever processes share the database, and
+    the schema's steps."""
+
+    def transaction(self, lock: str | None = None) -> AbstractAsyncContextManager[Any]:
+        """One transaction; `lock` names what other processes must not change meanwhile."""
+        ...
+
+    def hold(self, key: str) -> AbstractAsyncContextManager[None]:
+        """One holder of `key` at a time, for work that talks to GitHub (no transaction is
+        kept open)."""
+        ...
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        """Run one statement; rowcount, or the new row's id for an INSERT."""
+        ...
+
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> Any: ...
+
+    async def fetchall(self, sql: str, args: Iterable[Any] = ()) -> list[Any]: ...
+
+    async def ping(self) -> bool:
+        """Whether the database answers (bounded: health never hangs on it)."""
+        ...
+
+    async def migrate(self) -> Any:
+        """Apply the schema's missing steps."""
+        ...
+
+    async def schema_version(self) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+async def delete_in_chunks(db: Database, statement: str, older_than: float, chunk: int) -> int:
+    """Run a `DELETE … WHERE key IN (SELECT … WHERE … < ? LIMIT ?)` until it deletes nothing,
+    `chunk` rows at a time, so a write lock is never held long; returns how many went."""
+    total = 0
+    while count := await db.execute(statement, (older_than, chunk)):
+        total += count
+    return total

@@ -1,0 +1,114 @@
+"""Webhook deliveries as the inbox stores them (`deliveries`, each with the job that routes it,
+in one transaction) and as their job reads and records them."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from bot.records import jobs
+from bot.records.database import Database, delete_in_chunks
+from bot.records.sqlite import BUSY_TIMEOUT_MS
+from bot.records.types import StoredDelivery
+
+_INSERT = "INSERT INTO deliveries (id, event, action, installation_id, repo, body, received_at)"
+_CHUNK = 500  # ids per statement
+
+
+def connect(path: Path | str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+    """The SQLite inbox's own connection: every commit reaches the disk before the ack."""
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    return conn
+
+
+def store_new(
+    conn: sqlite3.Connection, rows: dict[str, tuple], routes: dict[str, tuple]
+) -> set[str]:
+    """SQLite, on the inbox's connection (a worker thread): the deliveries not stored before,
+    each with its job (`routes[id]`, a `bot.records.jobs.new_row`), in one transaction;
+    returns their ids. A fixed handful of statements per batch, whatever its size: each
+    statement hands the interpreter lock back and forth with the event loop, which is what a
+    commit waits on."""
+    ids = list(rows)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        seen = {
+            row[0]
+            for n in range(0, len(ids), _CHUNK)
+            for row in conn.execute(
+                "SELECT id FROM deliveries WHERE id IN"
+                f" ({','.join('?' * len(ids[n : n + _CHUNK]))})",
+                ids[n : n + _CHUNK],
+            )
+        }
+        new = [i for i in ids if i not in seen]
+        conn.executemany(_INSERT + " VALUES (?, ?, ?, ?, ?, ?, ?)", [rows[i] for i in new])
+        jobs.insert_many(conn, [routes[i] for i in new])
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return set(new)
+
+
+def probe(conn: sqlite3.Connection) -> None:
+    """Whether a commit could take the write lock now (sqlite3.Error if not)."""
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("ROLLBACK")
+
+
+async def insert_new(conn: Any, rows: dict[str, tuple], statement_seconds: int) -> set[str]:
+    """Postgres, inside the caller's transaction (which defers the jobs of the ids returned):
+    the deliveries not stored before (by anyone: a repeated id is skipped by its primary
+    key), each statement bounded by `statement_seconds`."""
+    await conn.execute(f"SET LOCAL statement_timeout = '{int(statement_seconds)}s'")
+    ids = list(rows)
+    fresh: set[str] = set()
+    for n in range(0, len(ids), _CHUNK):
+        chunk = [rows[i] for i in ids[n : n + _CHUNK]]
+        cursor = await conn.execute(
+            _INSERT
+            + " VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+            + " ON CONFLICT (id) DO NOTHING RETURNING id",
+            [value for row in chunk for value in row],
+        )
+        fresh.update(row[0] for row in await cursor.fetchall())
+    return fresh
+
+
+async def queued_delivery(db: Database, delivery_id: str) -> StoredDelivery | None:
+    """The delivery, when it is stored and not processed yet."""
+    row = await db.fetchone(
+        "SELECT id, event, installation_id, repo, body, status FROM deliveries WHERE id = ?",
+        (delivery_id,),
+    )
+    if row is None or row["status"] != "queued":
+        return None
+    return StoredDelivery.from_row(row)
+
+
+async def record(
+    db: Database, delivery_id: str, status: str, outcome: str, attempts: int, now: float
+) -> None:
+    """How processing the delivery ended (done, ignored, failed) and why."""
+    await db.execute(
+        "UPDATE deliveries SET status = ?, outcome = ?, attempts = ?, processed_at = ?"
+        " WHERE id = ?",
+        (status, outcome[:1000], attempts, now, delivery_id),
+    )
+
+
+async def prune(db: Database, older_than: float, chunk: int) -> int:
+    """Delete processed deliveries received before `older_than`, `chunk` at a time."""
+    return await delete_in_chunks(
+        db,
+        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
+        " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
+        older_than,
+        chunk,
+    )

@@ -1,0 +1,166 @@
+"""Eval replays' records: a batch of runs (`eval_runs`, one per model), their cases
+(`eval_cases`) with the findings scored (`eval_findings`), and the LLM judge's answers
+(`eval_judgements`), kept so scoring again costs nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bot.records.database import Database
+from bot.records.types import EvalCase, EvalRun, Pull, Review, StoredEvalFinding
+
+
+def _columns(values: Mapping[str, Any]) -> tuple[str, str]:
+    return ", ".join(values), ", ".join("?" for _ in values)
+
+
+async def create_runs(db: Database, runs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """One `eval_runs` row per mapping (its columns), running, all in one batch named by
+    the first one's id."""
+    ids: list[int] = []
+    for values in runs:
+        row = {**values, "status": "running", "batch": ids[0] if ids else None}
+        names, marks = _columns({**row, "started_at": time.time()})
+        run_id = await db.execute(
+            f"INSERT INTO eval_runs ({names}) VALUES ({marks})", (*row.values(), time.time())
+        )
+        if not ids:
+            await db.execute("UPDATE eval_runs SET batch = ? WHERE id = ?", (run_id, run_id))
+        ids.append(run_id)
+    return ids
+
+
+async def resume_batch(db: Database, batch: int) -> list[EvalRun]:
+    """The batch's runs, oldest first, running again."""
+    rows = await db.fetchall("SELECT * FROM eval_runs WHERE batch = ? ORDER BY id", (batch,))
+    for row in rows:
+        await db.execute(
+            "UPDATE eval_runs SET status = 'running', finished_at = NULL WHERE id = ?",
+            (row["id"],),
+        )
+    return [EvalRun.from_row(row) for row in rows]
+
+
+async def finish_run(db: Database, run_id: int, **values: Any) -> None:
+    """A run's totals (status, precision, recall, f1, cost_usd, tokens, wall_seconds,
+    scores) as it ends."""
+    values["finished_at"] = time.time()
+    await db.execute(
+        f"UPDATE eval_runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
+        (*values.values(), run_id),
+    )
+
+
+async def fail_batch(db: Database, batch: int) -> None:
+    await db.execute("UPDATE eval_runs SET status = 'failed' WHERE batch = ?", (batch,))
+
+
+async def store_case(
+    db: Database,
+    run_id: int,
+    case_id: str,
+    case: Mapping[str, Any],
+    findings: Sequence[Mapping[str, Any]],
+) -> None:
+    """A case's outcome (`case`: its columns) and its findings (each one's columns), in
+    place of what the run stored for it before."""
+    async with db.transaction() as conn:
+        await conn.execute(
+            "DELETE FROM eval_findings WHERE eval_case_id IN (SELECT id FROM eval_cases"
+            " WHERE eval_run_id = ? AND case_id = ?)",
+            (run_id, case_id),
+        )
+        await conn.execute(
+            "DELETE FROM eval_cases WHERE eval_run_id = ? AND case_id = ?", (run_id, case_id)
+        )
+        names, marks = _columns(case)
+        cursor = await conn.execute(
+            f"INSERT INTO eval_cases (eval_run_id, case_id, {names}) VALUES (?, ?, {marks})",
+            (run_id, case_id, *case.values()),
+        )
+        if findings:
+            names, marks = _columns(findings[0])
+            await conn.executemany(
+                f"INSERT INTO eval_findings (eval_case_id, {names}) VALUES (?, {marks})",
+                [(cursor.lastrowid, *finding.values()) for finding in findings],
+            )
+
+
+async def done_case(
+    db: Database, run_id: int, case_id: str
+) -> tuple[EvalCase, list[StoredEvalFinding]] | None:
+    """A case the run finished, with its findings in order; None when it has not."""
+    row = await db.fetchone(
+        "SELECT * FROM eval_cases WHERE eval_run_id = ? AND case_id = ? AND status = 'done'",
+        (run_id, case_id),
+    )
+    if row is None:
+        return None
+    findings = await db.fetchall(
+        "SELECT * FROM eval_findings WHERE eval_case_id = ? ORDER BY ordinal", (row["id"],)
+    )
+    return EvalCase.from_row(row), [StoredEvalFinding.from_row(f) for f in findings]
+
+
+async def failed_case_scores(db: Database, run_id: int, case_id: str) -> str | None:
+    """The scores (JSON) a failed attempt at the case stored, None when there was none."""
+    row = await db.fetchone(
+        "SELECT scores FROM eval_cases WHERE eval_run_id = ? AND case_id = ? AND status = 'failed'",
+        (run_id, case_id),
+    )
+    return row["scores"] if row is not None else None
+
+
+async def judgement(db: Database, keys: tuple[str, str, str, str]) -> tuple | None:
+    """(match, confidence, reasoning) a judge gave for (judge, model, finding, label)."""
+    row = await db.fetchone(
+        "SELECT match, confidence, reasoning FROM eval_judgements WHERE judge = ? AND"
+        " model = ? AND finding_key = ? AND label_key = ?",
+        keys,
+    )
+    return (bool(row["match"]), row["confidence"], row["reasoning"] or "") if row else None
+
+
+async def store_judgement(
+    db: Database,
+    keys: tuple[str, str, str, str],
+    match: bool,
+    confidence: float | None,
+    reasoning: str,
+) -> None:
+    await db.execute(
+        "INSERT INTO eval_judgements (judge, model, finding_key, label_key, match, confidence,"
+        " reasoning, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (judge, model, finding_key, label_key) DO UPDATE SET"
+        " match = excluded.match, confidence = excluded.confidence,"
+        " reasoning = excluded.reasoning, created_at = excluded.created_at",
+        (*keys, int(match), confidence, reasoning, time.time()),
+    )
+
+
+async def posted_reviews(db: Database, repo: str, posted: str) -> list[tuple[Review, Pull]]:
+    """The newest review in state `posted` of each of the repository's PRs, by PR number,
+    with its PR."""
+    rows = await db.fetchall(
+        "SELECT r.* FROM reviews r JOIN pulls p ON p.id = r.pull_id WHERE p.repo = ? AND"
+        " r.state = ? AND r.id = (SELECT MAX(id) FROM reviews WHERE pull_id = r.pull_id"
+        " AND state = ?) ORDER BY p.number",
+        (repo, posted, posted),
+    )
+    found = []
+    for row in rows:
+        pull = await db.fetchone("SELECT * FROM pulls WHERE id = ?", (row["pull_id"],))
+        found.append((Review.from_row(row), Pull.from_row(pull)))
+    return found
+
+
+async def repos_with_reviews(db: Database, posted: str) -> list[str]:
+    """The repositories with at least one review in state `posted`, by name."""
+    rows = await db.fetchall(
+        "SELECT DISTINCT p.repo FROM reviews r JOIN pulls p ON p.id = r.pull_id"
+        " WHERE r.state = ? ORDER BY p.repo",
+        (posted,),
+    )
+    return [row["repo"] for row in rows]

@@ -1,0 +1,217 @@
+"""The SQLite job queue's rows (`jobs`): the only module that writes them. A key runs its jobs
+one at a time, in order: only its oldest unfinished job is `queued` or `running`, the ones
+behind it are `waiting` (the schema's triggers move the next one up)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from bot.records.database import Database, delete_in_chunks
+from bot.records.types import Job
+
+_INSERT = (
+    "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+# A job that ran past its attempts when its process died: the reason it failed for good.
+_LOST = (
+    "'the process stopped while this job ran (' || attempts || ' of ' || max_attempts"
+    " || ' attempts)'"
+)
+
+
+def new_row(
+    kind: str,
+    key: str,
+    payload: dict[str, Any],
+    *,
+    queue: str,
+    max_attempts: int,
+    run_after: float,
+    now: float,
+) -> tuple:
+    """A job's values, to insert in a transaction of the caller's (`insert`, `insert_many`)."""
+    return (kind, queue, key, json.dumps(payload), max_attempts, run_after, now)
+
+
+async def insert(conn: Any, row: tuple) -> int:
+    """Add a job inside the caller's transaction; returns its id."""
+    cursor = await conn.execute(_INSERT, row)
+    return int(cursor.lastrowid or 0)
+
+
+def insert_many(conn: sqlite3.Connection, rows: list[tuple]) -> None:
+    """Add jobs on a plain sqlite3 connection, inside its transaction (the inbox's commit)."""
+    conn.executemany(_INSERT, rows)
+
+
+async def cancel_in(conn: Any, key: str, kind: str | None, now: float) -> list[int]:
+    """Cancel the key's jobs in line (of `kind`, if given) inside the caller's transaction;
+    returns the ids of its running ones, which the caller interrupts."""
+    kind_clause = " AND kind = ?" if kind else ""
+    args: tuple = (key, kind) if kind else (key,)
+    # The jobs in line first: the head's exit then moves up only a job that stays.
+    for state in ("waiting", "queued"):
+        await conn.execute(
+            "UPDATE jobs SET state = 'cancelled', finished_at = ?, error = 'superseded'"
+            f" WHERE key = ? AND state = '{state}'{kind_clause}",
+            (now, *args),
+        )
+    cursor = await conn.execute(
+        f"SELECT id FROM jobs WHERE key = ? AND state = 'running'{kind_clause}", args
+    )
+    return [row[0] for row in await cursor.fetchall()]
+
+
+async def count_open(conn: Any, key: str, kind: str | None) -> int:
+    """The key's jobs running or in line (of `kind`, if given), inside a transaction."""
+    cursor = await conn.execute(
+        "SELECT COUNT(*) FROM jobs WHERE key = ? AND state IN ('queued', 'running', 'waiting')"
+        + (" AND kind = ?" if kind else ""),
+        (key, kind) if kind else (key,),
+    )
+    return int((await cursor.fetchone())[0])
+
+
+async def claim(db: Database, queue: str, now: float, lease_until: float) -> Job | None:
+    """Take the next runnable job atomically: only heads of their keys' lines, due, with
+    attempts left, whose key runs nothing else; its attempt is counted."""
+    row = await db.fetchone(
+        "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
+        " started_at = ?, lease_until = ?"
+        " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
+        "   AND j.run_after <= ? AND j.attempts < j.max_attempts"
+        "   AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.key = j.key AND r.state = 'running')"
+        "   ORDER BY j.run_after, j.id LIMIT 1)"
+        " RETURNING *",
+        (now, lease_until, queue, now),
+    )
+    return Job.from_row(row) if row else None
+
+
+async def finish(db: Database, job_id: int, state: str, error: str | None, now: float) -> None:
+    """A running job ends as `state` (done, failed, cancelled)."""
+    await db.execute(
+        "UPDATE jobs SET state = ?, error = ?, finished_at = ?, lease_until = NULL"
+        " WHERE id = ? AND state = 'running'",
+        (state, error, now, job_id),
+    )
+
+
+async def retry_at(db: Database, job_id: int, error: str, run_after: float) -> None:
+    """A running job that failed goes back in line (its place kept) for another attempt."""
+    await db.execute(
+        "UPDATE jobs SET state = 'queued', error = ?, run_after = ?, lease_until = NULL"
+        " WHERE id = ? AND state = 'running'",
+        (error, run_after, job_id),
+    )
+
+
+async def requeue_uncounted(db: Database, job_id: int, now: float) -> None:
+    """A running job that was interrupted goes back in line, its attempt not counted."""
+    await db.execute(
+        "UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), lease_until = NULL,"
+        " run_after = ? WHERE id = ? AND state = 'running'",
+        (now, job_id),
+    )
+
+
+async def renew_lease(db: Database, job_id: int, until: float) -> None:
+    await db.execute(
+        "UPDATE jobs SET lease_until = ? WHERE id = ? AND state = 'running'", (until, job_id)
+    )
+
+
+async def requeue_lost(
+    db: Database, now: float, *, expired_before: float | None = None, alive: list[int] = ()
+) -> tuple[list[Job], int]:
+    """Jobs left running by a dead process (all running ones; with `expired_before`, those
+    whose lease ended before it and that are not `alive` here) go back in line, their
+    attempt counted; those at their limit fail for good instead. Returns (the jobs that
+    failed for good, how many went back in line)."""
+    where, args = "state = 'running'", ()
+    if expired_before is not None:
+        where += f" AND lease_until < ? AND id NOT IN ({','.join('?' * len(alive))})"
+        args = (expired_before, *alive)
+    async with db.transaction() as conn:
+        cursor = await conn.execute(
+            f"UPDATE jobs SET state = 'failed', lease_until = NULL, finished_at = ?,"
+            f" error = {_LOST} WHERE {where} AND attempts >= max_attempts RETURNING *",
+            (now, *args),
+        )
+        exhausted = [Job.from_row(row) for row in await cursor.fetchall()]
+        cursor = await conn.execute(
+            f"UPDATE jobs SET state = 'queued', lease_until = NULL, run_after = ? WHERE {where}",
+            (now, *args),
+        )
+        return exhausted, cursor.rowcount
+
+
+async def busy(db: Database, key: str) -> bool:
+    """Whether the key has a job running or in line."""
+    row = await db.fetchone(
+        "SELECT 1 FROM jobs WHERE key = ? AND state IN ('queued', 'running', 'waiting') LIMIT 1",
+        (key,),
+    )
+    return row is not None
+
+
+async def in_line_behind(db: Database, key: str, job_id: int) -> bool:
+    """Whether the key has another job queued or waiting besides `job_id`."""
+    row = await db.fetchone(
+        "SELECT 1 FROM jobs WHERE key = ? AND state IN ('queued', 'waiting') AND id != ?",
+        (key, job_id),
+    )
+    return row is not None
+
+
+async def pending(db: Database, now: float) -> int:
+    """Jobs with work to do now: running, waiting in a line, or queued and due."""
+    row = await db.fetchone(
+        "SELECT COUNT(*) FROM jobs WHERE state IN ('running', 'waiting')"
+        " OR (state = 'queued' AND run_after <= ?)",
+        (now,),
+    )
+    return row[0] if row else 0
+
+
+async def counts(db: Database) -> dict[str, int]:
+    rows = await db.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+    return {row["state"]: row["n"] for row in rows}
+
+
+async def states(db: Database, kind: str | None = None, key: str | None = None) -> list[str]:
+    """The states of the jobs of a kind and/or key, oldest first."""
+    rows = await db.fetchall(
+        "SELECT state FROM jobs WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR key = ?)"
+        " ORDER BY id",
+        (kind, kind, key, key),
+    )
+    return [row["state"] for row in rows]
+
+
+async def prune(db: Database, older_than: float, chunk: int) -> int:
+    """Delete finished jobs from before `older_than`, `chunk` at a time."""
+    return await delete_in_chunks(
+        db,
+        "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs"
+        " WHERE state IN ('done', 'failed', 'cancelled')"
+        " AND COALESCE(finished_at, created_at) < ? LIMIT ?)",
+        older_than,
+        chunk,
+    )
+
+
+# At every start, so the lines are right whatever happened before: jobs behind their key's
+# oldest (databases from before 'waiting') wait; a line without a head gets one.
+REPAIR_LINES = """
+UPDATE jobs SET state = 'waiting' WHERE state = 'queued' AND EXISTS (
+    SELECT 1 FROM jobs r WHERE r.key = jobs.key
+    AND r.state IN ('queued', 'running') AND r.id < jobs.id);
+UPDATE jobs SET state = 'queued' WHERE state = 'waiting'
+    AND id IN (SELECT MIN(id) FROM jobs WHERE state = 'waiting' GROUP BY key)
+    AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.key = jobs.key
+        AND r.state IN ('queued', 'running'));
+"""

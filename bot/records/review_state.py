@@ -1,0 +1,230 @@
+"""The SQL of the review state machine: every write of `reviews.state`, `reviews.stale` and
+the findings' `state`, each a compare-and-set that says whether it happened. Only
+`bot.review.state`, which names the transitions, calls it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from bot.records.database import Database
+from bot.records.types import DraftFinding, Review
+
+COLUMNS = (  # what a draft finding stores
+    "path",
+    "line",
+    "end_line",
+    "side",
+    "severity",
+    "title",
+    "body",
+    "suggestion",
+    "in_diff",
+    "verify_status",
+    "verify_note",
+)
+
+
+def _marks(values: Iterable[object]) -> str:
+    return ",".join("?" for _ in values) or "NULL"
+
+
+async def insert(
+    conn: Any,
+    pull_id: int,
+    head_sha: str,
+    provider: str,
+    *,
+    state: str,
+    progress: str,
+    reason: str | None,
+    requested_by: str | None,
+    supersede: tuple[str, ...],
+) -> int:
+    """A new review (inside the caller's transaction); the PR's reviews in `supersede` states
+    become `superseded`."""
+    now = time.time()
+    await conn.execute(
+        "UPDATE reviews SET state = 'superseded', updated_at = ?"
+        f" WHERE pull_id = ? AND state IN ({_marks(supersede)})",
+        (now, pull_id, *supersede),
+    )
+    cursor = await conn.execute(
+        "INSERT INTO reviews (pull_id, head_sha, state, provider, progress, reason,"
+        " requested_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (pull_id, head_sha, state, provider, progress, reason, requested_by, now, now),
+    )
+    return int(cursor.lastrowid or 0)
+
+
+async def move(
+    db: Database, review_id: int, to: str, sources: tuple[str, ...], **fields: Any
+) -> bool:
+    """sources → to, with the fields it sets."""
+    fields = {"state": to, **fields, "updated_at": time.time()}
+    changed = await db.execute(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
+        f" WHERE id = ? AND state IN ({_marks(sources)})",
+        (*fields.values(), review_id, *sources),
+    )
+    return changed == 1
+
+
+async def move_owned(
+    db: Database, review_id: int, owner: str, to: str, **fields: Any
+) -> Review | None:
+    """running → to, only while `owner` owns the run; the review as it is now, or None when
+    it did not move."""
+    fields = {"state": to, **fields, "updated_at": time.time()}
+    row = await db.fetchone(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
+        " WHERE id = ? AND state = 'running' AND run_owner = ? RETURNING *",
+        (*fields.values(), review_id, owner),
+    )
+    return Review.from_row(row) if row else None
+
+
+async def move_pull(
+    db: Database, pull_id: int, to: str, sources: tuple[str, ...], progress: str
+) -> int:
+    """Every review of the PR in `sources` → to; returns how many moved."""
+    return await db.execute(
+        "UPDATE reviews SET state = ?, progress = ?, updated_at = ?"
+        f" WHERE pull_id = ? AND state IN ({_marks(sources)})",
+        (to, progress, time.time(), pull_id, *sources),
+    )
+
+
+async def move_every(db: Database, to: str, source: str) -> int:
+    """Every review in `source` → to (start-up recovery)."""
+    return await db.execute(
+        "UPDATE reviews SET state = ?, updated_at = ? WHERE state = ?", (to, time.time(), source)
+    )
+
+
+async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
+    """Drafts of the PR for another head go stale; returns how many did."""
+    return await db.execute(
+        "UPDATE reviews SET stale = 1, updated_at = ?"
+        " WHERE pull_id = ? AND head_sha != ? AND state = 'draft' AND stale = 0",
+        (time.time(), pull_id, head_sha),
+    )
+
+
+async def drop_findings(db: Database, review_id: int, ordinals: tuple[int, ...]) -> bool:
+    """The findings are dropped by a person, only while the review is a draft."""
+    changed = await db.execute(
+        "UPDATE findings SET state = 'dropped', checked_by = 'human' WHERE review_id = ?"
+        f" AND ordinal IN ({_marks(ordinals)})"
+        " AND EXISTS (SELECT 1 FROM reviews WHERE id = ? AND state = 'draft')",
+        (review_id, *ordinals, review_id),
+    )
+    return changed > 0
+
+
+async def claim_posting(
+    db: Database, review_id: int, actor: str, event: str, chosen: list[int]
+) -> bool:
+    """draft → posting with who publishes what, in one commit; findings not chosen are
+    skipped."""
+    async with db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET state = 'posting', posted_by = ?, posted_event = ?,"
+            " progress = 'publishing', updated_at = ? WHERE id = ? AND state = 'draft'",
+            (actor, event, time.time(), review_id),
+        )
+        if cursor.rowcount != 1:
+            return False
+        await conn.execute(
+            f"UPDATE findings SET checked_by = CASE WHEN ordinal IN ({_marks(chosen)})"
+            " THEN 'human' ELSE checked_by END WHERE review_id = ?",
+            (*chosen, review_id),
+        )
+        await conn.execute(
+            "UPDATE findings SET state = 'skipped' WHERE review_id = ? AND state = 'kept'"
+            f" AND ordinal NOT IN ({_marks(chosen)})",
+            (review_id, *chosen),
+        )
+    return True
+
+
+async def release(db: Database, review_id: int) -> bool:
+    """posting → draft, its skipped findings kept again, in one commit."""
+    async with db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET state = 'draft' WHERE id = ? AND state = 'posting'", (review_id,)
+        )
+        if cursor.rowcount != 1:
+            return False
+        await conn.execute(
+            "UPDATE findings SET state = 'kept' WHERE review_id = ? AND state = 'skipped'",
+            (review_id,),
+        )
+    return True
+
+
+async def begin_revision(
+    db: Database,
+    review_id: int,
+    assigned: list[tuple[int, DraftFinding]],
+    withdrawn: list[int],
+    *,
+    by: str,
+    texts: dict[str, object],
+) -> bool:
+    """draft → revising (the PR's newest review, not stale), with the revised findings under
+    their numbers and the review's new texts, in one commit; a dropped finding stays as it is."""
+    async with db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET state = 'revising', revision = revision + 1,"
+            f" {', '.join(f'{k} = ?' for k in texts)}, updated_at = ?"
+            " WHERE id = ? AND state = 'draft' AND stale = 0 AND NOT EXISTS (SELECT 1 FROM"
+            " reviews newer WHERE newer.pull_id = reviews.pull_id AND newer.id > reviews.id"
+            " AND newer.state NOT IN ('failed', 'cancelled', 'superseded'))",
+            (*texts.values(), time.time(), review_id),
+        )
+        if cursor.rowcount != 1:
+            return False
+        for ordinal, finding in assigned:
+            values = _values(finding)
+            cursor = await conn.execute(
+                f"UPDATE findings SET {', '.join(f'{k} = ?' for k in COLUMNS)},"
+                " state = 'kept', checked_by = 'auto'"
+                " WHERE review_id = ? AND ordinal = ? AND state != 'dropped'",
+                (*values, review_id, ordinal),
+            )
+            if cursor.rowcount == 0:
+                await conn.execute(
+                    f"INSERT INTO findings (review_id, ordinal, {', '.join(COLUMNS)},"
+                    f" state, checked_by) VALUES (?, ?, {_marks(COLUMNS)}, 'kept', 'auto')"
+                    " ON CONFLICT (review_id, ordinal) DO NOTHING",
+                    (review_id, ordinal, *values),
+                )
+        await conn.execute(
+            "UPDATE findings SET state = 'withdrawn', checked_by = ? WHERE review_id = ?"
+            f" AND state = 'kept' AND ordinal IN ({_marks(withdrawn)})",
+            (by, review_id, *withdrawn),
+        )
+    return True
+
+
+async def set_findings(db: Database, review_id: int, findings: list[DraftFinding]) -> None:
+    """The review's findings are these, numbered F1…Fn, all kept."""
+    async with db.transaction() as conn:
+        await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
+        await conn.executemany(
+            f"INSERT INTO findings (review_id, ordinal, {', '.join(COLUMNS)}, state, checked_by)"
+            f" VALUES (?, ?, {_marks(COLUMNS)}, 'kept', 'auto')",
+            [
+                (review_id, ordinal, *_values(finding))
+                for ordinal, finding in enumerate(findings, start=1)
+            ],
+        )
+
+
+def _values(finding: DraftFinding) -> tuple[object, ...]:
+    """A draft finding's values for COLUMNS."""
+    values = {name: getattr(finding, name) for name in COLUMNS}
+    values.update(side=finding.side or "RIGHT", in_diff=int(finding.in_diff))
+    return tuple(values.values())

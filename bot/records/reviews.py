@@ -1,0 +1,138 @@
+"""Reviews and their findings as records: reads, the details a review carries (progress, the
+ids of its GitHub objects, its texts) and their cost. Their state changes only through
+`bot.review.state` (its SQL is in `bot.records.review_state`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bot.records.database import Database, delete_in_chunks
+from bot.records.types import Finding, Review
+
+
+async def get_review(db: Database, review_id: int) -> Review | None:
+    row = await db.fetchone("SELECT * FROM reviews WHERE id = ?", (review_id,))
+    return Review.from_row(row) if row else None
+
+
+async def latest_review(db: Database, pull_id: int) -> Review | None:
+    row = await db.fetchone(
+        "SELECT * FROM reviews WHERE pull_id = ? ORDER BY id DESC LIMIT 1", (pull_id,)
+    )
+    return Review.from_row(row) if row else None
+
+
+async def latest_draft(db: Database, pull_id: int) -> Review | None:
+    """The newest review that produced a draft (draft, revising, posting or posted)."""
+    row = await db.fetchone(
+        "SELECT * FROM reviews WHERE pull_id = ?"
+        " AND state IN ('draft', 'revising', 'posting', 'posted')"
+        " ORDER BY id DESC LIMIT 1",
+        (pull_id,),
+    )
+    return Review.from_row(row) if row else None
+
+
+async def newest_state(db: Database) -> str | None:
+    """The state of the newest review of all."""
+    row = await db.fetchone("SELECT state FROM reviews ORDER BY id DESC LIMIT 1")
+    return row["state"] if row else None
+
+
+async def head_handled(db: Database, pull_id: int, head_sha: str, since: float) -> bool:
+    """Whether the head has a review under way or a draft, or one that was stopped, failed or
+    held since `since`."""
+    row = await db.fetchone(
+        "SELECT 1 FROM reviews WHERE pull_id = ? AND head_sha = ? AND (state IN"
+        " ('queued', 'running', 'draft', 'revising', 'posting', 'posted') OR (state IN"
+        " ('cancelled', 'failed', 'held') AND updated_at >= ?)) LIMIT 1",
+        (pull_id, head_sha, since),
+    )
+    return row is not None
+
+
+async def automatic_reviews_since(
+    conn: Any, installation_id: int | None, author: str, since: float
+) -> int:
+    """Reviews started without anyone asking, of this author's PRs in the installation
+    (inside the caller's transaction)."""
+    cursor = await conn.execute(
+        "SELECT COUNT(*) FROM reviews r JOIN pulls p ON p.id = r.pull_id"
+        " WHERE COALESCE(p.installation_id, 0) = COALESCE(?, 0) AND p.author = ?"
+        " AND r.requested_by IS NULL"
+        " AND r.state != 'held' AND r.created_at >= ?",
+        (installation_id, author, since),
+    )
+    row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def owned_by(db: Database, review_id: int, owner: str) -> bool:
+    """Whether `owner` (a job attempt) owns the review's run."""
+    row = await db.fetchone(
+        "SELECT 1 FROM reviews WHERE id = ? AND run_owner = ?", (review_id, owner)
+    )
+    return row is not None
+
+
+async def status_comment_of(db: Database, pull_id: int) -> int | None:
+    """The status comment the PR's newest review that has one shows itself in."""
+    row = await db.fetchone(
+        "SELECT status_comment_id FROM reviews WHERE pull_id = ? AND status_comment_id"
+        " IS NOT NULL ORDER BY id DESC LIMIT 1",
+        (pull_id,),
+    )
+    return int(row[0]) if row else None
+
+
+async def mid_publish(db: Database) -> list[int]:
+    """Reviews left `posting` or `revising` (a publish or a revision under way)."""
+    rows = await db.fetchall("SELECT id FROM reviews WHERE state IN ('posting', 'revising')")
+    return [int(row["id"]) for row in rows]
+
+
+async def conversations_of(db: Database, pull_id: int) -> list[tuple[int, int | None]]:
+    """(review id, session id or None) of each review of the PR and each of its sessions:
+    what their worktrees are named after."""
+    rows = await db.fetchall(
+        "SELECT r.id AS review_id, s.id AS session_id FROM reviews r"
+        " LEFT JOIN sessions s ON s.review_id = r.id WHERE r.pull_id = ?",
+        (pull_id,),
+    )
+    return [(int(row["review_id"]), row["session_id"]) for row in rows]
+
+
+async def update_review(db: Database, review_id: int, **fields: Any) -> Review | None:
+    """Write a review's details (progress, ids of its GitHub objects, …) and hand back the
+    review as it is now; its state and staleness change only through `bot.review.state`."""
+    assert not {"state", "stale"} & fields.keys(), "use bot.review.state"
+    fields["updated_at"] = time.time()
+    row = await db.fetchone(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ? RETURNING *",
+        (*fields.values(), review_id),
+    )
+    return Review.from_row(row) if row else None
+
+
+async def load_findings(db: Database, review_id: int) -> list[Finding]:
+    """A review's findings in `F` order."""
+    rows = await db.fetchall(
+        "SELECT * FROM findings WHERE review_id = ? ORDER BY ordinal", (review_id,)
+    )
+    return [Finding.from_row(row) for row in rows]
+
+
+async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> int:
+    """Delete the reviews and findings of PRs closed before `older_than`, `chunk` rows at a
+    time; their runs stay in the cost ledger."""
+    closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
+    total = 0
+    for sql in (
+        "DELETE FROM findings WHERE id IN (SELECT f.id FROM findings f JOIN reviews r"
+        f" ON r.id = f.review_id WHERE r.pull_id IN ({closed}) LIMIT ?)",
+        f"DELETE FROM reviews WHERE id IN (SELECT id FROM reviews WHERE pull_id IN ({closed})"
+        " LIMIT ?)",
+    ):
+        total += await delete_in_chunks(db, sql, older_than, chunk)
+    return total

@@ -1,0 +1,262 @@
+"""The records the database hands out, one frozen dataclass per kind of row: each is built by
+its `from_row` from whichever backend's row (sqlite3.Row, the Postgres row), never passed on
+as a row or a dict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Self
+
+
+class Record:
+    """`from_row` for a frozen dataclass whose fields are columns of one row; a field typed
+    `bool` reads the backend's 0/1."""
+
+    @classmethod
+    def from_row(cls, row: Any) -> Self:
+        values = {}
+        for column in dataclasses.fields(cls):  # type: ignore[arg-type]
+            value = row[column.name]
+            values[column.name] = bool(value) if column.type == "bool" else value
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pull(Record):
+    """A pull request as the last delivery or API read showed it."""
+
+    id: int
+    installation_id: int | None
+    repo: str  # owner/name
+    number: int
+    head_sha: str | None
+    base_ref: str | None
+    clone_url: str | None
+    html_url: str | None
+    title: str | None
+    body: str | None
+    author: str | None
+    state: str  # open | closed
+    draft: bool
+    updated_at: float | None
+    repo_id: int | None  # GitHub's id: a renamed repository keeps it
+
+
+@dataclasses.dataclass(frozen=True)
+class Review(Record):
+    """One review of a PR head: its state (see bot.review.state), its draft's texts, and the
+    GitHub objects that show it."""
+
+    id: int
+    pull_id: int
+    head_sha: str
+    state: str
+    stale: bool
+    provider: str | None
+    verdict: str | None
+    summary: str | None
+    error: str | None
+    progress: str | None
+    pending_review_id: int | None
+    check_run_id: int | None
+    status_comment_id: int | None
+    skill_version_id: int | None
+    run_id: int | None
+    posted_by: str | None
+    posted_event: str | None
+    not_reviewed: str  # JSON: [[path, why], …]
+    config_error: str | None
+    created_at: float
+    updated_at: float
+    posted_at: float | None
+    revision: int
+    revision_note: str | None  # JSON (see bot.review.revise)
+    base_sha: str | None
+    verify_provider: str | None
+    verify_error: str | None
+    reason: str | None  # what started it: opened, synchronize, command …
+    requested_by: str | None
+    run_owner: str | None  # the job attempt that runs it
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftFinding:
+    """A finding of a new or revised draft before it has an `F` number: the reviewer's claim
+    as placed on the diff, and the verify pass's verdict once one is known."""
+
+    path: str
+    severity: str
+    title: str
+    body: str
+    line: int | None = None
+    end_line: int | None = None
+    side: str = "RIGHT"
+    suggestion: str | None = None
+    in_diff: bool = False
+    verify_status: str | None = None
+    verify_note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding(Record):
+    """A stored finding of a draft."""
+
+    id: int
+    review_id: int
+    ordinal: int  # its `F` number on the PR
+    path: str
+    line: int | None
+    end_line: int | None
+    side: str  # RIGHT (head) or LEFT (base)
+    severity: str
+    title: str
+    body: str
+    suggestion: str | None
+    in_diff: bool  # on a line of the diff: an inline comment, else in the review body
+    verify_status: str | None  # confirmed | refuted | uncertain; None: not verified
+    verify_note: str | None
+    state: str  # kept | dropped | skipped | withdrawn (see bot.review.state)
+    checked_by: str | None  # human, auto, or the provider that withdrew it
+
+
+@dataclasses.dataclass(frozen=True)
+class Session(Record):
+    """A model conversation: a reviewer's (primary), a critic's (child) or a verifier's."""
+
+    id: int
+    provider: str
+    model: str
+    role: str  # primary | child | verify
+    status: str  # active | busy | ended | failed
+    pull_id: int | None
+    review_id: int | None
+    parent_session_id: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossReview(Record):
+    """A child session critiquing its parent's draft (a `session_reviews` row)."""
+
+    id: int
+    parent_session_id: int
+    child_session_id: int
+    child_adapter: str  # the child's provider
+    anchor_message_id: str | None
+    anchor_comment_id: int | None
+    review_prompt: str | None
+    review_title: str | None
+    message_count: int
+    started_at: float
+    ended_at: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """One native message of a session (a provider's own shape), in order."""
+
+    session_id: int
+    seq: int
+    id: str  # msg-<seq>
+    role: str
+    item: dict[str, Any]
+    github_comment_id: int | None
+    source: str | None  # the command (comment:line) a person's message came from
+
+    @classmethod
+    def from_row(cls, row: Any) -> Message:
+        return cls(
+            row["session_id"],
+            row["seq"],
+            row["id"],
+            row["role"],
+            json.loads(row["content"]),
+            row["github_comment_id"],
+            row["source"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Skill:
+    """A system prompt's text and its stored version (`skill_versions`)."""
+
+    id: int
+    name: str
+    sha256: str
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A job of the queue (either backend's): a kind of work on a key's line, its payload,
+    and its attempts so far (the running one included)."""
+
+    id: int
+    kind: str
+    queue: str
+    key: str
+    payload: dict[str, Any]
+    attempts: int
+    max_attempts: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> Job:
+        """A row of SQLite's `jobs`."""
+        return cls(
+            id=row["id"],
+            kind=row["kind"],
+            queue=row["queue"],
+            key=row["key"],
+            payload=json.loads(row["payload"]),
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredDelivery(Record):
+    """A delivery as the inbox stored it, waiting for its job."""
+
+    id: str
+    event: str
+    installation_id: int | None
+    repo: str | None
+    body: bytes  # zlib-compressed
+    status: str  # queued | done | ignored | failed
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalRun(Record):
+    """One model's pass over an eval batch's cases (`eval_runs`)."""
+
+    id: int
+    provider: str
+    model: str
+    verify: bool
+    verify_provider: str | None
+    options: str  # JSON: the batch's options
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalCase(Record):
+    """A case an eval run finished (`eval_cases`)."""
+
+    id: int
+    head_sha: str
+    wall_seconds: float | None
+    scores: str | None  # JSON: what the report needs besides the counts
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredEvalFinding(Record):
+    """A finding an eval case scored (`eval_findings`)."""
+
+    ordinal: int | None
+    path: str | None
+    line: int | None
+    end_line: int | None
+    severity: str | None
+    title: str | None
+    body: str | None
+    verify_status: str | None
+    verify_note: str | None

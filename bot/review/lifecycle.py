@@ -1,0 +1,205 @@
+"""What handlers and commands ask of a PR's reviews: record the PR, decide whether a new head
+is reviewed (the new-head policy), queue a review or hold it, refresh the status comment, stop
+the work, close the PR, end its conversations, forget an installation. Running a review is
+`bot.review.job`'s."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bot.agents.budget import day_start
+from bot.github import permits
+from bot.queue import REVIEWS, review_key, turn_key
+from bot.records.pulls import delete_installation, installation_pulls, upsert_pull
+from bot.records.reviews import automatic_reviews_since, head_handled
+from bot.records.sessions import delete_installation_sessions, end_pull_sessions, open_sessions
+from bot.repo_config import RepoConfig, fetch_repo_config
+from bot.review import state
+from bot.texts import render
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+OUTSIDE_DAILY_REVIEWS = 3  # automatic reviews per author without write access, per UTC day
+RETRY_AFTER = 3600.0  # a head reviewed, stopped or held this recently is not reviewed again unasked
+
+
+def held_text(kind: str, **context: Any) -> str:
+    """Why a review is not started, one line (templates/held.md.j2)."""
+    return render("held.md.j2", kind=kind, **context).strip()
+
+
+async def record_pull(ctx: Context, data: dict[str, Any]) -> int:
+    """The PR of a `pull_request` event, stored as the payload shows it; its `pulls.id`."""
+    installation_id = data.get("installation", {}).get("id")
+    return await upsert_pull(ctx.db, installation_id, data["repository"], data["pull_request"])
+
+
+@dataclass(frozen=True)
+class DailyCap:
+    """Automatic reviews of an outside author's PRs per UTC day, across the installation."""
+
+    installation_id: int | None
+    author: str
+    day_start: float
+    prefix: str
+    limit: int = OUTSIDE_DAILY_REVIEWS
+
+    async def reached(self, conn: Any) -> str | None:
+        """Why the review is held (inside the transaction that creates it), or None."""
+        done = await automatic_reviews_since(
+            conn, self.installation_id, self.author, self.day_start
+        )
+        if done < self.limit:
+            return None
+        return held_text("outside_capped", author=self.author, limit=self.limit, prefix=self.prefix)
+
+
+async def outside_author(ctx: Context, gh: Any, data: dict[str, Any]) -> str | None:
+    """The PR author's login when they lack write access to the repository."""
+    repo, pr = data["repository"], data["pull_request"]
+    author = (pr.get("user") or {}).get("login")
+    if not author:
+        return None
+    level = await ctx.github.permission(gh, repo["owner"]["login"], repo["name"], author)
+    return None if permits(level, "write") else author
+
+
+async def new_head(ctx: Context, gh: Any, data: dict[str, Any], pull_id: int) -> None:
+    """A PR shows a head (opened, reopened, ready for review, pushed): drafts of older heads
+    go stale, and the head is reviewed when the repository's rules want it and it was not
+    reviewed, stopped or held lately. An outside author's PR is reviewed on command only
+    (`outside_prs = "on-command"`) or a few times a day."""
+    pr, repo = data["pull_request"], data["repository"]
+    head_sha = pr["head"]["sha"]
+    went_stale = await state.mark_stale(ctx.db, pull_id, head_sha)
+    config = await fetch_repo_config(gh, repo["owner"]["login"], repo["name"])
+    wanted = config.auto_review and (not pr.get("draft") or config.review_drafts)
+    now = time.time()
+    if not wanted or await head_handled(ctx.db, pull_id, head_sha, now - RETRY_AFTER):
+        if went_stale:
+            await queue_status_refresh(ctx, pull_id)
+        return
+    author = await outside_author(ctx, gh, data)
+    prefix = ctx.settings.command_prefix
+    if author is not None and config.outside_prs == "on-command":
+        held = held_text("outside_on_command", author=author, prefix=prefix)
+        provider = config.provider or ctx.settings.provider
+        await state.create_held(ctx.db, pull_id, head_sha, provider, held, reason=data["action"])
+        await queue_status_refresh(ctx, pull_id)
+        return
+    installation_id = data.get("installation", {}).get("id")
+    # The new review's status comment also says the older draft went stale.
+    await enqueue_review(
+        ctx,
+        pull_id,
+        head_sha,
+        provider=config.provider,
+        verify=config.verify,
+        config=config,
+        reason=data["action"],
+        cap=None if author is None else DailyCap(installation_id, author, day_start(now), prefix),
+    )
+
+
+async def enqueue_review(
+    ctx: Context,
+    pull_id: int,
+    head_sha: str,
+    *,
+    provider: str | None,
+    verify: bool,
+    config: RepoConfig,
+    reason: str,
+    requested_by: str | None = None,
+    cap: DailyCap | None = None,
+) -> int:
+    """Queue a review of `head_sha`, superseding any queued or running review of the PR.
+    A `cap` reached (counted in the same transaction, so concurrent deliveries count right)
+    holds the review instead: the status comment says why, and the job finds nothing to run."""
+    provider = provider or ctx.settings.provider
+    held: list[str] = []
+
+    async def create_review(conn: Any) -> dict:
+        why = await cap.reached(conn) if cap is not None else None
+        held.extend([why] if why else [])
+        review_id = await state.create(
+            conn, pull_id, head_sha, provider, reason=reason, requested_by=requested_by, held=why
+        )
+        return {"review_id": review_id}
+
+    job_id = await ctx.jobs.enqueue(
+        "review",
+        review_key(pull_id),
+        {
+            "pull_id": pull_id,
+            "head_sha": head_sha,
+            "provider": provider,
+            "verify": verify,
+            "config": config.to_payload(),
+            "reason": reason,
+            "requested_by": requested_by,
+        },
+        queue=REVIEWS,
+        supersede=True,
+        max_attempts=2,
+        prepare=create_review,
+    )
+    if held:
+        await queue_status_refresh(ctx, pull_id)
+    return job_id
+
+
+async def queue_status_refresh(ctx: Context, pull_id: int) -> None:
+    """Re-render the PR's status comment in a job (handlers never call GitHub for it)."""
+    await ctx.jobs.enqueue(
+        "refresh_status", f"status:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS, supersede=True
+    )
+
+
+async def stop_pull_work(ctx: Context, pull_id: int, why: str) -> int:
+    """Cancel the PR's running review or session turns and drop what is queued behind them;
+    returns how many jobs were affected."""
+    count = await ctx.jobs.cancel(review_key(pull_id))
+    if count:
+        await state.cancel_pull(ctx.db, pull_id, why, queued_only=True)
+    for session in await open_sessions(ctx.db, pull_id):
+        count += await ctx.jobs.cancel(turn_key(session.id))
+    return count
+
+
+async def close_pull(ctx: Context, pull_id: int) -> None:
+    """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
+    await ctx.jobs.cancel(review_key(pull_id))
+    await state.cancel_pull(ctx.db, pull_id, "cancelled: PR closed")
+    await end_sessions(ctx, pull_id)
+    await ctx.jobs.enqueue(
+        "cleanup_pull", f"cleanup:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS
+    )
+
+
+async def end_sessions(ctx: Context, pull_id: int, *, keep_review: int | None = None) -> None:
+    """End the PR's conversations (but those of `keep_review`), their queued and running
+    turns first, so no late turn of an old draft can touch the PR again."""
+    for session in await open_sessions(ctx.db, pull_id):
+        if keep_review is None or session.review_id != keep_review:
+            await ctx.jobs.cancel(turn_key(session.id))
+    await end_pull_sessions(ctx.db, pull_id, keep_review=keep_review)
+
+
+async def forget_installation(ctx: Context, installation_id: int) -> None:
+    """App uninstalled: cancel its work, delete its rows, and queue removal of its mirrors."""
+    for pull_id in await installation_pulls(ctx.db, installation_id):
+        await ctx.jobs.cancel(review_key(pull_id))
+        await end_sessions(ctx, pull_id)
+    await delete_installation_sessions(ctx.db, installation_id)
+    repos = await delete_installation(ctx.db, installation_id)
+    ctx.github.forget_installation(installation_id)
+    await ctx.jobs.enqueue(
+        "cleanup_installation",
+        f"cleanup-installation:{installation_id}",
+        {"installation_id": installation_id, "repos": repos},
+        queue=REVIEWS,
+    )
