@@ -22,7 +22,7 @@ from tests.conftest import wait_for
 from tests.test_sessions import bodies, reactions, rows, say_on_pr, start_world
 from tests.test_verify import HEAD as VERIFY_HEAD
 from tests.test_verify import VERIFY_CONFIG
-from tests.world import HEAD
+from tests.world import HEAD, NOTHING_FOLDED
 
 pytestmark = pytest.mark.backends
 
@@ -98,6 +98,7 @@ def revision_requests(world) -> list[str]:
 @pytest.fixture
 def open_world(github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin):
     async def start(**kwargs):
+        kwargs.setdefault("files", NOTHING_FOLDED)  # revisions of every finding, nits too
         return await start_world(
             github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin, **kwargs
         )

@@ -26,6 +26,10 @@ HEAD = {
     "    if values == None:\n        return 0\n    return sum(values)\n",
 }
 
+# For tests of what happens to every finding (commands, revisions): the repository's config
+# folds nothing, where the default `min_severity` folds the nit of HEAD.
+NOTHING_FOLDED = {".github/cockpit.toml": 'min_severity = "nit"\n'}
+
 
 @dataclass
 class World:
