@@ -148,9 +148,10 @@ def build_world(
     *,
     files: dict[str, str] | None = None,
     head: dict[str, str] | None = None,
+    base: dict[str, str] | None = None,
     permissions: dict[str, str] | None = None,
 ) -> World:
-    pr = make_pr(root / "origin", base=BASE, head=head or HEAD, number=1)
+    pr = make_pr(root / "origin", base=base or BASE, head=head or HEAD, number=1)
     repo = github.add_generated_pr(
         OWNER,
         NAME,
