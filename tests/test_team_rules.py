@@ -101,6 +101,19 @@ async def test_a_review_md_the_pr_edits_does_not_reach_the_prompt_and_applies_af
     assert "| F1 | critical |" in status  # reviewed as ever: the PR's REVIEW.md changed nothing
 
 
+async def test_instructions_over_the_size_limit_are_cut_and_both_the_model_and_people_are_told(
+    start,
+):
+    long = "".join(
+        f"Rule {n}: check the thing numbered {n} in every changed file.\n" for n in range(400)
+    )
+    world = await start(base={**BASE, "REVIEW.md": long})
+    rules = team_rules(world)
+    assert "Rule 0:" in rules and "Rule 399:" not in rules
+    assert "[… the rest is cut: the team's rules are capped at 8,000 characters a file" in rules
+    assert "`REVIEW.md` (cut to fit)" in world.status_body()
+
+
 async def test_path_scoped_instructions_reach_only_the_matching_files_review(start):
     world = await start(
         base={
