@@ -737,3 +737,14 @@ async def test_verify_critique_revision_drop_and_approve_on_one_pr(open_world):
         ("review", "revision", "claude"),
         ("review", "verify", "codex"),
     ]
+
+
+async def test_a_revision_never_puts_a_finding_on_a_file_left_out_as_noise(open_world):
+    world = await open_world(head={**HEAD, "yarn.lock": "# yarn lockfile v1\n"})
+    world.anthropic.policy = revising(lambda first: [*first, finding("yarn.lock", 1, "Lock drift")])
+    await say_on_pr(world, "/cockpit codex-review")
+    await say_on_pr(world, "/cockpit send-back")
+    [review] = await world.review_rows()
+    assert review["revision"] == 2
+    assert [title for _, title, _ in (await findings_of(world)).values()] == [EVAL, IS_NONE]
+    assert "1 finding(s) the reviewer placed on them were dropped" in world.status_body()
