@@ -38,12 +38,7 @@ def select_findings(
     finding is published only when listed explicitly)."""
     if listed:
         return sorted(listed)
-    rules = rules or DraftRules()
-    return [
-        f.ordinal
-        for f in findings
-        if f.state == state.KEPT and f.verify_status != "refuted" and not rules.folds(f)
-    ]
+    return [f.ordinal for f in (rules or DraftRules()).approvable(findings)]
 
 
 async def approve(

@@ -184,11 +184,10 @@ class Publisher:
         """What the status comment shows of the rules the draft was made under
         (templates/status_rules.md.j2): the team's instructions, folded minor findings, the
         inline cap, noise left out."""
-        shown = [f for f in findings if f.state == state.KEPT and not rules.folds(f)]
         return {
             "rules": rules,
             "minor": [self._finding_view(f, review) for f in findings if rules.folds(f)],
-            "capped": refs(sorted(rules.over_cap(_approvable(shown)))),
+            "capped": refs(sorted(rules.over_cap(rules.approvable(findings)))),
         }
 
     def _finding_view(self, finding: Finding, review: Review) -> dict[str, Any]:
@@ -325,11 +324,11 @@ class Publisher:
         without it, findings the verify pass refuted and those below `min_severity` stay out, as
         `approve` leaves them out. Past `max_findings`, inline ones are summarised in the body."""
         rules = DraftRules.from_json(review.rules)
-        kept = [f for f in await load_findings(self.ctx.db, review.id) if f.state == "kept"]
+        stored = await load_findings(self.ctx.db, review.id)
         if only is not None:
-            findings = [f for f in kept if f.ordinal in only]
+            findings = [f for f in stored if f.state == "kept" and f.ordinal in only]
         else:
-            findings = _approvable([f for f in kept if not rules.folds(f)])
+            findings = rules.approvable(stored)
         await self.delete_pending()
         url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
         try:
@@ -417,12 +416,6 @@ class Publisher:
             )
         )
         return {"commit_id": review.head_sha, "body": body, "comments": comments}
-
-
-def _approvable(findings: list[Finding]) -> list[Finding]:
-    """What a pending review holds unless findings are listed: the verify pass's refuted
-    ones stay out."""
-    return [f for f in findings if f.verify_status != "refuted"]
 
 
 def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bot.records.types import Finding
+from bot.review import state
 from bot.review.instructions import Instructions
 from bot.review.noise import folded, over_cap
 
@@ -73,6 +74,15 @@ class DraftRules:
             noise=tuple(data.get("noise", ())),
             noise_dropped=int(data.get("noise_dropped", 0)),
         )
+
+    def approvable(self, findings: list[Finding]) -> list[Finding]:
+        """What a plain `approve` publishes and the pending review shows: kept findings the
+        verify pass did not refute, at or above `min_severity` (the others only when listed)."""
+        return [
+            f
+            for f in findings
+            if f.state == state.KEPT and f.verify_status != "refuted" and not self.folds(f)
+        ]
 
     def folds(self, finding: Finding) -> bool:
         """Below `min_severity`: in the "minor" section, out of the pending review unless
