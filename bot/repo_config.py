@@ -33,7 +33,6 @@ OUTSIDE_PRS = ("review", "on-command")  # PRs whose author lacks write access
 SECTION = "review"  # every key may also sit in a `[review]` table
 MAX_TEXT = 20_000  # characters of one `instructions` text
 SCHEMA_KEY = "$schema"  # an editor's schema association (Taplo); the bot ignores it
-PENDING = " (read and checked; reviews do not use it yet)"
 
 BOOLEAN, INTEGER, CHOICE, GLOBS, TEXT, PATHS = (
     "boolean",
@@ -54,7 +53,6 @@ class Rule:
     choices: tuple[str, ...] = ()
     minimum: int | None = None
     unset: str = ""  # what a default of None means
-    pending: bool = False  # read and checked; reviews do not use it yet
 
 
 def key(default: Any, kind: str, meaning: str, **rule: Any) -> Any:
@@ -124,24 +122,34 @@ class RepoConfig:
         choices=OUTSIDE_PRS,
     )
     instructions: str = key(
-        "", TEXT, "the team's review rules, for every file", pending=True, unset="none"
+        "",
+        TEXT,
+        "the team's review rules for every file, given to the reviewer with `REVIEW.md` and "
+        "the review section of `AGENTS.md` (all read from the default branch)",
+        unset="none",
     )
     paths: tuple[PathRule, ...] = key(
         (),
         PATHS,
         "`[[review.paths]]` tables: `glob` (gitignore-style) and `instructions` for the files "
-        "it matches",
-        pending=True,
+        "it matches (given only when the PR changes such files, naming them)",
     )
     min_severity: str = key(
-        "nit",
+        "minor",
         CHOICE,
-        "findings below this severity are folded away",
+        'findings below it are folded: listed in the status comment\'s "minor" section and '
+        "left out of the pending review unless listed at `approve`. The default folds nits: "
+        "style remarks are the noise people complain about most, and folded they stay one "
+        "click away",
         choices=SEVERITIES,
-        pending=True,
     )
     max_findings: int | None = key(
-        None, INTEGER, "inline findings per draft", minimum=1, pending=True, unset="no cap"
+        10,
+        INTEGER,
+        "inline comments per pending review, the most severe first; the rest are summarised "
+        "in its body. Ten by default: past that a review is skimmed, not read, and the "
+        "critical ones drown",
+        minimum=1,
     )
     # What was read, not keys: the file's problems (each shown on the status comment), the
     # keys it set, and where it was read (None: there is no file).
@@ -395,7 +403,6 @@ class Setting:
     value: str  # as it would be written in the file; "" when unset
     from_file: bool
     unset: str  # what an unset value means
-    pending: bool
 
 
 def effective(config: RepoConfig) -> list[Setting]:
@@ -406,7 +413,7 @@ def effective(config: RepoConfig) -> list[Setting]:
         text = "" if value is None or value == "" else toml_value(value)
         if len(text) > 120:
             text = text[:119] + "…"
-        shown.append(Setting(name, text, name in config.set_keys, rule.unset, rule.pending))
+        shown.append(Setting(name, text, name in config.set_keys, rule.unset))
     return shown
 
 
@@ -436,8 +443,7 @@ def reference_table() -> str:
     """The README's table of keys (tests/test_repo_config.py holds the README to it)."""
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for name, rule in KEYS.items():
-        meaning = rule.meaning + (PENDING if rule.pending else "")
-        rows.append(f"| `{name}` | {type_text(rule)} | {default_text(name)} | {meaning} |")
+        rows.append(f"| `{name}` | {type_text(rule)} | {default_text(name)} | {rule.meaning} |")
     return "\n".join(rows)
 
 
@@ -445,7 +451,6 @@ def _property(name: str, rule: Rule) -> dict[str, Any]:
     description = (
         rule.meaning[0].upper()
         + rule.meaning[1:]
-        + (PENDING if rule.pending else "")
         + "."
         + (f" Unset: {rule.unset}." if rule.unset and default_of(name) in (None, "") else "")
     )

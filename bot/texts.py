@@ -44,6 +44,10 @@ _OPENER = re.compile(r"(`{3,}|~{3,})(.*)")
 _NESTED_FENCE = re.compile(r"^([ \t>*+\-0-9.)]*?)(?=`{3}|~{3})")
 
 
+# Our prompts' delimiters (templates/prompts/): text from a PR or a repository placed
+# between them can neither open nor close one.
+_DELIMITER = re.compile(r"<(?=\s*/?\s*(?:team_rules|rules|pr_title|pr_description)\b)", re.I)
+
 _strict = False
 
 
@@ -75,6 +79,7 @@ def _environment(strict: bool) -> jinja2.Environment:
     env.filters["cell"] = _cell
     env.filters["usd"] = usd
     env.filters["fenced"] = fenced
+    env.filters["prompt_data"] = prompt_data
     return env
 
 
@@ -206,6 +211,13 @@ def fenced(code: str, info: str = "") -> str:
     longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{info}\n{code}\n{fence}"
+
+
+def prompt_data(text: str | None) -> str:
+    """Text for a prompt, between our delimiters (`<team_rules>`, `<pr_description>` …):
+    anything in it that reads as one of them loses its `<` (`&lt;team_rules>`), so it can
+    neither close the section it is in nor open another."""
+    return _DELIMITER.sub("&lt;", str(text or ""))
 
 
 def table_cell(text: str | None, *, repo_url: str | None = None) -> str:

@@ -251,8 +251,13 @@ class Worktree:
         check: bool = True,
         stdin: bytes | None = None,
         config: dict[str, str] | None = None,
+        index: Path | None = None,
     ) -> bytes:
+        """`git <args>` in the mirror; `index` names a scratch index file (GIT_INDEX_FILE),
+        for commands that read a commit's `.gitattributes` through an index."""
         env = with_config(self.env, config) if config else self.env
+        if index is not None:
+            env = {**env, "GIT_INDEX_FILE": str(index)}
         if self.token is not None:
             env = with_token(env, await self.token())
         return await run_git(
@@ -342,9 +347,17 @@ class Mirrors:
                     fcntl.flock(held, fcntl.LOCK_UN)
 
     async def sync(
-        self, repo: str, clone_url: str, refs: list[str], token: str | None = None
+        self,
+        repo: str,
+        clone_url: str,
+        refs: list[str],
+        token: str | None = None,
+        *,
+        default_branch: str | None = None,
     ) -> Path:
-        """Clone the mirror once, then fetch just the named refs (`refs/pull/N/head`, …)."""
+        """Clone the mirror once, then fetch just the named refs (`refs/pull/N/head`, …), and
+        with `default_branch` the remote's HEAD (its default branch, whatever its name) into
+        that ref, in the same fetch."""
         if not clone_url.startswith(("https://", "http://", "file://")):
             raise GitError("clone URL must be https:// (or file:// for local repositories)")
         mirror = self.mirror_path(repo)
@@ -369,6 +382,8 @@ class Mirrors:
                 )
                 partial.rename(mirror)
             refspecs = [f"+{ref}:{ref}" for ref in refs]
+            if default_branch is not None:
+                refspecs.append(f"+HEAD:{default_branch}")
             if refspecs:
                 await run_git(
                     [

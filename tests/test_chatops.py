@@ -15,6 +15,7 @@ from bot.server import CONTEXT, make_app
 from handlers import router
 from tests.conftest import wait_for
 from tests.world import (
+    NOTHING_FOLDED,
     build_world,
     comment_payload,
     review_thread_payload,
@@ -35,7 +36,7 @@ PEOPLE = {
 
 @pytest.fixture
 async def world(github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin):
-    world = build_world(github, tmp_path, permissions=PEOPLE)
+    world = build_world(github, tmp_path, permissions=PEOPLE, files=NOTHING_FOLDED)
     world.client = await aiohttp_client(make_app(settings, router))
     world.model = anthropic_standin
     world.settings = settings

@@ -102,7 +102,7 @@ async def test_config_replies_with_each_value_and_where_it_came_from(world):
     assert "| `verify` | `false` | default |" in answer
     assert '| `provider` | `"claude"` (the server\'s `COCKPIT_PROVIDER`) | server |' in answer
     assert "| `auto_review` | `true` | default |" in answer  # not the PR's `false`
-    assert '| `paths` † | `[{glob = "calc.py", instructions = …}]` |' in answer
+    assert '| `paths` | `[{glob = "calc.py", instructions = …}]` |' in answer
     assert "- unknown key `colour` (ignored)" in answer
     html = cmarkgfm.github_flavored_markdown_to_html(answer)
     assert html.count("<tr>") == len(KEYS) + 1  # one table: a header and a row per key

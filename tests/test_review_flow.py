@@ -47,12 +47,14 @@ async def test_opened_pr_gets_pending_review_check_run_and_status(world):
     [check] = world.github.check_runs.values()
     assert check["name"] == "PR Cockpit" and check["head_sha"] == world.pr.head_sha
     assert (check["status"], check["conclusion"]) == ("completed", "neutral")
-    assert {a["start_line"] for a in check["annotations"]} == {2, 6}
+    assert {a["start_line"] for a in check["annotations"]} == {2}  # not the folded nit (F2)
     assert world.github.calls("POST", r"/check-runs$")[0]["body"]["status"] == "in_progress"
 
     status = world.status_body()
     assert "<!-- pr-cockpit:status -->" in status and "Draft ready" in status
     assert "| F1 | critical |" in status and "| F2 | nit |" in status
+    minor = status[status.index("<details><summary>1 minor finding(s)") :]
+    assert "| F2 | nit |" in minor and 'min_severity = "minor"' in minor
     assert "/cockpit approve" in status
     assert world.github.violations == []
 

@@ -22,7 +22,7 @@ from tests.conftest import wait_for
 from tests.test_sessions import bodies, reactions, rows, say_on_pr, start_world
 from tests.test_verify import HEAD as VERIFY_HEAD
 from tests.test_verify import VERIFY_CONFIG
-from tests.world import HEAD
+from tests.world import HEAD, NOTHING_FOLDED
 
 pytestmark = pytest.mark.backends
 
@@ -98,6 +98,7 @@ def revision_requests(world) -> list[str]:
 @pytest.fixture
 def open_world(github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin):
     async def start(**kwargs):
+        kwargs.setdefault("files", NOTHING_FOLDED)  # revisions of every finding, nits too
         return await start_world(
             github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin, **kwargs
         )
@@ -736,3 +737,14 @@ async def test_verify_critique_revision_drop_and_approve_on_one_pr(open_world):
         ("review", "revision", "claude"),
         ("review", "verify", "codex"),
     ]
+
+
+async def test_a_revision_never_puts_a_finding_on_a_file_left_out_as_noise(open_world):
+    world = await open_world(head={**HEAD, "yarn.lock": "# yarn lockfile v1\n"})
+    world.anthropic.policy = revising(lambda first: [*first, finding("yarn.lock", 1, "Lock drift")])
+    await say_on_pr(world, "/cockpit codex-review")
+    await say_on_pr(world, "/cockpit send-back")
+    [review] = await world.review_rows()
+    assert review["revision"] == 2
+    assert [title for _, title, _ in (await findings_of(world)).values()] == [EVAL, IS_NONE]
+    assert "1 finding(s) the reviewer placed on them were dropped" in world.status_body()

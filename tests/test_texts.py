@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.repo_config import Source, effective, from_data
+from bot.review.rules import DraftRules, UsedSource
 from bot.texts import (
     STATUS_MARKER,
     WJ,
@@ -103,6 +104,23 @@ def status(text: dict[str, str], state: str) -> str:
         commands=["approve", "review"],
         prefix="/cockpit",
         repo_url=REPO_URL,
+        # the rules the draft was made under: sources from the default branch, paths the PR
+        # edits, findings folded below `min_severity`
+        rules=DraftRules(
+            commit="c0ffee" * 6 + "c0ff",
+            used=(UsedSource(text["config"], 2, True), UsedSource("`REVIEW.md`", 0, False)),
+            left_out=(text["title"],),
+            edited=(text["path"], "REVIEW.md"),
+            min_severity="minor",
+            max_findings=10,
+            noise=(text["path"],),
+            noise_dropped=1,
+        ),
+        minor=[
+            {**findings[0], "ordinal": 5, "severity": "nit"},
+            {**findings[2], "ordinal": 6, "severity": "nit"},
+        ],
+        capped="F7, F8",
     )
 
 
@@ -148,12 +166,18 @@ def review_body(text: dict[str, str], _kind: str) -> str:
         }
         for n in (1, 2)
     ]
+    summarised = [
+        {"ordinal": n, "severity": "nit", "where": text["path"], "title": text["title"]}
+        for n in (3, 4)
+    ]
     return render(
         "review_body.md.j2",
         provider="claude",
         verdict="comment",
         summary=text["summary"],
         other=other,
+        summarised=summarised,
+        max_findings=10,
         repo_url=REPO_URL,
     )
 

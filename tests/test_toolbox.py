@@ -240,3 +240,19 @@ async def test_every_git_call_has_a_byte_cap(toolbox):
     entry = await toolbox._entry("big.txt")
     out = await toolbox.tree.git("cat-file", "blob", entry.oid)  # no limit asked for
     assert truncated(out) and len(out) == OUTPUT_LIMIT + 1
+
+
+async def test_git_diff_leaves_out_the_files_a_review_leaves_out(toolbox):
+    changed = ["src/app.py", "long.txt", "with space.txt"]
+    box = Toolbox(toolbox.tree, left_out={"long.txt": "generated"}, changed=changed)
+    whole = await box.call("git_diff", {})
+    assert "+++ b/src/app.py" in whole and "+++ b/with space.txt" in whole
+    assert "long.txt" not in whole and "big.txt" not in whole  # only the files it may show
+    assert whole.endswith("[1 changed file(s) left out of this diff: generated, vendored, lock "
+                          "or minified files are not reviewed]")  # fmt: skip
+    assert await box.call("git_diff", {"path": "long.txt"}) == (
+        "long.txt is left out of this review (generated)"
+    )
+    only_hidden = Toolbox(toolbox.tree, left_out={"src/app.py": "vendored"}, changed=changed)
+    answer = await only_hidden.call("git_diff", {"path": "src"})
+    assert "+++" not in answer and answer.startswith("[1 changed file(s) left out")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from bot.records.types import DraftFinding
 from bot.repo_config import parse_repo_config
+from bot.review.rules import DraftRules
 from bot.review.verify import (
     InvalidVerification,
     Verdict,
@@ -34,7 +35,8 @@ HEAD = {
     "tests/test_calc.py": 'token = "test-token-1234"\n\n\ndef test_parse():\n'
     '    assert parse("1") == 1\n',
 }
-VERIFY_CONFIG = {".github/cockpit.toml": "verify = true\n"}
+# Every finding goes through verify and publishing: nothing folded below a `min_severity`.
+VERIFY_CONFIG = {".github/cockpit.toml": 'verify = true\nmin_severity = "nit"\n'}
 
 
 @pytest.mark.parametrize(
@@ -174,6 +176,9 @@ def test_verify_notes_stay_inside_their_status_table_cell(note, title):
         cost_line="",
         commands=[],
         prefix="/cockpit",
+        rules=DraftRules(),
+        minor=[],
+        capped="none",
     )
     [row] = [line for line in body.splitlines() if line.startswith("| F1 |")]
     assert row.replace("\\|", "").count("|") == 6  # five cells, whatever the model wrote

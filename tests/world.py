@@ -26,6 +26,10 @@ HEAD = {
     "    if values == None:\n        return 0\n    return sum(values)\n",
 }
 
+# For tests of what happens to every finding (commands, revisions): the repository's config
+# folds nothing, where the default `min_severity` folds the nit of HEAD.
+NOTHING_FOLDED = {".github/cockpit.toml": 'min_severity = "nit"\n'}
+
 
 @dataclass
 class World:
@@ -144,9 +148,10 @@ def build_world(
     *,
     files: dict[str, str] | None = None,
     head: dict[str, str] | None = None,
+    base: dict[str, str] | None = None,
     permissions: dict[str, str] | None = None,
 ) -> World:
-    pr = make_pr(root / "origin", base=BASE, head=head or HEAD, number=1)
+    pr = make_pr(root / "origin", base=base or BASE, head=head or HEAD, number=1)
     repo = github.add_generated_pr(
         OWNER,
         NAME,

@@ -8,7 +8,7 @@ as links (never followed), and nothing from the PR is executed or checked out.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -23,6 +23,10 @@ MAX_PATTERN_CHARS = 300
 SEARCH_TIMEOUT = 5.0
 MAX_GIT_BYTES = MAX_OUTPUT_CHARS * 2  # git stops after this much (the answer is cut further)
 TRUNCATED = "\n[… truncated: output capped at {limit} characters; narrow the request]"
+LEFT_OUT = (
+    "\n[{count} changed file(s) left out of this diff: generated, vendored, lock or minified "
+    "files are not reviewed]"
+)
 GIT_TRUNCATED = "\n[… output truncated: git was stopped after {limit} bytes; narrow the request]"
 
 
@@ -131,10 +135,20 @@ class Toolbox:
     """Executes the read-only tools for one review; `on_call` observes each call (progress)."""
 
     def __init__(
-        self, tree: Worktree, *, on_call: Callable[[str], Awaitable[None]] | None = None
+        self,
+        tree: Worktree,
+        *,
+        on_call: Callable[[str], Awaitable[None]] | None = None,
+        left_out: Mapping[str, str] | None = None,
+        changed: Collection[str] = (),
     ) -> None:
+        """`left_out`: changed files `git_diff` does not show (path → why: generated,
+        vendored …), `changed` then every path the PR's diff touches (old paths of renames
+        too)."""
         self.tree = tree
         self.on_call = on_call
+        self.left_out = dict(left_out or {})
+        self.shown = sorted(p for p in changed if p not in self.left_out)
         self.calls = 0
 
     @property
@@ -288,6 +302,13 @@ class Toolbox:
     async def _tool_git_diff(self, path: Any = None) -> str:
         path = clean_path(path, allow_root=True)
         spec = [path] if path else []
+        hidden = [p for p in self.left_out if _under(p, path)]
+        if hidden:
+            if path in self.left_out:
+                return f"{path} is left out of this review ({self.left_out[path]})"
+            spec = [p for p in self.shown if _under(p, path)]
+            if not spec:
+                return LEFT_OUT.format(count=len(hidden)).strip()
         out = await self.tree.git(
             "diff",
             "--no-color",
@@ -300,7 +321,8 @@ class Toolbox:
             *spec,
             limit=MAX_GIT_BYTES,
         )
-        return _text(out) or "no changes"
+        text = _text(out) or "no changes"
+        return text + LEFT_OUT.format(count=len(hidden)) if hidden else text
 
     async def _tool_git_log(self, path: Any = None, max_count: Any = None) -> str:
         path = clean_path(path, allow_root=True)
@@ -329,6 +351,10 @@ def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
         return text
     note = GIT_TRUNCATED.format(limit=limit)
     return text[: MAX_OUTPUT_CHARS - len(note)] + note
+
+
+def _under(path: str, folder: str) -> bool:
+    return not folder or path == folder or path.startswith(folder + "/")
 
 
 def _positive(value: Any, default: int) -> int:

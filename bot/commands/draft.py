@@ -13,6 +13,7 @@ from bot.repo_config import fetch_repo_config
 from bot.review import state
 from bot.review.approve import PublishFailed, approve, publishing_key, select_findings
 from bot.review.lifecycle import queue_status_refresh
+from bot.review.rules import DraftRules
 from bot.texts import message
 
 
@@ -89,7 +90,7 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
     ]
     if gone:
         raise CommandFailed(message("findings_gone", gone=gone))
-    chosen = select_findings(findings, cmd.findings)
+    chosen = select_findings(findings, cmd.findings, DraftRules.from_json(review.rules))
     event = _event(cmd, review.verdict)
     try:
         published = await approve(pr.ctx, pr.publisher(), review.id, pr.actor, event, chosen)

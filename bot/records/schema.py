@@ -344,6 +344,11 @@ CREATE INDEX IF NOT EXISTS command_uses_key ON command_uses(key, used_at);
         # The job attempt that runs a review: a late one (a paused worker) changes nothing.
         columns=(("reviews", "run_owner", "TEXT"),),
     ),
+    Step(
+        3,
+        "the rules a draft was made under (instructions used, severity gate, noise left out)",
+        columns=(("reviews", "rules", "TEXT"),),  # JSON, see bot.review.rules
+    ),
 )
 SCHEMA_VERSION = STEPS[-1].version
 # Which steps a database has, and when they came (both backends).

@@ -78,6 +78,7 @@ class Review(Record):
     reason: str | None  # what started it: opened, synchronize, command …
     requested_by: str | None
     run_owner: str | None  # the job attempt that runs it
+    rules: str | None  # JSON: the rules its draft was made under (see bot.review.rules)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ from bot.records.reviews import get_review, load_findings, mid_publish, update_r
 from bot.records.types import Finding
 from bot.review import state
 from bot.review.publish import Publisher
+from bot.review.rules import DraftRules
 from bot.texts import message
 
 if TYPE_CHECKING:
@@ -29,12 +30,15 @@ class PublishFailed(Exception):
     """Publishing did not complete; the message says what happens next (shown on the PR)."""
 
 
-def select_findings(findings: list[Finding], listed: tuple[int, ...]) -> list[int]:
+def select_findings(
+    findings: list[Finding], listed: tuple[int, ...], rules: DraftRules | None = None
+) -> list[int]:
     """What `approve` publishes: the listed findings, or every kept one that verification
-    did not refute (a refuted finding is published only when listed explicitly)."""
+    did not refute and that is not below the draft's `min_severity` (a refuted or folded
+    finding is published only when listed explicitly)."""
     if listed:
         return sorted(listed)
-    return [f.ordinal for f in findings if f.state == state.KEPT and f.verify_status != "refuted"]
+    return [f.ordinal for f in (rules or DraftRules()).approvable(findings)]
 
 
 async def approve(

@@ -11,6 +11,9 @@ from bot.records.reviews import conversations_of
 from bot.records.types import Pull
 from bot.worktrees import Worktree
 
+# The remote's HEAD (its default branch, whatever its name), fetched with every PR's refs.
+DEFAULT_BRANCH = "refs/cockpit/default-branch"
+
 if TYPE_CHECKING:
     from bot.context import Context
 
@@ -22,7 +25,8 @@ def worktree_name(pull: Pull, review_id: int, session_id: int | None = None) -> 
 
 
 async def prepare_worktree(ctx: Context, pull: Pull, head_sha: str, name: str) -> Worktree:
-    """Fetch the base branch and `refs/pull/N/head` into the mirror; add the review's tree."""
+    """Fetch the base branch, `refs/pull/N/head` and the default branch (`DEFAULT_BRANCH`)
+    into the mirror; add the review's tree."""
     clone_url = pull.clone_url
     installation = pull.installation_id
     token_source = None
@@ -37,10 +41,20 @@ async def prepare_worktree(ctx: Context, pull: Pull, head_sha: str, name: str) -
         clone_url,
         [base, f"refs/pull/{pull.number}/head"],
         await token_source() if token_source else None,
+        default_branch=DEFAULT_BRANCH,
     )
     return await ctx.mirrors.add_worktree(
         pull.repo, name=name, head_sha=head_sha, base_ref=base, token=token_source
     )
+
+
+async def default_branch_commit(tree: Worktree) -> str:
+    """The default branch's commit as the worktree's fetch found it: where a review reads the
+    team's instructions and `.gitattributes` (never from the PR)."""
+    out = await tree.git(
+        "rev-parse", "--verify", "--end-of-options", f"{DEFAULT_BRANCH}^{{commit}}"
+    )
+    return out.decode().strip()
 
 
 async def cleanup_pull_job(ctx: Context, job: Job) -> None:

@@ -28,7 +28,7 @@ from bot.records.sessions import (
 from bot.records.types import Pull, Review
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.review import state
-from bot.review.checkout import prepare_worktree, worktree_name
+from bot.review.checkout import default_branch_commit, prepare_worktree, worktree_name
 from bot.review.lifecycle import end_sessions, held_text
 from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
 from bot.review.publish import Publisher
@@ -163,6 +163,7 @@ class ReviewJob:
         name = worktree_name(self.pull, review_id)
         tree = await prepare_worktree(ctx, self.pull, review.head_sha, name)
         await update_review(ctx.db, review_id, base_sha=tree.base_sha)
+        rules_commit = await default_branch_commit(tree)
 
         async def planned(skipped: tuple[tuple[str, str], ...]) -> None:
             await update_review(
@@ -182,6 +183,7 @@ class ReviewJob:
             config=config,
             pull_id=self.pull.id,
             review_id=review_id,
+            rules_commit=rules_commit,
         )
         reviewer = Reviewer.of(ctx)
         progress = Progress(ctx, self.publisher, review_id, self.owner)
@@ -218,6 +220,7 @@ class ReviewJob:
             run_id=draft.run_id,
             skill_version_id=draft.skill_version_id,
             progress=message("progress", step="publishing"),
+            rules=draft.rules.to_json() if draft.rules else None,
             **verified,
         )
         if not await state.owns_run(ctx.db, review_id, self.owner):

@@ -23,7 +23,11 @@ from bot.records.database import Database
 from bot.records.sessions import create_session
 from bot.records.types import DraftFinding, Session, Skill
 from bot.repo_config import RepoConfig
+from bot.review.base import read_base
+from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
+from bot.review.noise import noise_files
 from bot.review.plan import place, plan_files
+from bot.review.rules import DraftRules
 from bot.skills import load_skill
 from bot.texts import message, render
 from bot.worktrees import Worktree
@@ -48,6 +52,9 @@ class ReviewRequest:
     pull_id: int | None = None
     review_id: int | None = None
     model: str | None = None  # None: the provider's configured model (eval replays choose)
+    # The commit the team's instructions and `.gitattributes` are read from: the default
+    # branch's (production); None reads them from the worktree's base (eval replays).
+    rules_commit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,7 @@ class Draft:
     run_id: int | None = None
     skill_version_id: int | None = None
     session_id: int | None = None
+    rules: DraftRules | None = None  # what it was made under (None: a revision's draft)
 
 
 @dataclass
@@ -165,11 +173,27 @@ async def review_worktree(
     """Review the worktree; `on_session` hears the reviewer's session id as soon as it
     exists (an eval counts what a failed review spent from the runs of that session)."""
     diff = await pr_diff(tree)
-    plan = plan_files(diff, request.config)
+    touched = changed_paths(diff)
+    commit = request.rules_commit or tree.base_sha
+    base = await read_base(tree, commit, touched)
+    noise = noise_files(diff.files, base.attributes)
+    plan = plan_files(diff, request.config, noise)
     if on_plan is not None:
         await on_plan(plan.skipped)
+    instructions = assemble(request.config, base.texts, plan.reviewed, touched)
+
+    def rules(dropped: int) -> DraftRules:
+        return DraftRules.of(
+            instructions,
+            commit=commit,
+            min_severity=request.config.min_severity,
+            max_findings=request.config.max_findings,
+            noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
+            noise_dropped=dropped,
+        )
+
     if not plan.reviewed:
-        return Draft(message("nothing_to_review"), "comment", [], plan.skipped)
+        return Draft(message("nothing_to_review"), "comment", [], plan.skipped, rules=rules(0))
     provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(
         reviewer.db,
@@ -191,9 +215,22 @@ async def review_worktree(
         body=request.body,
         reviewed=plan.reviewed,
         skipped=plan.skipped,
+        instructions=instructions,
+        rules_commit=commit,
+        file_chars=FILE_CHARS,
+        total_chars=TOTAL_CHARS,
     )
-    toolbox = Toolbox(tree, on_call=on_tool_call)
-    return await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
+    toolbox = Toolbox(tree, on_call=on_tool_call, left_out=noise, changed=touched)
+    draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
+    kept = [f for f in draft.findings if f.path not in noise]
+    return replace(draft, findings=kept, rules=rules(len(draft.findings) - len(kept)))
+
+
+def changed_paths(diff: DiffModel) -> list[str]:
+    """Every path the diff touches: each file's, and where a renamed one came from."""
+    return sorted(
+        {path for f in diff.files.values() for path in (f.path, f.old_path) if path is not None}
+    )
 
 
 async def revise_review(

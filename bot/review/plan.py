@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.agents.submit import Finding
 from bot.diff import DiffModel
 from bot.repo_config import RepoConfig
 
-LOCKFILES = {
-    "package-lock.json",
-    "yarn.lock",
-    "pnpm-lock.yaml",
-    "poetry.lock",
-    "Pipfile.lock",
-    "Cargo.lock",
-    "go.sum",
-    "composer.lock",
-    "Gemfile.lock",
-    "uv.lock",
-    "bun.lockb",
-}
-_GENERATED = re.compile(
-    r"(^|/)(vendor|third_party|node_modules|dist|build|__generated__)/"
-    r"|\.min\.(js|css)$|_pb2(_grpc)?\.py$|\.pb\.go$|\.generated\.|\.snap$|\.map$"
-)
 _TESTS = re.compile(r"(^|/)(tests?|spec|__tests__)/|(^|/)test_[^/]+$|_test\.[a-z]+$")
 _DOCS = re.compile(r"\.(md|rst|txt|adoc)$|(^|/)docs?/")
 
@@ -44,23 +28,24 @@ def _priority(path: str) -> int:
     return 0
 
 
-def plan_files(diff: DiffModel, config: RepoConfig) -> FilePlan:
-    """Source first, then tests, then docs; ignored, generated, lock, binary and removed files
-    are skipped; the rest is cut at `max_files` / `max_diff_bytes`, and every skip says why."""
+def plan_files(
+    diff: DiffModel, config: RepoConfig, noise: Mapping[str, str] | None = None
+) -> FilePlan:
+    """Source first, then tests, then docs; ignored, binary and removed files and the `noise`
+    (path → why: generated, vendored, lock and minified files, see `bot.review.noise`) are
+    skipped; the rest is cut at `max_files` / `max_diff_bytes`, and every skip says why."""
+    noise = noise or {}
     skipped: list[tuple[str, str]] = []
     candidates = []
     for path, file in diff.files.items():
-        name = path.rsplit("/", 1)[-1]
         if config.ignores(path):
             skipped.append((path, "matches an `ignore` glob"))
         elif file.status == "binary":
             skipped.append((path, "binary file"))
         elif file.status == "removed":
             skipped.append((path, "file removed"))
-        elif name in LOCKFILES:
-            skipped.append((path, "lock file"))
-        elif _GENERATED.search(path):
-            skipped.append((path, "generated or vendored"))
+        elif path in noise:
+            skipped.append((path, noise[path]))
         else:
             candidates.append(path)
     candidates.sort(key=lambda p: (_priority(p), p))

@@ -30,6 +30,7 @@ from bot.records.runs import review_costs
 from bot.records.sessions import has_active_cross_review
 from bot.records.types import Finding, Pull, Review
 from bot.review import state
+from bot.review.rules import DraftRules
 from bot.texts import STATUS_MARKER, fit, message, neutralise_mentions, render, repo_url_of, usd
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ class Publisher:
     async def render_status(self, review: Review) -> str:
         db = self.ctx.db
         findings = await load_findings(db, review.id)
+        rules = DraftRules.from_json(review.rules)
         costs = await review_costs(db, review.id)
         stale_sha = None
         if review.state in ("queued", "running"):
@@ -158,7 +160,7 @@ class Publisher:
             summary=review.summary,
             posted_by=review.posted_by,
             posted_event=review.posted_event,
-            findings=[self._finding_view(f, review) for f in findings],
+            findings=[self._finding_view(f, review) for f in findings if not rules.folds(f)],
             not_reviewed=[tuple(x) for x in json.loads(review.not_reviewed or "[]")],
             config_error=review.config_error,
             revision=review.revision,
@@ -173,7 +175,20 @@ class Publisher:
             ),
             prefix=self.ctx.settings.command_prefix,
             repo_url=self.repo_url,
+            **self._rules_view(review, rules, findings),
         )
+
+    def _rules_view(
+        self, review: Review, rules: DraftRules, findings: list[Finding]
+    ) -> dict[str, Any]:
+        """What the status comment shows of the rules the draft was made under
+        (templates/status_rules.md.j2): the team's instructions, folded minor findings, the
+        inline cap, noise left out."""
+        return {
+            "rules": rules,
+            "minor": [self._finding_view(f, review) for f in findings if rules.folds(f)],
+            "capped": refs(sorted(rules.over_cap(rules.approvable(findings)))),
+        }
 
     def _finding_view(self, finding: Finding, review: Review) -> dict[str, Any]:
         where = finding.path + (f":{finding.line}" if finding.line else "")
@@ -234,7 +249,12 @@ class Publisher:
         sent once, when the draft is first finished (`with_annotations=False` after that)."""
         if not review.check_run_id:
             return
-        findings = [f for f in await load_findings(self.ctx.db, review.id) if f.state == "kept"]
+        rules = DraftRules.from_json(review.rules)
+        findings = [
+            f
+            for f in await load_findings(self.ctx.db, review.id)
+            if f.state == "kept" and not rules.folds(f)
+        ]
         verifier = review.verify_provider
         annotations = (
             [_annotation(f, verifier) for f in findings if f.line] if with_annotations else []
@@ -301,18 +321,21 @@ class Publisher:
         """Create the pending review: inline comments where GitHub allows them, the rest in the
         body. If GitHub still refuses the inline comments (422) they move to the body: the
         draft is never lost. `only` limits it to those finding ordinals (a partial approve);
-        without it, findings the verify pass refuted stay out, as `approve` leaves them out."""
-        findings = [
-            f
-            for f in await load_findings(self.ctx.db, review.id)
-            if f.state == "kept"
-            and (f.ordinal in only if only is not None else f.verify_status != "refuted")
-        ]
+        without it, findings the verify pass refuted and those below `min_severity` stay out, as
+        `approve` leaves them out. Past `max_findings`, inline ones are summarised in the body."""
+        rules = DraftRules.from_json(review.rules)
+        stored = await load_findings(self.ctx.db, review.id)
+        if only is not None:
+            findings = [f for f in stored if f.state == "kept" and f.ordinal in only]
+        else:
+            findings = rules.approvable(stored)
         await self.delete_pending()
         url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
         try:
             created = await self.gh.post(
-                url, self.owner_repo, data=self._review_payload(review, findings, inline=True)
+                url,
+                self.owner_repo,
+                data=self._review_payload(review, findings, inline=True, rules=rules),
             )
         except gidgethub.BadRequest as exc:
             if int(exc.status_code) != 422:
@@ -325,11 +348,26 @@ class Publisher:
         return int(created["id"])
 
     def _review_payload(
-        self, review: Review, findings: list[Finding], *, inline: bool
+        self,
+        review: Review,
+        findings: list[Finding],
+        *,
+        inline: bool,
+        rules: DraftRules | None = None,
     ) -> dict[str, Any]:
-        comments, other = [], []
+        comments, other, summarised = [], [], []
+        capped = rules.over_cap(findings) if rules is not None and inline else set()
         for f in findings:
-            if inline and f.in_diff:
+            if f.ordinal in capped:
+                summarised.append(
+                    {
+                        "ordinal": f.ordinal,
+                        "severity": f.severity,
+                        "where": f.path + (f":{f.line}" if f.line else ""),
+                        "title": f.title,
+                    }
+                )
+            elif inline and f.in_diff:
                 comment: dict[str, Any] = {
                     "path": f.path,
                     "line": f.end_line or f.line,
@@ -372,6 +410,8 @@ class Publisher:
                 verdict=review.verdict,
                 summary=review.summary,
                 other=other,
+                summarised=summarised,
+                max_findings=rules.max_findings if rules is not None else None,
                 repo_url=self.repo_url,
             )
         )

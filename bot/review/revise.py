@@ -17,6 +17,7 @@ from bot.review import state
 from bot.review.approve import publishing_key
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.review.publish import Publisher
+from bot.review.rules import DraftRules
 from bot.review.verify import apply_verification, verify_draft
 from bot.worktrees import Worktree
 
@@ -189,6 +190,7 @@ async def apply_revision(
     cannot race it, and the draft's publishing lock is held, so a drop cannot either."""
     review = await get_review(ctx.db, review_id)
     assert review is not None
+    draft, noise_texts = _without_noise(draft, DraftRules.from_json(review.rules))
     findings, verified = draft.findings, {}
     if review.verify_provider:
         findings, verified = await _verified(ctx, publisher, review, draft, tree)
@@ -206,6 +208,7 @@ async def apply_revision(
             "verdict": draft.verdict,
             "summary": draft.summary,
             "revision_note": json.dumps(note),
+            **noise_texts,
             **verified,
             **({"run_id": draft.run_id} if draft.run_id else {}),
         }
@@ -220,6 +223,16 @@ async def apply_revision(
             await state.end_revision(ctx.db, review_id)
     await publisher.status(await get_review(ctx.db, review_id))
     return change
+
+
+def _without_noise(draft: Draft, rules: DraftRules) -> tuple[Draft, dict[str, object]]:
+    """A revision never puts findings on the files its review left out as noise: they are
+    dropped and counted (the review's new `rules` when there were any)."""
+    kept = [f for f in draft.findings if f.path not in rules.noise]
+    if len(kept) == len(draft.findings):
+        return draft, {}
+    counted = replace(rules, noise_dropped=rules.noise_dropped + len(draft.findings) - len(kept))
+    return replace(draft, findings=kept), {"rules": counted.to_json()}
 
 
 async def _verified(

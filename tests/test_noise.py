@@ -1,0 +1,120 @@
+"""Less noise, by table: which files are generated or vendored (the base's `.gitattributes`
+first), which findings are folded below `min_severity`, and which go past `max_findings`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from bot.diff import parse_diff
+from bot.repo_config import RepoConfig
+from bot.review.noise import file_noise, folded, noise_files, over_cap
+from bot.review.plan import plan_files
+from bot.review.rules import DraftRules
+
+GEN, VEN = "linguist-generated", "linguist-vendored"
+
+
+@pytest.mark.parametrize(
+    ("path", "attributes", "expected"),
+    [
+        ("src/app.py", {}, None),
+        ("package-lock.json", {}, "lock file"),
+        ("web/yarn.lock", {}, "lock file"),
+        ("uv.lock", {}, "lock file"),
+        ("src/lock.py", {}, None),
+        ("static/app.min.js", {}, "minified"),
+        ("static/app-min.css", {}, "minified"),
+        ("static/admin.js", {}, None),
+        ("dist/bundle.js", {}, "vendored"),
+        ("web/dist/index.html", {}, "vendored"),
+        ("vendor/github.com/x/y.go", {}, "vendored"),
+        ("third_party/lib/a.c", {}, "vendored"),
+        ("src/distance.py", {}, None),  # `dist` only as a folder
+        ("api/service_pb2.py", {}, "generated"),
+        ("api/service.pb.go", {}, "generated"),
+        ("ui/__generated__/schema.ts", {}, "generated"),
+        # the base's .gitattributes decide first
+        ("src/schema.py", {GEN: "set"}, "generated (`.gitattributes`)"),
+        ("src/schema.py", {GEN: "true"}, "generated (`.gitattributes`)"),
+        ("lib/copied.js", {VEN: "set"}, "vendored (`.gitattributes`)"),
+        # … and can keep a file the built-in rules would leave out
+        ("vendor/ours/a.go", {VEN: "unset"}, None),
+        ("vendor/ours/a.go", {VEN: "false"}, None),
+        ("package-lock.json", {GEN: "unset"}, None),
+        ("dist/app.min.js", {GEN: "false"}, "vendored"),  # not generated, still vendored
+        ("dist/app.min.js", {GEN: "false", VEN: "false"}, None),
+        ("src/app.py", {GEN: "unspecified"}, None),
+    ],
+)
+def test_generated_and_vendored_files(path, attributes, expected):
+    assert file_noise(path, attributes) == expected
+
+
+def test_noise_files_reads_each_paths_attributes():
+    found = noise_files(
+        ["a.py", "gen/b.py", "yarn.lock", "vendor/c.go"],
+        {"gen/b.py": {GEN: "set"}, "vendor/c.go": {VEN: "unset"}},
+    )
+    assert found == {"gen/b.py": "generated (`.gitattributes`)", "yarn.lock": "lock file"}
+
+
+def test_the_plan_skips_noise_with_its_reason_after_ignore_and_removal():
+    diff = parse_diff(
+        "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x\n+y\n"
+        "diff --git a/gen.py b/gen.py\n--- a/gen.py\n+++ b/gen.py\n@@ -1 +1 @@\n-x\n+y\n"
+        "diff --git a/old.lock b/old.lock\ndeleted file mode 100644\n--- a/old.lock\n"
+        "+++ /dev/null\n@@ -1 +0,0 @@\n-x\n"
+    )
+    plan = plan_files(diff, RepoConfig(), {"gen.py": "generated", "old.lock": "lock file"})
+    assert plan.reviewed == ("a.py",)
+    assert plan.skipped == (("gen.py", "generated"), ("old.lock", "file removed"))
+
+
+@pytest.mark.parametrize(
+    ("severity", "min_severity", "expected"),
+    [
+        ("critical", "critical", False),
+        ("major", "critical", True),
+        ("nit", "minor", True),
+        ("minor", "minor", False),
+        ("major", "minor", False),
+        ("nit", "nit", False),
+        ("critical", "nit", False),
+    ],
+)
+def test_findings_below_min_severity_fold(severity, min_severity, expected):
+    assert folded(severity, min_severity) is expected
+
+
+@dataclass(frozen=True)
+class F:
+    ordinal: int
+    severity: str
+    in_diff: bool = True
+
+
+@pytest.mark.parametrize(
+    ("findings", "cap", "expected"),
+    [
+        ([F(1, "nit"), F(2, "major")], None, set()),
+        ([F(1, "nit"), F(2, "major")], 5, set()),
+        # the most severe go inline first, then in F order
+        ([F(1, "nit"), F(2, "major"), F(3, "critical")], 2, {1}),
+        ([F(1, "minor"), F(2, "minor"), F(3, "minor")], 1, {2, 3}),
+        # a finding that is not on the diff is in the body anyway: it takes no inline place
+        ([F(1, "critical", in_diff=False), F(2, "nit"), F(3, "nit")], 2, set()),
+    ],
+)
+def test_inline_comments_past_max_findings(findings, cap, expected):
+    assert over_cap(findings, cap) == expected
+
+
+def test_a_review_stored_before_rules_folds_and_caps_nothing():
+    rules = DraftRules.from_json(None)
+    assert (
+        not rules.folds(F(1, "nit")) and rules.over_cap([F(n, "nit") for n in range(50)]) == set()
+    )
+    again = DraftRules(min_severity="major", max_findings=3, noise=("a.lock",), noise_dropped=2)
+    assert DraftRules.from_json(again.to_json()) == again
