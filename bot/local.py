@@ -148,30 +148,27 @@ async def _default_branch(repo: Path, env: dict[str, str]) -> tuple[str, str]:
             target = await _git(repo, env, "symbolic-ref", "--quiet", "--short", ref, check=False)
             name = target or name
         return name, sha
-    raise LocalError(
-        "cannot tell the default branch (no origin/HEAD, origin/main, origin/master, main or"
-        " master): name the base with --base REF"
-    )
+    raise LocalError(say("no_default_branch"))
 
 
 async def resolve(options: LocalOptions, env: dict[str, str]) -> Revisions:
     path = Path(options.path).expanduser()
     if not path.is_dir():
-        raise LocalError(f"{options.path}: no such folder")
+        raise LocalError(say("no_folder", path=options.path))
     try:
         bare = await _git(path, env, "rev-parse", "--is-bare-repository")
     except GitError:
-        raise LocalError(f"{options.path} is not in a git repository") from None
+        raise LocalError(say("not_a_repository", path=options.path)) from None
     git_dir = Path(await _git(path, env, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     top = git_dir if bare == "true" else Path(await _git(path, env, "rev-parse", "--show-toplevel"))
     head_sha = await _commit(path, env, options.head)
     if head_sha is None:
-        raise LocalError(f"--head {options.head}: no such commit in {top}")
+        raise LocalError(say("no_commit", flag="head", ref=options.head, top=top))
     if options.base is not None:
         base_ref = options.base
         base_sha = await _commit(path, env, options.base)
         if base_sha is None:
-            raise LocalError(f"--base {options.base}: no such branch or commit in {top}")
+            raise LocalError(say("no_commit", flag="base", ref=options.base, top=top))
     else:
         base_ref, base_sha = await _default_branch(path, env)
     merge_base = await _git(path, env, "merge-base", base_sha, head_sha, check=False)
@@ -260,12 +257,9 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
         verify_with = choose_provider(provider, config.verify_provider, available)
     notes = []
     if config.error:
-        notes.append(f"{config.error} (the defaults apply)")
+        notes.append(say("config_error", error=config.error))
     if revisions.uncommitted:
-        notes.append(
-            f"{revisions.uncommitted} uncommitted change(s) in the working tree are not"
-            " reviewed: review-local reads commits (commit them to include them)"
-        )
+        notes.append(say("uncommitted", count=revisions.uncommitted))
     key = "local/" + (re.sub(r"[^A-Za-z0-9._-]", "_", revisions.top.name) or "repository")
     tree = await mirror_of(mirrors, key, revisions)
     db = await Database.open(work / "cockpit.sqlite3")
@@ -314,20 +308,22 @@ def _require_key(provider: str, chosen: bool) -> None:
     others = [f"--provider {p} with {MODEL_KEYS[p][0]}" for p in PROVIDERS if p != provider]
     how = "--provider" if chosen else "COCKPIT_PROVIDER (or the repository's cockpit.toml)"
     raise LocalError(
-        f"{missing.variable} is not set: the {provider} reviewer ({how}) needs it; export it or"
-        f" add it to ./cockpit.env (or use {', '.join(others)})"
+        say("missing_key", variable=missing.variable, provider=provider, how=how, others=others)
     )
 
 
 def _progress(
     revisions: Revisions, tree: Worktree, provider: str, model: str, verify_with: str | None
 ) -> None:
-    verify = f", verified by {verify_with}" if verify_with else ""
     print(
-        f"Reviewing {revisions.top.name}: {len(revisions.commits)} commit(s),"
-        f" {revisions.base_ref} ({revisions.base_sha[:7]})..{revisions.head_ref}"
-        f" ({revisions.head_sha[:7]}), merge base {tree.merge_base[:7]};"
-        f" {provider} ({model}){verify}…",
+        say(
+            "reviewing",
+            revisions=revisions,
+            merge_base=tree.merge_base,
+            provider=provider,
+            model=model,
+            verify_with=verify_with,
+        ),
         file=sys.stderr,
         flush=True,
     )

@@ -104,7 +104,7 @@ async def move_every(db: Database, to: str, source: str) -> int:
 
 
 async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
-    """Drafts of the PR for another head go stale; returns how many did."""
+    """Drafts of an older head go stale when the PR moves on; returns how many did."""
     return await db.execute(
         "UPDATE reviews SET stale = 1, updated_at = ?"
         " WHERE pull_id = ? AND head_sha != ? AND state = 'draft' AND stale = 0",
@@ -113,7 +113,8 @@ async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
 
 
 async def drop_findings(db: Database, review_id: int, ordinals: tuple[int, ...]) -> bool:
-    """The findings are dropped by a person, only while the review is a draft."""
+    """A person drops findings from the draft: only while it is a draft (not being revised or
+    published). False, and nothing changed, when it is not."""
     changed = await db.execute(
         "UPDATE findings SET state = 'dropped', checked_by = 'human' WHERE review_id = ?"
         f" AND ordinal IN ({_marks(ordinals)})"
@@ -126,8 +127,9 @@ async def drop_findings(db: Database, review_id: int, ordinals: tuple[int, ...])
 async def claim_posting(
     db: Database, review_id: int, actor: str, event: str, chosen: list[int]
 ) -> bool:
-    """draft → posting with who publishes what, in one commit; findings not chosen are
-    skipped."""
+    """draft → posting, recording who publishes what in the same commit (so a crash at any
+    point leaves enough to finish exactly once; findings not chosen are skipped); False when
+    someone else got there first."""
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "UPDATE reviews SET state = 'posting', posted_by = ?, posted_event = ?,"
@@ -150,7 +152,8 @@ async def claim_posting(
 
 
 async def release(db: Database, review_id: int) -> bool:
-    """posting → draft, its skipped findings kept again, in one commit."""
+    """posting → draft, when the publish provably did not happen: approve may run again (its
+    skipped findings are kept again, in the same commit)."""
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "UPDATE reviews SET state = 'draft' WHERE id = ? AND state = 'posting'", (review_id,)
@@ -173,8 +176,12 @@ async def begin_revision(
     by: str,
     texts: dict[str, object],
 ) -> bool:
-    """draft → revising (the PR's newest review, not stale), with the revised findings under
-    their numbers and the review's new texts, in one commit; a dropped finding stays as it is."""
+    """draft → revising, with the revised findings under their (stable) numbers, verdicts
+    included, and the review's new texts (`texts`: verdict, summary, revision note, …) in the
+    same commit. Returning findings are kept again, new ones are added, `withdrawn` ones are
+    marked so; a finding a person dropped is left exactly as they dropped it. False, and
+    nothing changed, unless this is the PR's newest review and still a draft that is not stale
+    (nothing may overwrite what people approve)."""
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "UPDATE reviews SET state = 'revising', revision = revision + 1,"
@@ -210,7 +217,7 @@ async def begin_revision(
 
 
 async def set_findings(db: Database, review_id: int, findings: list[DraftFinding]) -> None:
-    """The review's findings are these, numbered F1…Fn, all kept."""
+    """A new draft's findings, numbered F1…Fn as shown on the PR, all kept."""
     async with db.transaction() as conn:
         await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
         await conn.executemany(

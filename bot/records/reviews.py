@@ -68,7 +68,7 @@ async def automatic_reviews_since(
     return int(row[0]) if row else 0
 
 
-async def owned_by(db: Database, review_id: int, owner: str) -> bool:
+async def owns_run(db: Database, review_id: int, owner: str) -> bool:
     """Whether `owner` (a job attempt) owns the review's run."""
     row = await db.fetchone(
         "SELECT 1 FROM reviews WHERE id = ? AND run_owner = ?", (review_id, owner)

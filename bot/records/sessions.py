@@ -138,11 +138,6 @@ async def active_cross_review(db: Database, parent_id: int) -> CrossReview | Non
     return CrossReview.from_row(row) if row else None
 
 
-async def cross_review_of_child(db: Database, child_id: int) -> CrossReview | None:
-    row = await db.fetchone("SELECT * FROM session_reviews WHERE child_session_id = ?", (child_id,))
-    return CrossReview.from_row(row) if row else None
-
-
 async def open_sessions(db: Database, pull_id: int) -> list[Session]:
     rows = await db.fetchall(
         "SELECT * FROM sessions WHERE pull_id = ? AND status IN ('active', 'busy')", (pull_id,)

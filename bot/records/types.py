@@ -11,14 +11,18 @@ from typing import Any, Self
 
 class Record:
     """`from_row` for a frozen dataclass whose fields are columns of one row; a field typed
-    `bool` reads the backend's 0/1."""
+    `bool` reads the backend's 0/1, one with `metadata={"json": COLUMN}` decodes the JSON
+    that COLUMN holds."""
 
     @classmethod
     def from_row(cls, row: Any) -> Self:
         values = {}
-        for column in dataclasses.fields(cls):  # type: ignore[arg-type]
-            value = row[column.name]
-            values[column.name] = bool(value) if column.type == "bool" else value
+        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if "json" in field.metadata:
+                values[field.name] = json.loads(row[field.metadata["json"]])
+            else:
+                value = row[field.name]
+                values[field.name] = bool(value) if field.type == "bool" else value
         return cls(**values)
 
 
@@ -153,28 +157,16 @@ class CrossReview(Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class Message:
+class Message(Record):
     """One native message of a session (a provider's own shape), in order."""
 
     session_id: int
     seq: int
     id: str  # msg-<seq>
     role: str
-    item: dict[str, Any]
+    item: dict[str, Any] = dataclasses.field(metadata={"json": "content"})
     github_comment_id: int | None
     source: str | None  # the command (comment:line) a person's message came from
-
-    @classmethod
-    def from_row(cls, row: Any) -> Message:
-        return cls(
-            row["session_id"],
-            row["seq"],
-            row["id"],
-            row["role"],
-            json.loads(row["content"]),
-            row["github_comment_id"],
-            row["source"],
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,30 +180,17 @@ class Skill:
 
 
 @dataclasses.dataclass(frozen=True)
-class Job:
+class Job(Record):
     """A job of the queue (either backend's): a kind of work on a key's line, its payload,
-    and its attempts so far (the running one included)."""
+    and its attempts so far (the running one included). `from_row` reads SQLite's `jobs`."""
 
     id: int
     kind: str
     queue: str
     key: str
-    payload: dict[str, Any]
+    payload: dict[str, Any] = dataclasses.field(metadata={"json": "payload"})
     attempts: int
     max_attempts: int
-
-    @classmethod
-    def from_row(cls, row: Any) -> Job:
-        """A row of SQLite's `jobs`."""
-        return cls(
-            id=row["id"],
-            kind=row["kind"],
-            queue=row["queue"],
-            key=row["key"],
-            payload=json.loads(row["payload"]),
-            attempts=row["attempts"],
-            max_attempts=row["max_attempts"],
-        )
 
 
 @dataclasses.dataclass(frozen=True)

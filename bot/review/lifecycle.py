@@ -17,7 +17,7 @@ from bot.records.reviews import automatic_reviews_since, head_handled
 from bot.records.sessions import delete_installation_sessions, end_pull_sessions, open_sessions
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.review import state
-from bot.texts import render
+from bot.texts import message, render
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -173,7 +173,7 @@ async def stop_pull_work(ctx: Context, pull_id: int, why: str) -> int:
 async def close_pull(ctx: Context, pull_id: int) -> None:
     """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
     await ctx.jobs.cancel(review_key(pull_id))
-    await state.cancel_pull(ctx.db, pull_id, "cancelled: PR closed")
+    await state.cancel_pull(ctx.db, pull_id, message("progress", step="closed"))
     await end_sessions(ctx, pull_id)
     await ctx.jobs.enqueue(
         "cleanup_pull", f"cleanup:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS

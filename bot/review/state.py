@@ -17,8 +17,16 @@ from typing import Any
 
 from bot.records import review_state as sql
 from bot.records.database import Database
-from bot.records.reviews import owned_by
-from bot.records.types import DraftFinding, Review
+from bot.records.review_state import (  # noqa: F401 - transitions of one statement, as named
+    begin_revision,
+    claim_posting,
+    drop_findings,
+    mark_stale,
+    release,
+    set_findings,
+)
+from bot.records.reviews import owns_run  # noqa: F401 - whether `owner` still owns the run
+from bot.records.types import Review
 from bot.texts import message
 
 QUEUED, RUNNING, DRAFT, POSTING, POSTED = "queued", "running", "draft", "posting", "posted"
@@ -83,50 +91,8 @@ async def cancel_pull(db: Database, pull_id: int, why: str, *, queued_only: bool
     return await sql.move_pull(db, pull_id, CANCELLED, (QUEUED,) if queued_only else ACTIVE, why)
 
 
-async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
-    """Drafts of an older head go stale when the PR moves on; returns how many did."""
-    return await sql.mark_stale(db, pull_id, head_sha)
-
-
-async def drop_findings(db: Database, review_id: int, ordinals: tuple[int, ...]) -> bool:
-    """A person drops findings from the draft: only while it is a draft (not being revised or
-    published). False, and nothing changed, when it is not."""
-    return await sql.drop_findings(db, review_id, ordinals)
-
-
-async def claim_posting(
-    db: Database, review_id: int, actor: str, event: str, chosen: list[int]
-) -> bool:
-    """draft → posting, recording who publishes what in the same commit (so a crash at any
-    point leaves enough to finish exactly once); False when someone else got there first."""
-    return await sql.claim_posting(db, review_id, actor, event, chosen)
-
-
-async def release(db: Database, review_id: int) -> bool:
-    """posting → draft, when the publish provably did not happen: approve may run again."""
-    return await sql.release(db, review_id)
-
-
 async def mark_posted(db: Database, review_id: int) -> bool:
     return await sql.move(db, review_id, POSTED, (POSTING,), posted_at=time.time())
-
-
-async def begin_revision(
-    db: Database,
-    review_id: int,
-    assigned: list[tuple[int, DraftFinding]],
-    withdrawn: list[int],
-    *,
-    by: str,
-    texts: dict[str, object],
-) -> bool:
-    """draft → revising, with the revised findings under their (stable) numbers, verdicts
-    included, and the review's new texts (`texts`: verdict, summary, revision note, …) in the
-    same commit. Returning findings are kept again, new ones are added, `withdrawn` ones are
-    marked so; a finding a person dropped is left exactly as they dropped it. False, and
-    nothing changed, unless this is the PR's newest review and still a draft that is not stale
-    (nothing may overwrite what people approve)."""
-    return await sql.begin_revision(db, review_id, assigned, withdrawn, by=by, texts=texts)
 
 
 async def end_revision(db: Database, review_id: int) -> bool:
@@ -138,11 +104,6 @@ async def recover_revisions(db: Database) -> int:
     """At start-up: a revision interrupted by a crash leaves its draft approvable again
     (`approve` rebuilds the pending review from the stored findings)."""
     return await sql.move_every(db, DRAFT, REVISING)
-
-
-async def set_findings(db: Database, review_id: int, findings: list[DraftFinding]) -> None:
-    """A new draft's findings, numbered F1…Fn as shown on the PR, all kept."""
-    await sql.set_findings(db, review_id, findings)
 
 
 # -- fencing: one job attempt owns a review's run ---------------------------------------------
@@ -163,11 +124,6 @@ async def take_run(db: Database, review_id: int, owner: str, *, config_error: st
         config_error=config_error,
         run_owner=owner,
     )
-
-
-async def owns_run(db: Database, review_id: int, owner: str) -> bool:
-    """Whether `owner` still owns the review's run (whatever its state now)."""
-    return await owned_by(db, review_id, owner)
 
 
 async def end_run(
