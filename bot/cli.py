@@ -129,9 +129,10 @@ async def _preflight(settings: Settings, host: str, port: int) -> list[Any]:
 
 
 def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
-    model = {"claude": settings.claude_model, "codex": settings.codex_model}.get(
-        settings.provider, ""
-    )
+    chat_model = settings.chat.model if settings.chat else ""
+    model = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": chat_model}[
+        settings.provider
+    ]
     if settings.database_url is None:
         database = f"SQLite {settings.db_path.absolute()}"
     else:

@@ -289,3 +289,17 @@ async def test_a_started_server_prints_one_line_about_itself(github, tmp_path):
         f" claude ({MODEL}) · data {tmp_path / 'data'} · database SQLite"
         f" {tmp_path / 'data' / 'cockpit.sqlite3'}"
     ]
+
+
+async def test_the_start_line_names_a_chat_reviewers_model(github, tmp_path):
+    env = {
+        **app_env(github, tmp_path),
+        "COCKPIT_PROVIDER": "chat",
+        "COCKPIT_CHAT_BASE_URL": "http://127.0.0.1:9/v1",
+        "COCKPIT_CHAT_MODEL": "qwen2.5-coder:32b",
+    }
+    server = ServerProcess(env, tmp_path / "data", tmp_path / "serve.log")
+    await server.start()
+    server.terminate()
+    log = (tmp_path / "serve.log").read_text()
+    assert "· reviewer chat (qwen2.5-coder:32b) ·" in log
