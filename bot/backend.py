@@ -6,9 +6,10 @@ inbox's `Commits`."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
-from bot.config import ConfigError, Settings
+from bot.config import ConfigError, Settings, shown_url
 from bot.inbox import Commits, PgCommits, SqliteCommits
 from bot.queue import JobQueue
 from bot.queue.sqlite import Jobs
@@ -25,6 +26,64 @@ class Backend:
     async def close(self) -> None:
         await self.jobs.close()
         await self.db.close()
+
+
+def describe(settings: Settings) -> str:
+    """The configured database in a few words, a password never shown."""
+    if settings.database_url is None:
+        return f"SQLite {settings.db_path.absolute()}"
+    return shown_url(settings.database_url.reveal())
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What trying the configured database found (for `check-config` and `serve`'s start)."""
+
+    label: str  # `describe`
+    shared: bool = False  # Postgres (several processes), else the SQLite file
+    exists: bool = True  # SQLite: the file is there already (`serve` creates it)
+    error: str | None = None  # it could not be reached: why (may name secrets: redact it)
+    refused: bool = False  # Postgres refused these credentials or this database
+    timed_out: bool = False
+    version: int | None = None  # the schema's recorded version
+    behind: str | None = None  # the schema is behind this release's: why
+
+
+async def reach(settings: Settings, wait: float) -> Reach:
+    """Try the configured database within about `wait` seconds: SQLite's file is only
+    looked for; Postgres is connected to and its schema version read."""
+    label = describe(settings)
+    if settings.database_url is None:
+        return Reach(label, exists=settings.db_path.exists())
+    import psycopg
+
+    from bot.records.postgres import PgDatabase, SchemaBehind
+
+    url = settings.database_url.reveal()
+    try:
+        async with asyncio.timeout(wait + 1):
+            conn = await psycopg.AsyncConnection.connect(url, connect_timeout=max(2, int(wait)))
+        await conn.close()
+    except TimeoutError:
+        return Reach(label, shared=True, timed_out=True)
+    except psycopg.Error as exc:
+        refused = getattr(exc, "sqlstate", None) in ("28P01", "28000", "3D000")
+        reason = " ".join(str(exc).split()) or exc.__class__.__name__
+        return Reach(label, shared=True, error=reason, refused=refused)
+    version = None
+    try:
+        async with asyncio.timeout(wait * 2):
+            db = await PgDatabase.open(url, max_size=1)
+            try:
+                version = await db.schema_version()
+                await db.check_schema()
+            finally:
+                await db.close()
+    except SchemaBehind as exc:
+        return Reach(label, shared=True, version=version, behind=str(exc))
+    except (TimeoutError, OSError) as exc:
+        return Reach(label, shared=True, error=exc.__class__.__name__)
+    return Reach(label, shared=True, version=version)
 
 
 def check_role(settings: Settings, role: str) -> None:

@@ -27,7 +27,6 @@ from bot.config import (
     Settings,
     check_settings,
     missing_model_key,
-    shown_url,
 )
 from bot.texts import render
 
@@ -188,51 +187,27 @@ def listen_problem(host: str, port: int, exc: OSError) -> Check:
 async def database_check(settings: Settings, *, wait: float = PG_WAIT) -> Check:
     """SQLite: where the file is (`serve` applies its schema itself). Postgres: a connection
     within `wait` seconds, then the schema's version against this release's."""
-    name = "database"
-    if settings.database_url is None:
-        exists = settings.db_path.exists()
-        return ok(name, say("sqlite", path=settings.db_path.absolute(), exists=exists))
-    import psycopg
+    from bot.backend import reach
 
-    from bot.records.postgres import PgDatabase, SchemaBehind
-
-    url = settings.database_url.reveal()
-    shown = shown_url(url)
-    try:
-        async with asyncio.timeout(wait + 1):
-            conn = await psycopg.AsyncConnection.connect(url, connect_timeout=max(2, int(wait)))
-        await conn.close()
-    except TimeoutError:
+    name, found = "database", await reach(settings, wait)
+    shown = found.label
+    if not found.shared:
+        return ok(name, say("sqlite", path=settings.db_path.absolute(), exists=found.exists))
+    if found.timed_out:
         return problem(name, say("pg_timeout", url=shown, wait=wait), say("pg_fix"), EXIT_RUNTIME)
-    except psycopg.Error as exc:
-        reason = _redact(" ".join(str(exc).split()), settings) or exc.__class__.__name__
-        refused = getattr(exc, "sqlstate", None) in ("28P01", "28000", "3D000")
+    if found.error is not None:
+        reason = _redact(found.error, settings)
         return problem(
             name,
             say("pg_failed", url=shown, reason=reason[:300]),
-            say("pg_auth_fix" if refused else "pg_fix"),
-            EXIT_CONFIG if refused else EXIT_RUNTIME,
+            say("pg_auth_fix" if found.refused else "pg_fix"),
+            EXIT_CONFIG if found.refused else EXIT_RUNTIME,
         )
-    try:
-        async with asyncio.timeout(wait * 2):
-            db = await PgDatabase.open(url, max_size=1)
-            try:
-                version = await db.schema_version()
-                await db.check_schema()
-            finally:
-                await db.close()
-    except SchemaBehind as exc:
+    if found.behind is not None:
         if settings.migrate_on_start:  # `serve` applies the missing steps itself
-            return ok(name, say("pg_migrates", url=shown, version=version))
-        return problem(name, say("pg_behind", url=shown, reason=str(exc)))
-    except (TimeoutError, OSError) as exc:
-        return problem(
-            name,
-            say("pg_failed", url=shown, reason=exc.__class__.__name__),
-            say("pg_fix"),
-            EXIT_RUNTIME,
-        )
-    return ok(name, say("pg_ok", url=shown, version=version))
+            return ok(name, say("pg_migrates", url=shown, version=found.version))
+        return problem(name, say("pg_behind", url=shown, reason=found.behind))
+    return ok(name, say("pg_ok", url=shown, version=found.version))
 
 
 # -- live: the model providers ----------------------------------------------------------

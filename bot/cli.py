@@ -23,7 +23,6 @@ from bot.config import (
     load_env_file,
     load_settings,
     missing_model_key,
-    shown_url,
 )
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
@@ -133,10 +132,9 @@ def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
     model = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": chat_model}[
         settings.provider
     ]
-    if settings.database_url is None:
-        database = f"SQLite {settings.db_path.absolute()}"
-    else:
-        database = shown_url(settings.database_url.reveal())
+    from bot.backend import describe
+
+    database = describe(settings)
     return say(
         "serve_started",
         version=version(),
