@@ -375,12 +375,19 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
     await state.set_findings(
         db,
         review_id,
-        [
-            replace(new("calc.py", 2, EVAL), verify_status="confirmed", verify_note="calc.py:2"),
-            replace(new("calc.py", 6, IS_NONE), verify_status="refuted", verify_note="no"),
-            DraftFinding("calc.py", "nit", "no line", "b"),
-            new("calc.py", 40, IS_NONE),
-        ],
+        list(
+            enumerate(
+                [
+                    replace(
+                        new("calc.py", 2, EVAL), verify_status="confirmed", verify_note="calc.py:2"
+                    ),
+                    replace(new("calc.py", 6, IS_NONE), verify_status="refuted", verify_note="no"),
+                    DraftFinding("calc.py", "nit", "no line", "b"),
+                    new("calc.py", 40, IS_NONE),
+                ],
+                start=1,
+            )
+        ),
     )
     await state.end_run(db, review_id, "job:1", state.DRAFT, progress="draft ready")
     assert await state.drop_findings(db, review_id, (2,))

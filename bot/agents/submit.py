@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,10 +32,17 @@ SUBMIT_REVIEW_SCHEMA: dict[str, Any] = {
                 "additionalProperties": False,
             },
         },
+        "resolved": {
+            "type": "array",
+            "description": "F numbers (e.g. \"F3\") of earlier findings you were shown that "
+            "this head fixes or that no longer apply",
+            "items": {"type": "string", "pattern": "^F[0-9]+$"},
+        },
     },
     "required": ["summary", "verdict", "findings"],
     "additionalProperties": False,
 }
+_RESOLVED = re.compile(r"F[0-9]+")
 
 SUBMIT_TOOL = {
     "name": "submit_review",
@@ -65,6 +73,7 @@ class ReviewDraft:
     summary: str
     verdict: str
     findings: tuple[Finding, ...]
+    resolved: tuple[int, ...] = ()  # earlier findings (F numbers) this head fixed
 
 
 class InvalidAnswer(ValueError):
@@ -82,13 +91,18 @@ def _problems(data: Any) -> list[str]:
     for key in ("summary", "verdict", "findings"):
         if key not in data:
             problems.append(f"missing `{key}`")
-    extra = set(data) - {"summary", "verdict", "findings"}
+    extra = set(data) - set(SUBMIT_REVIEW_SCHEMA["properties"])
     if extra:
         problems.append(f"unexpected keys: {', '.join(sorted(extra))}")
     if "summary" in data and not isinstance(data["summary"], str):
         problems.append("`summary` must be a string")
     if "verdict" in data and data["verdict"] not in VERDICTS:
         problems.append(f"`verdict` must be one of {', '.join(VERDICTS)}")
+    resolved = data.get("resolved", [])
+    if not isinstance(resolved, list) or not all(
+        isinstance(r, str) and _RESOLVED.fullmatch(r) for r in resolved
+    ):
+        problems.append('`resolved` must be an array of F numbers such as "F3"')
     findings = data.get("findings", [])
     if not isinstance(findings, list):
         return [*problems, "`findings` must be an array"]
@@ -145,8 +159,12 @@ def parse_submission(data: Any) -> ReviewDraft:
                 suggestion=item.get("suggestion") or None,
             )
         )
+    resolved = {int(r[1:]) for r in data.get("resolved", [])}  # checked: F and digits
     return ReviewDraft(
-        summary=data["summary"].strip(), verdict=data["verdict"], findings=tuple(dedupe(findings))
+        summary=data["summary"].strip(),
+        verdict=data["verdict"],
+        findings=tuple(dedupe(findings)),
+        resolved=tuple(sorted(set(resolved))),
     )
 
 

@@ -141,15 +141,17 @@ class Toolbox:
         on_call: Callable[[str], Awaitable[None]] | None = None,
         left_out: Mapping[str, str] | None = None,
         changed: Collection[str] = (),
+        since: str | None = None,
     ) -> None:
         """`left_out`: changed files `git_diff` does not show (path → why: generated,
         vendored …), `changed` then every path the PR's diff touches (old paths of renames
-        too)."""
+        too); `since`: a re-review's last reviewed commit, where `git_diff` starts."""
         self.tree = tree
         self.on_call = on_call
         self.left_out = dict(left_out or {})
         self.shown = sorted(p for p in changed if p not in self.left_out)
         self.calls = 0
+        self.since = since  # a re-review: `git_diff` shows what changed since this commit
 
     @property
     def definitions(self) -> list[dict[str, Any]]:
@@ -315,7 +317,7 @@ class Toolbox:
             "--no-ext-diff",
             "--no-textconv",
             "-M",
-            self.tree.merge_base,
+            self.since or self.tree.merge_base,
             self.tree.head_sha,
             "--",
             *spec,

@@ -48,7 +48,8 @@ async def cmd_drop(pr: PullRequest, cmd: Command) -> str | None:
     _check_refs(cmd, await load_findings(db, review_id))
     publisher = pr.publisher()
     async with db.hold(publishing_key(review_id)):  # a revision or an approve may be writing
-        if not await state.drop_findings(db, review_id, cmd.findings):
+        why = " ".join(cmd.words)[:500] or None  # `drop F2 it is a fixture`: the reason
+        if not await state.drop_findings(db, review_id, cmd.findings, why):
             raise _not_a_draft(await get_review(db, review_id))
         await publisher.pending_review(await get_review(db, review_id))
         await publisher.new_check(review_id)  # its annotations show the draft without them

@@ -8,7 +8,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from bot.records import ledger
 from bot.records.database import Database
+from bot.records.ledger import LedgerWrites
 from bot.records.types import DraftFinding, Review
 
 COLUMNS = (  # what a draft finding stores
@@ -112,14 +114,16 @@ async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
     )
 
 
-async def drop_findings(db: Database, review_id: int, ordinals: tuple[int, ...]) -> bool:
-    """A person drops findings from the draft: only while it is a draft (not being revised or
-    published). False, and nothing changed, when it is not."""
+async def drop_findings(
+    db: Database, review_id: int, ordinals: tuple[int, ...], why: str | None = None
+) -> bool:
+    """A person drops findings from the draft (`why`: their reason): only while it is a draft
+    (not being revised or published). False, and nothing changed, when it is not."""
     changed = await db.execute(
-        "UPDATE findings SET state = 'dropped', checked_by = 'human' WHERE review_id = ?"
-        f" AND ordinal IN ({_marks(ordinals)})"
+        "UPDATE findings SET state = 'dropped', checked_by = 'human', why = ?"
+        f" WHERE review_id = ? AND ordinal IN ({_marks(ordinals)})"
         " AND EXISTS (SELECT 1 FROM reviews WHERE id = ? AND state = 'draft')",
-        (review_id, *ordinals, review_id),
+        (why, review_id, *ordinals, review_id),
     )
     return changed > 0
 
@@ -175,6 +179,7 @@ async def begin_revision(
     *,
     by: str,
     texts: dict[str, object],
+    writes: LedgerWrites | None = None,
 ) -> bool:
     """draft → revising, with the revised findings under their (stable) numbers, verdicts
     included, and the review's new texts (`texts`: verdict, summary, revision note, …) in the
@@ -213,21 +218,28 @@ async def begin_revision(
             f" AND state = 'kept' AND ordinal IN ({_marks(withdrawn)})",
             (by, review_id, *withdrawn),
         )
+        if writes is not None:
+            await ledger.write(conn, writes)
     return True
 
 
-async def set_findings(db: Database, review_id: int, findings: list[DraftFinding]) -> None:
-    """A new draft's findings, numbered F1…Fn as shown on the PR, all kept."""
+async def set_findings(
+    db: Database,
+    review_id: int,
+    numbered: list[tuple[int, DraftFinding]],
+    writes: LedgerWrites | None = None,
+) -> None:
+    """A new draft's findings under their `F` numbers (the PR's ledger's), all kept, and
+    what the push did to the ledger, in one commit."""
     async with db.transaction() as conn:
         await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
         await conn.executemany(
             f"INSERT INTO findings (review_id, ordinal, {', '.join(COLUMNS)}, state, checked_by)"
             f" VALUES (?, ?, {_marks(COLUMNS)}, 'kept', 'auto')",
-            [
-                (review_id, ordinal, *_values(finding))
-                for ordinal, finding in enumerate(findings, start=1)
-            ],
+            [(review_id, ordinal, *_values(finding)) for ordinal, finding in numbered],
         )
+        if writes is not None:
+            await ledger.write(conn, writes)
 
 
 def _values(finding: DraftFinding) -> tuple[object, ...]:

@@ -124,7 +124,7 @@ async def load_findings(db: Database, review_id: int) -> list[Finding]:
 
 
 async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> int:
-    """Delete the reviews and findings of PRs closed before `older_than`, `chunk` rows at a
+    """Delete the reviews, findings and ledgers of PRs closed before `older_than`, `chunk` rows at a
     time; their runs stay in the cost ledger."""
     closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
     total = 0
@@ -133,6 +133,8 @@ async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> i
         f" ON r.id = f.review_id WHERE r.pull_id IN ({closed}) LIMIT ?)",
         f"DELETE FROM reviews WHERE id IN (SELECT id FROM reviews WHERE pull_id IN ({closed})"
         " LIMIT ?)",
+        "DELETE FROM ledger WHERE pull_id IN (SELECT DISTINCT pull_id FROM ledger"
+        f" WHERE pull_id IN ({closed}) LIMIT ?)",
     ):
         total += await delete_in_chunks(db, sql, older_than, chunk)
     return total

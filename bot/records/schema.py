@@ -349,6 +349,34 @@ CREATE INDEX IF NOT EXISTS command_uses_key ON command_uses(key, used_at);
         "the rules a draft was made under (instructions used, severity gate, noise left out)",
         columns=(("reviews", "rules", "TEXT"),),  # JSON, see bot.review.rules
     ),
+    Step(
+        4,
+        "the finding ledger: a PR's findings keep their number and fingerprint across pushes",
+        schema="""
+-- One row per `F` number of a PR, for the PR's life: what identifies the finding across
+-- pushes (never its line), when a push fixed it, and how often a repeat was suppressed. What
+-- people did with it (published, dropped and why) is read from the findings of its reviews.
+CREATE TABLE IF NOT EXISTS ledger (
+    pull_id INTEGER NOT NULL,
+    ordinal INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    path TEXT NOT NULL,
+    code_key TEXT NOT NULL,
+    title_key TEXT NOT NULL,
+    first_review_id INTEGER NOT NULL,
+    fixed_in TEXT,
+    fixed_review_id INTEGER,
+    suppressed INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (pull_id, ordinal)
+);
+""",
+        columns=(
+            ("findings", "why", "TEXT"),  # a person's reason for dropping it
+            ("reviews", "ledger", "TEXT"),  # JSON: what the push did to the ledger (the status)
+            ("reviews", "suppressed", "INTEGER NOT NULL DEFAULT 0"),  # repeats of dropped ones
+        ),
+    ),
 )
 SCHEMA_VERSION = STEPS[-1].version
 # Which steps a database has, and when they came (both backends).

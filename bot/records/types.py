@@ -83,6 +83,8 @@ class Review(Record):
     requested_by: str | None
     run_owner: str | None  # the job attempt that runs it
     rules: str | None  # JSON: the rules its draft was made under (see bot.review.rules)
+    ledger: str | None = None  # JSON: what its push did to the PR's findings (see bot.review.ledger)
+    suppressed: int = 0  # findings it raised again after a person dropped them: left out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +125,25 @@ class Finding(Record):
     verify_note: str | None
     state: str  # kept | dropped | skipped | withdrawn (see bot.review.state)
     checked_by: str | None  # human, auto, or the provider that withdrew it
+    why: str | None = None  # a person's reason for dropping it (`drop F2 <why>`)
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerEntry(Record):
+    """One `F` number of a PR for the PR's life: what identifies its finding across pushes
+    (path, the code it points at and its title's words, never its line), and what happened to
+    it that is not a finding's state (fixed by a push, repeats suppressed)."""
+
+    pull_id: int
+    ordinal: int
+    fingerprint: str
+    path: str
+    code_key: str  # the code it points at, whitespace collapsed, hashed ('' when unknown)
+    title_key: str  # its title's words, normalised
+    first_review_id: int
+    fixed_in: str | None  # the head sha that fixed it
+    fixed_review_id: int | None  # the review that found it fixed
+    suppressed: int  # times it was raised again after a person dropped it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,7 +27,7 @@ from bot.records.sessions import (
 )
 from bot.records.types import Pull, Review
 from bot.repo_config import RepoConfig, fetch_repo_config
-from bot.review import state
+from bot.review import ledger, state
 from bot.review.checkout import default_branch_commit, prepare_worktree, worktree_name
 from bot.review.lifecycle import end_sessions, held_text
 from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
@@ -173,6 +173,8 @@ class ReviewJob:
                 progress=message("progress", step="reviewing"),
             )
 
+        items = await ledger.load(ctx.db, self.pull.id)
+        since = await ledger.delta_base(ctx.db, tree, self.pull.id, review_id)
         request = ReviewRequest(
             repo=self.pull.repo,
             number=self.pull.number,
@@ -184,13 +186,18 @@ class ReviewJob:
             pull_id=self.pull.id,
             review_id=review_id,
             rules_commit=rules_commit,
+            since=since,
+            ledger=tuple(ledger.brief(items)),
         )
         reviewer = Reviewer.of(ctx)
         progress = Progress(ctx, self.publisher, review_id, self.owner)
         draft = await review_worktree(
             reviewer, tree, request, on_tool_call=progress, on_plan=planned
         )
-        findings, verified = draft.findings, {}
+        numbered, writes, note = await ledger.numbered(
+            ctx.db, tree, self.pull.id, review_id, items, draft, since
+        )
+        findings, verified = [f for _, f in numbered], {}
         if self.verify and findings:
             provider = choose_provider(
                 request.provider,
@@ -211,7 +218,8 @@ class ReviewJob:
             return Ended.TAKEN_OVER
         if current.state != state.RUNNING:
             return Ended.SUPERSEDED
-        await state.set_findings(ctx.db, review_id, findings)
+        numbered = [(n, f) for (n, _), f in zip(numbered, findings, strict=True)]
+        await state.set_findings(ctx.db, review_id, numbered, writes)
         drafted = await update_review(
             ctx.db,
             review_id,
@@ -221,6 +229,8 @@ class ReviewJob:
             skill_version_id=draft.skill_version_id,
             progress=message("progress", step="publishing"),
             rules=draft.rules.to_json() if draft.rules else None,
+            ledger=json.dumps(note),
+            suppressed=note["suppressed"],
             **verified,
         )
         if not await state.owns_run(ctx.db, review_id, self.owner):
@@ -240,6 +250,11 @@ class ReviewJob:
             return Ended.TAKEN_OVER
         await end_sessions(ctx, self.pull.id, keep_review=review_id)  # the old drafts' talk
         await self.publisher.finish_check(ended)
+        if note["fixed_published"]:  # their review threads on GitHub are resolved
+            refused = await self.publisher.resolve_threads(note["fixed_published"])
+            if refused:
+                note["resolve_error"] = refused
+                ended = await update_review(ctx.db, review_id, ledger=json.dumps(note)) or ended
         await self.publisher.status(ended)
         return Ended.DRAFTED
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from bot.agents.base import Budget
@@ -26,7 +26,7 @@ from bot.repo_config import RepoConfig
 from bot.review.base import read_base
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
 from bot.review.noise import noise_files
-from bot.review.plan import place, plan_files
+from bot.review.plan import placed, plan_files
 from bot.review.rules import DraftRules
 from bot.skills import load_skill
 from bot.texts import message, render
@@ -55,6 +55,10 @@ class ReviewRequest:
     # The commit the team's instructions and `.gitattributes` are read from: the default
     # branch's (production); None reads them from the worktree's base (eval replays).
     rules_commit: str | None = None
+    # A re-review after a push: the last reviewed head (still an ancestor of this one), so
+    # only what changed since is reviewed; None reviews the whole PR.
+    since: str | None = None
+    ledger: tuple[dict[str, Any], ...] = ()  # the PR's earlier findings (bot.review.ledger)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,9 @@ class Draft:
     skill_version_id: int | None = None
     session_id: int | None = None
     rules: DraftRules | None = None  # what it was made under (None: a revision's draft)
+    resolved: tuple[int, ...] = ()  # earlier findings (F numbers) the reviewer says are fixed
+    changed: frozenset[str] = frozenset()  # in a re-review: the paths the push changed
+    diff: DiffModel | None = field(default=None, repr=False, compare=False)  # the PR's
 
 
 @dataclass
@@ -116,16 +123,17 @@ class Reviewer:
         )
 
 
-async def pr_diff(tree: Worktree) -> DiffModel:
-    """merge-base → head, as the PR's "Files changed" shows it. A diff may be tens of MB:
-    it is decoded and parsed on a worker thread, never on the event loop."""
+async def pr_diff(tree: Worktree, since: str | None = None) -> DiffModel:
+    """merge-base → head, as the PR's "Files changed" shows it (`since` → head: what a push
+    changed). A diff may be tens of MB: it is decoded and parsed on a worker thread, never on
+    the event loop."""
     out = await tree.git(
         "diff",
         "--no-color",
         "--no-ext-diff",
         "--no-textconv",
         "-M",
-        tree.merge_base,
+        since or tree.merge_base,
         tree.head_sha,
         timeout=300,
         limit=MAX_DIFF_BYTES,
@@ -134,31 +142,23 @@ async def pr_diff(tree: Worktree) -> DiffModel:
 
 
 def placed_findings(draft: ReviewDraft, diff: DiffModel) -> list[DraftFinding]:
-    """The submitted findings placed on the diff: inline ones carry the line(s) GitHub will
-    accept, the others keep what the reviewer said."""
-    placed = []
-    for finding in draft.findings:
-        placement = place(finding, diff)
-        found = DraftFinding(
-            path=finding.path,
-            severity=finding.severity,
-            title=finding.title,
-            body=finding.body,
-            line=finding.line,
-            end_line=finding.end_line,
-            side=finding.side,
-            suggestion=finding.suggestion,
-            in_diff=placement.inline,
+    """The submitted findings placed on the diff (see `bot.review.plan.placed`)."""
+    return [
+        placed(
+            DraftFinding(
+                path=f.path,
+                severity=f.severity,
+                title=f.title,
+                body=f.body,
+                line=f.line,
+                end_line=f.end_line,
+                side=f.side,
+                suggestion=f.suggestion,
+            ),
+            diff,
         )
-        if placement.inline:
-            found = replace(
-                found,
-                line=placement.start_line or placement.line,
-                side=placement.side,
-                end_line=placement.line if placement.start_line else None,
-            )
-        placed.append(found)
-    return placed
+        for f in draft.findings
+    ]
 
 
 async def review_worktree(
@@ -178,6 +178,10 @@ async def review_worktree(
     base = await read_base(tree, commit, touched)
     noise = noise_files(diff.files, base.attributes)
     plan = plan_files(diff, request.config, noise)
+    changed: frozenset[str] = frozenset()
+    if request.since is not None:  # a push: only the files it changed are reviewed again
+        changed = frozenset(changed_paths(await pr_diff(tree, request.since)))
+        plan = replace(plan, reviewed=tuple(p for p in plan.reviewed if p in changed))
     if on_plan is not None:
         await on_plan(plan.skipped)
     instructions = assemble(request.config, base.texts, plan.reviewed, touched)
@@ -193,7 +197,15 @@ async def review_worktree(
         )
 
     if not plan.reviewed:
-        return Draft(message("nothing_to_review"), "comment", [], plan.skipped, rules=rules(0))
+        return Draft(
+            message("nothing_to_review"),
+            "comment",
+            [],
+            plan.skipped,
+            rules=rules(0),
+            changed=changed,
+            diff=diff,
+        )
     provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(
         reviewer.db,
@@ -219,11 +231,21 @@ async def review_worktree(
         rules_commit=commit,
         file_chars=FILE_CHARS,
         total_chars=TOTAL_CHARS,
+        since=request.since,
+        ledger=request.ledger,
     )
-    toolbox = Toolbox(tree, on_call=on_tool_call, left_out=noise, changed=touched)
+    toolbox = Toolbox(
+        tree, on_call=on_tool_call, left_out=noise, changed=touched, since=request.since
+    )
     draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
     kept = [f for f in draft.findings if f.path not in noise]
-    return replace(draft, findings=kept, rules=rules(len(draft.findings) - len(kept)))
+    return replace(
+        draft,
+        findings=kept,
+        rules=rules(len(draft.findings) - len(kept)),
+        changed=changed,
+        diff=diff,
+    )
 
 
 def changed_paths(diff: DiffModel) -> list[str]:
@@ -289,4 +311,5 @@ async def _submitted(
         result.run_id,
         skill.id,
         session.id,
+        resolved=result.draft.resolved,
     )

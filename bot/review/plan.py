@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bot.agents.submit import Finding
 from bot.diff import DiffModel
+from bot.records.types import DraftFinding
 from bot.repo_config import RepoConfig
 
 _TESTS = re.compile(r"(^|/)(tests?|spec|__tests__)/|(^|/)test_[^/]+$|_test\.[a-z]+$")
@@ -74,7 +75,7 @@ class Placement:
     reason: str = ""
 
 
-def place(finding: Finding, diff: DiffModel) -> Placement:
+def place(finding: Finding | DraftFinding, diff: DiffModel) -> Placement:
     file = diff.get(finding.path)
     if file is None:
         return Placement(False, reason="file is not part of this pull request's diff")
@@ -88,3 +89,18 @@ def place(finding: Finding, diff: DiffModel) -> Placement:
     if finding.end_line and file.commentable(finding.end_line, side):
         return Placement(True, finding.end_line, None, side)
     return Placement(False, reason=f"line {finding.line} is not part of the diff")
+
+
+def placed(found: DraftFinding, diff: DiffModel) -> DraftFinding:
+    """A finding placed on the diff: an inline one carries the line(s) GitHub will accept, the
+    others keep what the reviewer said."""
+    placement = place(found, diff)
+    if not placement.inline:
+        return replace(found, in_diff=False)
+    return replace(
+        found,
+        in_diff=True,
+        line=placement.start_line or placement.line,
+        side=placement.side,
+        end_line=placement.line if placement.start_line else None,
+    )

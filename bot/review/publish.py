@@ -10,12 +10,14 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gidgethub
 
 from bot.catalog import suggested
+from bot.github import github_transient
 from bot.queue import Job
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import (
@@ -54,6 +56,33 @@ def revision_note(stored: str | None) -> dict[str, Any] | None:
     note = json.loads(stored)
     lists = ("kept", "added", "withdrawn", "dropped")
     return {**note, **{k: refs(note.get(k, [])) for k in lists}}
+
+
+def ledger_note(stored: str | None) -> dict[str, Any] | None:
+    """What the last push did to the PR's findings as the status comment shows it (JSON)."""
+    if not stored:
+        return None
+    note = json.loads(stored)
+    lists = ("new", "open", "published", "fixed", "dropped", "fixed_published")
+    return {**note, **{f"{k}_refs": refs(note.get(k, [])) for k in lists}}
+
+
+# The bot's unresolved review threads and the first comment of each (one page of 100).
+THREADS_QUERY = """
+query($owner: String!, $name: String!, $number: Int!, $after: String) {
+  repository(owner: $owner, name: $name) {
+    pullRequest(number: $number) {
+      reviewThreads(first: 100, after: $after) {
+        pageInfo { hasNextPage endCursor }
+        nodes { id isResolved comments(first: 1) { nodes { body author { login } } } }
+      }
+    }
+  }
+}"""
+RESOLVE_MUTATION = """
+mutation($id: ID!) { resolveReviewThread(input: {threadId: $id}) { thread { id isResolved } } }"""
+THREAD_PAGES = 10
+_INLINE_NUMBER = re.compile(r"\*\*F(\d+) ·")  # how templates/inline_comment.md.j2 begins
 
 
 def _now() -> str:
@@ -165,6 +194,7 @@ class Publisher:
             config_error=review.config_error,
             revision=review.revision,
             revision_note=revision_note(review.revision_note),
+            ledger=ledger_note(review.ledger),
             verify_provider=review.verify_provider,
             verify_error=review.verify_error,
             cost_line=cost_line,
@@ -209,6 +239,42 @@ class Publisher:
             "verify_note": finding.verify_note,
             "verifier": review.verify_provider,
         }
+
+    # -- review threads ------------------------------------------------------------
+
+    async def resolve_threads(self, ordinals: list[int]) -> str | None:
+        """Resolve the bot's review threads of these (fixed) findings; None when done, else
+        why GitHub refused (the App lacks the permission, …), to show on the PR."""
+        login = (await self.ctx.github.bot_login()).removesuffix("[bot]")
+        owner, name = self.pull.repo.split("/", 1)
+        wanted, found, after = set(ordinals), [], None
+        try:
+            for _page in range(THREAD_PAGES):
+                data = await self.gh.graphql(
+                    THREADS_QUERY, owner=owner, name=name, number=self.pull.number, after=after
+                )
+                threads = data["repository"]["pullRequest"]["reviewThreads"]
+                for thread in threads["nodes"]:
+                    first = (thread["comments"]["nodes"] or [{}])[0]
+                    number = _INLINE_NUMBER.match(first.get("body") or "")
+                    if (
+                        not thread["isResolved"]
+                        and (first.get("author") or {}).get("login") == login
+                        and number is not None
+                        and int(number.group(1)) in wanted
+                    ):
+                        found.append(thread["id"])
+                if not threads["pageInfo"]["hasNextPage"]:
+                    break
+                after = threads["pageInfo"]["endCursor"]
+            for thread_id in found:
+                await self.gh.graphql(RESOLVE_MUTATION, id=thread_id)
+        except Exception as exc:
+            if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
+                raise
+            log.warning("review threads not resolved", extra={"fields": {"error": str(exc)}})
+            return message("resolve_refused", error=str(exc)[:200] or exc.__class__.__name__)
+        return None
 
     # -- check run ----------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from bot.records.reviews import get_review, load_findings
 from bot.records.types import DraftFinding, Finding, Review
 from bot.repo_config import RepoConfig
-from bot.review import state
+from bot.review import ledger, state
 from bot.review.approve import publishing_key
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.review.publish import Publisher
@@ -130,13 +130,16 @@ def _claim(f: Finding | DraftFinding) -> tuple[object, ...]:
     return (f.path, f.line, f.end_line, f.side, f.severity, f.title, f.body)
 
 
-def renumber(old: Sequence[Finding], new: Sequence[DraftFinding]) -> Renumbered:
+def renumber(
+    old: Sequence[Finding], new: Sequence[DraftFinding], next_free: int | None = None
+) -> Renumbered:
     """The revision's findings under the draft's numbers: a match keeps its `F` number (and
     its verdict when the claim is unchanged), a new finding takes the next free number, an
     unmatched old one is withdrawn (one already withdrawn stays so, and takes its number back
     if it returns). A finding a person dropped stays dropped, whatever the revision says."""
     taken = match(old, new)
-    next_free = max((f.ordinal for f in old), default=0) + 1
+    if next_free is None:  # the PR's next number (its ledger's), else after the draft's
+        next_free = max((f.ordinal for f in old), default=0) + 1
     assigned, kept, added, dropped, unverified = [], [], [], [], []
     for n, finding in enumerate(new):
         before = taken.get(n)
@@ -195,7 +198,12 @@ async def apply_revision(
     if review.verify_provider:
         findings, verified = await _verified(ctx, publisher, review, draft, tree)
     async with ctx.db.hold(publishing_key(review_id)):
-        change = renumber(await load_findings(ctx.db, review_id), findings)
+        findings, keys, repeats = await ledger.without_repeats(ctx.db, tree, review, findings)
+        change = renumber(
+            await load_findings(ctx.db, review_id),
+            findings,
+            await ledger.next_number(ctx.db, review.pull_id),
+        )
         note = {
             "by": by,
             "after": after,
@@ -212,8 +220,9 @@ async def apply_revision(
             **verified,
             **({"run_id": draft.run_id} if draft.run_id else {}),
         }
+        writes = ledger.revision_writes(review, change.assigned, change.added, keys, repeats)
         if not await state.begin_revision(
-            ctx.db, review_id, change.assigned, change.withdrawn, by=by, texts=texts
+            ctx.db, review_id, change.assigned, change.withdrawn, by=by, texts=texts, writes=writes
         ):
             return None
         try:

@@ -30,6 +30,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -48,6 +49,10 @@ if TYPE_CHECKING:
     from bot.standin.graphql import GraphQLEndpoint
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# The permissions `cockpit register` asks for: what a stand-in installation grants by default.
+_MANIFEST_PERMISSIONS = json.loads(
+    resources.files("templates").joinpath("app-manifest.json").read_text()
+)["default_permissions"]
 _BY_ID = re.compile(r"^/repositories/(?P<id>\d+)(?P<rest>/.*)?$")
 ENTERPRISE_API = "/api/v3"
 
@@ -162,6 +167,9 @@ class GitHubStandin:
         self.issue_comments: dict[int, dict] = {}
         self.review_comments: dict[int, dict] = {}  # published in reviews, by REST id
         self.review_threads: dict[str, dict] = {}  # by GraphQL node id
+        # What the App's installations granted: the manifest's permissions unless a test
+        # changes them (resolving a review thread needs `contents: write`).
+        self.app_permissions: dict[str, str] = dict(_MANIFEST_PERMISSIONS)
         self.reviews: dict[int, dict] = {}
         self.check_runs: dict[int, dict] = {}
         self.reactions: list[dict] = []

@@ -37,6 +37,7 @@ class GitHubState(Protocol):
     pulls: dict[tuple[str, int], Any]
     review_comments: dict[int, dict]  # published in reviews, by REST id
     review_threads: dict[str, dict]  # by GraphQL node id
+    app_permissions: dict[str, str]  # what the App's installations granted
 
     @property
     def bot_login(self) -> str: ...
@@ -98,6 +99,15 @@ class NotFound(GraphQLError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, extensions={"type": "NOT_FOUND"})
+
+
+class Forbidden(GraphQLError):
+    """GitHub's `"type": "FORBIDDEN"`: the App's installation lacks a permission."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Resource not accessible by integration", extensions={"type": "FORBIDDEN"}
+        )
 
 
 class Unsupported(GraphQLError):
@@ -247,6 +257,8 @@ class GraphQLEndpoint:
                 raise NotFound(
                     f"Could not resolve to a node with the global id of '{input['threadId']}'"
                 )
+            if github.app_permissions.get("contents") != "write":  # as GitHub asks of Apps
+                raise Forbidden()
             thread["resolved_by"] = github.bot_login
             return {
                 "clientMutationId": input.get("clientMutationId"),
@@ -342,6 +354,7 @@ class GraphQLEndpoint:
             "__typename": "PullRequestReviewComment",
             "id": comment["node_id"],
             "databaseId": comment["id"],
+            "author": _actor(comment["user"]),
             "fullDatabaseId": str(comment["id"]),
             "body": comment["body"],
             "path": comment["path"],
@@ -350,3 +363,10 @@ class GraphQLEndpoint:
             f"#discussion_r{comment['id']}",
             "pullRequest": lambda: self._pull(comment["repo"], comment["number"]),
         }
+
+
+def _actor(login: str) -> dict[str, str]:
+    """A comment's author as GraphQL names it: an App's bot without REST's `[bot]`."""
+    if login.endswith("[bot]"):
+        return {"__typename": "Bot", "login": login.removesuffix("[bot]")}
+    return {"__typename": "User", "login": login}

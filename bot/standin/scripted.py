@@ -133,7 +133,52 @@ def scripted_reviewer(conversation: Conversation) -> Action:
             start_line=max(1, first["line"] - 5),
             end_line=first["line"] + 5,
         )
-    return call("submit_review", **_review(findings))
+    ledger = _ledger(conversation.user_texts[0] if conversation.user_texts else "")
+    touched = set(re.findall(r"^\+\+\+ b/(.+)$", diff, re.M))
+    files = _files_read(conversation)
+    unread = sorted({path for _, _, path, _ in ledger if path in touched} - set(files))
+    if unread:  # an earlier finding's file changed: read it whole to see whether it is fixed
+        return Action(tools=[("read_file", {"path": path}) for path in unread])
+    resolved = [
+        f"F{number}"
+        for number, title, path, _status in ledger
+        if path in files and not _still_there(title, files[path])
+    ]
+    review = _review(findings)
+    return call("submit_review", **review, **({"resolved": resolved} if resolved else {}))
+
+
+_LEDGER_ROW = re.compile(
+    r"^- F(\d+) · (open|published) · \w+ · ([^:·]+?)(?::\d+)? · (.+?)(?: · why dropped: .*)?$",
+    re.M,
+)
+
+
+def _ledger(request: str) -> list[tuple[int, str, str, str]]:
+    """The open and published findings of the request's ledger: (number, title, path,
+    status)."""
+    section = request.partition("<finding_ledger>")[2].partition("</finding_ledger>")[0]
+    return [
+        (int(number), title, path, status)
+        for number, status, path, title in _LEDGER_ROW.findall(section)
+    ]
+
+
+def _files_read(conversation: Conversation) -> dict[str, list[str]]:
+    """Whole files read so far: path → lines."""
+    return {
+        args["path"]: [m.group(1) for m in map(_NUMBERED.match, result.splitlines()) if m]
+        for (name, args), result in zip(
+            conversation.tool_calls, conversation.tool_results, strict=False
+        )
+        if name == "read_file" and "start_line" not in args and "path" in args
+    }
+
+
+def _still_there(title: str, lines: list[str]) -> bool:
+    """Whether a finding of this title still has code showing its pattern."""
+    pattern = next((p for p in PATTERNS if p.title == title), None)
+    return pattern is None or any(pattern.regex.search(line) for line in lines)
 
 
 def _review(findings: list[dict], note: str = "") -> dict:

@@ -1,0 +1,452 @@
+"""The finding ledger: a PR's findings for the PR's life.
+
+Every finding gets a fingerprint that survives line shifts — its path, the code it points at
+(whitespace collapsed) and its title's words, never its line number — and keeps its `F` number
+from the push that raised it to the last one. A new head's draft is reconciled with the ledger
+(`reconcile`): a finding a person dropped is never raised again (a repeat, exact or near, is
+suppressed and counted), one already published is not posted twice, one the reviewer says a
+push fixed is marked fixed in that push, and open ones the reviewer did not touch stay open.
+
+What people did with a number (published it, dropped it and why) is read from the findings of
+the PR's reviews (`bot.review.state` owns those); the ledger table adds only identity, fixes
+and suppressed repeats (its SQL: `bot.records.ledger`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bot.records import ledger as sql
+from bot.records.ledger import LedgerWrites, NewEntry
+from bot.records.types import DraftFinding, Finding, LedgerEntry, Review
+from bot.review.plan import placed
+
+if TYPE_CHECKING:
+    from bot.records.database import Database
+    from bot.review.pipeline import Draft
+    from bot.worktrees import Worktree
+
+OPEN, PUBLISHED, DROPPED, WITHDRAWN, FIXED = "open", "published", "dropped", "withdrawn", "fixed"
+CODE_LINES = 20  # at most this many lines of code identify a finding
+NEAR = 0.6  # title words shared (Jaccard) for two findings on the same path to be the same
+_WORD = re.compile(r"[a-z0-9_]+")
+_SHA = re.compile(r"[0-9a-f]{40}")
+_STOP = frozenset(  # words that do not tell two findings apart
+    [
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "be",
+        "been",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "with",
+        "and",
+        "or",
+        "not",
+        "no",
+        "this",
+        "that",
+        "it",
+        "its",
+        "by",
+        "as",
+        "from",
+    ]
+)
+
+
+# -- fingerprints ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Key:
+    """What identifies a finding across pushes."""
+
+    path: str
+    code: str  # hash of the code it points at, whitespace collapsed ('' when unknown)
+    title: str  # its title's words, lower case, without filler words
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"{self.path}\0{self.code}\0{self.title}".encode()).hexdigest()[:24]
+
+    def near(self, other: Key) -> bool:
+        """The same finding in other words or after its code changed: same path, and the
+        same code or mostly the same title words."""
+        if self.path != other.path:
+            return False
+        return (
+            bool(self.code and self.code == other.code)
+            or similarity(self.title, other.title) >= NEAR
+        )
+
+    def entry(self, ordinal: int) -> NewEntry:
+        return NewEntry(ordinal, self.fingerprint, self.path, self.code, self.title)
+
+
+def title_key(title: str) -> str:
+    return " ".join(w for w in _WORD.findall(title.casefold()) if w not in _STOP)
+
+
+def similarity(a: str, b: str) -> float:
+    left, right = set(a.split()), set(b.split())
+    if not left or not right:
+        return 0.0
+    return len(left & right) / len(left | right)
+
+
+def code_key(lines: Iterable[str]) -> str:
+    """The code a finding points at, whitespace collapsed and blank lines left out, hashed."""
+    kept = [" ".join(line.split()) for line in lines]
+    kept = [line for line in kept if line]
+    if not kept:
+        return ""
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
+
+
+def pointed_lines(text: str, line: int | None, end_line: int | None) -> list[str]:
+    """The lines `line`…`end_line` (1-based) of a file's text, at most CODE_LINES."""
+    if not line:
+        return []
+    lines = text.splitlines()
+    last = min(end_line or line, line + CODE_LINES - 1)
+    return lines[line - 1 : last]
+
+
+def key_of(finding: DraftFinding | Finding, text: str | None) -> Key:
+    """`text`: the file's content on the finding's side (None: unknown)."""
+    code = code_key(pointed_lines(text, finding.line, finding.end_line)) if text else ""
+    return Key(finding.path, code, title_key(finding.title))
+
+
+def relocate(finding: Finding, code: str, text: str | None) -> tuple[int | None, int | None]:
+    """Where the code a carried finding points at is now (its lines shift when code above
+    them changes): (line, end_line), or its old ones when the code is not found as it was."""
+    if not (text and code and finding.line):
+        return finding.line, finding.end_line
+    span = (finding.end_line or finding.line) - finding.line
+    lines = text.splitlines()
+    for start in range(len(lines) - span):
+        if code_key(lines[start : start + span + 1]) == code:
+            return start + 1, (start + 1 + span) if span else None
+    return finding.line, finding.end_line
+
+
+# -- the ledger as it stands ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One `F` number as it stands: its key, status and its newest finding."""
+
+    ordinal: int
+    key: Key
+    status: str  # open | published | dropped | withdrawn | fixed
+    last: Finding
+    why: str | None = None  # a person's reason for the drop
+    fixed_in: str | None = None
+    published: bool = False  # went out on GitHub (it may have been fixed since)
+
+
+def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) -> list[Item]:
+    """The ledger's items from its entries and the PR's findings (oldest review first)."""
+    by_number: dict[int, list[tuple[str, Finding]]] = {}
+    for review_state, _head, finding in history:
+        by_number.setdefault(finding.ordinal, []).append((review_state, finding))
+    items = []
+    for entry in entries:
+        seen = by_number.get(entry.ordinal)
+        if not seen:
+            continue
+        key = Key(entry.path, entry.code_key, entry.title_key)
+        dropped = [
+            f
+            for s, f in seen
+            if (f.state == "dropped" and f.checked_by == "human")
+            or (f.state == "skipped" and s == "posted")  # left out of an approve by a person
+        ]
+        published = any(s == "posted" and f.state == "kept" for s, f in seen)
+        last = seen[-1][1]
+        if entry.fixed_in:
+            status = FIXED
+        elif dropped:
+            status = DROPPED
+        elif published:
+            status = PUBLISHED
+        elif last.state == "withdrawn":
+            status = WITHDRAWN
+        else:
+            status = OPEN
+        why = dropped[-1].why if dropped else None
+        items.append(Item(entry.ordinal, key, status, last, why, entry.fixed_in, published))
+    return items
+
+
+async def load(db: Database, pull_id: int) -> list[Item]:
+    return view(await sql.entries(db, pull_id), await sql.history(db, pull_id))
+
+
+def brief(items: list[Item]) -> list[dict[str, Any]]:
+    """What the reviewer is told of the ledger (rendered in its request)."""
+    return [
+        {
+            "ordinal": i.ordinal,
+            "status": i.status,
+            "severity": i.last.severity,
+            "where": i.last.path + (f":{i.last.line}" if i.last.line else ""),
+            "title": i.last.title,
+            "why": i.why,
+            "fixed_in": (i.fixed_in or "")[:7],
+        }
+        for i in items
+        if i.status != FIXED
+    ]
+
+
+# -- a new head against the ledger ----------------------------------------------------------
+
+
+@dataclass
+class Reconciled:
+    """A new draft's findings under their numbers, and what the push did to the ledger."""
+
+    numbered: list[tuple[int, DraftFinding]] = field(default_factory=list)
+    carried: list[Item] = field(default_factory=list)  # open, not touched: still in the draft
+    new: list[NewEntry] = field(default_factory=list)
+    rekeyed: list[NewEntry] = field(default_factory=list)
+    still_published: list[int] = field(default_factory=list)  # on GitHub already, still open
+    fixed: list[Item] = field(default_factory=list)
+    suppressed: Counter[int] = field(default_factory=Counter)  # dropped number → repeats
+
+    def writes(self, pull_id: int, review_id: int, head_sha: str) -> LedgerWrites:
+        return LedgerWrites(
+            pull_id,
+            review_id,
+            head_sha,
+            new=tuple(self.new),
+            rekeyed=tuple(self.rekeyed),
+            fixed=tuple(i.ordinal for i in self.fixed),
+            suppressed=tuple(sorted(self.suppressed.items())),
+        )
+
+    def note(self, items: list[Item], *, since: str | None, head_sha: str) -> dict[str, Any]:
+        """What the status comment shows of the ledger after this push."""
+        fresh = {e.ordinal for e in self.new}
+        drafted = [n for n, _ in self.numbered]
+        return {
+            "since": since,
+            "head": head_sha,
+            "new": [n for n in drafted if n in fresh],
+            "open": [n for n in drafted if n not in fresh],
+            "published": sorted(self.still_published),
+            "fixed": [i.ordinal for i in self.fixed],
+            "fixed_published": [i.ordinal for i in self.fixed if i.published],
+            "dropped": [i.ordinal for i in items if i.status == DROPPED],
+            "suppressed": sum(self.suppressed.values()),
+        }
+
+
+def reconcile(
+    items: list[Item],
+    found: list[tuple[DraftFinding, Key]],
+    *,
+    resolved: Iterable[int],
+    changed: set[str] | None,
+    next_ordinal: int,
+) -> Reconciled:
+    """The reviewer's findings for a new head (`found`, each with its key) against the
+    ledger: a repeat of a dropped finding is suppressed; one the ledger knows keeps its number
+    (one already published is not drafted again); the rest get new numbers. Open and
+    published numbers the reviewer `resolved` are fixed — in a delta review only those on a
+    path the push `changed` (None: a full review) — and the open ones it did not touch stay
+    in the draft."""
+    out = Reconciled()
+    dropped = [i for i in items if i.status == DROPPED]
+    active = [i for i in items if i.status in (OPEN, PUBLISHED, WITHDRAWN)]
+    taken: set[int] = set()
+    for finding, key in found:
+        repeat = _match(key, dropped, set())
+        if repeat is not None:
+            out.suppressed[repeat.ordinal] += 1
+            continue
+        known = _match(key, active, taken)
+        if known is None:
+            out.new.append(key.entry(next_ordinal))
+            out.numbered.append((next_ordinal, finding))
+            next_ordinal += 1
+            continue
+        taken.add(known.ordinal)
+        if key != known.key:
+            out.rekeyed.append(key.entry(known.ordinal))
+        if known.status == PUBLISHED:
+            out.still_published.append(known.ordinal)
+        else:
+            out.numbered.append((known.ordinal, finding))
+    wanted = set(resolved)
+    for item in active:
+        if item.ordinal in taken or item.status == WITHDRAWN:
+            continue
+        if item.ordinal in wanted and (changed is None or item.key.path in changed):
+            out.fixed.append(item)
+        elif item.status == PUBLISHED:
+            out.still_published.append(item.ordinal)
+        else:
+            out.carried.append(item)
+    out.still_published.sort()
+    return out
+
+
+def _match(key: Key, items: list[Item], taken: set[int]) -> Item | None:
+    """The item `key` names: the same fingerprint first, else a near one."""
+    free = [i for i in items if i.ordinal not in taken]
+    for item in free:
+        if item.key == key:
+            return item
+    for item in free:
+        if item.key.near(key):
+            return item
+    return None
+
+
+def carry(item: Item, text: str | None) -> DraftFinding:
+    """An open finding the push did not touch, as the new draft holds it (moved to where its
+    code is now; the caller places it on the new diff)."""
+    line, end_line = relocate(item.last, item.key.code, text)
+    f = item.last
+    return DraftFinding(
+        path=f.path,
+        severity=f.severity,
+        title=f.title,
+        body=f.body,
+        line=line,
+        end_line=end_line,
+        side=f.side,
+        suggestion=f.suggestion,
+        verify_status=f.verify_status,
+        verify_note=f.verify_note,
+    )
+
+
+# -- reading the code a finding points at ---------------------------------------------------
+
+
+async def file_text(tree: Worktree, path: str, side: str) -> str | None:
+    """A file's text on a side of the PR (head for RIGHT, merge base for LEFT), read from
+    git's objects (never the file system: a symlink in a PR reads nothing outside)."""
+    commit = tree.merge_base if side == "LEFT" else tree.head_sha
+    out = await tree.git("show", f"{commit}:{path}", check=False, limit=2 * 1024 * 1024)
+    return out.decode("utf-8", errors="replace") if out else None
+
+
+async def keys_of(tree: Worktree, findings: Iterable[DraftFinding]) -> list[Key]:
+    texts: dict[tuple[str, str], str | None] = {}
+    keys = []
+    for finding in findings:
+        where = (finding.path, finding.side or "RIGHT")
+        if where not in texts:
+            texts[where] = await file_text(tree, *where)
+        keys.append(key_of(finding, texts[where]))
+    return keys
+
+
+# -- a review job's use of it -----------------------------------------------------------
+
+
+async def delta_base(db: Database, tree: Worktree, pull_id: int, review_id: int) -> str | None:
+    """Where a re-review starts: the PR's last reviewed head when this head descends from it
+    (a push on top), else None (the first review, the same head again, or a force-push: the
+    whole PR is reviewed)."""
+    last = await sql.last_reviewed(db, pull_id, review_id)
+    if last is None or last.head_sha == tree.head_sha or not _SHA.fullmatch(last.head_sha):
+        return None
+    base = await tree.git("merge-base", last.head_sha, tree.head_sha, check=False)
+    return last.head_sha if base.decode().strip() == last.head_sha else None
+
+
+async def numbered(
+    db: Database,
+    tree: Worktree,
+    pull_id: int,
+    review_id: int,
+    items: list[Item],
+    draft: Draft,
+    since: str | None,
+) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any]]:
+    """A new head's draft against the PR's ledger: its findings under their numbers (open ones
+    the push did not touch carried over, moved to where their code is now), what to write to
+    the ledger, and the note the status comment shows."""
+    keys = await keys_of(tree, draft.findings)
+    outcome = reconcile(
+        items,
+        list(zip(draft.findings, keys, strict=True)),
+        resolved=draft.resolved,
+        changed=set(draft.changed) if since else None,
+        next_ordinal=await sql.next_ordinal(db, pull_id),
+    )
+    for item in outcome.carried:
+        found = carry(item, await file_text(tree, item.last.path, item.last.side))
+        outcome.numbered.append((item.ordinal, placed(found, draft.diff) if draft.diff else found))
+    outcome.numbered.sort(key=lambda pair: pair[0])
+    note = outcome.note(items, since=since, head_sha=tree.head_sha)
+    return outcome.numbered, outcome.writes(pull_id, review_id, tree.head_sha), note
+
+
+async def next_number(db: Database, pull_id: int) -> int:
+    return await sql.next_ordinal(db, pull_id)
+
+
+async def without_repeats(
+    db: Database, tree: Worktree, review: Review, findings: list[DraftFinding]
+) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
+    """A revision's findings without repeats of ones people dropped from earlier drafts (one
+    dropped from this draft stays dropped where it is), each kept one's key by index, and
+    the repeats suppressed by dropped number."""
+    dropped = [
+        i
+        for i in await load(db, review.pull_id)
+        if i.status == DROPPED and i.last.review_id != review.id
+    ]
+    kept, keys, repeats = [], {}, Counter[int]()
+    for finding, key in zip(findings, await keys_of(tree, findings), strict=True):
+        repeat = _match(key, dropped, set())
+        if repeat is not None:
+            repeats[repeat.ordinal] += 1
+            continue
+        keys[_spot(finding)] = key
+        kept.append(finding)
+    return kept, keys, repeats
+
+
+def _spot(finding: DraftFinding) -> tuple[object, ...]:
+    return (finding.path, finding.line, finding.end_line, finding.side, finding.title)
+
+
+def revision_writes(
+    review: Review,
+    assigned: list[tuple[int, DraftFinding]],
+    added: list[int],
+    keys: dict[tuple[object, ...], Key],
+    repeats: Counter[int],
+) -> LedgerWrites:
+    """The ledger entries of a revision's new findings (`keys` as `without_repeats` gave)."""
+    fresh = set(added)
+    return LedgerWrites(
+        review.pull_id,
+        review.id,
+        review.head_sha,
+        new=tuple(keys[_spot(f)].entry(ordinal) for ordinal, f in assigned if ordinal in fresh),
+        suppressed=tuple(sorted(repeats.items())),
+    )
