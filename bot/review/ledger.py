@@ -249,6 +249,7 @@ class Reconciled:
         return {
             "since": since,
             "head": head_sha,
+            "earlier": len(items),  # numbers the PR had before this push
             "new": [n for n in drafted if n in fresh],
             "open": [n for n in drafted if n not in fresh],
             "published": sorted(self.still_published),

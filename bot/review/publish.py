@@ -64,7 +64,7 @@ def ledger_note(stored: str | None) -> dict[str, Any] | None:
         return None
     note = json.loads(stored)
     lists = ("new", "open", "published", "fixed", "dropped", "fixed_published")
-    return {**note, **{f"{k}_refs": refs(note.get(k, [])) for k in lists}}
+    return {"resolve_error": None, **note, **{f"{k}_refs": refs(note.get(k, [])) for k in lists}}
 
 
 # The bot's unresolved review threads and the first comment of each (one page of 100).

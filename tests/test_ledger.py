@@ -1,0 +1,239 @@
+"""The finding ledger, end to end through the real server, the GitHub stand-in (REST and
+GraphQL) and the model stand-in: numbers stay the PR's across pushes, a push is reviewed as
+a delta with the ledger in the request, a dropped finding is never raised again, a fixed
+published finding is marked and its thread resolved, a force-push gets a whole review."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bot.records.types import Finding
+from bot.review import ledger
+from bot.server import make_app
+from bot.standin.repo import git
+from handlers import router
+from tests.conftest import wait_for
+from tests.world import NOTHING_FOLDED, build_world, comment_payload
+
+pytestmark = pytest.mark.backends
+
+CALC = "def parse(text):\n    return eval(text)\n\n\ndef total(values):\n"
+NONE_CHECK = "    if values == None:\n        return 0\n    return sum(values)\n"
+
+
+@pytest.fixture
+async def world(github, settings, tmp_path, aiohttp_client, anthropic_standin):
+    world = build_world(github, tmp_path, files=NOTHING_FOLDED)
+    world.client = await aiohttp_client(make_app(settings, router))
+    world.model = anthropic_standin
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    return world
+
+
+async def findings_of(world, review_id: int) -> list[tuple[int, str, str]]:
+    rows = await world.ctx.db.fetchall(
+        "SELECT ordinal, title, state FROM findings WHERE review_id = ? ORDER BY ordinal",
+        (review_id,),
+    )
+    return [(r["ordinal"], r["title"], r["state"]) for r in rows]
+
+
+async def pushed(world, files: dict[str, str]) -> dict:
+    """The contributor pushes on top; the re-review's draft row."""
+    head = world.push(files)
+    count = len(await world.review_rows())
+    await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=head))
+    return await world.wait_review("draft", index=count)
+
+
+def requests_of_review(world, n: int):
+    """The reviewer's conversation (its last request) of the n-th review (0-based)."""
+    firsts = []
+    for body in world.model.requests:
+        conversation = world.model.normalise(body)
+        if "submit_review" in conversation.tools and conversation.user_texts:
+            if conversation.user_texts[0].startswith("Review pull request"):
+                if not firsts or firsts[-1][0] != conversation.user_texts[0]:
+                    firsts.append((conversation.user_texts[0], conversation))
+                else:
+                    firsts[-1] = (conversation.user_texts[0], conversation)
+    return firsts[n][1]
+
+
+async def test_a_push_after_a_drop_does_not_raise_it_again_and_numbers_stay(world):
+    first = (await world.review_rows())[-1]
+    assert await findings_of(world, first["id"]) == [
+        (1, "eval() runs untrusted input", "kept"),
+        (2, "Compare with None using `is`", "kept"),
+    ]
+    await world.send(
+        "issue_comment", comment_payload(world, "/cockpit drop F2 our style guide allows it")
+    )
+
+    async def dropped():
+        return (await findings_of(world, first["id"]))[1][2] == "dropped"
+
+    await wait_for(dropped)
+    await world.wait_idle()
+    # The push rewrites the dropped line (its code changes, its title does not) and adds a
+    # new finding above the others, shifting their lines.
+    second = await pushed(
+        world,
+        {
+            "calc.py": 'API_KEY = "sk-live-1234"\n\n\n' + CALC
+            + "    if values == None:  # empty input\n        return 0\n    return sum(values)\n"
+        },
+    )
+    assert await findings_of(world, second["id"]) == [
+        (1, "eval() runs untrusted input", "kept"),  # carried: same number, moved down
+        (3, "Hard-coded credential", "kept"),  # new: the PR's next number
+    ]
+    assert second["suppressed"] == 1
+    [carried] = [
+        r for r in await world.ctx.db.fetchall(
+            "SELECT line FROM findings WHERE review_id = ? AND ordinal = 1", (second["id"],)
+        )
+    ]
+    assert carried["line"] == 5  # where `return eval(text)` is now (it was line 2)
+    rows = await world.ctx.db.fetchall("SELECT ordinal, suppressed FROM ledger ORDER BY ordinal")
+    assert [(r["ordinal"], r["suppressed"]) for r in rows] == [(1, 0), (2, 1), (3, 0)]
+
+    conversation = requests_of_review(world, 1)
+    request = conversation.user_texts[0]
+    assert "re-review after a push" in request and first["head_sha"] in request
+    assert "- F2 · dropped · nit · calc.py:6 · Compare with None using `is` · why dropped:" in (
+        request
+    )
+    assert "our style guide allows it" in request
+    diff = conversation.result_of("git_diff")
+    assert "+API_KEY" in diff and "+    return eval(text)" not in diff  # what the push changed
+
+    status = world.status_body()
+    assert "reviewed what changed since" in status
+    assert "new F3 · still open F1" in status
+    assert "dropped by people F2 · repeats of dropped findings suppressed: 1" in status
+    [pending] = world.pending_reviews()
+    assert sorted(re.findall(r"\*\*(F\d+) ·", str(pending))) == ["F1", "F3"]
+
+
+async def approve_all(world) -> None:
+    await world.send("issue_comment", comment_payload(world, "/cockpit approve"))
+    await world.wait_review("posted")
+
+
+def thread_of(world, number: int) -> dict:
+    [thread] = [
+        t
+        for t in world.github.review_threads.values()
+        if world.github.review_comments[t["comment_ids"][0]]["body"].startswith(f"**F{number} ")
+    ]
+    return thread
+
+
+async def test_a_push_that_fixes_a_published_finding_marks_it_fixed_and_resolves_its_thread(
+    world,
+):
+    world.github.app_permissions["contents"] = "write"
+    await approve_all(world)
+    second = await pushed(
+        world,
+        {"calc.py": "def parse(text):\n    return int(text)\n\n\ndef total(values):\n" + NONE_CHECK},
+    )
+    assert await findings_of(world, second["id"]) == []  # F2 is on GitHub already: not again
+    row = await world.ctx.db.fetchone("SELECT fixed_in FROM ledger WHERE ordinal = 1")
+    assert row["fixed_in"] == second["head_sha"]
+    assert thread_of(world, 1)["resolved_by"] is not None
+    assert thread_of(world, 2)["resolved_by"] is None  # still there
+    request = requests_of_review(world, 1).user_texts[0]
+    assert "- F1 · published · critical · calc.py:2 · eval() runs untrusted input" in request
+    status = world.status_body()
+    assert f"fixed F1 (in `{second['head_sha'][:7]}`)" in status
+    assert "published and still open F2" in status
+    assert "Their review threads are resolved: F1." in status
+
+
+async def test_without_the_contents_permission_the_status_comment_says_so_and_goes_on(world):
+    assert world.github.app_permissions["contents"] == "read"  # what `cockpit register` asks
+    await approve_all(world)
+    second = await pushed(
+        world,
+        {"calc.py": "def parse(text):\n    return int(text)\n\n\ndef total(values):\n" + NONE_CHECK},
+    )
+    assert second["state"] == "draft"
+    row = await world.ctx.db.fetchone("SELECT fixed_in FROM ledger WHERE ordinal = 1")
+    assert row["fixed_in"] == second["head_sha"]
+    assert thread_of(world, 1)["resolved_by"] is None
+    status = world.status_body()
+    assert "Resource not accessible by integration" in status
+    assert 'Contents permission set to "Read and write"' in status
+
+
+async def test_a_force_push_gets_a_whole_review_and_keeps_the_numbers(world):
+    first = (await world.review_rows())[-1]
+    path = world.pr.path
+    git(path, "checkout", "-q", world.pr.base_sha)  # a rewritten branch: not on the old head
+    (path / "calc.py").write_text(
+        "import subprocess\n\n" + CALC + NONE_CHECK
+        + "\n\ndef run(cmd):\n    subprocess.run(cmd, shell=True)\n"
+    )
+    git(path, "commit", "-qam", "rewritten")
+    head = git(path, "rev-parse", "HEAD").strip()
+    git(path, "update-ref", f"refs/pull/{world.pr.number}/head", head)
+    git(path, "checkout", "-q", world.pr.base_ref)
+    diff = git(path, "diff", "--no-color", "-M", world.pr.base_sha, head)
+    world.github.add_pull(
+        world.repo, world.pr.number, head_sha=head, base_sha=world.pr.base_sha, diff=diff
+    )
+    await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=head))
+    second = await world.wait_review("draft", index=1)
+    assert second["head_sha"] == head != first["head_sha"]
+    assert await findings_of(world, second["id"]) == [
+        (1, "eval() runs untrusted input", "kept"),
+        (2, "Compare with None using `is`", "kept"),
+        (3, "Shell command built from input", "kept"),
+    ]
+    conversation = requests_of_review(world, 1)
+    assert "re-review after a push" not in conversation.user_texts[0]
+    assert "+    return eval(text)" in conversation.result_of("git_diff")  # the whole PR
+    assert "(whole PR reviewed)" in world.status_body()
+
+
+# -- fingerprints -----------------------------------------------------------------------------
+
+
+def stored(line: int, title: str = "eval() runs untrusted input", end: int | None = None):
+    return Finding(1, 1, 1, "calc.py", line, end, "RIGHT", "critical", title, "b", None, True,
+                   None, None, "kept", "auto")  # fmt: skip
+
+
+_lines = st.lists(st.text(alphabet="abc ()=_\t", min_size=1, max_size=12), min_size=1, max_size=8)
+
+
+@given(_lines, _lines, st.integers(min_value=0, max_value=5))
+def test_a_fingerprint_survives_line_shifts_and_whitespace(code, above, spaces):
+    text = "\n".join([*above, *code])
+    moved = "\n".join(["x = 1"] * spaces + [*above, *(" " * spaces + c for c in code)])
+    where = len(above) + 1
+    before = ledger.key_of(stored(where, end=where + len(code) - 1), text)
+    after = ledger.key_of(stored(where + spaces, end=where + spaces + len(code) - 1), moved)
+    assert before == after and "line" not in ledger.Key.__dataclass_fields__
+
+
+def test_near_is_the_same_path_and_the_same_code_or_mostly_the_same_words():
+    a = ledger.Key("a.py", "c1", ledger.title_key("SQL query built with an f-string"))
+    assert a.near(ledger.Key("a.py", "c2", ledger.title_key("SQL query is built with f-string")))
+    assert a.near(ledger.Key("a.py", "c1", ledger.title_key("Injection risk")))  # same code
+    assert not a.near(ledger.Key("b.py", "c1", a.title))
+    assert not a.near(ledger.Key("a.py", "c2", ledger.title_key("Unclosed file handle")))
+
+
+def test_relocate_finds_the_code_where_it_moved_or_keeps_the_old_lines():
+    old = stored(2, end=3)
+    code = ledger.code_key(["    return eval(text)", "x = 1"])
+    assert ledger.relocate(old, code, "a\nb\nc\n  return   eval(text)\nx = 1\n") == (4, 5)
+    assert ledger.relocate(old, code, "nothing like it\n") == (2, 3)
