@@ -171,6 +171,7 @@ def test_verify_notes_stay_inside_their_status_table_cell(note, title):
         config_error=None,
         revision=1,
         revision_note=None,
+        ledger=None,
         verify_provider="codex",
         verify_error=None,
         cost_line="",

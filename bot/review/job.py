@@ -10,7 +10,7 @@ import json
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import gidgethub
@@ -206,8 +206,13 @@ class ReviewJob:
             )
             progress.phase = message("progress_verifying", count=len(findings), provider=provider)
             await update_review(ctx.db, review_id, progress=progress.phase)
-            verification = await verify_draft(
-                reviewer, tree, request, draft, provider=provider, on_tool_call=progress
+            verification = await verify_draft(  # the findings as numbered: carried too
+                reviewer,
+                tree,
+                request,
+                replace(draft, findings=findings),
+                provider=provider,
+                on_tool_call=progress,
             )
             findings = apply_verification(findings, verification)
             verified = {"verify_provider": provider, "verify_error": verification.error}
