@@ -226,7 +226,8 @@ async def review_worktree(
         title=request.title,
         body=request.body,
         reviewed=plan.reviewed,
-        skipped=plan.skipped,
+        # a re-review names only what the push changed: the rest was told the first time
+        skipped=[(p, why) for p, why in plan.skipped if not changed or p in changed],
         instructions=instructions,
         rules_commit=commit,
         file_chars=FILE_CHARS,
