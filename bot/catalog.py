@@ -29,8 +29,9 @@ COMMANDS = (
     ),
     Spec(
         "drop",
-        "F2 [F5 …]",
-        "remove findings from the draft (pending review, check run and status follow)",
+        "F2 [F5 …] [why]",
+        "remove findings from the draft (pending review, check run and status follow); the"
+        " reason is kept, and a dropped finding is never raised again on this PR",
     ),
     Spec(
         "approve",

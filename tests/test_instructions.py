@@ -238,6 +238,8 @@ def request(title: str, body: str, paths: list[str], rules: str) -> str:
         rules_commit="c" * 40,
         file_chars=8_000,
         total_chars=24_000,
+        since=None,
+        ledger=(),
     )
 
 

@@ -83,7 +83,7 @@ class Review(Record):
     requested_by: str | None
     run_owner: str | None  # the job attempt that runs it
     rules: str | None  # JSON: the rules its draft was made under (see bot.review.rules)
-    ledger: str | None = None  # JSON: what its push did to the PR's findings (see bot.review.ledger)
+    ledger: str | None = None  # JSON: what its push did to the findings (bot.review.ledger)
     suppressed: int = 0  # findings it raised again after a person dropped them: left out
 
 

@@ -174,6 +174,7 @@ class ReviewJob:
             )
 
         items = await ledger.load(ctx.db, self.pull.id)
+        published = [i.ordinal for i in items if i.status == ledger.PUBLISHED]
         since = await ledger.delta_base(ctx.db, tree, self.pull.id, review_id)
         request = ReviewRequest(
             repo=self.pull.repo,
@@ -187,7 +188,7 @@ class ReviewJob:
             review_id=review_id,
             rules_commit=rules_commit,
             since=since,
-            ledger=tuple(ledger.brief(items)),
+            ledger=tuple(ledger.brief(items, await self.publisher.thread_replies(published))),
         )
         reviewer = Reviewer.of(ctx)
         progress = Progress(ctx, self.publisher, review_id, self.owner)

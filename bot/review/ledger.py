@@ -199,21 +199,34 @@ async def load(db: Database, pull_id: int) -> list[Item]:
     return view(await sql.entries(db, pull_id), await sql.history(db, pull_id))
 
 
-def brief(items: list[Item]) -> list[dict[str, Any]]:
-    """What the reviewer is told of the ledger (rendered in its request)."""
+REPLY_CHARS = 600  # of each reply in a finding's thread, for the reviewer
+REPLIES = 5  # the last ones of each thread
+
+
+def brief(items: list[Item], replies: dict[int, list[str]] | None = None) -> list[dict[str, Any]]:
+    """What the reviewer is told of the ledger (rendered in its request): each number's
+    status, place and title, a person's reason for a drop, and the last replies people wrote
+    in a published finding's thread."""
+    replies = replies or {}
     return [
         {
+            "replies": [_line(r)[:REPLY_CHARS] for r in replies.get(i.ordinal, [])[-REPLIES:]],
             "ordinal": i.ordinal,
             "status": i.status,
             "severity": i.last.severity,
-            "where": i.last.path + (f":{i.last.line}" if i.last.line else ""),
-            "title": i.last.title,
-            "why": i.why,
+            "where": _line(i.last.path) + (f":{i.last.line}" if i.last.line else ""),
+            "title": _line(i.last.title),
+            "why": _line(i.why)[:REPLY_CHARS] if i.why else None,
             "fixed_in": (i.fixed_in or "")[:7],
         }
         for i in items
         if i.status != FIXED
     ]
+
+
+def _line(text: str) -> str:
+    """One line: text people or a model wrote cannot pose as another ledger row."""
+    return " ".join(text.split())
 
 
 # -- a new head against the ledger ----------------------------------------------------------

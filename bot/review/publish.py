@@ -67,14 +67,14 @@ def ledger_note(stored: str | None) -> dict[str, Any] | None:
     return {"resolve_error": None, **note, **{f"{k}_refs": refs(note.get(k, [])) for k in lists}}
 
 
-# The bot's unresolved review threads and the first comment of each (one page of 100).
+# A PR's review threads with their first comments (a page of 100 threads).
 THREADS_QUERY = """
 query($owner: String!, $name: String!, $number: Int!, $after: String) {
   repository(owner: $owner, name: $name) {
     pullRequest(number: $number) {
       reviewThreads(first: 100, after: $after) {
         pageInfo { hasNextPage endCursor }
-        nodes { id isResolved comments(first: 1) { nodes { body author { login } } } }
+        nodes { id isResolved comments(first: 20) { nodes { body author { login } } } }
       }
     }
   }
@@ -242,33 +242,60 @@ class Publisher:
 
     # -- review threads ------------------------------------------------------------
 
+    async def _finding_threads(self, wanted: set[int]) -> list[tuple[int, dict]]:
+        """The bot's review threads of these findings: (F number, thread), the thread with
+        its first comments as GraphQL gives them."""
+        login = (await self.ctx.github.bot_login()).removesuffix("[bot]")
+        owner, name = self.pull.repo.split("/", 1)
+        found, after = [], None
+        for _page in range(THREAD_PAGES):
+            data = await self.gh.graphql(
+                THREADS_QUERY, owner=owner, name=name, number=self.pull.number, after=after
+            )
+            threads = data["repository"]["pullRequest"]["reviewThreads"]
+            for thread in threads["nodes"]:
+                first = (thread["comments"]["nodes"] or [{}])[0]
+                number = _INLINE_NUMBER.match(first.get("body") or "")
+                if (
+                    (first.get("author") or {}).get("login") == login
+                    and number is not None
+                    and int(number.group(1)) in wanted
+                ):
+                    found.append((int(number.group(1)), thread))
+            if not threads["pageInfo"]["hasNextPage"]:
+                break
+            after = threads["pageInfo"]["endCursor"]
+        return found
+
+    async def thread_replies(self, ordinals: list[int]) -> dict[int, list[str]]:
+        """What people replied in the review threads of these (published) findings, oldest
+        first, for the reviewer's ledger; nothing when GitHub does not tell (logged)."""
+        if not ordinals:
+            return {}
+        login = (await self.ctx.github.bot_login()).removesuffix("[bot]")
+        try:
+            threads = await self._finding_threads(set(ordinals))
+        except Exception as exc:
+            if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
+                raise
+            log.warning("thread replies not read", extra={"fields": {"error": str(exc)}})
+            return {}
+        replies: dict[int, list[str]] = {}
+        for number, thread in threads:
+            for comment in thread["comments"]["nodes"][1:]:
+                author = (comment.get("author") or {}).get("login")
+                if author and author != login and comment.get("body"):
+                    replies.setdefault(number, []).append(f"{author}: {comment['body']}")
+        return replies
+
     async def resolve_threads(self, ordinals: list[int]) -> str | None:
         """Resolve the bot's review threads of these (fixed) findings; None when done, else
         why GitHub refused (the App lacks the permission, …), to show on the PR."""
-        login = (await self.ctx.github.bot_login()).removesuffix("[bot]")
-        owner, name = self.pull.repo.split("/", 1)
-        wanted, found, after = set(ordinals), [], None
         try:
-            for _page in range(THREAD_PAGES):
-                data = await self.gh.graphql(
-                    THREADS_QUERY, owner=owner, name=name, number=self.pull.number, after=after
-                )
-                threads = data["repository"]["pullRequest"]["reviewThreads"]
-                for thread in threads["nodes"]:
-                    first = (thread["comments"]["nodes"] or [{}])[0]
-                    number = _INLINE_NUMBER.match(first.get("body") or "")
-                    if (
-                        not thread["isResolved"]
-                        and (first.get("author") or {}).get("login") == login
-                        and number is not None
-                        and int(number.group(1)) in wanted
-                    ):
-                        found.append(thread["id"])
-                if not threads["pageInfo"]["hasNextPage"]:
-                    break
-                after = threads["pageInfo"]["endCursor"]
-            for thread_id in found:
-                await self.gh.graphql(RESOLVE_MUTATION, id=thread_id)
+            threads = await self._finding_threads(set(ordinals))
+            for _number, thread in threads:
+                if not thread["isResolved"]:
+                    await self.gh.graphql(RESOLVE_MUTATION, id=thread["id"])
         except Exception as exc:
             if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
                 raise

@@ -616,6 +616,17 @@ class GitHubStandin:
         }
         return stored
 
+    def reply_in_thread(self, thread_id: str, body: str, user: str = "octocat") -> dict:
+        """A person's reply in a review thread (GitHub's "Reply" under an inline comment)."""
+        thread = self.review_threads[thread_id]
+        first = self.review_comments[thread["comment_ids"][0]]
+        comment_id = next(self._ids)
+        reply = {**first, "id": comment_id, "node_id": _node_id("PRRC", comment_id)}
+        reply.update(body=body, user=user, in_reply_to_id=first["id"])
+        self.review_comments[comment_id] = reply
+        thread["comment_ids"].append(comment_id)
+        return reply
+
     def _comment_json(self, comment: dict) -> dict:
         return {
             "id": comment["id"],
