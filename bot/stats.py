@@ -9,11 +9,14 @@ as a person's no.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from bot.records.stats import ModelFigures
 from bot.texts import render
+
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,11 @@ def parse_since(text: str) -> float:
     """`--since YYYY-MM-DD` as the epoch seconds of that day's start in UTC; ValueError
     otherwise."""
     try:
+        if not _DAY.fullmatch(text):  # fromisoformat also takes 20240105 and 2024-W01-5
+            raise ValueError
         day = dt.date.fromisoformat(text)
     except ValueError:
         raise ValueError(f"--since must be a date as YYYY-MM-DD (got {text!r})") from None
-    if len(text) != 10:  # fromisoformat also takes 20240105 and 2024-W01-5
-        raise ValueError(f"--since must be a date as YYYY-MM-DD (got {text!r})")
     return dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()
 
 
@@ -82,9 +85,7 @@ def to_json(rows: list[ModelStats], *, since: str | None, repo: str | None) -> d
     }
 
 
-def render_text(
-    rows: list[ModelStats], *, since: str | None, repo: str | None, where: str
-) -> str:
+def render_text(rows: list[ModelStats], *, since: str | None, repo: str | None, where: str) -> str:
     """What `cockpit stats` prints: one block per provider and model (`where`: the
     database, as `bot.backend.describe` names it)."""
     return render("cli/stats.txt.j2", rows=rows, since=since, repo=repo, where=where)
@@ -109,7 +110,9 @@ def gauges(rows: list[ModelStats]) -> dict[tuple[str, str], dict[str, float]]:
             "usd": f.usd,
             "usd_per_accepted": row.usd_per_accepted,
         }
-        found[(f.provider, f.model or "unknown")] = {k: v for k, v in values.items() if v is not None}
+        found[(f.provider, f.model or "unknown")] = {
+            k: v for k, v in values.items() if v is not None
+        }
     return found
 
 

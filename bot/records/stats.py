@@ -80,9 +80,7 @@ async def model_figures(
     """Per provider and model, the reviews created since `since` (epoch seconds) of `repo`
     (OWNER/NAME; None: every repository) that made a draft."""
     per_review = _PER_REVIEW.format(drafted=", ".join("?" for _ in DRAFTED))
-    rows = await db.fetchall(
-        _PER_MODEL.format(per_review=per_review), (*DRAFTED, since, repo)
-    )
+    rows = await db.fetchall(_PER_MODEL.format(per_review=per_review), (*DRAFTED, since, repo))
     return [
         ModelFigures(
             provider=row["provider"],
