@@ -253,6 +253,63 @@ def cmd_review_local(args: argparse.Namespace) -> int:
     )
 
 
+# -- stats ----------------------------------------------------------------------------------
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Per provider and model, the reviews in the server's database (see `bot.stats`)."""
+    import asyncio
+    import json
+
+    from bot.evals.from_reviews import check_repo
+    from bot.stats import parse_since
+
+    try:
+        settings = load_settings(github=False)
+        since = 0.0 if args.since is None else parse_since(args.since)
+        if args.repo is not None:
+            check_repo(args.repo)
+    except ConfigError as exc:
+        return _fail(exc, "stats")
+    except ValueError as exc:
+        print(f"cockpit stats: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if settings.database_url is None and not settings.db_path.is_file():
+        print(
+            say("stats_no_database", path=settings.db_path, data_dir=settings.data_dir),
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    import psycopg
+
+    from bot.records.postgres import SchemaBehind
+
+    try:
+        rows, where = asyncio.run(_stats(settings, since, args.repo))
+    except (SchemaBehind, OSError, psycopg.Error) as exc:
+        print(f"cockpit stats: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    from bot.stats import render_text, to_json
+
+    if args.json:
+        print(json.dumps(to_json(rows, since=args.since, repo=args.repo), indent=2))
+    else:
+        print(render_text(rows, since=args.since, repo=args.repo, where=where), end="")
+    return 0
+
+
+async def _stats(settings: Settings, since: float, repo: str | None) -> tuple[list[Any], str]:
+    from bot.backend import describe, open_database
+    from bot.records.stats import model_figures
+    from bot.stats import summarise
+
+    db = await open_database(settings)
+    try:
+        return summarise(await model_figures(db, since=since, repo=repo)), describe(settings)
+    finally:
+        await db.close()
+
+
 # -- help -------------------------------------------------------------------------------------
 
 
@@ -487,6 +544,14 @@ def build_parser() -> argparse.ArgumentParser:
     register.set_defaults(func=cmd_register)
 
     add_eval_parser(sub)
+
+    stats = _command(sub, "stats")
+    stats.add_argument(
+        "--since", metavar="DATE", help="reviews created from this day on, YYYY-MM-DD (UTC)"
+    )
+    stats.add_argument("--repo", metavar="OWNER/NAME", help="one repository's reviews")
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.set_defaults(func=cmd_stats)
 
     helper = _command(sub, "help")
     helper.add_argument("topic", nargs="?", metavar="COMMAND|environment")

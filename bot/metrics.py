@@ -4,6 +4,34 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+# `cockpit stats`' figures (bot.stats.gauges) as gauges by provider and model, read from the
+# database at each scrape: figure → (metric name, help).
+REVIEW_GAUGES = {
+    "reviews": ("cockpit_reviews", "Reviews that made a draft"),
+    "findings_per_review": ("cockpit_review_findings_per_review", "Findings per review"),
+    "published": ("cockpit_review_findings_published", "Findings published"),
+    "dropped_by_people": ("cockpit_review_findings_dropped_by_people", "Findings people dropped"),
+    "acceptance": (
+        "cockpit_review_acceptance",
+        "Published / (published + dropped by a person): people's verdicts only",
+    ),
+    "refuted": ("cockpit_review_findings_refuted", "Findings the verify pass refuted"),
+    "withdrawn": ("cockpit_review_findings_withdrawn", "Findings withdrawn in revisions"),
+    "suppressed": (
+        "cockpit_review_repeats_suppressed",
+        "Repeats of findings people dropped, left out",
+    ),
+    "fixed_after_publishing": (
+        "cockpit_review_findings_fixed_after_publishing",
+        "Published findings a later push fixed",
+    ),
+    "usd": ("cockpit_review_cost_usd", "USD of the reviews' model runs (known rates only)"),
+    "usd_per_accepted": (
+        "cockpit_review_usd_per_accepted_finding",
+        "USD per published finding",
+    ),
+}
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -46,6 +74,20 @@ class Metrics:
             "Last x-ratelimit-remaining seen",
             registry=r,
         )
+
+        self.review_figures = {
+            figure: Gauge(name, text, ["provider", "model"], registry=r)
+            for figure, (name, text) in REVIEW_GAUGES.items()
+        }
+
+    def set_review_figures(self, figures: dict[tuple[str, str], dict[str, float]]) -> None:
+        """Replace the review gauges with `figures` ((provider, model) → figure → value; a
+        figure left out is not shown for that model)."""
+        for gauge in self.review_figures.values():
+            gauge.clear()
+        for (provider, model), values in figures.items():
+            for figure, value in values.items():
+                self.review_figures[figure].labels(provider=provider, model=model).set(value)
 
     def set_job_counts(self, counts: dict[str, int]) -> None:
         for state in ("queued", "waiting", "running", "done", "failed", "cancelled"):

@@ -33,6 +33,8 @@ from bot.inbox import (
 from bot.logs import log_context, register_secret
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS
+from bot.records.stats import model_figures
+from bot.stats import gauges, summarise
 from bot.worktrees import Mirrors, disk
 
 log = logging.getLogger(__name__)
@@ -208,7 +210,20 @@ async def metrics_view(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
     if await ctx.db.ping():
         metrics.set_job_counts(await ctx.jobs.counts())
+        await _review_figures(ctx, metrics)
     return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
+
+
+async def _review_figures(ctx: Context, metrics: Metrics) -> None:
+    """`cockpit stats`' figures of every review so far; when the database cannot count them,
+    they are left out and the rest of /metrics is served."""
+    try:
+        async with asyncio.timeout(HEALTH_SECONDS):
+            figures = gauges(summarise(await model_figures(ctx.db)))
+    except Exception:
+        log.warning("review figures for /metrics could not be read", exc_info=True)
+        figures = {}
+    metrics.set_review_figures(figures)
 
 
 @web.middleware

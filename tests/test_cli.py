@@ -17,7 +17,17 @@ from bot.register import duration
 from tests.test_config import GOOD
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ("serve", "migrate", "check-config", "demo", "review-local", "register", "eval", "help")
+COMMANDS = (
+    "serve",
+    "migrate",
+    "check-config",
+    "demo",
+    "review-local",
+    "register",
+    "eval",
+    "stats",
+    "help",
+)
 
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None):

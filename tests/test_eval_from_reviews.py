@@ -119,3 +119,28 @@ async def test_a_repository_without_published_reviews_writes_nothing(world, sett
     assert done.returncode == 2, done.stdout + done.stderr
     assert "holds no published review of octo/none (it has some of: octo/widgets)" in done.stderr
     assert not (tmp_path / "none.json").exists()
+
+
+async def test_only_a_persons_drop_is_a_known_false_positive(db):
+    """A finding the reviewer withdrew in a revision, or that approve left out because the
+    verify pass refuted it, is not a person's verdict: neither label nor known false
+    positive."""
+    from bot.evals.from_reviews import golden_from_reviews
+    from bot.review import state
+    from tests.test_stats import History, finding
+
+    h = History(db)
+    pull_id = await h.pull("octo/widgets", 1, "a")
+    found = [finding(1), finding(2), finding(3), finding(4, verify_status="refuted")]
+    review_id = await h.draft(
+        pull_id, "a", list(enumerate(found, 1)), provider="claude", model="claude-x"
+    )
+    assert await state.drop_findings(db, review_id, (2,), "intended")
+    kept = [(1, found[0]), (4, found[3])]
+    assert await state.begin_revision(db, review_id, kept, [3], by="claude", texts={"summary": "s"})
+    assert await state.end_revision(db, review_id)
+    await h.publish(review_id, [1])  # F4 is skipped: refuted, so not approved by default
+
+    [case] = (await golden_from_reviews(db, "octo/widgets"))["cases"]
+    assert [label["title"] for label in case["labels"]] == ["problem 1"]
+    assert [label["title"] for label in case["known_false_positives"]] == ["problem 2"]

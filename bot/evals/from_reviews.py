@@ -1,8 +1,10 @@
 """`cockpit eval golden-from-reviews`: a golden file from this installation's own history.
 
 Each published review becomes a case at the head it reviewed: the findings people published
-are its labels; the ones they dropped, or left out when they approved, are recorded as known
-false positives. It is a draft for a person to check, not ground truth.
+are its labels; the ones a person dropped (`drop F2`) are recorded as known false positives.
+Only a person's verdict counts: a finding the reviewer withdrew in a revision, or left out of
+an approve because the verify pass refuted it, is neither. It is a draft for a person to
+check, not ground truth.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from bot.records.reviews import load_findings
 from bot.records.types import Finding
 from bot.review import state
 
+HUMAN = "human"  # findings.checked_by of a person's decision
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
@@ -28,6 +31,11 @@ def _label(finding: Finding) -> dict[str, Any]:
     label["problem"] = finding.body or finding.title
     label["severity"] = finding.severity
     return label
+
+
+def dropped_by_a_person(finding: Finding) -> bool:
+    """A person's no (`drop F2`), not a revision's withdrawal or a verify refutation."""
+    return finding.state == state.DROPPED and finding.checked_by == HUMAN
 
 
 def check_repo(repo: str) -> None:
@@ -48,7 +56,7 @@ async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
     for review, pull in await evals.posted_reviews(db, repo, state.POSTED):
         findings = await load_findings(db, review.id)
         published = [f for f in findings if f.state == state.KEPT]
-        declined = [f for f in findings if f.state in (state.DROPPED, state.SKIPPED)]
+        declined = [f for f in findings if dropped_by_a_person(f)]
         clone_url = clone_url or pull.clone_url
         case: dict[str, Any] = {
             "id": f"pr-{pull.number}-r{review.id}",
@@ -71,7 +79,7 @@ async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
         "version": 1,
         "name": f"{repo} from reviews",
         "description": f"Generated on {when} from PR Cockpit's published reviews of {repo}: "
-        "published findings are labels, dropped or unpublished findings are known false "
+        "published findings are labels, findings a person dropped are known false "
         "positives.",
         "note": "Review before use: check every label, and add the issues the reviewer missed "
         "(they are not in the history).",
