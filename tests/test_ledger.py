@@ -25,6 +25,7 @@ pytestmark = pytest.mark.backends
 
 CALC = "def parse(text):\n    return eval(text)\n\n\ndef total(values):\n"
 NONE_CHECK = "    if values == None:\n        return 0\n    return sum(values)\n"
+FIXED = "def parse(text):\n    return int(text)\n\n\ndef total(values):\n" + NONE_CHECK
 
 
 @pytest.fixture
@@ -54,17 +55,15 @@ async def pushed(world, files: dict[str, str]) -> dict:
 
 
 def requests_of_review(world, n: int):
-    """The reviewer's conversation (its last request) of the n-th review (0-based)."""
-    firsts = []
+    """The reviewer's conversation (its last request) of the n-th review (0-based): each
+    review's request names its head, so conversations are told apart by their first text."""
+    last = {}
     for body in world.model.requests:
         conversation = world.model.normalise(body)
-        if "submit_review" in conversation.tools and conversation.user_texts:
-            if conversation.user_texts[0].startswith("Review pull request"):
-                if not firsts or firsts[-1][0] != conversation.user_texts[0]:
-                    firsts.append((conversation.user_texts[0], conversation))
-                else:
-                    firsts[-1] = (conversation.user_texts[0], conversation)
-    return firsts[n][1]
+        first = conversation.user_texts[0] if conversation.user_texts else ""
+        if "submit_review" in conversation.tools and first.startswith("Review pull request"):
+            last[first] = conversation
+    return list(last.values())[n]
 
 
 async def test_a_push_after_a_drop_does_not_raise_it_again_and_numbers_stay(world):
@@ -87,7 +86,8 @@ async def test_a_push_after_a_drop_does_not_raise_it_again_and_numbers_stay(worl
     second = await pushed(
         world,
         {
-            "calc.py": 'API_KEY = "sk-live-1234"\n\n\n' + CALC
+            "calc.py": 'API_KEY = "sk-live-1234"\n\n\n'
+            + CALC
             + "    if values == None:  # empty input\n        return 0\n    return sum(values)\n"
         },
     )
@@ -97,7 +97,8 @@ async def test_a_push_after_a_drop_does_not_raise_it_again_and_numbers_stay(worl
     ]
     assert second["suppressed"] == 1
     [carried] = [
-        r for r in await world.ctx.db.fetchall(
+        r
+        for r in await world.ctx.db.fetchall(
             "SELECT line FROM findings WHERE review_id = ? AND ordinal = 1", (second["id"],)
         )
     ]
@@ -144,7 +145,7 @@ async def test_a_push_that_fixes_a_published_finding_marks_it_fixed_and_resolves
     await approve_all(world)
     second = await pushed(
         world,
-        {"calc.py": "def parse(text):\n    return int(text)\n\n\ndef total(values):\n" + NONE_CHECK},
+        {"calc.py": FIXED},
     )
     assert await findings_of(world, second["id"]) == []  # F2 is on GitHub already: not again
     row = await world.ctx.db.fetchone("SELECT fixed_in FROM ledger WHERE ordinal = 1")
@@ -178,7 +179,7 @@ async def test_without_the_contents_permission_the_status_comment_says_so_and_go
     await approve_all(world)
     second = await pushed(
         world,
-        {"calc.py": "def parse(text):\n    return int(text)\n\n\ndef total(values):\n" + NONE_CHECK},
+        {"calc.py": FIXED},
     )
     assert second["state"] == "draft"
     row = await world.ctx.db.fetchone("SELECT fixed_in FROM ledger WHERE ordinal = 1")
@@ -194,7 +195,9 @@ async def test_a_force_push_gets_a_whole_review_and_keeps_the_numbers(world):
     path = world.pr.path
     git(path, "checkout", "-q", world.pr.base_sha)  # a rewritten branch: not on the old head
     (path / "calc.py").write_text(
-        "import subprocess\n\n" + CALC + NONE_CHECK
+        "import subprocess\n\n"
+        + CALC
+        + NONE_CHECK
         + "\n\ndef run(cmd):\n    subprocess.run(cmd, shell=True)\n"
     )
     git(path, "commit", "-qam", "rewritten")
