@@ -419,6 +419,7 @@ async def test_page_links_naming_the_servers_own_hostname_are_followed_on_our_ba
 
 
 async def test_graphql_goes_to_api_graphql_with_the_installation_token(app, ghes):
+    ghes.app_permissions["contents"] = "write"  # resolving a thread needs it
     repo = ghes.repos[f"{OWNER}/{NAME}"]
     pull = ghes.add_pull(repo, 5, head_sha="b" * 40, base_sha="a" * 40, diff="")
     ours = ghes.add_review_thread(pull, path="calc.py", line=2, body="F1", user=ghes.bot_login)

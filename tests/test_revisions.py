@@ -745,6 +745,37 @@ async def test_verify_critique_revision_drop_and_approve_on_one_pr(open_world):
         ("review", "verify", "codex"),
     ]
 
+    # Then a push: the ledger keeps every decision. The re-review raises the finding a person
+    # dropped (F5) again in other words, where its code is now: it is suppressed.
+    again = "total() treats a missing list as an empty one"
+    world.anthropic.policy = raising_on_a_push(finding("calc.py", 8, again))
+    head = world.push({"calc.py": "# parsing helpers\n" + TOGETHER_HEAD["calc.py"]})
+    await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=head))
+    second = await world.wait_review("draft", index=1)
+    assert second["suppressed"] == 1
+    # F1 and F3 are on GitHub already, F4 was withdrawn, F5 dropped: only F2 (refuted, never
+    # published) stays open in the draft, under its number.
+    assert await findings_of(world, second["id"]) == {2: (1, TOKEN, "kept")}
+    status = world.status_body()
+    assert "published and still open F1, F3" in status
+    assert "dropped by people F5 · repeats of dropped findings suppressed: 1" in status
+
+
+def raising_on_a_push(found: dict):
+    """The scripted reviewer, except that a re-review after a push submits `found`."""
+
+    def policy(conversation: Conversation):
+        first = conversation.user_texts[0] if conversation.user_texts else ""
+        if (
+            "submit_review" in conversation.tools
+            and "re-review after a push" in first
+            and conversation.result_of("git_diff") is not None
+        ):
+            return call("submit_review", summary="s", verdict="comment", findings=[found])
+        return scripted_reviewer(conversation)
+
+    return policy
+
 
 async def test_a_revision_never_puts_a_finding_on_a_file_left_out_as_noise(open_world):
     world = await open_world(head={**HEAD, "yarn.lock": "# yarn lockfile v1\n"})

@@ -172,12 +172,9 @@ def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) ->
         if not seen:
             continue
         key = Key(entry.path, entry.code_key, entry.title_key)
-        dropped = [
-            f
-            for s, f in seen
-            if (f.state == "dropped" and f.checked_by == "human")
-            or (f.state == "skipped" and s == "posted")  # left out of an approve by a person
-        ]
+        # Only a person's `drop` is a verdict: a finding an approve left out (the verify
+        # pass refuted it, or it was not listed) stays open.
+        dropped = [f for _s, f in seen if f.state == "dropped" and f.checked_by == "human"]
         published = any(s == "posted" and f.state == "kept" for s, f in seen)
         last = seen[-1][1]
         if entry.fixed_in:
