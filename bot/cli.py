@@ -274,7 +274,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"cockpit stats: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    if settings.database_url is None and not settings.db_path.is_file():
+    from bot.backend import missing
+
+    if missing(settings):
         print(
             say("stats_no_database", path=settings.db_path, data_dir=settings.data_dir),
             file=sys.stderr,

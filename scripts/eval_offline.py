@@ -20,6 +20,29 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"  # where the README's set-up installs the project
+
+
+def _with_the_projects_python() -> None:
+    """Started by a Python without the project's packages (`python3 scripts/eval_offline.py`
+    outside the venv): run again with the venv's, or say in one line what to run."""
+    try:
+        import aiohttp  # noqa: F401
+        import anthropic  # noqa: F401
+        import openai  # noqa: F401
+    except ModuleNotFoundError as exc:
+        python = VENV / "bin" / "python"
+        if python.exists() and Path(sys.prefix).resolve() != VENV.resolve():
+            os.execv(python, [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
+        raise SystemExit(
+            f"eval_offline.py needs the project's packages ({exc.name} is missing): set up as "
+            f"the README says (python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' in "
+            f"{ROOT}), then run it again"
+        ) from None
+
+
+if __name__ == "__main__":
+    _with_the_projects_python()
 sys.path.insert(0, str(ROOT))
 
 from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin  # noqa: E402

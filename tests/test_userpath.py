@@ -126,3 +126,24 @@ async def test_eval_run_from_a_folder_with_defaults_runs_every_planted_case(
     assert "[7/7]" in out and "FAILED" not in out
     assert (folder / "data" / "cockpit.sqlite3").is_file()
     assert len(list((folder / "eval" / "reports").glob("*.md"))) == 1
+
+
+async def test_eval_offline_as_the_readme_writes_it_runs_with_a_python_outside_the_venv(folder):
+    """`python scripts/eval_offline.py` with a Python that lacks the project's packages (the
+    system's, outside the venv) used to fail at its first import: it runs again with the
+    project's venv, from whatever folder the user is in."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "eval_offline.py"
+    outside = Path(sys.base_prefix) / "bin" / "python3"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    proc = await asyncio.create_subprocess_exec(
+        str(outside),
+        str(script),
+        "--help",
+        cwd=folder,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, out.decode()
+    assert out.decode().startswith("usage: cockpit eval run")
