@@ -243,12 +243,33 @@ def test_a_fingerprint_survives_line_shifts_and_whitespace(code, above, spaces):
     assert before == after and "line" not in ledger.Key.__dataclass_fields__
 
 
-def test_near_is_the_same_path_and_the_same_code_or_mostly_the_same_words():
-    a = ledger.Key("a.py", "c1", ledger.title_key("SQL query built with an f-string"))
-    assert a.near(ledger.Key("a.py", "c2", ledger.title_key("SQL query is built with f-string")))
-    assert a.near(ledger.Key("a.py", "c1", ledger.title_key("Injection risk")))  # same code
-    assert not a.near(ledger.Key("b.py", "c1", a.title))
-    assert not a.near(ledger.Key("a.py", "c2", ledger.title_key("Unclosed file handle")))
+def test_near_is_a_rewording_at_the_same_code_or_the_same_words_after_the_code_moved_on():
+    sql = ledger.Key("a.py", "c1", ledger.title_key("SQL query built with an f-string"))
+    reworded = ledger.Key("a.py", "c2", ledger.title_key("SQL query is built with f-string"))
+    assert sql.near(reworded, moved=True)  # its code was edited: the same words are enough
+    assert not sql.near(reworded, moved=False)  # its code stands: another occurrence
+    assert sql.near(
+        ledger.Key("a.py", "c1", ledger.title_key("f-string SQL injection")), moved=False
+    )
+    assert not sql.near(ledger.Key("a.py", "c1", ledger.title_key("Unclosed handle")), moved=True)
+    assert not sql.near(ledger.Key("b.py", "c1", sql.title), moved=True)
+
+
+def item(ordinal: int, status: str, code: str, title: str = "eval() runs untrusted input"):
+    return ledger.Item(ordinal, ledger.Key("calc.py", code, ledger.title_key(title)), status,
+                       stored(ordinal, title))  # fmt: skip
+
+
+def test_exact_pairs_come_first_and_a_second_occurrence_is_a_new_number():
+    items = [item(1, ledger.OPEN, "c-line2"), item(2, ledger.DROPPED, "c-line9")]
+    again = ledger.Key("calc.py", "c-line2", ledger.title_key("eval() runs untrusted input"))
+    other = ledger.Key("calc.py", "c-line40", again.title)  # the same bug at other code
+    draft = [(stored(40), other), (stored(2), again)]
+    outcome = ledger.reconcile(items, draft, resolved=(), changed=None, next_ordinal=3)
+    assert [n for n, _ in outcome.numbered] == [3, 1]  # F1 keeps its code's finding
+    assert not outcome.suppressed  # F2's code still stands: line 40 is not its repeat
+    outcome = ledger.reconcile(items, draft, resolved=(), changed=None, next_ordinal=3, moved={2})
+    assert outcome.suppressed == {2: 1} and [n for n, _ in outcome.numbered] == [1]
 
 
 def test_relocate_finds_the_code_where_it_moved_or_keeps_the_old_lines():

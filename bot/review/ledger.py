@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 OPEN, PUBLISHED, DROPPED, WITHDRAWN, FIXED = "open", "published", "dropped", "withdrawn", "fixed"
 CODE_LINES = 20  # at most this many lines of code identify a finding
-NEAR = 0.6  # title words shared (Jaccard) for two findings on the same path to be the same
+NEAR = 0.6  # title words shared (Jaccard) for a finding whose code moved on to be the same
+SAME_CODE = 0.25  # … and for one at the same code (a rewording)
 _WORD = re.compile(r"[a-z0-9_]+")
 _SHA = re.compile(r"[0-9a-f]{40}")
 _STOP = frozenset(  # words that do not tell two findings apart
@@ -83,15 +84,17 @@ class Key:
     def fingerprint(self) -> str:
         return hashlib.sha256(f"{self.path}\0{self.code}\0{self.title}".encode()).hexdigest()[:24]
 
-    def near(self, other: Key) -> bool:
-        """The same finding in other words or after its code changed: same path, and the
-        same code or mostly the same title words."""
+    def near(self, other: Key, *, moved: bool) -> bool:
+        """`other` is this finding said again: on the same path, at the same code in (some
+        of) the same words, or — when this finding's code is no longer as it was (`moved`:
+        edited or gone at the new head) — in mostly the same words. The same title at other
+        code that still stands beside the old one is another occurrence, not a repeat."""
         if self.path != other.path:
             return False
-        return (
-            bool(self.code and self.code == other.code)
-            or similarity(self.title, other.title) >= NEAR
-        )
+        words = similarity(self.title, other.title)
+        if self.code and self.code == other.code:
+            return words >= SAME_CODE
+        return moved and words >= NEAR
 
     def entry(self, ordinal: int) -> NewEntry:
         return NewEntry(ordinal, self.fingerprint, self.path, self.code, self.title)
@@ -135,14 +138,27 @@ def key_of(finding: DraftFinding | Finding, text: str | None) -> Key:
 def relocate(finding: Finding, code: str, text: str | None) -> tuple[int | None, int | None]:
     """Where the code a carried finding points at is now (its lines shift when code above
     them changes): (line, end_line), or its old ones when the code is not found as it was."""
-    if not (text and code and finding.line):
+    start = _find(finding, code, text)
+    if start is None:
         return finding.line, finding.end_line
-    span = (finding.end_line or finding.line) - finding.line
+    span = _span(finding)
+    return start, (start + span) if finding.end_line else None
+
+
+def _span(finding: Finding) -> int:
+    return min((finding.end_line or finding.line or 0) - (finding.line or 0), CODE_LINES - 1)
+
+
+def _find(finding: Finding, code: str, text: str | None) -> int | None:
+    """The line where the code the finding's key names starts in `text`, if it is there."""
+    if not (text and code and finding.line):
+        return None
+    span = _span(finding)
     lines = text.splitlines()
     for start in range(len(lines) - span):
         if code_key(lines[start : start + span + 1]) == code:
-            return start + 1, (start + 1 + span) if span else None
-    return finding.line, finding.end_line
+            return start + 1
+    return None
 
 
 # -- the ledger as it stands ----------------------------------------------------------------
@@ -277,35 +293,50 @@ def reconcile(
     resolved: Iterable[int],
     changed: set[str] | None,
     next_ordinal: int,
+    moved: Collection[int] = (),
 ) -> Reconciled:
     """The reviewer's findings for a new head (`found`, each with its key) against the
     ledger: a repeat of a dropped finding is suppressed; one the ledger knows keeps its number
     (one already published is not drafted again); the rest get new numbers. Open and
     published numbers the reviewer `resolved` are fixed — in a delta review only those on a
     path the push `changed` (None: a full review) — and the open ones it did not touch stay
-    in the draft."""
+    in the draft. `moved`: numbers whose code is not at the new head as it was. Same
+    fingerprints are paired first, near ones after, so an exact pair is never taken by a
+    look-alike."""
     out = Reconciled()
     dropped = [i for i in items if i.status == DROPPED]
     active = [i for i in items if i.status in (OPEN, PUBLISHED, WITHDRAWN)]
     taken: set[int] = set()
-    for finding, key in found:
-        repeat = _match(key, dropped, set())
-        if repeat is not None:
-            out.suppressed[repeat.ordinal] += 1
+    known: dict[int, Item] = {}  # index into `found` → its ledger item
+    repeats: set[int] = set()
+    for exact in (True, False):
+        for n, (_finding, key) in enumerate(found):
+            if n in known or n in repeats:
+                continue
+            repeat = _match(key, dropped, set(), moved, exact=exact)
+            if repeat is not None:
+                out.suppressed[repeat.ordinal] += 1
+                repeats.add(n)
+                continue
+            item = _match(key, active, taken, moved, exact=exact)
+            if item is not None:
+                taken.add(item.ordinal)
+                known[n] = item
+    for n, (finding, key) in enumerate(found):
+        if n in repeats:
             continue
-        known = _match(key, active, taken)
-        if known is None:
+        item = known.get(n)
+        if item is None:
             out.new.append(key.entry(next_ordinal))
             out.numbered.append((next_ordinal, finding))
             next_ordinal += 1
             continue
-        taken.add(known.ordinal)
-        if key != known.key:
-            out.rekeyed.append(key.entry(known.ordinal))
-        if known.status == PUBLISHED:
-            out.still_published.append(known.ordinal)
+        if key != item.key:
+            out.rekeyed.append(key.entry(item.ordinal))
+        if item.status == PUBLISHED:
+            out.still_published.append(item.ordinal)
         else:
-            out.numbered.append((known.ordinal, finding))
+            out.numbered.append((item.ordinal, finding))
     wanted = set(resolved)
     for item in active:
         if item.ordinal in taken or item.status == WITHDRAWN:
@@ -320,14 +351,14 @@ def reconcile(
     return out
 
 
-def _match(key: Key, items: list[Item], taken: set[int]) -> Item | None:
-    """The item `key` names: the same fingerprint first, else a near one."""
-    free = [i for i in items if i.ordinal not in taken]
-    for item in free:
-        if item.key == key:
-            return item
-    for item in free:
-        if item.key.near(key):
+def _match(
+    key: Key, items: list[Item], taken: set[int], moved: Collection[int], *, exact: bool
+) -> Item | None:
+    """The item `key` names: the same fingerprint (`exact`), else a near one."""
+    for item in items:
+        if item.ordinal in taken:
+            continue
+        if item.key == key if exact else item.key.near(key, moved=item.ordinal in moved):
             return item
     return None
 
@@ -406,6 +437,7 @@ async def numbered(
         resolved=draft.resolved,
         changed=set(draft.changed) if since else None,
         next_ordinal=await sql.next_ordinal(db, pull_id),
+        moved=await moved_on(tree, items),
     )
     for item in outcome.carried:
         found = carry(item, await file_text(tree, item.last.path, item.last.side))
@@ -413,6 +445,21 @@ async def numbered(
     outcome.numbered.sort(key=lambda pair: pair[0])
     note = outcome.note(items, since=since, head_sha=tree.head_sha)
     return outcome.numbered, outcome.writes(pull_id, review_id, tree.head_sha), note
+
+
+async def moved_on(tree: Worktree, items: list[Item]) -> set[int]:
+    """The numbers whose code is not at the head as it was (edited, or gone)."""
+    texts: dict[tuple[str, str], str | None] = {}
+    moved = set()
+    for item in items:
+        if not item.key.code or item.status == FIXED:
+            continue
+        where = (item.last.path, item.last.side or "RIGHT")
+        if where not in texts:
+            texts[where] = await file_text(tree, *where)
+        if _find(item.last, item.key.code, texts[where]) is None:
+            moved.add(item.ordinal)
+    return moved
 
 
 async def next_number(db: Database, pull_id: int) -> int:
@@ -430,9 +477,12 @@ async def without_repeats(
         for i in await load(db, review.pull_id)
         if i.status == DROPPED and i.last.review_id != review.id
     ]
+    moved = await moved_on(tree, dropped)
     kept, keys, repeats = [], {}, Counter[int]()
     for finding, key in zip(findings, await keys_of(tree, findings), strict=True):
-        repeat = _match(key, dropped, set())
+        repeat = _match(key, dropped, set(), moved, exact=True) or _match(
+            key, dropped, set(), moved, exact=False
+        )
         if repeat is not None:
             repeats[repeat.ordinal] += 1
             continue

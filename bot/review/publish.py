@@ -276,7 +276,7 @@ class Publisher:
         try:
             threads = await self._finding_threads(set(ordinals))
         except Exception as exc:
-            if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
+            if not _github_said_no(exc):
                 raise
             log.warning("thread replies not read", extra={"fields": {"error": str(exc)}})
             return {}
@@ -297,7 +297,7 @@ class Publisher:
                 if not thread["isResolved"]:
                     await self.gh.graphql(RESOLVE_MUTATION, id=thread["id"])
         except Exception as exc:
-            if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
+            if not _github_said_no(exc):
                 raise
             log.warning("review threads not resolved", extra={"fields": {"error": str(exc)}})
             return message("resolve_refused", error=str(exc)[:200] or exc.__class__.__name__)
@@ -509,6 +509,14 @@ class Publisher:
             )
         )
         return {"commit_id": review.head_sha, "body": body, "comments": comments}
+
+
+def _github_said_no(exc: BaseException) -> bool:
+    """GitHub refused, did not answer, or answered in a shape we did not expect (a GraphQL
+    answer without the fields asked for): the draft stands, and the PR is told."""
+    return github_transient(exc) or isinstance(
+        exc, gidgethub.GitHubException | KeyError | TypeError | IndexError
+    )
 
 
 def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
