@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from bot.records.types import Finding
 from bot.review import ledger
 from bot.server import make_app
-from bot.standin.repo import git
 from bot.texts import render
 from handlers import router
 from tests.conftest import wait_for
@@ -192,21 +191,14 @@ async def test_without_the_contents_permission_the_status_comment_says_so_and_go
 
 async def test_a_force_push_gets_a_whole_review_and_keeps_the_numbers(world):
     first = (await world.review_rows())[-1]
-    path = world.pr.path
-    git(path, "checkout", "-q", world.pr.base_sha)  # a rewritten branch: not on the old head
-    (path / "calc.py").write_text(
-        "import subprocess\n\n"
-        + CALC
-        + NONE_CHECK
-        + "\n\ndef run(cmd):\n    subprocess.run(cmd, shell=True)\n"
-    )
-    git(path, "commit", "-qam", "rewritten")
-    head = git(path, "rev-parse", "HEAD").strip()
-    git(path, "update-ref", f"refs/pull/{world.pr.number}/head", head)
-    git(path, "checkout", "-q", world.pr.base_ref)
-    diff = git(path, "diff", "--no-color", "-M", world.pr.base_sha, head)
-    world.github.add_pull(
-        world.repo, world.pr.number, head_sha=head, base_sha=world.pr.base_sha, diff=diff
+    head = world.push(  # a rewritten branch: not on the old head
+        {
+            "calc.py": "import subprocess\n\n"
+            + CALC
+            + NONE_CHECK
+            + "\n\ndef run(cmd):\n    subprocess.run(cmd, shell=True)\n"
+        },
+        force=True,
     )
     await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=head))
     second = await world.wait_review("draft", index=1)

@@ -116,10 +116,16 @@ class World:
 
         await wait_for(idle, timeout=timeout)
 
-    def push(self, files: dict[str, str]) -> str:
-        """A new commit on the PR (the contributor pushes); returns the new head sha."""
+    def push(self, files: dict[str, str], *, force: bool = False) -> str:
+        """A new commit on the PR (the contributor pushes; with `force`, a rewritten branch:
+        the commit sits on the base, not on the old head); returns the new head sha."""
         path = self.pr.path
-        git(path, "checkout", "-q", f"refs/pull/{self.pr.number}/head")
+        git(
+            path,
+            "checkout",
+            "-q",
+            self.pr.base_sha if force else f"refs/pull/{self.pr.number}/head",
+        )
         for name, content in files.items():
             (path / name).write_text(content)
         git(path, "add", "-A")

@@ -385,23 +385,37 @@ def carry(item: Item, text: str | None) -> DraftFinding:
 # -- reading the code a finding points at ---------------------------------------------------
 
 
-async def file_text(tree: Worktree, path: str, side: str) -> str | None:
-    """A file's text on a side of the PR (head for RIGHT, merge base for LEFT), read from
-    git's objects (never the file system: a symlink in a PR reads nothing outside)."""
-    commit = tree.merge_base if side == "LEFT" else tree.head_sha
-    out = await tree.git("show", f"{commit}:{path}", check=False, limit=2 * 1024 * 1024)
-    return out.decode("utf-8", errors="replace") if out else None
+@dataclass
+class Texts:
+    """Files' texts on a side of the PR (head for RIGHT, merge base for LEFT), each read once
+    from git's objects (never the file system: a symlink in a PR reads nothing outside)."""
 
+    tree: Worktree
+    read: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
-async def keys_of(tree: Worktree, findings: Iterable[DraftFinding]) -> list[Key]:
-    texts: dict[tuple[str, str], str | None] = {}
-    keys = []
-    for finding in findings:
-        where = (finding.path, finding.side or "RIGHT")
-        if where not in texts:
-            texts[where] = await file_text(tree, *where)
-        keys.append(key_of(finding, texts[where]))
-    return keys
+    async def of(self, path: str, side: str | None) -> str | None:
+        where = (path, side or "RIGHT")
+        if where not in self.read:
+            commit = self.tree.merge_base if where[1] == "LEFT" else self.tree.head_sha
+            out = await self.tree.git(
+                "show", f"{commit}:{path}", check=False, limit=2 * 1024 * 1024
+            )
+            self.read[where] = out.decode("utf-8", errors="replace") if out else None
+        return self.read[where]
+
+    async def keys(self, findings: Iterable[DraftFinding]) -> list[Key]:
+        return [key_of(f, await self.of(f.path, f.side)) for f in findings]
+
+    async def moved_on(self, items: list[Item]) -> set[int]:
+        """The numbers whose code is not at the head as it was (edited, or gone)."""
+        return {
+            item.ordinal
+            for item in items
+            if item.key.code
+            and item.status != FIXED
+            and _find(item.last, item.key.code, await self.of(item.last.path, item.last.side))
+            is None
+        }
 
 
 # -- a review job's use of it -----------------------------------------------------------
@@ -430,36 +444,22 @@ async def numbered(
     """A new head's draft against the PR's ledger: its findings under their numbers (open ones
     the push did not touch carried over, moved to where their code is now), what to write to
     the ledger, and the note the status comment shows."""
-    keys = await keys_of(tree, draft.findings)
+    texts = Texts(tree)
+    keys = await texts.keys(draft.findings)
     outcome = reconcile(
         items,
         list(zip(draft.findings, keys, strict=True)),
         resolved=draft.resolved,
         changed=set(draft.changed) if since else None,
         next_ordinal=await sql.next_ordinal(db, pull_id),
-        moved=await moved_on(tree, items),
+        moved=await texts.moved_on(items),
     )
     for item in outcome.carried:
-        found = carry(item, await file_text(tree, item.last.path, item.last.side))
+        found = carry(item, await texts.of(item.last.path, item.last.side))
         outcome.numbered.append((item.ordinal, placed(found, draft.diff) if draft.diff else found))
     outcome.numbered.sort(key=lambda pair: pair[0])
     note = outcome.note(items, since=since, head_sha=tree.head_sha)
     return outcome.numbered, outcome.writes(pull_id, review_id, tree.head_sha), note
-
-
-async def moved_on(tree: Worktree, items: list[Item]) -> set[int]:
-    """The numbers whose code is not at the head as it was (edited, or gone)."""
-    texts: dict[tuple[str, str], str | None] = {}
-    moved = set()
-    for item in items:
-        if not item.key.code or item.status == FIXED:
-            continue
-        where = (item.last.path, item.last.side or "RIGHT")
-        if where not in texts:
-            texts[where] = await file_text(tree, *where)
-        if _find(item.last, item.key.code, texts[where]) is None:
-            moved.add(item.ordinal)
-    return moved
 
 
 async def next_number(db: Database, pull_id: int) -> int:
@@ -477,9 +477,10 @@ async def without_repeats(
         for i in await load(db, review.pull_id)
         if i.status == DROPPED and i.last.review_id != review.id
     ]
-    moved = await moved_on(tree, dropped)
+    texts = Texts(tree)
+    moved = await texts.moved_on(dropped)
     kept, keys, repeats = [], {}, Counter[int]()
-    for finding, key in zip(findings, await keys_of(tree, findings), strict=True):
+    for finding, key in zip(findings, await texts.keys(findings), strict=True):
         repeat = _match(key, dropped, set(), moved, exact=True) or _match(
             key, dropped, set(), moved, exact=False
         )
