@@ -302,3 +302,13 @@ def replace_path(finding: Finding, path: str) -> Finding:
     from dataclasses import replace
 
     return replace(finding, path=path)
+
+
+def test_a_pushs_paths_come_from_name_status_both_sides_of_a_rename():
+    from bot.review.pipeline import name_status_paths
+
+    out = "M\0calc.py\0R087\0old name.py\0new name.py\0C100\0a.py\0b.py\0D\0gone.py\0"
+    assert name_status_paths(out) == [
+        "calc.py", "old name.py", "new name.py", "a.py", "b.py", "gone.py"
+    ]  # fmt: skip
+    assert name_status_paths("") == []

@@ -123,17 +123,36 @@ class Reviewer:
         )
 
 
-async def pr_diff(tree: Worktree, since: str | None = None) -> DiffModel:
-    """merge-base → head, as the PR's "Files changed" shows it (`since` → head: what a push
-    changed). A diff may be tens of MB: it is decoded and parsed on a worker thread, never on
-    the event loop."""
+async def pushed_paths(tree: Worktree, since: str) -> frozenset[str]:
+    """Every path the pushes since `since` touched (both paths of a rename), without reading
+    their patches (after a merge of the base branch that may be most of the repository)."""
+    out = await tree.git(
+        "diff", "--name-status", "-z", "-M", since, tree.head_sha, timeout=300, limit=MAX_DIFF_BYTES
+    )
+    return frozenset(name_status_paths(out.decode("utf-8", errors="replace")))
+
+
+def name_status_paths(out: str) -> list[str]:
+    """The paths of `git diff --name-status -z`: a status, then one path (two for a rename
+    or copy, `R100` / `C075`)."""
+    fields, paths, n = out.split("\0"), [], 0
+    while n < len(fields) and fields[n]:
+        count = 2 if fields[n][:1] in ("R", "C") else 1
+        paths.extend(fields[n + 1 : n + 1 + count])
+        n += 1 + count
+    return paths
+
+
+async def pr_diff(tree: Worktree) -> DiffModel:
+    """merge-base → head, as the PR's "Files changed" shows it. A diff may be tens of MB:
+    it is decoded and parsed on a worker thread, never on the event loop."""
     out = await tree.git(
         "diff",
         "--no-color",
         "--no-ext-diff",
         "--no-textconv",
         "-M",
-        since or tree.merge_base,
+        tree.merge_base,
         tree.head_sha,
         timeout=300,
         limit=MAX_DIFF_BYTES,
@@ -180,7 +199,7 @@ async def review_worktree(
     plan = plan_files(diff, request.config, noise)
     changed: frozenset[str] = frozenset()
     if request.since is not None:  # a push: only the files it changed are reviewed again
-        changed = frozenset(changed_paths(await pr_diff(tree, request.since)))
+        changed = await pushed_paths(tree, request.since)
         plan = replace(plan, reviewed=tuple(p for p in plan.reviewed if p in changed))
     if on_plan is not None:
         await on_plan(plan.skipped)
