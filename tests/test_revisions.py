@@ -756,6 +756,12 @@ async def test_verify_critique_revision_drop_and_approve_on_one_pr(open_world):
     # F1 and F3 are on GitHub already, F4 was withdrawn, F5 dropped: only F2 (refuted, never
     # published) stays open in the draft, under its number.
     assert await findings_of(world, second["id"]) == {2: (1, TOKEN, "kept")}
+    # F2's code is as it was: its verdict holds, and no verify pass runs for it again
+    assert await verdicts_of(world, second["id"]) == {2: "refuted"}
+    again_runs = await rows(
+        world, "SELECT kind, subkind FROM runs WHERE review_id = ? ORDER BY id", (second["id"],)
+    )
+    assert [tuple(r) for r in again_runs] == [("review", None)]
     status = world.status_body()
     assert "published and still open F1, F3" in status
     assert "dropped by people F5 · repeats of dropped findings suppressed: 1" in status

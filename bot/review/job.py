@@ -199,23 +199,29 @@ class ReviewJob:
             ctx.db, tree, self.pull.id, review_id, items, draft, since
         )
         findings, verified = [f for _, f in numbered], {}
+        # A finding carried from the last draft with its code as it was keeps its verdict;
+        # the rest (new, said again, or moved on) are verified.
+        todo = [f for f in findings if f.verify_status is None]
         if self.verify and findings:
             provider = choose_provider(
                 request.provider,
                 config.verify_provider,
                 ctx.models.available(),
             )
-            progress.phase = message("progress_verifying", count=len(findings), provider=provider)
+            verified = {"verify_provider": provider, "verify_error": None}
+        if self.verify and todo:
+            progress.phase = message("progress_verifying", count=len(todo), provider=provider)
             await update_review(ctx.db, review_id, progress=progress.phase)
-            verification = await verify_draft(  # the findings as numbered: carried too
+            verification = await verify_draft(
                 reviewer,
                 tree,
                 request,
-                replace(draft, findings=findings),
+                replace(draft, findings=todo),
                 provider=provider,
                 on_tool_call=progress,
             )
-            findings = apply_verification(findings, verification)
+            checked = iter(apply_verification(todo, verification))
+            findings = [next(checked) if f.verify_status is None else f for f in findings]
             verified = {"verify_provider": provider, "verify_error": verification.error}
             if verification.error:
                 log.warning("verify pass failed", extra={"fields": {"reason": verification.error}})

@@ -365,9 +365,12 @@ def _match(
 
 def carry(item: Item, text: str | None) -> DraftFinding:
     """An open finding the push did not touch, as the new draft holds it (moved to where its
-    code is now; the caller places it on the new diff)."""
+    code is now, keeping its verdict only while that code is as it was; the caller places it
+    on the new diff)."""
+    start = _find(item.last, item.key.code, text)
     line, end_line = relocate(item.last, item.key.code, text)
     f = item.last
+    same = start is not None  # its code is as it was: the verify pass's verdict still holds
     return DraftFinding(
         path=f.path,
         severity=f.severity,
@@ -377,8 +380,8 @@ def carry(item: Item, text: str | None) -> DraftFinding:
         end_line=end_line,
         side=f.side,
         suggestion=f.suggestion,
-        verify_status=f.verify_status,
-        verify_note=f.verify_note,
+        verify_status=f.verify_status if same else None,
+        verify_note=f.verify_note if same else None,
     )
 
 
