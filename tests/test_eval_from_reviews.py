@@ -33,6 +33,7 @@ async def world(github, settings, tmp_path, aiohttp_client, anthropic_standin):
     return world
 
 
+@pytest.mark.backends  # the server's database, SQLite or Postgres
 async def test_published_and_dropped_findings_become_a_golden_file_that_replays(
     world, settings, tmp_path, monkeypatch
 ):
@@ -44,6 +45,8 @@ async def test_published_and_dropped_findings_become_a_golden_file_that_replays(
     review = await world.wait_review("posted")
 
     monkeypatch.setenv("COCKPIT_DATA_DIR", str(settings.data_dir))
+    if settings.database_url is not None:
+        monkeypatch.setenv("COCKPIT_DATABASE_URL", settings.database_url.reveal())
     out_file = tmp_path / "history.json"
     args = build_parser().parse_args(
         ["eval", "golden-from-reviews", "--repo", "octo/widgets", "--out", str(out_file)]

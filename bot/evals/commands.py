@@ -115,24 +115,30 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
     """Exit 0 with a file written; 2 when there is nothing to make it from (no database
     where the server keeps its data, or no published review of the repository): nothing is
     created then, neither a database nor an empty file."""
+    import psycopg
+
+    from bot.backend import describe, missing, open_database
     from bot.evals.from_reviews import check_repo, golden_from_reviews, published_repos
-    from bot.records.sqlite import Database
+    from bot.records.postgres import SchemaBehind
 
     try:
         settings = load_settings(github=False)
         check_repo(args.repo)
     except (ConfigError, ValueError) as exc:
         return _error(str(exc))
-    if not settings.db_path.is_file():
+    if missing(settings):
         return _error(say("no_database", path=settings.db_path, data_dir=settings.data_dir))
-    db = await Database.open(settings.db_path)
+    try:  # the server's database, SQLite or Postgres
+        db = await open_database(settings)
+    except (SchemaBehind, OSError, psycopg.Error) as exc:
+        return _error(str(exc))
     try:
         golden = await golden_from_reviews(db, args.repo)
         others = [] if golden["cases"] else await published_repos(db)
     finally:
         await db.close()
     if not golden["cases"]:
-        return _error(say("no_reviews", path=settings.db_path, repo=args.repo, others=others))
+        return _error(say("no_reviews", path=describe(settings), repo=args.repo, others=others))
     name = args.repo.replace("/", "-")
     path = Path(args.out or Path("eval") / "golden" / f"{name}-from-reviews.json")
     write_golden(path, golden)
