@@ -34,7 +34,7 @@ SUBMIT_REVIEW_SCHEMA: dict[str, Any] = {
         },
         "resolved": {
             "type": "array",
-            "description": "F numbers (e.g. \"F3\") of earlier findings you were shown that "
+            "description": 'F numbers (e.g. "F3") of earlier findings you were shown that '
             "this head fixes or that no longer apply",
             "items": {"type": "string", "pattern": "^F[0-9]+$"},
         },

@@ -37,9 +37,7 @@ class LedgerWrites:
 
 
 async def entries(db: Database, pull_id: int) -> list[LedgerEntry]:
-    rows = await db.fetchall(
-        "SELECT * FROM ledger WHERE pull_id = ? ORDER BY ordinal", (pull_id,)
-    )
+    rows = await db.fetchall("SELECT * FROM ledger WHERE pull_id = ? ORDER BY ordinal", (pull_id,))
     return [LedgerEntry.from_row(row) for row in rows]
 
 
@@ -87,8 +85,16 @@ async def write(conn: Any, writes: LedgerWrites) -> None:
         " first_review_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (pull_id, ordinal) DO NOTHING",
         [
-            (pull_id, e.ordinal, e.fingerprint, e.path, e.code_key, e.title_key,
-             writes.review_id, now)
+            (
+                pull_id,
+                e.ordinal,
+                e.fingerprint,
+                e.path,
+                e.code_key,
+                e.title_key,
+                writes.review_id,
+                now,
+            )
             for e in writes.new
         ],
     )

@@ -105,9 +105,7 @@ class Forbidden(GraphQLError):
     """GitHub's `"type": "FORBIDDEN"`: the App's installation lacks a permission."""
 
     def __init__(self) -> None:
-        super().__init__(
-            "Resource not accessible by integration", extensions={"type": "FORBIDDEN"}
-        )
+        super().__init__("Resource not accessible by integration", extensions={"type": "FORBIDDEN"})
 
 
 class Unsupported(GraphQLError):
