@@ -138,11 +138,14 @@ def key_of(finding: DraftFinding | Finding, text: str | None) -> Key:
 def relocate(finding: Finding, code: str, text: str | None) -> tuple[int | None, int | None]:
     """Where the code a carried finding points at is now (its lines shift when code above
     them changes): (line, end_line), or its old ones when the code is not found as it was."""
-    start = _find(finding, code, text)
+    return _at(finding, _find(finding, code, text))
+
+
+def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
+    """The finding's lines moved to `start` (None: where they were)."""
     if start is None:
         return finding.line, finding.end_line
-    span = _span(finding)
-    return start, (start + span) if finding.end_line else None
+    return start, (start + _span(finding)) if finding.end_line else None
 
 
 def _span(finding: Finding) -> int:
@@ -367,10 +370,10 @@ def carry(item: Item, text: str | None) -> DraftFinding:
     """An open finding the push did not touch, as the new draft holds it (moved to where its
     code is now, keeping its verdict only while that code is as it was; the caller places it
     on the new diff)."""
-    start = _find(item.last, item.key.code, text)
-    line, end_line = relocate(item.last, item.key.code, text)
     f = item.last
+    start = _find(f, item.key.code, text)
     same = start is not None  # its code is as it was: the verify pass's verdict still holds
+    line, end_line = _at(f, start)
     return DraftFinding(
         path=f.path,
         severity=f.severity,
