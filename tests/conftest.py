@@ -27,6 +27,13 @@ from tests.models import (  # noqa: F401 - shared fixtures
 WEBHOOK_SECRET = "test-webhook-secret-123"
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): a worker per core, at most four. Each worker starts
+    its own Postgres cluster and stand-ins; past four the machine, not the suite, is the
+    limit."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Every template the suite renders reads only values it was given (production renders
     a missing one empty and logs it)."""
