@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 SEVERITIES = ("critical", "major", "minor", "nit")
@@ -63,9 +63,6 @@ class Finding:
     end_line: int | None = None
     side: str = "RIGHT"
     suggestion: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)

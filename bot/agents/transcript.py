@@ -26,10 +26,6 @@ class Excerpt:
     lines: tuple[Line, ...]
     omitted: int  # older messages left out
 
-    @property
-    def trimmed(self) -> bool:
-        return self.omitted > 0
-
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more chars)"

@@ -45,9 +45,6 @@ class Label:
     title: str | None = None
     severity: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
 
 @dataclass(frozen=True)
 class Case:
