@@ -26,8 +26,7 @@ from bot.records import evals
 from bot.records.runs import session_spend as ledger_spend
 from bot.records.sessions import end_session, prune_detached_sessions
 from bot.records.sqlite import Database
-from bot.records.types import DraftFinding
-from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
+from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
 from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
 from bot.worktrees import GitError
@@ -213,7 +212,14 @@ class Runner:
             draft = await review_worktree(reviewer, prepared.tree, request, on_session=opened)
             rows = draft.findings
             if run.verify and rows:
-                rows = await self._verify(run, reviewer, prepared.tree, request, draft, result)
+                assert run.verify_provider is not None
+                verify_started = time.monotonic()
+                verification = await verify_draft(
+                    reviewer, prepared.tree, request, draft, provider=run.verify_provider
+                )
+                result.verify_seconds = time.monotonic() - verify_started
+                result.verify_error = verification.error
+                rows = apply_verification(rows, verification)
             result.findings = [EvalFinding.of(n, r) for n, r in enumerate(rows, start=1)]
         except (AgentError, GitError, OSError) as exc:
             result.error = str(exc) or exc.__class__.__name__
@@ -226,24 +232,6 @@ class Runner:
             result.add_spend(*await session_spend(self.db, session_id))
         result.wall_seconds = time.monotonic() - started
         return result
-
-    async def _verify(
-        self,
-        run: ModelRun,
-        reviewer: Reviewer,
-        tree: Any,
-        request: ReviewRequest,
-        draft: Draft,
-        result: CaseResult,
-    ) -> list[DraftFinding]:
-        assert run.verify_provider is not None
-        started = time.monotonic()
-        verification = await verify_draft(
-            reviewer, tree, request, draft, provider=run.verify_provider
-        )
-        result.verify_seconds = time.monotonic() - started
-        result.verify_error = verification.error
-        return apply_verification(draft.findings, verification)
 
     async def score(self, result: CaseResult) -> None:
         """Judge the findings against the labels; both variants when verify ran."""
