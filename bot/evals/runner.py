@@ -269,19 +269,8 @@ class Runner:
             "error": result.error,
             "scores": json.dumps(result.to_scores()),
         }
-        findings = [
-            {
-                "ordinal": f.ordinal,
-                "path": f.path,
-                "line": f.line,
-                "end_line": f.end_line,
-                "severity": f.severity,
-                "title": f.title,
-                "body": f.body,
-                "matched_label": result.pairs.get(index),
-                "verify_status": f.verify_status,
-                "verify_note": f.verify_note,
-            }
+        findings = [  # each EvalFinding field is a column of eval_findings
+            {**asdict(f), "matched_label": result.pairs.get(index)}
             for index, f in enumerate(result.findings)
         ]
         await evals.store_case(self.db, run.id, result.case.id, case, findings)
