@@ -374,16 +374,12 @@ def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     template has no system role."""
     system = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
     rest = [m for m in messages if m.get("role") != "system"]
-    first = next(
-        (
-            n
-            for n, m in enumerate(rest)
-            if m.get("role") == "user" and isinstance(m["content"], str)
-        ),
-        None,
-    )
-    if not system or first is None:
+    users = [
+        n for n, m in enumerate(rest) if m.get("role") == "user" and isinstance(m["content"], str)
+    ]
+    if not system or not users:
         return messages
+    first = users[0]
     rest[first] = {**rest[first], "content": f"{system}\n\n{rest[first]['content']}"}
     return rest
 

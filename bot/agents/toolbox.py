@@ -95,10 +95,8 @@ READ_ONLY_TOOLS = frozenset(tool["name"] for tool in TOOL_DEFINITIONS)
 
 def clean_path(raw: Any, *, allow_root: bool = False) -> str:
     """A repository-relative path, or ToolError. Never touches the filesystem."""
-    if raw is None or raw == "" or raw == ".":
-        if allow_root:
-            return ""
-        raise ToolError("a path is required")
+    if raw is None:
+        raw = ""  # no path: "" and "." come out as no parts, below
     if not isinstance(raw, str):
         raise ToolError("path must be a string")
     if "\x00" in raw or len(raw) > 4096:
