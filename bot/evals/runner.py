@@ -142,6 +142,17 @@ def add_usd(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a + b
 
 
+def variant_spend(cases: list[CaseResult], verify: bool) -> tuple[int, float | None, float]:
+    """Tokens, USD and seconds the cases took, with their verify pass or without it."""
+    tokens, seconds = 0, 0.0
+    usd: float | None = 0.0
+    for case in cases:
+        tokens += case.review_tokens + (case.verify_tokens if verify else 0)
+        usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd if verify else 0.0))
+        seconds += case.wall_seconds - (0 if verify else case.verify_seconds)
+    return tokens, usd, seconds
+
+
 @dataclass(frozen=True)
 class Spend:
     """Tokens and USD (None when a model has no known rate)."""
@@ -337,11 +348,7 @@ class Runner:
     async def finish_model(self, run: ModelRun) -> None:
         final = run.total(VERIFIED if run.verify else ALL)
         strict = final.strict
-        usd: float | None = 0.0
-        tokens = 0
-        for case in run.cases:  # failed ones too: what they spent was spent
-            usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd))
-            tokens += case.review_tokens + case.verify_tokens
+        tokens, usd, _ = variant_spend(run.cases, verify=True)  # failed ones too: it was spent
         scores = {name: run.total(name).to_dict() for name in (ALL, VERIFIED)}
         await evals.finish_run(
             self.db,
