@@ -210,15 +210,8 @@ class AgentRun:
                                     message("invalid_output", tool=final.name, problem=exc)
                                 ) from None
                             repaired = True
-                            results.append(
-                                (
-                                    call,
-                                    render(
-                                        "prompts/invalid_answer.md.j2", tool=final.name, error=exc
-                                    ).strip(),
-                                    True,
-                                )
-                            )
+                            why = render("prompts/invalid_answer.md.j2", tool=final.name, error=exc)
+                            results.append((call, why.strip(), True))
                         continue
                     tool_calls += 1
                     if tool_calls > self.budget.max_tool_calls:
