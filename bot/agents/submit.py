@@ -84,10 +84,7 @@ class InvalidReview(InvalidAnswer):
 def _problems(data: Any) -> list[str]:
     if not isinstance(data, dict):
         return ["input must be an object"]
-    problems = []
-    for key in ("summary", "verdict", "findings"):
-        if key not in data:
-            problems.append(f"missing `{key}`")
+    problems = [f"missing `{key}`" for key in SUBMIT_REVIEW_SCHEMA["required"] if key not in data]
     extra = set(data) - set(SUBMIT_REVIEW_SCHEMA["properties"])
     if extra:
         problems.append(f"unexpected keys: {', '.join(sorted(extra))}")
