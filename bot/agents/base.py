@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol
 
 RATES_FILE = Path(__file__).with_name("rates.json")
@@ -140,6 +141,29 @@ class ModelReply:
 @dataclass
 class Transient:
     retry_after: float | None = None
+
+
+def sdk_transient(sdk: ModuleType, exc: Exception) -> Transient | None:
+    """Retry advice for an `anthropic` or `openai` SDK error (both name them alike): a network
+    failure or timeout, 408, 409, 429 or 5xx, with the server's Retry-After when it sent one."""
+    if isinstance(exc, sdk.APIConnectionError):  # includes timeouts
+        return Transient()
+    if isinstance(exc, sdk.APIStatusError) and (
+        exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    ):
+        return Transient(_retry_after(exc.response.headers))
+    return None
+
+
+def _retry_after(headers: Any) -> float | None:
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            try:
+                return float(value) / scale
+            except ValueError:
+                continue
+    return None
 
 
 @dataclass

@@ -64,16 +64,11 @@ class DailyBudgetSpent(AgentError):
         )
 
 
-async def spent_today(db: Database, installation_id: int | None, now: float) -> Spend:
-    runs, usd = await spent_since(db, installation_id, day_start(now))
-    return Spend(runs, usd)
-
-
 async def budget_used_up(
     limits: DailyLimits, db: Database, installation_id: int | None, now: float
 ) -> Spend | None:
     """Today's spend when it has reached a daily limit (no new model run starts), else None."""
-    spend = await spent_today(db, installation_id, now)
+    spend = Spend(*await spent_since(db, installation_id, day_start(now)))
     return spend if spend.reached(limits) else None
 
 

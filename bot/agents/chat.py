@@ -50,8 +50,8 @@ from bot.agents.base import (
     Transient,
     Usage,
     arguments_problem,
+    sdk_transient,
 )
-from bot.agents.claude import _retry_after
 from bot.config import ChatSettings
 from bot.texts import render
 
@@ -119,23 +119,14 @@ class ChatEndpoint:
         return True
 
 
+@dataclass
 class ChatProvider:
     name = "chat"
-
-    def __init__(
-        self,
-        endpoint: ChatEndpoint,
-        model: str,
-        *,
-        timeout: float | None = None,
-        context_tokens: int | None = None,
-        fallback_rate: dict[str, float] | None = None,
-    ) -> None:
-        self.endpoint = endpoint
-        self.model = model
-        self.timeout = timeout or REQUEST_TIMEOUT
-        self.context_tokens = context_tokens
-        self.fallback_rate = fallback_rate
+    endpoint: ChatEndpoint
+    model: str
+    timeout: float | None = None  # None: REQUEST_TIMEOUT
+    context_tokens: int | None = None
+    fallback_rate: dict[str, float] | None = None
 
     @property
     def output_tokens(self) -> int | None:
@@ -213,7 +204,9 @@ class ChatProvider:
                 params[self.endpoint.output_param] = self.output_tokens
             try:
                 return await self.endpoint.client.chat.completions.create(
-                    **params, timeout=self.timeout, extra_headers=self.endpoint.headers
+                    **params,
+                    timeout=self.timeout or REQUEST_TIMEOUT,
+                    extra_headers=self.endpoint.headers,
                 )
             except openai.APIStatusError as exc:
                 said = server_said(exc.body)
@@ -275,13 +268,7 @@ class ChatProvider:
         return Usage(input_tokens=estimated, output_tokens=estimate_tokens(said))
 
     def transient(self, exc: Exception) -> Transient | None:
-        if isinstance(exc, openai.APIConnectionError):  # includes timeouts
-            return Transient()
-        if isinstance(exc, openai.APIStatusError) and (
-            exc.status_code in (408, 409, 429) or exc.status_code >= 500
-        ):
-            return Transient(_retry_after(exc.response.headers))
-        return None
+        return sdk_transient(openai, exc)
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": text}]
@@ -387,16 +374,12 @@ def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     template has no system role."""
     system = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
     rest = [m for m in messages if m.get("role") != "system"]
-    first = next(
-        (
-            n
-            for n, m in enumerate(rest)
-            if m.get("role") == "user" and isinstance(m["content"], str)
-        ),
-        None,
-    )
-    if not system or first is None:
+    users = [
+        n for n, m in enumerate(rest) if m.get("role") == "user" and isinstance(m["content"], str)
+    ]
+    if not system or not users:
         return messages
+    first = users[0]
     rest[first] = {**rest[first], "content": f"{system}\n\n{rest[first]['content']}"}
     return rest
 

@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
 
-from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage
+from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage, sdk_transient
 
 MAX_OUTPUT_TOKENS = 8192
 REQUEST_TIMEOUT = 180.0
 
 
+@dataclass
 class ClaudeProvider:
     name = "claude"
     fallback_rate = None  # every model's rate is in rates.json or unknown
-
-    def __init__(
-        self, client: anthropic.AsyncAnthropic, model: str, *, timeout: float | None = None
-    ) -> None:
-        self.client = client
-        self.model = model
-        self.timeout = timeout or REQUEST_TIMEOUT
+    client: anthropic.AsyncAnthropic
+    model: str
+    timeout: float | None = None  # None: REQUEST_TIMEOUT
 
     async def send(self, request: ProviderRequest) -> ModelReply:
         tools = [
@@ -38,7 +36,7 @@ class ClaudeProvider:
             ],
             tools=tools,
             messages=merge_roles(request.messages),
-            timeout=self.timeout,
+            timeout=self.timeout or REQUEST_TIMEOUT,
         )
         blocks = [block.to_dict() for block in response.content]
         usage = response.usage
@@ -61,13 +59,7 @@ class ClaudeProvider:
         )
 
     def transient(self, exc: Exception) -> Transient | None:
-        if isinstance(exc, anthropic.APIConnectionError):  # includes timeouts
-            return Transient()
-        if isinstance(exc, anthropic.APIStatusError) and (
-            exc.status_code in (408, 409, 429) or exc.status_code >= 500
-        ):
-            return Transient(_retry_after(exc.response.headers))
-        return None
+        return sdk_transient(anthropic, exc)
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": [{"type": "text", "text": text}]}]
@@ -126,14 +118,3 @@ def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             merged.append({"role": message["role"], "content": list(blocks)})
     return merged
-
-
-def _retry_after(headers: Any) -> float | None:
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value:
-            try:
-                return float(value) / scale
-            except ValueError:
-                continue
-    return None

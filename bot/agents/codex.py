@@ -7,27 +7,24 @@ server-side state, so a session survives restarts and provider-side expiry.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import openai
 
-from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage
-from bot.agents.claude import _retry_after
+from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage, sdk_transient
 
 MAX_OUTPUT_TOKENS = 16_000
 REQUEST_TIMEOUT = 300.0
 
 
+@dataclass
 class CodexProvider:
     name = "codex"
     fallback_rate = None  # every model's rate is in rates.json or unknown
-
-    def __init__(
-        self, client: openai.AsyncOpenAI, model: str, *, timeout: float | None = None
-    ) -> None:
-        self.client = client
-        self.model = model
-        self.timeout = timeout or REQUEST_TIMEOUT
+    client: openai.AsyncOpenAI
+    model: str
+    timeout: float | None = None  # None: REQUEST_TIMEOUT
 
     async def send(self, request: ProviderRequest) -> ModelReply:
         tools = [
@@ -49,7 +46,7 @@ class CodexProvider:
             include=["reasoning.encrypted_content"],
             prompt_cache_key=request.cache_key,
             max_output_tokens=MAX_OUTPUT_TOKENS,
-            timeout=self.timeout,
+            timeout=self.timeout or REQUEST_TIMEOUT,
         )
         items = [item.to_dict() for item in response.output]
         usage = response.usage
@@ -74,13 +71,7 @@ class CodexProvider:
         )
 
     def transient(self, exc: Exception) -> Transient | None:
-        if isinstance(exc, openai.APIConnectionError):
-            return Transient()
-        if isinstance(exc, openai.APIStatusError) and (
-            exc.status_code in (408, 409, 429) or exc.status_code >= 500
-        ):
-            return Transient(_retry_after(exc.response.headers))
-        return None
+        return sdk_transient(openai, exc)
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": text}]

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 MAX_BACKOFF = 30.0
 
+Origin = tuple[int | None, str | None]  # the PR comment a message came from: id and source
+
 
 @dataclass(frozen=True)
 class FinalAnswer:
@@ -144,7 +146,7 @@ class AgentRun:
         self,
         run_id: int,
         user_text: str | None,
-        origin: tuple[int | None, str | None],
+        origin: Origin,
         usage: dict[str, Usage],
         started: float,
     ) -> TurnResult:
@@ -152,21 +154,13 @@ class AgentRun:
         repaired = False
         last = await self._settle()
         if user_text is not None:
-            await append_messages(
-                self.db,
-                self.session.id,
-                self.provider.user_message(user_text),
-                github_comment_id=origin[0],
-                source=origin[1],
-            )
+            await self._store(self.provider.user_message(user_text), origin)
         elif last is not None and last.get("role") == "assistant":
             # Resumed after the model's answer was stored and before the next step was (the
             # process died): take that step now; a request never ends with the model's text.
             if not self.expect_submit:
                 return TurnResult(run_id, answer_text(last), None, 0)
-            await append_messages(
-                self.db, self.session.id, self.provider.user_message(fragment(final.nudge))
-            )
+            await self._store(self.provider.user_message(fragment(final.nudge)))
             repaired = True
         offer = self.expect_submit if self.offer_submit is None else self.offer_submit
         tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
@@ -183,16 +177,14 @@ class AgentRun:
             self._count(reply, usage)
             self._check_spend(usage)
             if reply.items:
-                await append_messages(self.db, self.session.id, reply.items)
+                await self._store(reply.items)
             if not reply.tool_calls:
                 if not self.expect_submit:
                     return TurnResult(run_id, reply.text, None, tool_calls)
                 if repaired:
                     raise AgentError(message("no_final_answer", tool=final.name))
                 repaired = True
-                await append_messages(
-                    self.db, self.session.id, self.provider.user_message(fragment(final.nudge))
-                )
+                await self._store(self.provider.user_message(fragment(final.nudge)))
                 continue
             results: list[tuple[ToolCall, str, bool]] = []
             answer = None
@@ -218,15 +210,8 @@ class AgentRun:
                                     message("invalid_output", tool=final.name, problem=exc)
                                 ) from None
                             repaired = True
-                            results.append(
-                                (
-                                    call,
-                                    render(
-                                        "prompts/invalid_answer.md.j2", tool=final.name, error=exc
-                                    ).strip(),
-                                    True,
-                                )
-                            )
+                            why = render("prompts/invalid_answer.md.j2", tool=final.name, error=exc)
+                            results.append((call, why.strip(), True))
                         continue
                     tool_calls += 1
                     if tool_calls > self.budget.max_tool_calls:
@@ -238,14 +223,18 @@ class AgentRun:
             except BaseException:  # stopped or failed mid-call: every call still gets a result
                 done = {call.id for call, _, _ in results}
                 rest = [(c, interrupted(), True) for c in reply.tool_calls if c.id not in done]
-                await asyncio.shield(self._store_results([*results, *rest]))
+                await asyncio.shield(self._store(self.provider.tool_results([*results, *rest])))
                 raise
-            await self._store_results(results)
+            await self._store(self.provider.tool_results(results))
             if answer is not None:
                 return TurnResult(run_id, reply.text, answer, tool_calls)
 
-    async def _store_results(self, results: list[tuple[ToolCall, str, bool]]) -> None:
-        await append_messages(self.db, self.session.id, self.provider.tool_results(results))
+    async def _store(self, items: list[dict[str, Any]], origin: Origin = (None, None)) -> None:
+        """Add native messages to the session; `origin`: the PR comment they came from."""
+        comment_id, source = origin
+        await append_messages(
+            self.db, self.session.id, items, github_comment_id=comment_id, source=source
+        )
 
     async def _conversation(self) -> list[dict[str, Any]]:
         """The stored conversation as the API takes it: a tool call stored without its result
@@ -260,7 +249,7 @@ class AgentRun:
         stored = await load_messages(self.db, self.session.id)
         closed = self.provider.answer_dangling(stored, interrupted())
         if len(closed) > len(stored) and closed[: len(stored)] == stored:
-            await append_messages(self.db, self.session.id, closed[len(stored) :])
+            await self._store(closed[len(stored) :])
         return closed[-1] if closed else None
 
     async def _send(self, request: ProviderRequest, started: float) -> ModelReply:

@@ -16,6 +16,7 @@ from bot.config import PROVIDERS, Settings
 from bot.texts import message
 
 PROBE_TIMEOUT = 15.0
+SDK_KEYS = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}  # read by the SDKs themselves
 OLLAMA_DEFAULT_TAG = ":latest"  # Ollama serves `qwen3` as `qwen3:latest`
 AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
 
@@ -111,12 +112,10 @@ async def probe(settings: Settings, provider: str) -> list[str]:
     OpenAI lists models, not deployments, so there only the endpoint and key are checked."""
     clients = ModelClients(settings)
     try:
-        if provider == "claude":
-            ready = clients.configured("claude")
-            return [] if ready else ["ANTHROPIC_API_KEY: not set; the claude provider needs it"]
-        if provider == "codex":
-            ready = clients.configured("codex")
-            return [] if ready else ["OPENAI_API_KEY: not set; the codex provider needs it"]
+        if provider in SDK_KEYS:
+            if clients.configured(provider):
+                return []
+            return [f"{SDK_KEYS[provider]}: not set; the {provider} provider needs it"]
         if provider != "chat":
             return [f"unknown provider {provider!r}; use {', '.join(PROVIDERS)}"]
         chat = settings.chat

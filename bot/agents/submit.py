@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 SEVERITIES = ("critical", "major", "minor", "nit")
@@ -64,9 +64,6 @@ class Finding:
     side: str = "RIGHT"
     suggestion: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
 
 @dataclass(frozen=True)
 class ReviewDraft:
@@ -87,10 +84,7 @@ class InvalidReview(InvalidAnswer):
 def _problems(data: Any) -> list[str]:
     if not isinstance(data, dict):
         return ["input must be an object"]
-    problems = []
-    for key in ("summary", "verdict", "findings"):
-        if key not in data:
-            problems.append(f"missing `{key}`")
+    problems = [f"missing `{key}`" for key in SUBMIT_REVIEW_SCHEMA["required"] if key not in data]
     extra = set(data) - set(SUBMIT_REVIEW_SCHEMA["properties"])
     if extra:
         problems.append(f"unexpected keys: {', '.join(sorted(extra))}")

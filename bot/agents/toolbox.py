@@ -8,7 +8,7 @@ as links (never followed), and nothing from the PR is executed or checked out.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -95,10 +95,8 @@ READ_ONLY_TOOLS = frozenset(tool["name"] for tool in TOOL_DEFINITIONS)
 
 def clean_path(raw: Any, *, allow_root: bool = False) -> str:
     """A repository-relative path, or ToolError. Never touches the filesystem."""
-    if raw is None or raw == "" or raw == ".":
-        if allow_root:
-            return ""
-        raise ToolError("a path is required")
+    if raw is None:
+        raw = ""  # no path: "" and "." come out as no parts, below
     if not isinstance(raw, str):
         raise ToolError("path must be a string")
     if "\x00" in raw or len(raw) > 4096:
@@ -131,6 +129,15 @@ class TreeEntry:
     path: str
 
 
+def _tree_entries(out: bytes) -> Iterator[TreeEntry]:
+    """The records of `git ls-tree -z` output."""
+    for record in out.split(b"\x00"):
+        if record:
+            meta, _, name = record.partition(b"\t")
+            mode, kind, oid = meta.decode().split()
+            yield TreeEntry(mode, kind, oid, name.decode(errors="replace"))
+
+
 class Toolbox:
     """Executes the read-only tools for one review; `on_call` observes each call (progress)."""
 
@@ -153,9 +160,7 @@ class Toolbox:
         self.calls = 0
         self.since = since  # a re-review: `git_diff` shows what changed since this commit
 
-    @property
-    def definitions(self) -> list[dict[str, Any]]:
-        return TOOL_DEFINITIONS
+    definitions = TOOL_DEFINITIONS
 
     async def call(self, name: str, arguments: Any) -> str:
         """Run one tool; errors come back as text for the model, never as exceptions."""
@@ -181,14 +186,7 @@ class Toolbox:
 
     async def _entry(self, path: str) -> TreeEntry | None:
         out = await self.tree.git("ls-tree", "-z", "--full-tree", self.tree.head_sha, "--", path)
-        for record in out.split(b"\x00"):
-            if not record:
-                continue
-            meta, _, name = record.partition(b"\t")
-            mode, kind, oid = meta.decode().split()
-            if name.decode(errors="replace") == path:
-                return TreeEntry(mode, kind, oid, path)
-        return None
+        return next((entry for entry in _tree_entries(out) if entry.path == path), None)
 
     async def _tool_read_file(
         self, path: Any = None, start_line: Any = None, end_line: Any = None
@@ -244,14 +242,7 @@ class Toolbox:
         cut = truncated(out, MAX_GIT_BYTES)
         if cut:  # the last record may be cut mid-way
             out = out[:MAX_GIT_BYTES].rpartition(b"\x00")[0]
-        names = []
-        for record in out.split(b"\x00"):
-            if not record:
-                continue
-            meta, _, name = record.partition(b"\t")
-            kind = meta.split()[1]
-            shown = name.decode(errors="replace")
-            names.append(shown + ("/" if kind == b"tree" else ""))
+        names = [e.path + ("/" if e.kind == "tree" else "") for e in _tree_entries(out)]
         shown_names = names[:MAX_LIST_ENTRIES]
         more = len(names) - len(shown_names)
         text = "\n".join(json.dumps(n)[1:-1] if not n.isprintable() else n for n in shown_names)

@@ -26,10 +26,6 @@ class Excerpt:
     lines: tuple[Line, ...]
     omitted: int  # older messages left out
 
-    @property
-    def trimmed(self) -> bool:
-        return self.omitted > 0
-
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more chars)"
@@ -89,24 +85,24 @@ def answer_text(item: dict[str, Any]) -> str:
 def tool_call(item: dict[str, Any], name: str) -> dict[str, Any] | None:
     """The input of a call to tool `name` in an assistant message, whichever provider wrote it."""
     if item.get("type") == "function_call" and item.get("name") == name:
-        try:
-            value = json.loads(item.get("arguments") or "{}")
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+        return _json_object(item.get("arguments"))
     for call in item.get("tool_calls") or []:  # Chat Completions
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict) and function.get("name") == name:
-            try:
-                value = json.loads(function.get("arguments") or "{}")
-            except ValueError:
-                return None
-            return value if isinstance(value, dict) else None
+            return _json_object(function.get("arguments"))
     content = item.get("content")
     for block in content if isinstance(content, list) else []:
         if block.get("type") == "tool_use" and block.get("name") == name:
             return block.get("input") or {}
     return None
+
+
+def _json_object(arguments: str | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def calls_tools(item: dict[str, Any]) -> bool:

@@ -45,9 +45,6 @@ class Label:
     title: str | None = None
     severity: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
 
 @dataclass(frozen=True)
 class Case:
@@ -184,16 +181,8 @@ def _resolve(repository: str, base: Path) -> str:
 
 
 def _labels(items: list[dict[str, Any]]) -> tuple[Label, ...]:
-    return tuple(
-        Label(
-            problem=item["problem"].strip(),
-            path=item.get("path"),
-            line=item.get("line"),
-            title=item.get("title"),
-            severity=item.get("severity"),
-        )
-        for item in items
-    )
+    """Validated labels (their keys are Label's fields) as Labels."""
+    return tuple(Label(**{**item, "problem": item["problem"].strip()}) for item in items)
 
 
 def parse_golden(data: Any, path: Path, *, repository: str | None = None) -> Golden:

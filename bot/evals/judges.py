@@ -184,14 +184,10 @@ def _objects(text: str) -> Iterator[Any]:
 def parse_answer(text: str) -> Answer | None:
     """The judge's answer: the first JSON object with a boolean `match`, or None when there
     is none to read (the caller counts those)."""
-    data = next(
-        (
-            o
-            for o in _objects(text or "")
-            if isinstance(o, dict) and isinstance(o.get("match"), bool)
-        ),
-        None,
+    answers = (
+        o for o in _objects(text or "") if isinstance(o, dict) and isinstance(o.get("match"), bool)
     )
+    data = next(answers, None)
     if data is None:
         return None
     confidence = data.get("confidence", 1.0)

@@ -10,22 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from bot.evals.messages import Resume
-from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, add_usd
+from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, add_usd, variant_spend
 from bot.texts import render
 
 log = logging.getLogger(__name__)
 
 CHART_EXTRA = "pip install 'pr-cockpit[eval]'"
-
-
-def _variant_spend(cases: list[CaseResult], verify: bool) -> tuple[int, float | None, float]:
-    tokens, seconds = 0, 0.0
-    usd: float | None = 0.0
-    for case in cases:
-        tokens += case.review_tokens + (case.verify_tokens if verify else 0)
-        usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd if verify else 0.0))
-        seconds += case.wall_seconds - (0 if verify else case.verify_seconds)
-    return tokens, usd, seconds
 
 
 def _case_entry(case: CaseResult, variant: str, verify: bool) -> dict[str, Any]:
@@ -47,7 +37,7 @@ def _case_entry(case: CaseResult, variant: str, verify: bool) -> dict[str, Any]:
             },
             known_fp=counts.known_fp,
         )
-    tokens, usd, seconds = _variant_spend([case], verify)
+    tokens, usd, seconds = variant_spend([case], verify)
     entry.update(
         tokens=tokens,
         usd=usd,
@@ -68,7 +58,7 @@ def run_entries(result: EvalResult, run: ModelRun) -> list[dict[str, Any]]:
     for variant in (ALL, VERIFIED) if run.verify else (ALL,):
         verify = variant == VERIFIED
         total = run.total(variant)  # scores leave failed cases out; spend counts them
-        tokens, usd, seconds = _variant_spend(run.cases, verify)
+        tokens, usd, seconds = variant_spend(run.cases, verify)
         entries.append(
             {
                 "provider": run.provider,

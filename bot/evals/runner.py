@@ -26,8 +26,7 @@ from bot.records import evals
 from bot.records.runs import session_spend as ledger_spend
 from bot.records.sessions import end_session, prune_detached_sessions
 from bot.records.sqlite import Database
-from bot.records.types import DraftFinding
-from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
+from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
 from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
 from bot.worktrees import GitError
@@ -143,6 +142,17 @@ def add_usd(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a + b
 
 
+def variant_spend(cases: list[CaseResult], verify: bool) -> tuple[int, float | None, float]:
+    """Tokens, USD and seconds the cases took, with their verify pass or without it."""
+    tokens, seconds = 0, 0.0
+    usd: float | None = 0.0
+    for case in cases:
+        tokens += case.review_tokens + (case.verify_tokens if verify else 0)
+        usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd if verify else 0.0))
+        seconds += case.wall_seconds - (0 if verify else case.verify_seconds)
+    return tokens, usd, seconds
+
+
 @dataclass(frozen=True)
 class Spend:
     """Tokens and USD (None when a model has no known rate)."""
@@ -213,7 +223,14 @@ class Runner:
             draft = await review_worktree(reviewer, prepared.tree, request, on_session=opened)
             rows = draft.findings
             if run.verify and rows:
-                rows = await self._verify(run, reviewer, prepared.tree, request, draft, result)
+                assert run.verify_provider is not None
+                verify_started = time.monotonic()
+                verification = await verify_draft(
+                    reviewer, prepared.tree, request, draft, provider=run.verify_provider
+                )
+                result.verify_seconds = time.monotonic() - verify_started
+                result.verify_error = verification.error
+                rows = apply_verification(rows, verification)
             result.findings = [EvalFinding.of(n, r) for n, r in enumerate(rows, start=1)]
         except (AgentError, GitError, OSError) as exc:
             result.error = str(exc) or exc.__class__.__name__
@@ -226,24 +243,6 @@ class Runner:
             result.add_spend(*await session_spend(self.db, session_id))
         result.wall_seconds = time.monotonic() - started
         return result
-
-    async def _verify(
-        self,
-        run: ModelRun,
-        reviewer: Reviewer,
-        tree: Any,
-        request: ReviewRequest,
-        draft: Draft,
-        result: CaseResult,
-    ) -> list[DraftFinding]:
-        assert run.verify_provider is not None
-        started = time.monotonic()
-        verification = await verify_draft(
-            reviewer, tree, request, draft, provider=run.verify_provider
-        )
-        result.verify_seconds = time.monotonic() - started
-        result.verify_error = verification.error
-        return apply_verification(draft.findings, verification)
 
     async def score(self, result: CaseResult) -> None:
         """Judge the findings against the labels; both variants when verify ran."""
@@ -281,19 +280,8 @@ class Runner:
             "error": result.error,
             "scores": json.dumps(result.to_scores()),
         }
-        findings = [
-            {
-                "ordinal": f.ordinal,
-                "path": f.path,
-                "line": f.line,
-                "end_line": f.end_line,
-                "severity": f.severity,
-                "title": f.title,
-                "body": f.body,
-                "matched_label": result.pairs.get(index),
-                "verify_status": f.verify_status,
-                "verify_note": f.verify_note,
-            }
+        findings = [  # each EvalFinding field is a column of eval_findings
+            {**asdict(f), "matched_label": result.pairs.get(index)}
             for index, f in enumerate(result.findings)
         ]
         await evals.store_case(self.db, run.id, result.case.id, case, findings)
@@ -360,11 +348,7 @@ class Runner:
     async def finish_model(self, run: ModelRun) -> None:
         final = run.total(VERIFIED if run.verify else ALL)
         strict = final.strict
-        usd: float | None = 0.0
-        tokens = 0
-        for case in run.cases:  # failed ones too: what they spent was spent
-            usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd))
-            tokens += case.review_tokens + case.verify_tokens
+        tokens, usd, _ = variant_spend(run.cases, verify=True)  # failed ones too: it was spent
         scores = {name: run.total(name).to_dict() for name in (ALL, VERIFIED)}
         await evals.finish_run(
             self.db,

@@ -8,7 +8,7 @@ best pairs first).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,6 @@ class Counts:
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-def astuple(counts: Counts) -> tuple[int, ...]:
-    return tuple(asdict(counts).values())
 
 
 def _ratio(part: int, whole: int) -> float | None:
