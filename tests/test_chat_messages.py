@@ -168,6 +168,17 @@ def test_which_arguments_cannot_be_read(arguments, problem):
     assert arguments_problem(arguments) == problem
 
 
+def test_an_empty_final_answer_is_told_what_it_lacks():
+    """Empty arguments read as `{}` everywhere: the repair turn names the missing keys
+    instead of saying the input is not an object."""
+    from bot.agents.loop import _as_dict
+    from bot.agents.submit import InvalidAnswer, parse_submission
+
+    assert _as_dict("") == {}
+    with pytest.raises(InvalidAnswer, match="summary"):
+        parse_submission(_as_dict(""))
+
+
 @pytest.mark.parametrize(
     ("body", "said"),
     [

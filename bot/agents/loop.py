@@ -358,9 +358,10 @@ def unreadable_arguments(tool: str, problem: str) -> str:
 
 
 def _as_dict(arguments: Any) -> Any:
+    """A tool call's arguments as `arguments_problem` reads them (empty text is `{}`)."""
     if isinstance(arguments, str):
         try:
-            return json.loads(arguments)
+            return json.loads(arguments or "{}")
         except ValueError:
             return None
     return arguments
