@@ -21,7 +21,7 @@ from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.sessions import create_session
-from bot.records.types import DraftFinding, Session, Skill
+from bot.records.types import DraftFinding, Pull, Review, Session, Skill
 from bot.repo_config import RepoConfig
 from bot.review.base import read_base
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
@@ -59,6 +59,22 @@ class ReviewRequest:
     # only what changed since is reviewed; None reviews the whole PR.
     since: str | None = None
     ledger: tuple[dict[str, Any], ...] = ()  # the PR's earlier findings (bot.review.ledger)
+
+    @classmethod
+    def of(cls, pull: Pull, review: Review, config: RepoConfig, **more: Any) -> ReviewRequest:
+        """A server's request for `review` of the stored PR."""
+        return cls(
+            repo=pull.repo,
+            number=pull.number,
+            title=pull.title,
+            body=pull.body,
+            base_ref=pull.base_ref,
+            provider=review.provider,
+            config=config,
+            pull_id=pull.id,
+            review_id=review.id,
+            **more,
+        )
 
 
 @dataclass(frozen=True)
