@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from bot.agents.base import Budget
@@ -177,23 +177,9 @@ async def pr_diff(tree: Worktree) -> DiffModel:
 
 
 def placed_findings(draft: ReviewDraft, diff: DiffModel) -> list[DraftFinding]:
-    """The submitted findings placed on the diff (see `bot.review.plan.placed`)."""
-    return [
-        placed(
-            DraftFinding(
-                path=f.path,
-                severity=f.severity,
-                title=f.title,
-                body=f.body,
-                line=f.line,
-                end_line=f.end_line,
-                side=f.side,
-                suggestion=f.suggestion,
-            ),
-            diff,
-        )
-        for f in draft.findings
-    ]
+    """The submitted findings (their fields are a draft finding's first ones) placed on the
+    diff (see `bot.review.plan.placed`)."""
+    return [placed(DraftFinding(**asdict(f)), diff) for f in draft.findings]
 
 
 async def review_worktree(
