@@ -34,7 +34,7 @@ from bot.records.types import Message, Pull, Review, Session, Skill
 from bot.review import state
 from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
-from bot.review.publish import Publisher, refs
+from bot.review.publish import Publisher, refs, where
 from bot.review.revise import apply_revision
 from bot.skills import load_skill
 from bot.texts import render as render_text
@@ -85,7 +85,7 @@ async def cross_review_context(
         {
             "ordinal": f.ordinal,
             "severity": f.severity,
-            "where": f.path + (f":{f.line}" if f.line else ""),
+            "where": where(f),
             "title": f.title,
             "body": f.body,
         }
