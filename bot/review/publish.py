@@ -199,9 +199,7 @@ class Publisher:
             verify_error=review.verify_error,
             cost_line=cost_line,
             commands=suggested(
-                review.state,
-                bool(review.stale),
-                await has_active_cross_review(db, review.id),
+                review.state, bool(review.stale), await has_active_cross_review(db, review.id)
             ),
             prefix=self.ctx.settings.command_prefix,
             repo_url=self.repo_url,

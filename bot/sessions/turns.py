@@ -49,13 +49,7 @@ CRITIQUE, ASK, REVISE = "critique", "ask", "revise"
 
 
 async def queue_turn(
-    ctx: Context,
-    session: Session,
-    mode: str,
-    *,
-    text: str,
-    comment_id: int | None,
-    **extra: Any,
+    ctx: Context, session: Session, mode: str, *, text: str, comment_id: int | None, **extra: Any
 ) -> bool:
     """Queue the session's next turn; True when it waits behind a turn already under way."""
     key = turn_key(session.id)
