@@ -31,14 +31,14 @@ class PublishFailed(Exception):
 
 
 def select_findings(
-    findings: list[Finding], listed: tuple[int, ...], rules: DraftRules | None = None
+    findings: list[Finding], listed: tuple[int, ...], rules: DraftRules
 ) -> list[int]:
     """What `approve` publishes: the listed findings, or every kept one that verification
     did not refute and that is not below the draft's `min_severity` (a refuted or folded
     finding is published only when listed explicitly)."""
     if listed:
         return sorted(listed)
-    return [f.ordinal for f in (rules or DraftRules()).approvable(findings)]
+    return [f.ordinal for f in rules.approvable(findings)]
 
 
 async def approve(

@@ -219,11 +219,10 @@ REPLY_CHARS = 600  # of each reply in a finding's thread, for the reviewer
 REPLIES = 5  # the last ones of each thread
 
 
-def brief(items: list[Item], replies: dict[int, list[str]] | None = None) -> list[dict[str, Any]]:
+def brief(items: list[Item], replies: dict[int, list[str]]) -> list[dict[str, Any]]:
     """What the reviewer is told of the ledger (rendered in its request): each number's
     status, place and title, a person's reason for a drop, and the last replies people wrote
     in a published finding's thread."""
-    replies = replies or {}
     return [
         {
             "replies": [_line(r)[:REPLY_CHARS] for r in replies.get(i.ordinal, [])[-REPLIES:]],

@@ -29,13 +29,10 @@ def _priority(path: str) -> int:
     return 0
 
 
-def plan_files(
-    diff: DiffModel, config: RepoConfig, noise: Mapping[str, str] | None = None
-) -> FilePlan:
+def plan_files(diff: DiffModel, config: RepoConfig, noise: Mapping[str, str]) -> FilePlan:
     """Source first, then tests, then docs; ignored, binary and removed files and the `noise`
     (path → why: generated, vendored, lock and minified files, see `bot.review.noise`) are
     skipped; the rest is cut at `max_files` / `max_diff_bytes`, and every skip says why."""
-    noise = noise or {}
     skipped: list[tuple[str, str]] = []
     candidates = []
     for path, file in diff.files.items():
