@@ -27,7 +27,7 @@ from bot.review.base import read_base
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
 from bot.review.noise import noise_files
 from bot.review.plan import placed, plan_files
-from bot.review.rules import DraftRules
+from bot.review.rules import DraftRules, UsedSource
 from bot.skills import load_skill
 from bot.texts import message, render
 from bot.worktrees import Worktree
@@ -207,26 +207,18 @@ async def review_worktree(
         await on_plan(plan.skipped)
     instructions = assemble(request.config, base.texts, plan.reviewed, touched)
 
-    def rules(dropped: int) -> DraftRules:
-        return DraftRules.of(
-            instructions,
-            commit=commit,
-            min_severity=request.config.min_severity,
-            max_findings=request.config.max_findings,
-            noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
-            noise_dropped=dropped,
-        )
-
+    rules = DraftRules(
+        commit=commit,
+        used=tuple(UsedSource(i.source, len(i.files), i.cut) for i in instructions.used),
+        left_out=instructions.left_out,
+        edited=instructions.edited,
+        min_severity=request.config.min_severity,
+        max_findings=request.config.max_findings,
+        noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
+    )
     if not plan.reviewed:
-        return Draft(
-            message("nothing_to_review"),
-            "comment",
-            [],
-            plan.skipped,
-            rules=rules(0),
-            changed=changed,
-            diff=diff,
-        )
+        nothing = message("nothing_to_review")
+        return Draft(nothing, "comment", [], plan.skipped, rules=rules, changed=changed, diff=diff)
     provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(
         reviewer.db,
@@ -264,7 +256,7 @@ async def review_worktree(
     return replace(
         draft,
         findings=kept,
-        rules=rules(len(draft.findings) - len(kept)),
+        rules=replace(rules, noise_dropped=len(draft.findings) - len(kept)),
         changed=changed,
         diff=diff,
     )
