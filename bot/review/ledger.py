@@ -297,14 +297,13 @@ def reconcile(
     next_ordinal: int,
     moved: Collection[int] = (),
 ) -> Reconciled:
-    """The reviewer's findings for a new head (`found`, each with its key) against the
-    ledger: a repeat of a dropped finding is suppressed; one the ledger knows keeps its number
-    (one already published is not drafted again); the rest get new numbers. Open and
-    published numbers the reviewer `resolved` are fixed — in a delta review only those on a
-    path the push `changed` (None: a full review) — and the open ones it did not touch stay
-    in the draft. `moved`: numbers whose code is not at the new head as it was. Same
-    fingerprints are paired first, near ones after, so an exact pair is never taken by a
-    look-alike."""
+    """The reviewer's findings for a new head (`found`, each with its key) against the ledger: a
+    repeat of a dropped finding is suppressed; one the ledger knows keeps its number (one
+    already published is not drafted again); the rest get new numbers. Open and published
+    numbers the reviewer `resolved` are fixed — in a delta review only those on a path the
+    push `changed` (None: a full review) — and the open ones it did not touch stay in the
+    draft. `moved`: numbers whose code is not at the new head as it was. Same fingerprints are
+    paired first, near ones after, so an exact pair is never taken by a look-alike."""
     out = Reconciled()
     dropped = [i for i in items if i.status == DROPPED]
     active = [i for i in items if i.status in (OPEN, PUBLISHED, WITHDRAWN)]

@@ -295,8 +295,7 @@ class Publisher:
     # -- check run ----------------------------------------------------------------
 
     async def start_check(self, review: Review) -> Review:
-        """The review's check run in progress (a new one unless it has one); the review with
-        it."""
+        """The review's check run in progress (a new one unless it has one); the review with it."""
         if review.check_run_id:  # a retried or recovered job: reuse its check run
             await self.gh.patch(
                 "/repos/{owner}/{repo}/check-runs/{id}",
