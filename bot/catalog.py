@@ -58,11 +58,7 @@ COMMANDS = (
     ),
     Spec("end", "", "end the active cross-review"),
     Spec("stop", "", "cancel the running review or session turn, and drop queued turns"),
-    Spec(
-        "config",
-        "",
-        "the repository's effective configuration, and where each value comes from",
-    ),
+    Spec("config", "", "the repository's effective configuration, and where each value comes from"),
 )
 BY_NAME = {spec.name: spec for spec in COMMANDS}
 

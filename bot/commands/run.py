@@ -88,11 +88,6 @@ async def run_one(pr: PullRequest, cmd: Command) -> bool:
         return False
     except Exception:
         log.exception("command crashed", extra={"fields": {"command": cmd.name}})
-        await reply(
-            pr,
-            "failed",
-            command=cmd.name,
-            reason=message("internal_error"),
-        )
+        await reply(pr, "failed", command=cmd.name, reason=message("internal_error"))
         return False
     return True

@@ -31,14 +31,14 @@ class PublishFailed(Exception):
 
 
 def select_findings(
-    findings: list[Finding], listed: tuple[int, ...], rules: DraftRules | None = None
+    findings: list[Finding], listed: tuple[int, ...], rules: DraftRules
 ) -> list[int]:
     """What `approve` publishes: the listed findings, or every kept one that verification
     did not refute and that is not below the draft's `min_severity` (a refuted or folded
     finding is published only when listed explicitly)."""
     if listed:
         return sorted(listed)
-    return [f.ordinal for f in (rules or DraftRules()).approvable(findings)]
+    return [f.ordinal for f in rules.approvable(findings)]
 
 
 async def approve(
@@ -57,12 +57,12 @@ async def approve(
             raise
         review = await get_review(ctx.db, review_id)
         try:
-            nothing_went_out = await _pending_exists(publisher, review.pending_review_id)
+            pending = await _pending_review(publisher, review.pending_review_id)
         except Exception as check:
             if not github_transient(check):
                 raise
-            nothing_went_out = False  # GitHub cannot tell us now: the recovery job will
-        if nothing_went_out:
+            pending = None  # GitHub cannot tell us now: the recovery job will
+        if pending is not None and pending.get("state") == "PENDING":  # nothing went out
             await state.release(ctx.db, review_id)
             raise PublishFailed(message("publish_refused", reason=_describe(exc))) from exc
         await waiting_for_github(ctx, publisher, review_id, exc)
@@ -128,11 +128,6 @@ async def _pending_review(publisher: Publisher, review_id: int | None) -> dict |
         raise
 
 
-async def _pending_exists(publisher: Publisher, review_id: int | None) -> bool:
-    found = await _pending_review(publisher, review_id)
-    return found is not None and found.get("state") == "PENDING"
-
-
 async def queue_recovery(ctx: Context, review_id: int) -> None:
     """Finish a publish in a job that retries with backoff (capped at 5 minutes) for as long
     as GitHub does not answer."""
@@ -162,26 +157,23 @@ def publishing_key(review_id: int) -> str:
 async def recover_posting(ctx: Context, review_id: int) -> str:
     """After a crash between the approve claim and GitHub's answer: look before retrying."""
     async with ctx.db.hold(publishing_key(review_id)):
-        return await _recover(ctx, review_id)
-
-
-async def _recover(ctx: Context, review_id: int) -> str:
-    review = await get_review(ctx.db, review_id)
-    if review is not None and review.state == state.REVISING:
-        await state.end_revision(ctx.db, review_id)  # its reviser died mid-way
-        return "revision given back"
-    if review is None or review.state != state.POSTING:
-        return "nothing to do"
-    pull = await pull_by_id(ctx.db, review.pull_id)
-    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
-    found = await _pending_review(publisher, review.pending_review_id)
-    if found is not None and found.get("state") not in ("PENDING", None):
-        await state.mark_posted(ctx.db, review_id)
-        await publisher.status(await get_review(ctx.db, review_id))
-        return "already published"
-    findings = await load_findings(ctx.db, review_id)
-    await publish(ctx, publisher, review_id, [f.ordinal for f in findings if f.state == "kept"])
-    return "published"
+        review = await get_review(ctx.db, review_id)
+        if review is not None and review.state == state.REVISING:
+            await state.end_revision(ctx.db, review_id)  # its reviser died mid-way
+            return "revision given back"
+        if review is None or review.state != state.POSTING:
+            return "nothing to do"
+        pull = await pull_by_id(ctx.db, review.pull_id)
+        publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
+        found = await _pending_review(publisher, review.pending_review_id)
+        if found is not None and found.get("state") not in ("PENDING", None):
+            await state.mark_posted(ctx.db, review_id)
+            await publisher.status(await get_review(ctx.db, review_id))
+            return "already published"
+        findings = await load_findings(ctx.db, review_id)
+        kept = [f.ordinal for f in findings if f.state == state.KEPT]
+        await publish(ctx, publisher, review_id, kept)
+        return "published"
 
 
 async def recover_posting_job(ctx: Context, job: Job) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bot.review.instructions import AGENTS_FILE, ATTRIBUTES_FILE, REVIEW_FILE, candidates
 from bot.review.noise import ATTRIBUTES
-from bot.worktrees import Worktree, truncated
+from bot.worktrees import Worktree
 
 READ_BYTES = 256 * 1024  # of one REVIEW.md or AGENTS.md (its review section may be far down)
 LIST_BYTES = 64 << 20  # ls-tree and check-attr answers for PRs of thousands of files
@@ -46,9 +46,8 @@ async def read_base(tree: Worktree, commit: str, paths: Iterable[str]) -> BaseFi
     for path, (_mode, oid) in sorted(found.items()):
         if path.rsplit("/", 1)[-1] in (REVIEW_FILE, AGENTS_FILE):
             data = await tree.git("cat-file", "blob", oid, limit=READ_BYTES)
-            if truncated(data, READ_BYTES):
-                data = data[:READ_BYTES]
-            texts[path] = data.decode("utf-8", errors="replace")
+            # a longer file is cut at READ_BYTES (git's answer then holds one byte more)
+            texts[path] = data[:READ_BYTES].decode("utf-8", errors="replace")
     attribute_files = {p: v for p, v in found.items() if p.endswith(ATTRIBUTES_FILE)}
     attributes = await _attributes(tree, attribute_files, paths) if attribute_files else {}
     return BaseFiles(commit, texts, attributes)

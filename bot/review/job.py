@@ -22,22 +22,21 @@ from bot.logs import log_context
 from bot.queue import REVIEWS, Job
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, update_review
-from bot.records.sessions import (
-    end_review_sessions,
-)
-from bot.records.types import Pull, Review
+from bot.records.sessions import end_review_sessions
+from bot.records.types import DraftFinding, Pull, Review
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.review import ledger, state
 from bot.review.checkout import default_branch_commit, prepare_worktree, worktree_name
 from bot.review.lifecycle import end_sessions, held_text
-from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
+from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
 from bot.review.publish import Publisher
 from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.texts import message
-from bot.worktrees import GitError, disk
+from bot.worktrees import GitError, Worktree, disk
 
 if TYPE_CHECKING:
     from bot.context import Context
+    from bot.records.ledger import LedgerWrites
 
 log = logging.getLogger(__name__)
 
@@ -164,28 +163,13 @@ class ReviewJob:
         tree = await prepare_worktree(ctx, self.pull, review.head_sha, name)
         await update_review(ctx.db, review_id, base_sha=tree.base_sha)
         rules_commit = await default_branch_commit(tree)
-
-        async def planned(skipped: tuple[tuple[str, str], ...]) -> None:
-            await update_review(
-                ctx.db,
-                review_id,
-                not_reviewed=json.dumps(skipped),
-                progress=message("progress", step="reviewing"),
-            )
-
         items = await ledger.load(ctx.db, self.pull.id)
         published = [i.ordinal for i in items if i.status == ledger.PUBLISHED]
         since = await ledger.delta_base(ctx.db, tree, self.pull.id, review_id)
-        request = ReviewRequest(
-            repo=self.pull.repo,
-            number=self.pull.number,
-            title=self.pull.title,
-            body=self.pull.body,
-            base_ref=self.pull.base_ref,
-            provider=review.provider,
-            config=config,
-            pull_id=self.pull.id,
-            review_id=review_id,
+        request = ReviewRequest.of(
+            self.pull,
+            review,
+            config,
             rules_commit=rules_commit,
             since=since,
             ledger=tuple(ledger.brief(items, await self.publisher.thread_replies(published))),
@@ -193,44 +177,16 @@ class ReviewJob:
         reviewer = Reviewer.of(ctx)
         progress = Progress(ctx, self.publisher, review_id, self.owner)
         draft = await review_worktree(
-            reviewer, tree, request, on_tool_call=progress, on_plan=planned
+            reviewer, tree, request, on_tool_call=progress, on_plan=self._planned
         )
-        numbered, writes, note = await ledger.numbered(
-            ctx.db, tree, self.pull.id, review_id, items, draft, since
+        numbered, writes, note, verified = await self._numbered(
+            reviewer, tree, request, items, draft, progress
         )
-        findings, verified = [f for _, f in numbered], {}
-        # A finding carried from the last draft with its code as it was keeps its verdict;
-        # the rest (new, said again, or moved on) are verified.
-        todo = [f for f in findings if f.verify_status is None]
-        if self.verify and findings:
-            provider = choose_provider(
-                request.provider,
-                config.verify_provider,
-                ctx.models.available(),
-            )
-            verified = {"verify_provider": provider, "verify_error": None}
-        if self.verify and todo:
-            progress.phase = message("progress_verifying", count=len(todo), provider=provider)
-            await update_review(ctx.db, review_id, progress=progress.phase)
-            verification = await verify_draft(
-                reviewer,
-                tree,
-                request,
-                replace(draft, findings=todo),
-                provider=provider,
-                on_tool_call=progress,
-            )
-            checked = iter(apply_verification(todo, verification))
-            findings = [next(checked) if f.verify_status is None else f for f in findings]
-            verified = {"verify_provider": provider, "verify_error": verification.error}
-            if verification.error:
-                log.warning("verify pass failed", extra={"fields": {"reason": verification.error}})
         current = await get_review(ctx.db, review_id)
         if current is None or current.run_owner != self.owner:
             return Ended.TAKEN_OVER
         if current.state != state.RUNNING:
             return Ended.SUPERSEDED
-        numbered = [(n, f) for (n, _), f in zip(numbered, findings, strict=True)]
         await state.set_findings(ctx.db, review_id, numbered, writes)
         drafted = await update_review(
             ctx.db,
@@ -269,6 +225,57 @@ class ReviewJob:
                 ended = await update_review(ctx.db, review_id, ledger=json.dumps(note)) or ended
         await self.publisher.status(ended)
         return Ended.DRAFTED
+
+    async def _planned(self, skipped: tuple[tuple[str, str], ...]) -> None:
+        await update_review(
+            self.ctx.db,
+            self.review_id,
+            not_reviewed=json.dumps(skipped),
+            progress=message("progress", step="reviewing"),
+        )
+
+    async def _numbered(
+        self,
+        reviewer: Reviewer,
+        tree: Worktree,
+        request: ReviewRequest,
+        items: list[ledger.Item],
+        draft: Draft,
+        progress: Progress,
+    ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any], dict[str, Any]]:
+        """The draft's findings under the PR's ledger numbers, verified when the review asks
+        for it; what to write to the ledger, the note the status comment shows, and the verify
+        pass's fields of the review (none without a pass)."""
+        ctx = self.ctx
+        numbered, writes, note = await ledger.numbered(
+            ctx.db, tree, self.pull.id, self.review_id, items, draft, request.since
+        )
+        if not (self.verify and numbered):
+            return numbered, writes, note, {}
+        provider = choose_provider(
+            request.provider, request.config.verify_provider, ctx.models.available()
+        )
+        # A finding carried from the last draft with its code as it was keeps its verdict;
+        # the rest (new, said again, or moved on) are verified.
+        todo = [f for _, f in numbered if f.verify_status is None]
+        error = None
+        if todo:
+            progress.phase = message("progress_verifying", count=len(todo), provider=provider)
+            await update_review(ctx.db, self.review_id, progress=progress.phase)
+            verification = await verify_draft(
+                reviewer,
+                tree,
+                request,
+                replace(draft, findings=todo),
+                provider=provider,
+                on_tool_call=progress,
+            )
+            error = verification.error
+            if error:
+                log.warning("verify pass failed", extra={"fields": {"reason": error}})
+            checked = iter(apply_verification(todo, verification))
+            numbered = [(n, next(checked) if f.verify_status is None else f) for n, f in numbered]
+        return numbered, writes, note, {"verify_provider": provider, "verify_error": error}
 
     async def _why_not_now(self) -> str | None:
         """Why no review may start now, whoever asked: disk below its watermark, or the

@@ -219,11 +219,10 @@ REPLY_CHARS = 600  # of each reply in a finding's thread, for the reviewer
 REPLIES = 5  # the last ones of each thread
 
 
-def brief(items: list[Item], replies: dict[int, list[str]] | None = None) -> list[dict[str, Any]]:
+def brief(items: list[Item], replies: dict[int, list[str]]) -> list[dict[str, Any]]:
     """What the reviewer is told of the ledger (rendered in its request): each number's
     status, place and title, a person's reason for a drop, and the last replies people wrote
     in a published finding's thread."""
-    replies = replies or {}
     return [
         {
             "replies": [_line(r)[:REPLY_CHARS] for r in replies.get(i.ordinal, [])[-REPLIES:]],
@@ -298,14 +297,13 @@ def reconcile(
     next_ordinal: int,
     moved: Collection[int] = (),
 ) -> Reconciled:
-    """The reviewer's findings for a new head (`found`, each with its key) against the
-    ledger: a repeat of a dropped finding is suppressed; one the ledger knows keeps its number
-    (one already published is not drafted again); the rest get new numbers. Open and
-    published numbers the reviewer `resolved` are fixed — in a delta review only those on a
-    path the push `changed` (None: a full review) — and the open ones it did not touch stay
-    in the draft. `moved`: numbers whose code is not at the new head as it was. Same
-    fingerprints are paired first, near ones after, so an exact pair is never taken by a
-    look-alike."""
+    """The reviewer's findings for a new head (`found`, each with its key) against the ledger: a
+    repeat of a dropped finding is suppressed; one the ledger knows keeps its number (one
+    already published is not drafted again); the rest get new numbers. Open and published
+    numbers the reviewer `resolved` are fixed — in a delta review only those on a path the
+    push `changed` (None: a full review) — and the open ones it did not touch stay in the
+    draft. `moved`: numbers whose code is not at the new head as it was. Same fingerprints are
+    paired first, near ones after, so an exact pair is never taken by a look-alike."""
     out = Reconciled()
     dropped = [i for i in items if i.status == DROPPED]
     active = [i for i in items if i.status in (OPEN, PUBLISHED, WITHDRAWN)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from bot.agents.base import Budget
@@ -21,13 +21,13 @@ from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.sessions import create_session
-from bot.records.types import DraftFinding, Session, Skill
+from bot.records.types import DraftFinding, Pull, Review, Session, Skill
 from bot.repo_config import RepoConfig
 from bot.review.base import read_base
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
 from bot.review.noise import noise_files
 from bot.review.plan import placed, plan_files
-from bot.review.rules import DraftRules
+from bot.review.rules import DraftRules, UsedSource
 from bot.skills import load_skill
 from bot.texts import message, render
 from bot.worktrees import Worktree
@@ -59,6 +59,22 @@ class ReviewRequest:
     # only what changed since is reviewed; None reviews the whole PR.
     since: str | None = None
     ledger: tuple[dict[str, Any], ...] = ()  # the PR's earlier findings (bot.review.ledger)
+
+    @classmethod
+    def of(cls, pull: Pull, review: Review, config: RepoConfig, **more: Any) -> ReviewRequest:
+        """A server's request for `review` of the stored PR."""
+        return cls(
+            repo=pull.repo,
+            number=pull.number,
+            title=pull.title,
+            body=pull.body,
+            base_ref=pull.base_ref,
+            provider=review.provider,
+            config=config,
+            pull_id=pull.id,
+            review_id=review.id,
+            **more,
+        )
 
 
 @dataclass(frozen=True)
@@ -161,23 +177,9 @@ async def pr_diff(tree: Worktree) -> DiffModel:
 
 
 def placed_findings(draft: ReviewDraft, diff: DiffModel) -> list[DraftFinding]:
-    """The submitted findings placed on the diff (see `bot.review.plan.placed`)."""
-    return [
-        placed(
-            DraftFinding(
-                path=f.path,
-                severity=f.severity,
-                title=f.title,
-                body=f.body,
-                line=f.line,
-                end_line=f.end_line,
-                side=f.side,
-                suggestion=f.suggestion,
-            ),
-            diff,
-        )
-        for f in draft.findings
-    ]
+    """The submitted findings (their fields are a draft finding's first ones) placed on the
+    diff (see `bot.review.plan.placed`)."""
+    return [placed(DraftFinding(**asdict(f)), diff) for f in draft.findings]
 
 
 async def review_worktree(
@@ -205,26 +207,18 @@ async def review_worktree(
         await on_plan(plan.skipped)
     instructions = assemble(request.config, base.texts, plan.reviewed, touched)
 
-    def rules(dropped: int) -> DraftRules:
-        return DraftRules.of(
-            instructions,
-            commit=commit,
-            min_severity=request.config.min_severity,
-            max_findings=request.config.max_findings,
-            noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
-            noise_dropped=dropped,
-        )
-
+    rules = DraftRules(
+        commit=commit,
+        used=tuple(UsedSource(i.source, len(i.files), i.cut) for i in instructions.used),
+        left_out=instructions.left_out,
+        edited=instructions.edited,
+        min_severity=request.config.min_severity,
+        max_findings=request.config.max_findings,
+        noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
+    )
     if not plan.reviewed:
-        return Draft(
-            message("nothing_to_review"),
-            "comment",
-            [],
-            plan.skipped,
-            rules=rules(0),
-            changed=changed,
-            diff=diff,
-        )
+        nothing = message("nothing_to_review")
+        return Draft(nothing, "comment", [], plan.skipped, rules=rules, changed=changed, diff=diff)
     provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(
         reviewer.db,
@@ -262,7 +256,7 @@ async def review_worktree(
     return replace(
         draft,
         findings=kept,
-        rules=rules(len(draft.findings) - len(kept)),
+        rules=replace(rules, noise_dropped=len(draft.findings) - len(kept)),
         changed=changed,
         diff=diff,
     )

@@ -6,7 +6,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from bot.agents.submit import Finding
 from bot.diff import DiffModel
 from bot.records.types import DraftFinding
 from bot.repo_config import RepoConfig
@@ -29,13 +28,10 @@ def _priority(path: str) -> int:
     return 0
 
 
-def plan_files(
-    diff: DiffModel, config: RepoConfig, noise: Mapping[str, str] | None = None
-) -> FilePlan:
+def plan_files(diff: DiffModel, config: RepoConfig, noise: Mapping[str, str]) -> FilePlan:
     """Source first, then tests, then docs; ignored, binary and removed files and the `noise`
     (path → why: generated, vendored, lock and minified files, see `bot.review.noise`) are
     skipped; the rest is cut at `max_files` / `max_diff_bytes`, and every skip says why."""
-    noise = noise or {}
     skipped: list[tuple[str, str]] = []
     candidates = []
     for path, file in diff.files.items():
@@ -64,43 +60,18 @@ def plan_files(
     return FilePlan(tuple(reviewed), tuple(sorted(skipped)))
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a finding goes: inline on `line` (from `start_line`), or into the body."""
-
-    inline: bool
-    line: int | None = None
-    start_line: int | None = None
-    side: str = "RIGHT"
-    reason: str = ""
-
-
-def place(finding: Finding | DraftFinding, diff: DiffModel) -> Placement:
-    file = diff.get(finding.path)
-    if file is None:
-        return Placement(False, reason="file is not part of this pull request's diff")
-    if finding.line is None:
-        return Placement(False, reason="no line given")
-    side = finding.side
-    if finding.end_line and file.same_hunk(finding.line, finding.end_line, side):
-        return Placement(True, finding.end_line, finding.line, side)
-    if file.commentable(finding.line, side):
-        return Placement(True, finding.line, None, side)
-    if finding.end_line and file.commentable(finding.end_line, side):
-        return Placement(True, finding.end_line, None, side)
-    return Placement(False, reason=f"line {finding.line} is not part of the diff")
-
-
 def placed(found: DraftFinding, diff: DiffModel) -> DraftFinding:
-    """A finding placed on the diff: an inline one carries the line(s) GitHub will accept, the
-    others keep what the reviewer said."""
-    placement = place(found, diff)
-    if not placement.inline:
+    """A finding placed on the diff: an inline one carries the line(s) GitHub will accept (its
+    range when that lies in one hunk, else its first line, else its last), the others keep
+    what the reviewer said."""
+    file = diff.get(found.path)
+    line, end, side = found.line, found.end_line, found.side
+    if file is None or line is None:
         return replace(found, in_diff=False)
-    return replace(
-        found,
-        in_diff=True,
-        line=placement.start_line or placement.line,
-        side=placement.side,
-        end_line=placement.line if placement.start_line else None,
-    )
+    if end and file.same_hunk(line, end, side):
+        return replace(found, in_diff=True)
+    if file.commentable(line, side):
+        return replace(found, in_diff=True, end_line=None)
+    if end and file.commentable(end, side):
+        return replace(found, in_diff=True, line=end, end_line=None)
+    return replace(found, in_diff=False)

@@ -49,6 +49,11 @@ def refs(ordinals: list[int]) -> str:
     return ", ".join(f"F{n}" for n in ordinals) or "none"
 
 
+def where(finding: Finding) -> str:
+    """`path:line` (or the path alone), as a finding's place is shown."""
+    return finding.path + (f":{finding.line}" if finding.line else "")
+
+
 def revision_note(stored: str | None) -> dict[str, Any] | None:
     """The latest revision's note as the status comment shows it (stored as JSON)."""
     if not stored:
@@ -137,12 +142,7 @@ class Publisher:
                     raise
                 comment_id = None  # someone deleted it: start a new one
         if not comment_id:
-            created = await self.gh.post(
-                "/repos/{owner}/{repo}/issues/{number}/comments",
-                self.owner_repo,
-                data={"body": body},
-            )
-            comment_id = created["id"]
+            comment_id = await self.comment(body)
         if review.status_comment_id != comment_id:
             await update_review(self.ctx.db, review.id, status_comment_id=comment_id)
         return int(comment_id)
@@ -199,29 +199,18 @@ class Publisher:
             verify_error=review.verify_error,
             cost_line=cost_line,
             commands=suggested(
-                review.state,
-                bool(review.stale),
-                await has_active_cross_review(db, review.id),
+                review.state, bool(review.stale), await has_active_cross_review(db, review.id)
             ),
             prefix=self.ctx.settings.command_prefix,
             repo_url=self.repo_url,
-            **self._rules_view(review, rules, findings),
+            # The rules the draft was made under (templates/status_rules.md.j2): the team's
+            # instructions, folded minor findings, the inline cap, noise left out.
+            rules=rules,
+            minor=[self._finding_view(f, review) for f in findings if rules.folds(f)],
+            capped=refs(sorted(rules.over_cap(rules.approvable(findings)))),
         )
 
-    def _rules_view(
-        self, review: Review, rules: DraftRules, findings: list[Finding]
-    ) -> dict[str, Any]:
-        """What the status comment shows of the rules the draft was made under
-        (templates/status_rules.md.j2): the team's instructions, folded minor findings, the
-        inline cap, noise left out."""
-        return {
-            "rules": rules,
-            "minor": [self._finding_view(f, review) for f in findings if rules.folds(f)],
-            "capped": refs(sorted(rules.over_cap(rules.approvable(findings)))),
-        }
-
     def _finding_view(self, finding: Finding, review: Review) -> dict[str, Any]:
-        where = finding.path + (f":{finding.line}" if finding.line else "")
         link = None
         if self.pull.html_url and finding.line:
             anchor = hashlib.sha256(finding.path.encode()).hexdigest()
@@ -230,7 +219,7 @@ class Publisher:
         return {
             "ordinal": finding.ordinal,
             "severity": finding.severity,
-            "where": where,
+            "where": where(finding),
             "link": link,
             "title": finding.title,
             "state": finding.state,
@@ -306,8 +295,7 @@ class Publisher:
     # -- check run ----------------------------------------------------------------
 
     async def start_check(self, review: Review) -> Review:
-        """The review's check run in progress (a new one unless it has one); the review with
-        it."""
+        """The review's check run in progress (a new one unless it has one); the review with it."""
         if review.check_run_id:  # a retried or recovered job: reuse its check run
             await self.gh.patch(
                 "/repos/{owner}/{repo}/check-runs/{id}",
@@ -451,51 +439,23 @@ class Publisher:
         comments, other, summarised = [], [], []
         capped = rules.over_cap(findings) if rules is not None and inline else set()
         for f in findings:
+            listed = {
+                "ordinal": f.ordinal,
+                "severity": f.severity,
+                "where": where(f),
+                "title": f.title,
+            }
             if f.ordinal in capped:
-                summarised.append(
-                    {
-                        "ordinal": f.ordinal,
-                        "severity": f.severity,
-                        "where": f.path + (f":{f.line}" if f.line else ""),
-                        "title": f.title,
-                    }
-                )
+                summarised.append(listed)
             elif inline and f.in_diff:
-                comment: dict[str, Any] = {
-                    "path": f.path,
-                    "line": f.end_line or f.line,
-                    "side": f.side,
-                    "body": fit(
-                        render(
-                            "inline_comment.md.j2",
-                            ordinal=f.ordinal,
-                            severity=f.severity,
-                            title=f.title,
-                            body=f.body,
-                            suggestion=f.suggestion if f.side == "RIGHT" else None,
-                            repo_url=self.repo_url,
-                        )
-                    ),
-                }
-                if f.end_line:
-                    comment.update(start_line=f.line, start_side=f.side)
-                comments.append(comment)
+                comments.append(self._inline_comment(f))
             else:
                 reason = (
                     "not on a line of the diff"
                     if not f.in_diff
                     else "GitHub did not accept it as an inline comment"
                 )
-                other.append(
-                    {
-                        "ordinal": f.ordinal,
-                        "severity": f.severity,
-                        "where": f.path + (f":{f.line}" if f.line else ""),
-                        "title": f.title,
-                        "body": f.body,
-                        "reason": reason,
-                    }
-                )
+                other.append({**listed, "body": f.body, "reason": reason})
         body = fit(
             render(
                 "review_body.md.j2",
@@ -509,6 +469,27 @@ class Publisher:
             )
         )
         return {"commit_id": review.head_sha, "body": body, "comments": comments}
+
+    def _inline_comment(self, f: Finding) -> dict[str, Any]:
+        comment: dict[str, Any] = {
+            "path": f.path,
+            "line": f.end_line or f.line,
+            "side": f.side,
+            "body": fit(
+                render(
+                    "inline_comment.md.j2",
+                    ordinal=f.ordinal,
+                    severity=f.severity,
+                    title=f.title,
+                    body=f.body,
+                    suggestion=f.suggestion if f.side == "RIGHT" else None,
+                    repo_url=self.repo_url,
+                )
+            ),
+        }
+        if f.end_line:
+            comment.update(start_line=f.line, start_side=f.side)
+        return comment
 
 
 def _github_said_no(exc: BaseException) -> bool:

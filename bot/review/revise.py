@@ -252,18 +252,8 @@ async def _verified(
     change = renumber(await load_findings(ctx.db, review.id), draft.findings)
     if not change.unverified:
         return draft.findings, {}
-    pull = publisher.pull
-    request = ReviewRequest(
-        repo=pull.repo,
-        number=pull.number,
-        title=pull.title,
-        body=pull.body,
-        base_ref=pull.base_ref,
-        provider=review.provider,
-        config=RepoConfig(),  # the verifier reads the findings and the worktree only
-        pull_id=pull.id,
-        review_id=review.id,
-    )
+    # The verifier reads the findings and the worktree only: no repository config.
+    request = ReviewRequest.of(publisher.pull, review, RepoConfig())
     reviewer = Reviewer.of(ctx)
     subset = [draft.findings[n] for n in change.unverified]
     verification = await verify_draft(

@@ -6,12 +6,11 @@ the severity gate and inline cap, and the noise left out of it."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from bot.records.types import Finding
 from bot.review import state
-from bot.review.instructions import Instructions
 from bot.review.noise import folded, over_cap
 
 
@@ -30,30 +29,8 @@ class DraftRules:
     edited: tuple[str, ...] = ()  # steering files the PR edits: they apply after merge
     min_severity: str = "nit"
     max_findings: int | None = None
-    noise: tuple[str, ...] = field(default=())  # changed files left out as noise
+    noise: tuple[str, ...] = ()  # changed files left out as noise
     noise_dropped: int = 0  # findings the reviewer placed on them, dropped
-
-    @classmethod
-    def of(
-        cls,
-        instructions: Instructions,
-        *,
-        commit: str | None,
-        min_severity: str,
-        max_findings: int | None,
-        noise: tuple[str, ...],
-        noise_dropped: int,
-    ) -> DraftRules:
-        return cls(
-            commit=commit,
-            used=tuple(UsedSource(i.source, len(i.files), i.cut) for i in instructions.used),
-            left_out=instructions.left_out,
-            edited=instructions.edited,
-            min_severity=min_severity,
-            max_findings=max_findings,
-            noise=noise,
-            noise_dropped=noise_dropped,
-        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

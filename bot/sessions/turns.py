@@ -12,7 +12,6 @@ import gidgethub
 from bot import texts
 from bot.agents.base import AgentError
 from bot.agents.budget import DailyBudgetSpent
-from bot.agents.loop import AgentRun
 from bot.agents.toolbox import Toolbox
 from bot.agents.transcript import (
     MAX_BYTES,
@@ -30,11 +29,11 @@ from bot.queue import REVIEWS, Job, turn_key
 from bot.records import messages, sessions
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings
-from bot.records.types import Message, Pull, Review, Session, Skill
+from bot.records.types import Message, Pull, Review, Session
 from bot.review import state
 from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
-from bot.review.publish import Publisher, refs
+from bot.review.publish import Publisher, refs, where
 from bot.review.revise import apply_revision
 from bot.skills import load_skill
 from bot.texts import render as render_text
@@ -49,13 +48,7 @@ CRITIQUE, ASK, REVISE = "critique", "ask", "revise"
 
 
 async def queue_turn(
-    ctx: Context,
-    session: Session,
-    mode: str,
-    *,
-    text: str,
-    comment_id: int | None,
-    **extra: Any,
+    ctx: Context, session: Session, mode: str, *, text: str, comment_id: int | None, **extra: Any
 ) -> bool:
     """Queue the session's next turn; True when it waits behind a turn already under way."""
     key = turn_key(session.id)
@@ -85,7 +78,7 @@ async def cross_review_context(
         {
             "ordinal": f.ordinal,
             "severity": f.severity,
-            "where": f.path + (f":{f.line}" if f.line else ""),
+            "where": where(f),
             "title": f.title,
             "body": f.body,
         }
@@ -184,17 +177,6 @@ class Turn:
         finally:
             await sessions.mark_idle(db, self.session.id)
 
-    def _agent(self, tree: Worktree, skill: Skill) -> AgentRun:
-        return Reviewer.of(self.ctx).agent(
-            self.session,
-            Toolbox(tree),
-            skill,
-            kind="session",
-            subkind=self.mode,
-            expect_submit=False,
-            offer_submit=not self.child,  # the reviewer's earlier turns used it
-        )
-
     async def _answer(self, tree: Worktree, done: list[Message] | None) -> None:
         ctx = self.ctx
         answered = None
@@ -208,7 +190,15 @@ class Turn:
                 parent = await sessions.get_session(ctx.db, self.session.parent_session_id or 0)
                 message = await cross_review_context(ctx, parent, self.review, self.pull, message)
             skill = await load_skill(ctx.db, "critic" if self.child else "review")
-            run = self._agent(tree, skill)
+            run = Reviewer.of(ctx).agent(
+                self.session,
+                Toolbox(tree),
+                skill,
+                kind="session",
+                subkind=self.mode,
+                expect_submit=False,
+                offer_submit=not self.child,  # the reviewer's earlier turns used it
+            )
             result = await run.turn(message, comment_id=self.comment_id, source=self.source)
             answered = result.text
         body = render_text(
