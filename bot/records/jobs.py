@@ -196,11 +196,11 @@ async def prune(db: Database, older_than: float, chunk: int) -> int:
     """Delete finished jobs from before `older_than`, `chunk` at a time."""
     return await delete_in_chunks(
         db,
+        older_than,
+        chunk,
         "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs"
         " WHERE state IN ('done', 'failed', 'cancelled')"
         " AND COALESCE(finished_at, created_at) < ? LIMIT ?)",
-        older_than,
-        chunk,
     )
 
 

@@ -271,8 +271,7 @@ async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> 
     """Delete the conversations of PRs closed before `older_than`, `chunk` rows at a time
     (the write lock is never held long)."""
     closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
-    total = 0
-    for sql in (
+    statements = (
         # By session (messages have no single-column key on Postgres), a few at a time.
         "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions"
         f" WHERE pull_id IN ({closed}) AND id IN (SELECT session_id FROM messages) LIMIT ?)",
@@ -280,9 +279,9 @@ async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> 
         f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
         f"DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE pull_id IN ({closed})"
         " LIMIT ?)",
-    ):
-        total += await delete_in_chunks(db, sql, older_than, chunk)
-    return total + await prune_detached_sessions(db, older_than, chunk)
+    )
+    closed_total = await delete_in_chunks(db, older_than, chunk, *statements)
+    return closed_total + await prune_detached_sessions(db, older_than, chunk)
 
 
 async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -> int:
@@ -290,11 +289,11 @@ async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -
     `older_than`, and their messages: nobody can continue one, having no PR to comment on.
     The cost ledger keeps their runs."""
     detached = "SELECT id FROM sessions WHERE pull_id IS NULL AND updated_at < ?"
-    total = 0
-    for sql in (
+    return await delete_in_chunks(
+        db,
+        older_than,
+        chunk,
         f"DELETE FROM messages WHERE session_id IN ({detached}"
         " AND id IN (SELECT session_id FROM messages) LIMIT ?)",
         f"DELETE FROM sessions WHERE id IN ({detached} LIMIT ?)",
-    ):
-        total += await delete_in_chunks(db, sql, older_than, chunk)
-    return total
+    )
