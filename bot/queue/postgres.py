@@ -233,20 +233,18 @@ class PgJobs(Workers):
         stalled = await manager.get_stalled_jobs(seconds_since_heartbeat=self.stalled_after)
         retried = 0
         for found in stalled:
-            kwargs = found.task_kwargs
-            attempts, most = found.attempts + 1, int(kwargs.get("max_attempts", 1))
+            job = self._job(found)
             try:
-                if attempts < most:
-                    await manager.retry_job_by_id_async(int(found.id or 0), dt.datetime.now(dt.UTC))
+                if job.attempts < job.max_attempts:
+                    await manager.retry_job_by_id_async(job.id, dt.datetime.now(dt.UTC))
                     retried += 1
                     continue
-                await manager.finish_job_by_id_async(
-                    int(found.id or 0), pjobs.Status.FAILED, delete_job=False
-                )
+                await manager.finish_job_by_id_async(job.id, pjobs.Status.FAILED, delete_job=False)
             except procrastinate.exceptions.ConnectorException:
                 continue  # another worker recovered it first
-            job = self._job(found, kwargs)
-            reason = message("job_interrupted", attempts=attempts, max_attempts=most)
+            reason = message(
+                "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts
+            )
             with job_log(job):
                 log.error("job failed for good: its worker died at every attempt")
             await self._gave_up(job, reason)
@@ -315,19 +313,14 @@ class PgJobs(Workers):
         tried at the next call)."""
         async with self._settling:
             for job_id, (worker_id, attempts) in list(self._interrupted.items()):
-                if not await self._settle(job_id, worker_id, attempts):
+                try:
+                    row = await pgjobs.put_back(self.db, job_id, worker_id, attempts)
+                except (OSError, sqlite3.Error):
+                    log.warning("interrupted jobs wait for the database", exc_info=True)
                     return False
-        return True
-
-    async def _settle(self, job_id: int, worker_id: int | None, attempts: int) -> bool:
-        try:
-            row = await pgjobs.put_back(self.db, job_id, worker_id, attempts)
-        except (OSError, sqlite3.Error):
-            log.warning("interrupted jobs wait for the database", exc_info=True)
-            return False
-        found = {"job": job_id, "found": list(row), "attempts": attempts}
-        log.info("interrupted job back in line", extra={"fields": found})
-        self._interrupted.pop(job_id, None)
+                found = {"job": job_id, "found": list(row), "attempts": attempts}
+                log.info("interrupted job back in line", extra={"fields": found})
+                self._interrupted.pop(job_id, None)
         return True
 
     def interrupted(self) -> bool:
@@ -360,7 +353,8 @@ class PgJobs(Workers):
 
     # -- running one job ----------------------------------------------------
 
-    def _job(self, found: pjobs.Job, kwargs: dict[str, Any]) -> Job:
+    def _job(self, found: pjobs.Job) -> Job:
+        kwargs = found.task_kwargs
         return Job(
             id=int(found.id or 0),
             kind=kwargs["kind"],
@@ -372,8 +366,9 @@ class PgJobs(Workers):
         )
 
     async def _execute(self, context: job_context.JobContext, **kwargs: Any) -> None:
-        """procrastinate's task: run our handler for the job's kind."""
-        job = self._job(context.job, kwargs)
+        """procrastinate's task: run our handler for the job's kind (`kwargs` are the job's
+        `task_kwargs`, which `_job` reads)."""
+        job = self._job(context.job)
         handler = self.handlers.get(job.kind)
         started = time.monotonic()
         outcome = "done"
