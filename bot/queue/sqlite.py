@@ -105,8 +105,7 @@ class Jobs(Workers):
             count = await rows.count_open(conn, key, kind)
             running = await rows.cancel_in(conn, key, kind, self.clock())
         self._interrupt(running)
-        for queue in self._wake:  # a job of another kind may have moved up in this key's line
-            self.wake(queue)
+        self._wake_all()  # a job of another kind may have moved up in this key's line
         return count
 
     def _interrupt(self, job_ids: list[int]) -> None:
@@ -169,6 +168,10 @@ class Jobs(Workers):
         if event is not None:
             event.set()
 
+    def _wake_all(self) -> None:
+        for event in self._wake.values():
+            event.set()
+
     async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
         """Run `kind` now (superseding one left in line), then, each time it is done, again
         `seconds` later (one process owns the queue: a job queues its own next run)."""
@@ -209,8 +212,7 @@ class Jobs(Workers):
 
     async def stop(self, grace: float = 0.0) -> None:
         self._begin_stop()
-        for event in self._wake.values():
-            event.set()
+        self._wake_all()
         running = list(self._running.values())
         if running and grace > 0:
             await asyncio.wait(running, timeout=grace)
@@ -292,8 +294,7 @@ class Jobs(Workers):
             await asyncio.sleep(LEASE_SECONDS / 2)
             try:
                 if await self.reap_expired_leases():
-                    for event in self._wake.values():
-                        event.set()
+                    self._wake_all()
             except (sqlite3.Error, ValueError):
                 log.exception("reaping expired leases failed")
 
