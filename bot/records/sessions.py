@@ -162,16 +162,13 @@ async def has_active_cross_review(db: Database, review_id: int) -> bool:
     return row is not None
 
 
-async def _set(db: Database, session_id: int, status: str, sources: tuple[str, ...], **extra: Any):
-    fields = {"status": status, **extra, "updated_at": time.time()}
-    return (
-        await db.execute(
-            f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?"
-            f" AND status IN ({','.join('?' * len(sources))})",
-            (*fields.values(), session_id, *sources),
-        )
-        == 1
+async def _set(db: Database, session_id: int, status: str) -> bool:
+    """An open session becomes `status` (busy, or active again); False when it is not open."""
+    changed = await db.execute(
+        "UPDATE sessions SET status = ?, updated_at = ? WHERE id = ? AND status IN (?, ?)",
+        (status, time.time(), session_id, *OPEN),
     )
+    return changed == 1
 
 
 async def touch(conn: Any, session_id: int, now: float) -> None:
@@ -180,11 +177,11 @@ async def touch(conn: Any, session_id: int, now: float) -> None:
 
 
 async def mark_busy(db: Database, session_id: int) -> bool:
-    return await _set(db, session_id, BUSY, OPEN)
+    return await _set(db, session_id, BUSY)
 
 
 async def mark_idle(db: Database, session_id: int) -> bool:
-    return await _set(db, session_id, ACTIVE, OPEN)
+    return await _set(db, session_id, ACTIVE)
 
 
 async def end_session(db: Database, session_id: int, *, failed: str | None = None) -> None:
