@@ -126,8 +126,8 @@ class JobQueue(Protocol):
         ...
 
     def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds`, outside the queue (for what is local to
-        a worker, like its disk). Call before `start`."""
+        """Run `kind` in this process every `seconds` (the first time at once), outside the
+        queue (for what is local to a worker, like its disk). Call before `start`."""
         ...
 
     async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
@@ -191,8 +191,6 @@ class Workers:
         self._stopped = asyncio.Event()
 
     def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds` (the first time at once), whatever the
-        other workers do: for what is local to a worker, like its disk. Call before `start`."""
         self._local.append((kind, seconds))
 
     def _start_local(self) -> None:
