@@ -126,8 +126,7 @@ async def open_backend(settings: Settings) -> Backend:
     """The database, the job queue on it (opened) and the inbox's commits."""
     db = await open_database(settings)
     if settings.database_url is None:
-        jobs = Jobs(db)
-        return Backend(db, jobs, SqliteCommits(settings.db_path))
+        return Backend(db, Jobs(db), SqliteCommits(settings.db_path))
     from bot.queue.postgres import PgJobs
 
     try:

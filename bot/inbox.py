@@ -26,6 +26,7 @@ from bot.logs import log_context
 from bot.queue import EVENTS, Job, JobQueue
 from bot.records import deliveries
 from bot.records.sqlite import BUSY_TIMEOUT_MS
+from bot.records.types import StoredDelivery
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -230,20 +231,15 @@ class PgCommits:
         away or a lock holds the tables (an acknowledged delivery is always committed)."""
         try:
             async with asyncio.timeout(PG_COMMIT_SECONDS):
-                return await self._commit(batch)
+                rows, routes = _rows(batch, time.time())
+                async with self.db.transaction() as conn:
+                    fresh = await deliveries.insert_new(conn, rows, PG_STATEMENT_SECONDS)
+                    await self.jobs.insert_in(conn, [routes[i] for i in rows if i in fresh])
         except TimeoutError:
             raise OSError(f"the commit took over {PG_COMMIT_SECONDS:g} s") from None
-
-    async def _commit(self, batch: list[tuple[Delivery, Any]]) -> list[bool]:
-        rows, routes = _rows(batch, time.time())
-        try:
-            async with self.db.transaction() as conn:
-                fresh = await deliveries.insert_new(conn, rows, PG_STATEMENT_SECONDS)
-                await self.jobs.insert_in(conn, [routes[i] for i in rows if i in fresh])
-        except Exception as exc:
-            if isinstance(exc, (sqlite3.Error, OSError)):
-                raise
-            # procrastinate's own errors: the delivery was not stored either way
+        except (sqlite3.Error, OSError):
+            raise
+        except Exception as exc:  # procrastinate's own: the delivery was not stored either way
             raise OSError(f"{exc.__class__.__name__}: {exc}") from exc
         return _stored(batch, fresh)
 
@@ -343,22 +339,21 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
     stored = await deliveries.queued_delivery(ctx.db, job.payload["delivery_id"])
     if stored is None:
         return
-    delivery_id, event_name = stored.id, stored.event
     try:
         data = orjson.loads(zlib.decompress(stored.body))
     except orjson.JSONDecodeError as exc:  # valid at the ack, which reads only the envelope
-        await _record(ctx, delivery_id, event_name, job, "failed", f"body cannot be parsed: {exc}")
-        log.error("delivery body cannot be parsed", extra={"fields": {"delivery": delivery_id}})
+        await _record(ctx, stored, job, "failed", f"body cannot be parsed: {exc}")
+        log.error("delivery body cannot be parsed", extra={"fields": {"delivery": stored.id}})
         return
-    event = sansio.Event(data, event=event_name, delivery_id=delivery_id)
+    event = sansio.Event(data, event=stored.event, delivery_id=stored.id)
     with log_context(
-        delivery=delivery_id, gh_event=event_name, repo=stored.repo, pr=_pr_number(data)
+        delivery=stored.id, gh_event=stored.event, repo=stored.repo, pr=_pr_number(data)
     ):
         reason = ignore_reason(event, ctx.settings.app_slug and f"{ctx.settings.app_slug}[bot]")
         if reason is None and not router.fetch(event):
             reason = "no handler"
         if reason:
-            await _record(ctx, delivery_id, event_name, job, "ignored", reason)
+            await _record(ctx, stored, job, "ignored", reason)
             return
         installation_id = stored.installation_id
         gh = ctx.github.installation_api(installation_id) if installation_id else None
@@ -367,9 +362,9 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
         except Exception as exc:
             if job.attempts >= job.max_attempts:
                 reason = f"{exc.__class__.__name__}: {exc}"
-                await _record(ctx, delivery_id, event_name, job, "failed", reason)
+                await _record(ctx, stored, job, "failed", reason)
             raise
-        await _record(ctx, delivery_id, event_name, job, "done", "processed")
+        await _record(ctx, stored, job, "done", "processed")
         log.info("delivery processed")
 
 
@@ -377,11 +372,11 @@ async def delivery_gave_up(ctx: Context, job: Job, reason: str) -> None:
     """A delivery's job failed for good without recording it (the process died each time)."""
     stored = await deliveries.queued_delivery(ctx.db, job.payload["delivery_id"])
     if stored is not None:
-        await _record(ctx, stored.id, stored.event, job, "failed", reason)
+        await _record(ctx, stored, job, "failed", reason)
 
 
 async def _record(
-    ctx: Context, delivery_id: str, event: str, job: Job, status: str, outcome: str
+    ctx: Context, stored: StoredDelivery, job: Job, status: str, outcome: str
 ) -> None:
-    await deliveries.record(ctx.db, delivery_id, status, outcome, job.attempts, time.time())
-    ctx.metrics.deliveries.labels(event=event, outcome=status).inc()
+    await deliveries.record(ctx.db, stored.id, status, outcome, job.attempts, time.time())
+    ctx.metrics.deliveries.labels(event=stored.event, outcome=status).inc()

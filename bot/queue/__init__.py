@@ -97,7 +97,8 @@ class JobQueue(Protocol):
     ) -> int:
         """Add a job; with `supersede`, the key's older jobs of this kind are cancelled (a
         running one is interrupted wherever it runs). `prepare` runs in the same transaction
-        and its result joins the payload."""
+        (e.g. to create the row the job works on) and its result joins the payload, so both
+        commit or neither does."""
         ...
 
     async def cancel(self, key: str, kind: str | None = None) -> int:
@@ -125,8 +126,8 @@ class JobQueue(Protocol):
         ...
 
     def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds`, outside the queue (for what is local to
-        a worker, like its disk). Call before `start`."""
+        """Run `kind` in this process every `seconds` (the first time at once), outside the
+        queue (for what is local to a worker, like its disk). Call before `start`."""
         ...
 
     async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
@@ -154,7 +155,8 @@ class JobQueue(Protocol):
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop taking jobs; running ones get up to `grace` seconds, then are interrupted
-        and run again later, their attempt not counted."""
+        and run again later (at the next start, or in another process), their attempt not
+        counted."""
         ...
 
     @property
@@ -189,8 +191,6 @@ class Workers:
         self._stopped = asyncio.Event()
 
     def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds` (the first time at once), whatever the
-        other workers do: for what is local to a worker, like its disk. Call before `start`."""
         self._local.append((kind, seconds))
 
     def _start_local(self) -> None:
@@ -227,6 +227,11 @@ class Workers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._workers.clear()
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop began."""
+        return self._stopping
 
     @property
     def workers_alive(self) -> int:

@@ -124,7 +124,6 @@ class PgJobs(Workers):
         delay: float = 0.0,
         queueing_lock: str | None = None,
     ) -> pjobs.Job:
-        """A job to defer, for callers that insert jobs in their own transaction."""
         scheduled = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay) if delay else None
         return pjobs.Job(
             queue=queue,
@@ -159,9 +158,6 @@ class PgJobs(Workers):
         delay: float = 0.0,
         prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
     ) -> int:
-        """Add a job; with `supersede`, the key's older jobs of this kind are cancelled (a
-        running one is aborted in whichever process runs it). `prepare` runs in the same
-        transaction and its result joins the payload."""
         async with self.db.transaction(lock=f"jobs:{key}" if supersede else None) as conn:
             if supersede:
                 await self._cancel_in(conn, key, kind)
@@ -180,7 +176,6 @@ class PgJobs(Workers):
         return job_id
 
     async def cancel(self, key: str, kind: str | None = None) -> int:
-        """Cancel the key's waiting jobs and abort its running ones; returns how many."""
         async with self.db.transaction(lock=f"jobs:{key}") as conn:
             return await self._cancel_in(conn, key, kind)
 
@@ -193,18 +188,15 @@ class PgJobs(Workers):
         return len(ids)
 
     async def busy(self, key: str) -> bool:
-        """Whether the key has a job running or in line."""
         return await pgjobs.busy(self.db, key)
 
     async def pending(self) -> int:
-        """Jobs with work to do now: running, or waiting and due."""
         return await pgjobs.pending(self.db)
 
     async def counts(self) -> dict[str, int]:
         return await pgjobs.counts(self.db)
 
     async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
-        """The states of the jobs of a kind and/or key, oldest first."""
         return await pgjobs.states(self.db, TASK, kind, key)
 
     async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
@@ -241,20 +233,18 @@ class PgJobs(Workers):
         stalled = await manager.get_stalled_jobs(seconds_since_heartbeat=self.stalled_after)
         retried = 0
         for found in stalled:
-            kwargs = found.task_kwargs
-            attempts, most = found.attempts + 1, int(kwargs.get("max_attempts", 1))
+            job = self._job(found)
             try:
-                if attempts < most:
-                    await manager.retry_job_by_id_async(int(found.id or 0), dt.datetime.now(dt.UTC))
+                if job.attempts < job.max_attempts:
+                    await manager.retry_job_by_id_async(job.id, dt.datetime.now(dt.UTC))
                     retried += 1
                     continue
-                await manager.finish_job_by_id_async(
-                    int(found.id or 0), pjobs.Status.FAILED, delete_job=False
-                )
+                await manager.finish_job_by_id_async(job.id, pjobs.Status.FAILED, delete_job=False)
             except procrastinate.exceptions.ConnectorException:
                 continue  # another worker recovered it first
-            job = self._job(found, kwargs)
-            reason = message("job_interrupted", attempts=attempts, max_attempts=most)
+            reason = message(
+                "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts
+            )
             with job_log(job):
                 log.error("job failed for good: its worker died at every attempt")
             await self._gave_up(job, reason)
@@ -318,31 +308,20 @@ class PgJobs(Workers):
                     await asyncio.wait_for(self._stopped.wait(), delay)
 
     async def _settle_interrupted(self) -> bool:
-        """Put the jobs interrupted here back in line with the attempts they had: still
-        `doing` under the worker that stopped (its retry could not be written) they are
-        retried; retried already (an attempt counted) they get it back. A job another worker
-        took meanwhile is left alone. False when the database could not be reached (what is
-        left is tried at the next call)."""
+        """Put the jobs interrupted here back in line with the attempts they had
+        (`pgjobs.put_back`). False when the database could not be reached (what is left is
+        tried at the next call)."""
         async with self._settling:
             for job_id, (worker_id, attempts) in list(self._interrupted.items()):
-                if not await self._settle(job_id, worker_id, attempts):
+                try:
+                    row = await pgjobs.put_back(self.db, job_id, worker_id, attempts)
+                except (OSError, sqlite3.Error):
+                    log.warning("interrupted jobs wait for the database", exc_info=True)
                     return False
+                found = {"job": job_id, "found": list(row), "attempts": attempts}
+                log.info("interrupted job back in line", extra={"fields": found})
+                self._interrupted.pop(job_id, None)
         return True
-
-    async def _settle(self, job_id: int, worker_id: int | None, attempts: int) -> bool:
-        try:
-            row = await pgjobs.put_back(self.db, job_id, worker_id, attempts)
-        except (OSError, sqlite3.Error):
-            log.warning("interrupted jobs wait for the database", exc_info=True)
-            return False
-        found = {"job": job_id, "found": list(row), "attempts": attempts}
-        log.info("interrupted job back in line", extra={"fields": found})
-        self._interrupted.pop(job_id, None)
-        return True
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
 
     def interrupted(self) -> bool:
         """Inside a job being cancelled: whether it is interrupted (its worker stops, here
@@ -353,12 +332,9 @@ class PgJobs(Workers):
 
     @property
     def running(self) -> int:
-        """Jobs this process is running now."""
         return self._running
 
     async def stop(self, grace: float = 0.0) -> None:
-        """Stop fetching; let running jobs finish for up to `grace` seconds; the rest are
-        interrupted and run again (here or in another worker), their attempt not counted."""
         self._begin_stop()
         for worker in self._procrastinate.values():
             worker.shutdown_graceful_timeout = grace
@@ -377,7 +353,8 @@ class PgJobs(Workers):
 
     # -- running one job ----------------------------------------------------
 
-    def _job(self, found: pjobs.Job, kwargs: dict[str, Any]) -> Job:
+    def _job(self, found: pjobs.Job) -> Job:
+        kwargs = found.task_kwargs
         return Job(
             id=int(found.id or 0),
             kind=kwargs["kind"],
@@ -389,8 +366,9 @@ class PgJobs(Workers):
         )
 
     async def _execute(self, context: job_context.JobContext, **kwargs: Any) -> None:
-        """procrastinate's task: run our handler for the job's kind."""
-        job = self._job(context.job, kwargs)
+        """procrastinate's task: run our handler for the job's kind (`kwargs` are the job's
+        `task_kwargs`, which `_job` reads)."""
+        job = self._job(context.job)
         handler = self.handlers.get(job.kind)
         started = time.monotonic()
         outcome = "done"

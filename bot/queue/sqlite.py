@@ -64,16 +64,14 @@ class Jobs(Workers):
         max_attempts: int = 3,
         delay: float = 0.0,
     ) -> tuple:
-        """A job's values, for callers that insert jobs in their own transaction."""
-        now = self.clock()
         return rows.new_row(
             kind,
             key,
             payload,
             queue=queue,
             max_attempts=max_attempts,
-            run_after=now + delay,
-            now=now,
+            delay=delay,
+            now=self.clock(),
         )
 
     async def enqueue(
@@ -88,11 +86,6 @@ class Jobs(Workers):
         delay: float = 0.0,
         prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
     ) -> int:
-        """Add a job; with `supersede`, older jobs of this kind and key are cancelled.
-
-        `prepare` runs in the same transaction (e.g. to create the row the job works on)
-        and its result is merged into the payload, so both commit or neither does.
-        """
         async with self.db.transaction() as conn:
             running: list[int] = []
             if supersede:
@@ -108,13 +101,11 @@ class Jobs(Workers):
         return job_id
 
     async def cancel(self, key: str, kind: str | None = None) -> int:
-        """Cancel queued and running jobs for a key; return how many were affected."""
         async with self.db.transaction() as conn:
             count = await rows.count_open(conn, key, kind)
             running = await rows.cancel_in(conn, key, kind, self.clock())
         self._interrupt(running)
-        for queue in self._wake:  # a job of another kind may have moved up in this key's line
-            self.wake(queue)
+        self._wake_all()  # a job of another kind may have moved up in this key's line
         return count
 
     def _interrupt(self, job_ids: list[int]) -> None:
@@ -124,12 +115,8 @@ class Jobs(Workers):
                 task.cancel()
 
     async def claim(self, queue: str) -> Job | None:
-        """Take the next runnable job atomically.
-
-        A key runs its jobs one at a time and in order: the jobs behind its oldest unfinished
-        one are 'waiting' (schema triggers move the next one up), so only heads are claimed,
-        and a retry waiting out its backoff keeps its place.
-        """
+        """Take the next runnable job atomically: only the heads of keys' lines (a retry
+        waiting out its backoff keeps its place)."""
         now = self.clock()
         return await rows.claim(self.db, queue, now, now + LEASE_SECONDS)
 
@@ -144,20 +131,11 @@ class Jobs(Workers):
         await rows.retry_at(self.db, job.id, error, self.clock() + backoff_seconds(job.attempts))
         return "retrying"
 
-    async def recover(self) -> int:
-        """Re-queue jobs a crashed process left running (their attempt stays counted); those
-        already at their limit fail for good instead. Returns how many were re-queued."""
-        return await self._requeue_lost()
-
-    async def reap_expired_leases(self) -> int:
-        alive = list(self._running)  # still running here: a late heartbeat, not a lost job
-        return await self._requeue_lost(expired_before=self.clock(), alive=alive)
-
-    async def _requeue_lost(
-        self, *, expired_before: float | None = None, alive: list[int] = ()
-    ) -> int:
+    async def recover(self, *, expired_before: float | None = None) -> int:
+        """`JobQueue.recover`; with `expired_before` (the lease reaper), only the jobs whose
+        lease ended before it and that do not run here (a late heartbeat is no lost job)."""
         exhausted, requeued = await rows.requeue_lost(
-            self.db, self.clock(), expired_before=expired_before, alive=alive
+            self.db, self.clock(), expired_before=expired_before, alive=list(self._running)
         )
         for job in exhausted:
             reason = message(
@@ -168,20 +146,19 @@ class Jobs(Workers):
             await self._gave_up(job, reason)
         return requeued
 
+    async def reap_expired_leases(self) -> int:
+        return await self.recover(expired_before=self.clock())
+
     async def busy(self, key: str) -> bool:
-        """Whether the key has a job running or in line."""
         return await rows.busy(self.db, key)
 
     async def pending(self) -> int:
-        """Jobs with work to do now: running, waiting in a line, or queued and due (a job
-        scheduled for later, like tomorrow's maintenance, does not count)."""
         return await rows.pending(self.db, self.clock())
 
     async def counts(self) -> dict[str, int]:
         return await rows.counts(self.db)
 
     async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
-        """The states of the jobs of a kind and/or key, oldest first."""
         return await rows.states(self.db, kind, key)
 
     # -- workers ----------------------------------------------------------
@@ -189,6 +166,10 @@ class Jobs(Workers):
     def wake(self, queue: str) -> None:
         event = self._wake.get(queue)
         if event is not None:
+            event.set()
+
+    def _wake_all(self) -> None:
+        for event in self._wake.values():
             event.set()
 
     async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
@@ -224,22 +205,14 @@ class Jobs(Workers):
     def running(self) -> int:
         return len(self._running)
 
-    @property
-    def stopping(self) -> bool:
-        """True once a stop began."""
-        return self._stopping
-
     def interrupted(self) -> bool:
         """Inside a job being cancelled: whether it is interrupted (a graceful stop: it runs
         again at the next start, its state kept) rather than cancelled (stop, supersede)."""
         return _CURRENT.get() in self._interrupted
 
     async def stop(self, grace: float = 0.0) -> None:
-        """Stop claiming; let running jobs finish for up to `grace` seconds; re-queue the
-        rest without counting the attempt (they run again at the next start)."""
         self._begin_stop()
-        for event in self._wake.values():
-            event.set()
+        self._wake_all()
         running = list(self._running.values())
         if running and grace > 0:
             await asyncio.wait(running, timeout=grace)
@@ -321,8 +294,7 @@ class Jobs(Workers):
             await asyncio.sleep(LEASE_SECONDS / 2)
             try:
                 if await self.reap_expired_leases():
-                    for event in self._wake.values():
-                        event.set()
+                    self._wake_all()
             except (sqlite3.Error, ValueError):
                 log.exception("reaping expired leases failed")
 

@@ -63,10 +63,12 @@ class Database(Protocol):
     async def close(self) -> None: ...
 
 
-async def delete_in_chunks(db: Database, statement: str, older_than: float, chunk: int) -> int:
-    """Run a `DELETE … WHERE key IN (SELECT … WHERE … < ? LIMIT ?)` until it deletes nothing,
-    `chunk` rows at a time, so a write lock is never held long; returns how many went."""
+async def delete_in_chunks(db: Database, older_than: float, chunk: int, *statements: str) -> int:
+    """Run each `DELETE … WHERE key IN (SELECT … WHERE … < ? LIMIT ?)` in turn until it
+    deletes nothing, `chunk` rows at a time, so a write lock is never held long; returns how
+    many went."""
     total = 0
-    while count := await db.execute(statement, (older_than, chunk)):
-        total += count
+    for statement in statements:
+        while count := await db.execute(statement, (older_than, chunk)):
+            total += count
     return total

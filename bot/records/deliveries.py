@@ -107,8 +107,8 @@ async def prune(db: Database, older_than: float, chunk: int) -> int:
     """Delete processed deliveries received before `older_than`, `chunk` at a time."""
     return await delete_in_chunks(
         db,
-        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
-        " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
         older_than,
         chunk,
+        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
+        " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
     )

@@ -35,11 +35,9 @@ async def create_runs(db: Database, runs: Sequence[Mapping[str, Any]]) -> list[i
 async def resume_batch(db: Database, batch: int) -> list[EvalRun]:
     """The batch's runs, oldest first, running again."""
     rows = await db.fetchall("SELECT * FROM eval_runs WHERE batch = ? ORDER BY id", (batch,))
-    for row in rows:
-        await db.execute(
-            "UPDATE eval_runs SET status = 'running', finished_at = NULL WHERE id = ?",
-            (row["id"],),
-        )
+    await db.execute(
+        "UPDATE eval_runs SET status = 'running', finished_at = NULL WHERE batch = ?", (batch,)
+    )
     return [EvalRun.from_row(row) for row in rows]
 
 

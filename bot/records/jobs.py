@@ -29,11 +29,12 @@ def new_row(
     *,
     queue: str,
     max_attempts: int,
-    run_after: float,
+    delay: float,
     now: float,
 ) -> tuple:
-    """A job's values, to insert in a transaction of the caller's (`insert`, `insert_many`)."""
-    return (kind, queue, key, json.dumps(payload), max_attempts, run_after, now)
+    """A job's values, due `delay` seconds after `now`, to insert in a transaction of the
+    caller's (`insert`, `insert_many`)."""
+    return (kind, queue, key, json.dumps(payload), max_attempts, now + delay, now)
 
 
 async def insert(conn: Any, row: tuple) -> int:
@@ -196,11 +197,11 @@ async def prune(db: Database, older_than: float, chunk: int) -> int:
     """Delete finished jobs from before `older_than`, `chunk` at a time."""
     return await delete_in_chunks(
         db,
+        older_than,
+        chunk,
         "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs"
         " WHERE state IN ('done', 'failed', 'cancelled')"
         " AND COALESCE(finished_at, created_at) < ? LIMIT ?)",
-        older_than,
-        chunk,
     )
 
 

@@ -5,7 +5,7 @@ which what people did with each number is read."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 
 from bot.records.database import Database
@@ -16,6 +16,8 @@ DRAFTED = ("draft", "revising", "posting", "posted")  # reviews that made a draf
 
 @dataclass(frozen=True)
 class NewEntry:
+    """A ledger row's identifying columns, in the table's order."""
+
     ordinal: int
     fingerprint: str
     path: str
@@ -84,19 +86,7 @@ async def write(conn: Any, writes: LedgerWrites) -> None:
         "INSERT INTO ledger (pull_id, ordinal, fingerprint, path, code_key, title_key,"
         " first_review_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (pull_id, ordinal) DO NOTHING",
-        [
-            (
-                pull_id,
-                e.ordinal,
-                e.fingerprint,
-                e.path,
-                e.code_key,
-                e.title_key,
-                writes.review_id,
-                now,
-            )
-            for e in writes.new
-        ],
+        [(pull_id, *astuple(e), writes.review_id, now) for e in writes.new],
     )
     await conn.executemany(
         "UPDATE ledger SET fingerprint = ?, path = ?, code_key = ?, title_key = ?,"

@@ -29,40 +29,36 @@ async def append_messages(
     """Store native messages in order; ids are `msg-<seq>`, stable across restarts. `source`
     names the command a person's message came from (`comment:line`), so a retried turn
     finds it instead of adding it again."""
-    ids = []
     now = time.time()
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = ?", (session_id,)
         )
-        seq = (await cursor.fetchone())[0]
-        for item in items:
-            message_id = f"msg-{seq}"
-            await conn.execute(
-                "INSERT INTO messages (session_id, seq, id, role, content, github_comment_id,"
-                " source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        first = (await cursor.fetchone())[0]
+        ids = [f"msg-{seq}" for seq in range(first, first + len(items))]
+        await conn.executemany(
+            "INSERT INTO messages (session_id, seq, id, role, content, github_comment_id,"
+            " source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
                 (
                     session_id,
                     seq,
-                    message_id,
+                    f"msg-{seq}",
                     _role(item),
                     json.dumps(item),
                     github_comment_id,
                     source,
                     now,
-                ),
-            )
-            ids.append(message_id)
-            seq += 1
+                )
+                for seq, item in enumerate(items, first)
+            ],
+        )
         await sessions.touch(conn, session_id, now)
     return ids
 
 
 async def load_messages(db: Database, session_id: int) -> list[dict[str, Any]]:
-    rows = await db.fetchall(
-        "SELECT content FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
-    )
-    return [json.loads(row["content"]) for row in rows]
+    return [message.item for message in await messages(db, session_id)]
 
 
 async def messages(db: Database, session_id: int) -> list[Message]:

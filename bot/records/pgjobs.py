@@ -4,6 +4,7 @@ repairs here)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from bot.records.database import Database
@@ -53,11 +54,10 @@ async def counts(db: Database) -> dict[str, int]:
     rows = await db.fetchall(
         "SELECT status::text AS state, COUNT(*) AS n FROM procrastinate_jobs GROUP BY status"
     )
-    found: dict[str, int] = {}
-    for row in rows:
-        state = STATES.get(row["state"], row["state"])
-        found[state] = found.get(state, 0) + int(row["n"])
-    return found
+    found: Counter[str] = Counter()
+    for row in rows:  # two statuses are one state
+        found[STATES.get(row["state"], row["state"])] += int(row["n"])
+    return dict(found)
 
 
 async def states(db: Database, task: str, kind: str | None, key: str | None) -> list[str]:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -173,13 +173,13 @@ def procrastinate_migrations() -> list[Path]:
     return sorted(folder.glob("*.sql"), key=lambda path: path.name)
 
 
-@lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def id_tables() -> frozenset[str]:
     """Tables with a generated `id`: an INSERT into them reports it as SQLite's lastrowid."""
     return frozenset(_TABLE.findall("".join(step.schema for step in schema.STEPS)))
 
 
-@lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024)
 def translate(sql: str) -> tuple[str, bool]:
     """SQLite's `?` placeholders as psycopg's `%s` (a literal `%` doubled); and whether
     `RETURNING id` was added to report the new row's id as lastrowid."""
@@ -226,12 +226,7 @@ def _row_factory(cursor: Any) -> Any:
     description = cursor.description
     if description is None:
         return None
-    index = {column.name: n for n, column in enumerate(description)}
-
-    def make(values: Sequence[Any]) -> Row:
-        return Row(values, index)
-
-    return make
+    return functools.partial(Row, index={column.name: n for n, column in enumerate(description)})
 
 
 class Cursor:
@@ -495,11 +490,13 @@ class PgDatabase:
                     await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
                 yield Connection(conn)
 
-    async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        """Run one statement; return rowcount (or the new row's id for an INSERT)."""
-        with _errors():
+    async def _statement(self, sql: str, args: Sequence[Any]) -> Cursor:
+        with _errors():  # also waiting for a connection (PoolTimeout)
             async with self.pool.connection() as conn:
-                cursor = await Connection(conn).execute(sql, args)
+                return await Connection(conn).execute(sql, args)
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        cursor = await self._statement(sql, args)
         if cursor.lastrowid is not None:
             return cursor.lastrowid
         return max(cursor.rowcount, 0)
@@ -509,13 +506,9 @@ class PgDatabase:
         return rows[0] if rows else None
 
     async def fetchall(self, sql: str, args: Iterable[Any] = ()) -> list[Row]:
-        with _errors():
-            async with self.pool.connection() as conn:
-                cursor = await Connection(conn).execute(sql, tuple(args))
-        return await cursor.fetchall()
+        return await (await self._statement(sql, tuple(args))).fetchall()
 
     async def ping(self) -> bool:
-        """Whether the server answers within PING_TIMEOUT (health never hangs on it)."""
         try:
             async with asyncio.timeout(PING_TIMEOUT):
                 async with self.pool.connection(timeout=PING_TIMEOUT) as conn:

@@ -4,6 +4,7 @@ the findings' `state`, each a compare-and-set that says whether it happened. Onl
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -13,19 +14,8 @@ from bot.records.database import Database
 from bot.records.ledger import LedgerWrites
 from bot.records.types import DraftFinding, Review
 
-COLUMNS = (  # what a draft finding stores
-    "path",
-    "line",
-    "end_line",
-    "side",
-    "severity",
-    "title",
-    "body",
-    "suggestion",
-    "in_diff",
-    "verify_status",
-    "verify_note",
-)
+# What a draft finding stores: each of its fields is a column of `findings`.
+COLUMNS = tuple(field.name for field in dataclasses.fields(DraftFinding))
 
 
 def _marks(values: Iterable[object]) -> str:
@@ -244,6 +234,6 @@ async def set_findings(
 
 def _values(finding: DraftFinding) -> tuple[object, ...]:
     """A draft finding's values for COLUMNS."""
-    values = {name: getattr(finding, name) for name in COLUMNS}
+    values = dataclasses.asdict(finding)
     values.update(side=finding.side or "RIGHT", in_diff=int(finding.in_diff))
     return tuple(values.values())

@@ -127,14 +127,12 @@ async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> i
     """Delete the reviews, findings and ledgers of PRs closed before `older_than`, `chunk` rows at a
     time; their runs stay in the cost ledger."""
     closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
-    total = 0
-    for sql in (
+    statements = (
         "DELETE FROM findings WHERE id IN (SELECT f.id FROM findings f JOIN reviews r"
         f" ON r.id = f.review_id WHERE r.pull_id IN ({closed}) LIMIT ?)",
         f"DELETE FROM reviews WHERE id IN (SELECT id FROM reviews WHERE pull_id IN ({closed})"
         " LIMIT ?)",
         "DELETE FROM ledger WHERE pull_id IN (SELECT DISTINCT pull_id FROM ledger"
         f" WHERE pull_id IN ({closed}) LIMIT ?)",
-    ):
-        total += await delete_in_chunks(db, sql, older_than, chunk)
-    return total
+    )
+    return await delete_in_chunks(db, older_than, chunk, *statements)

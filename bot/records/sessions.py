@@ -162,16 +162,13 @@ async def has_active_cross_review(db: Database, review_id: int) -> bool:
     return row is not None
 
 
-async def _set(db: Database, session_id: int, status: str, sources: tuple[str, ...], **extra: Any):
-    fields = {"status": status, **extra, "updated_at": time.time()}
-    return (
-        await db.execute(
-            f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?"
-            f" AND status IN ({','.join('?' * len(sources))})",
-            (*fields.values(), session_id, *sources),
-        )
-        == 1
+async def _set(db: Database, session_id: int, status: str) -> bool:
+    """An open session becomes `status` (busy, or active again); False when it is not open."""
+    changed = await db.execute(
+        "UPDATE sessions SET status = ?, updated_at = ? WHERE id = ? AND status IN (?, ?)",
+        (status, time.time(), session_id, *OPEN),
     )
+    return changed == 1
 
 
 async def touch(conn: Any, session_id: int, now: float) -> None:
@@ -180,11 +177,11 @@ async def touch(conn: Any, session_id: int, now: float) -> None:
 
 
 async def mark_busy(db: Database, session_id: int) -> bool:
-    return await _set(db, session_id, BUSY, OPEN)
+    return await _set(db, session_id, BUSY)
 
 
 async def mark_idle(db: Database, session_id: int) -> bool:
-    return await _set(db, session_id, ACTIVE, OPEN)
+    return await _set(db, session_id, ACTIVE)
 
 
 async def end_session(db: Database, session_id: int, *, failed: str | None = None) -> None:
@@ -271,8 +268,7 @@ async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> 
     """Delete the conversations of PRs closed before `older_than`, `chunk` rows at a time
     (the write lock is never held long)."""
     closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
-    total = 0
-    for sql in (
+    statements = (
         # By session (messages have no single-column key on Postgres), a few at a time.
         "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions"
         f" WHERE pull_id IN ({closed}) AND id IN (SELECT session_id FROM messages) LIMIT ?)",
@@ -280,9 +276,9 @@ async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> 
         f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
         f"DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE pull_id IN ({closed})"
         " LIMIT ?)",
-    ):
-        total += await delete_in_chunks(db, sql, older_than, chunk)
-    return total + await prune_detached_sessions(db, older_than, chunk)
+    )
+    closed_total = await delete_in_chunks(db, older_than, chunk, *statements)
+    return closed_total + await prune_detached_sessions(db, older_than, chunk)
 
 
 async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -> int:
@@ -290,11 +286,11 @@ async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -
     `older_than`, and their messages: nobody can continue one, having no PR to comment on.
     The cost ledger keeps their runs."""
     detached = "SELECT id FROM sessions WHERE pull_id IS NULL AND updated_at < ?"
-    total = 0
-    for sql in (
+    return await delete_in_chunks(
+        db,
+        older_than,
+        chunk,
         f"DELETE FROM messages WHERE session_id IN ({detached}"
         " AND id IN (SELECT session_id FROM messages) LIMIT ?)",
         f"DELETE FROM sessions WHERE id IN ({detached} LIMIT ?)",
-    ):
-        total += await delete_in_chunks(db, sql, older_than, chunk)
-    return total
+    )

@@ -30,8 +30,7 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
-        """One holder of `key` at a time, for work that talks to GitHub (no transaction is
-        kept open): in this process, since one process owns the file."""
+        """In this process: one process owns the file."""
         lock = self._held.setdefault(key, asyncio.Lock())
         async with lock:
             yield
@@ -89,8 +88,7 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def transaction(self, lock: str | None = None) -> AsyncIterator[aiosqlite.Connection]:
-        """One transaction. `lock` names what other processes must not change meanwhile
-        (Postgres takes an advisory lock); here BEGIN IMMEDIATE already excludes every writer."""
+        """`lock` needs nothing here: BEGIN IMMEDIATE already excludes every writer."""
         async with self._lock:
             await self.conn.execute("BEGIN IMMEDIATE")
             try:
@@ -101,7 +99,6 @@ class Database:
             await self.conn.execute("COMMIT")
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        """Run one statement; return rowcount (or lastrowid for an INSERT)."""
         async with self._lock:
             cursor = await self.conn.execute(sql, args)
             if sql.lstrip().upper().startswith("INSERT"):

@@ -3,7 +3,7 @@ model's reviews came to, counted in the database (see `bot.stats` for the ratios
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from bot.records.database import Database
 from bot.records.ledger import DRAFTED
@@ -74,6 +74,9 @@ class ModelFigures:
     unpriced_runs: int  # runs whose cost is unknown (no rate for their model)
 
 
+_COUNTS = [field.name for field in fields(ModelFigures) if field.type == "int"]
+
+
 async def model_figures(
     db: Database, *, since: float = 0.0, repo: str | None = None
 ) -> list[ModelFigures]:
@@ -85,16 +88,8 @@ async def model_figures(
         ModelFigures(
             provider=row["provider"],
             model=row["model"],
-            reviews=int(row["reviews"]),
-            findings=int(row["findings"] or 0),
-            published=int(row["published"] or 0),
-            dropped_by_people=int(row["dropped_by_people"] or 0),
-            refuted=int(row["refuted"] or 0),
-            withdrawn=int(row["withdrawn"] or 0),
-            suppressed=int(row["suppressed"] or 0),
-            fixed_after_publishing=int(row["fixed_after_publishing"] or 0),
             usd=None if row["usd"] is None else float(row["usd"]),
-            unpriced_runs=int(row["unpriced_runs"] or 0),
+            **{name: int(row[name] or 0) for name in _COUNTS},
         )
         for row in rows
     ]
