@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from bot.checks import say
 from bot.config import (
     PROVIDERS,
     ConfigError,
@@ -45,12 +46,6 @@ def version() -> str:
         from bot import __version__
 
         return __version__
-
-
-def say(kind: str, **context: Any) -> str:
-    from bot.checks import say as checks_say
-
-    return checks_say(kind, **context)
 
 
 # -- serve ------------------------------------------------------------------------------------
@@ -672,16 +667,11 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 # -- main -----------------------------------------------------------------------------------
 
 
-def _early(argv: Sequence[str]) -> argparse.Namespace:
-    """`--env-file` and `--debug` wherever they are, before the parser (whose construction
-    imports modules that read the environment) is built."""
-    early, _ = _common(top=True).parse_known_args(argv)
-    return early
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    early = _early(argv)
+    # `--env-file` wherever it is, before the parser (whose construction imports modules that
+    # read the environment) is built.
+    early, _ = _common(top=True).parse_known_args(argv)
     try:
         load_env_file(None if early.env_file is None else Path(early.env_file))
     except ConfigError as exc:

@@ -125,17 +125,8 @@ async def _git(repo: Path, env: dict[str, str], *args: str, check: bool = True) 
 
 
 async def _commit(repo: Path, env: dict[str, str], rev: str) -> str | None:
-    sha = await _git(
-        repo,
-        env,
-        "rev-parse",
-        "--verify",
-        "--quiet",
-        "--end-of-options",
-        f"{rev}^{{commit}}",
-        check=False,
-    )
-    return sha or None
+    verify = ("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+    return await _git(repo, env, *verify, check=False) or None
 
 
 async def _default_branch(repo: Path, env: dict[str, str]) -> tuple[str, str]:
@@ -284,7 +275,15 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
             provider=provider,
             config=config,
         )
-        _progress(revisions, tree, provider, model, verify_with)
+        progress = say(
+            "reviewing",
+            revisions=revisions,
+            merge_base=tree.merge_base,
+            provider=provider,
+            model=model,
+            verify_with=verify_with,
+        )
+        print(progress, file=sys.stderr, flush=True)
         reviewer = Reviewer(db, models, Budget.from_settings(settings))
         draft, findings, verification = await run_engine(reviewer, tree, request, verify_with)
         review.verdict, review.summary, review.skipped = draft.verdict, draft.summary, draft.skipped
@@ -309,23 +308,6 @@ def _require_key(provider: str, chosen: bool) -> None:
     how = "--provider" if chosen else "COCKPIT_PROVIDER (or the repository's cockpit.toml)"
     raise LocalError(
         say("missing_key", variable=missing.variable, provider=provider, how=how, others=others)
-    )
-
-
-def _progress(
-    revisions: Revisions, tree: Worktree, provider: str, model: str, verify_with: str | None
-) -> None:
-    print(
-        say(
-            "reviewing",
-            revisions=revisions,
-            merge_base=tree.merge_base,
-            provider=provider,
-            model=model,
-            verify_with=verify_with,
-        ),
-        file=sys.stderr,
-        flush=True,
     )
 
 
