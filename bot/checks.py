@@ -169,17 +169,19 @@ def listen_problem(host: str, port: int, exc: OSError) -> Check:
     )
 
 
-async def database_check(settings: Settings, *, wait: float = PG_WAIT) -> Check:
+async def database_check(settings: Settings) -> Check:
     """SQLite: where the file is (`serve` applies its schema itself). Postgres: a connection
-    within `wait` seconds, then the schema's version against this release's."""
+    within PG_WAIT seconds, then the schema's version against this release's."""
     from bot.backend import reach
 
-    name, found = "database", await reach(settings, wait)
+    name, found = "database", await reach(settings, PG_WAIT)
     shown = found.label
     if not found.shared:
         return ok(name, say("sqlite", path=settings.db_path.absolute(), exists=found.exists))
     if found.timed_out:
-        return problem(name, say("pg_timeout", url=shown, wait=wait), say("pg_fix"), EXIT_RUNTIME)
+        return problem(
+            name, say("pg_timeout", url=shown, wait=PG_WAIT), say("pg_fix"), EXIT_RUNTIME
+        )
     if found.error is not None:
         reason = _redact(found.error, settings)
         return problem(
