@@ -118,13 +118,10 @@ async def _preflight(settings: Settings, host: str, port: int) -> list[Any]:
 
 
 def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
-    chat_model = settings.chat.model if settings.chat else ""
-    model = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": chat_model}[
-        settings.provider
-    ]
     from bot.backend import describe
 
-    database = describe(settings)
+    chat_model = settings.chat.model if settings.chat else ""
+    models = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": chat_model}
     return say(
         "serve_started",
         version=version(),
@@ -132,9 +129,9 @@ def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
         port=port,
         role=role,
         provider=settings.provider,
-        model=model,
+        model=models[settings.provider],
         data_dir=settings.data_dir.absolute(),
-        database=database,
+        database=describe(settings),
     )
 
 
@@ -321,18 +318,12 @@ def environment_text(width: int = 100) -> str:
     def plain(text: str) -> str:
         return text.replace("`", "").replace("*", "")
 
+    wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
     blocks = []
     for var in environment():
-        wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
-        blocks.append(
-            "\n".join(
-                [
-                    ", ".join(var.names),
-                    wrap.fill(plain(var.meaning)),
-                    wrap.fill("default: " + plain(var.default)),
-                ]
-            )
-        )
+        meaning = wrap.fill(plain(var.meaning))
+        default = wrap.fill("default: " + plain(var.default))
+        blocks.append("\n".join([", ".join(var.names), meaning, default]))
     head = (
         "Environment variables (also read from ./cockpit.env, or --env-file PATH; a variable"
         " already in the environment wins):"

@@ -32,7 +32,7 @@ from bot.config import (
     load_settings,
     missing_model_key,
 )
-from bot.texts import render
+from bot.texts import render, usd
 from bot.worktrees import GitError, Mirrors, Worktree, run_git
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
@@ -375,12 +375,9 @@ def to_json(review: LocalReview) -> dict[str, Any]:
 
 
 def render_text(review: LocalReview) -> str:
-    from bot.texts import usd
-
-    data = to_json(review)
     return render(
         "local/draft.txt.j2",
-        review=data,
+        review=to_json(review),
         commits=len(review.revisions.commits),
         plain=plain,
         cost=usd(review.usd),
