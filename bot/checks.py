@@ -313,13 +313,10 @@ async def github_check(settings: Settings) -> Check:
             app = await GitHubApp(settings, http).app_api().getitem("/app")
     except gidgethub.HTTPException as exc:
         status = int(exc.status_code)
-        fix = say("app_auth_fix") if status in (401, 403, 404) else say("github_fix")
-        return problem(
-            name,
-            say("app_refused", where=where, status=status),
-            fix,
-            EXIT_CONFIG if status in (401, 403, 404) else EXIT_RUNTIME,
-        )
+        text = say("app_refused", where=where, status=status)
+        if status in (401, 403, 404):  # the App's id, key or API URL is wrong
+            return problem(name, text, say("app_auth_fix"))
+        return problem(name, text, say("github_fix"), EXIT_RUNTIME)
     except aiohttp.ClientConnectorCertificateError:
         return problem(name, say("github_untrusted", where=where), say("ca_fix"))
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:

@@ -222,7 +222,6 @@ class GitHubApp:
         self.settings = settings
         self.session = session
         self.metrics = metrics
-        self.clock = clock
         self._sleep = sleep
         self._tokens: cachetools.TLRUCache = cachetools.TLRUCache(
             maxsize=4096,

@@ -272,16 +272,12 @@ async def stop_gracefully(app: web.Application) -> None:
     ctx = app[CONTEXT]
     app[LIFECYCLE].stopping = True
     started = time.monotonic()
-    running = ctx.jobs.running
-    log.info(
-        "stopping",
-        extra={"fields": {"running_jobs": running, "grace_seconds": ctx.settings.shutdown_grace}},
-    )
-    await ctx.jobs.stop(grace=ctx.settings.shutdown_grace)
-    log.info(
-        "jobs stopped",
-        extra={"fields": {"seconds": round(time.monotonic() - started, 2)}},
-    )
+    grace = ctx.settings.shutdown_grace
+    found = {"running_jobs": ctx.jobs.running, "grace_seconds": grace}
+    log.info("stopping", extra={"fields": found})
+    await ctx.jobs.stop(grace=grace)
+    seconds = round(time.monotonic() - started, 2)
+    log.info("jobs stopped", extra={"fields": {"seconds": seconds}})
 
 
 async def _lifecycle(
