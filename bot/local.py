@@ -169,14 +169,8 @@ async def resolve(options: LocalOptions, env: dict[str, str]) -> Revisions:
             path, env, "log", "--no-color", "--format=%s%n%n%b%x00", f"{merge_base}..{head_sha}"
         )
     messages = [m.strip() for m in log.split("\x00") if m.strip()]
-    config = await run_git(
-        ["cat-file", "blob", f"{base_sha}:.github/cockpit.toml"],
-        cwd=path,
-        env=env,
-        timeout=30,
-        limit=64 * 1024,
-        check=False,
-    )
+    show = ["cat-file", "blob", f"{base_sha}:.github/cockpit.toml"]
+    config = await run_git(show, cwd=path, env=env, timeout=30, limit=64 * 1024, check=False)
     uncommitted = 0
     if bare != "true" and options.head == "HEAD":
         status = await _git(path, env, "status", "--porcelain", "--no-renames")
@@ -200,11 +194,8 @@ async def mirror_of(mirrors: Mirrors, key: str, revisions: Revisions) -> Worktre
     there), and the review's worktree of it at the head, diffed from the merge base."""
     mirror = mirrors.mirror_path(key)
     async with mirrors.lock(mirror):
-        await run_git(
-            ["clone", "--mirror", "--shared", "--quiet", "--", str(revisions.git_dir), str(mirror)],
-            cwd=mirror.parent,
-            env=mirrors.env(),
-        )
+        clone = ["clone", "--mirror", "--shared", "--quiet", "--", str(revisions.git_dir)]
+        await run_git([*clone, str(mirror)], cwd=mirror.parent, env=mirrors.env())
     return await mirrors.add_worktree(
         key, name="review-local", head_sha=revisions.head_sha, base_ref=revisions.base_sha
     )

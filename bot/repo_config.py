@@ -261,7 +261,8 @@ def _check(name: str, rule: Rule, value: Any) -> Any:
         return value
     if rule.kind == CHOICE:
         if value not in rule.choices:
-            raise Refused(f"must be one of {_choices(rule)}")
+            choices = ", ".join(f'"{c}"' for c in rule.choices)
+            raise Refused(f"must be one of {choices}")
         return value
     if rule.kind == TEXT:
         if not isinstance(value, str):
@@ -299,10 +300,6 @@ def _check_paths(value: Any) -> tuple[PathRule, ...]:
             raise Refused(f"table {n}: `instructions` must be a string of at most {MAX_TEXT}")
         found.append(PathRule(table["glob"], table["instructions"]))
     return tuple(found)
-
-
-def _choices(rule: Rule) -> str:
-    return ", ".join(f'"{c}"' for c in rule.choices)
 
 
 def _shown(value: Any) -> str:
