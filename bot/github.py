@@ -47,10 +47,8 @@ def graphql_url(api_url: str) -> str:
     parts = urlsplit(api_url.strip())
     path = parts.path.rstrip("/")
     if path.endswith("/api/v3"):
-        path = path.removesuffix("/v3") + "/graphql"
-    else:
-        path += "/graphql"
-    return urlunsplit(parts._replace(path=path, query="", fragment=""))
+        path = path.removesuffix("/v3")
+    return urlunsplit(parts._replace(path=path + "/graphql", query="", fragment=""))
 
 
 @dataclass(frozen=True)
