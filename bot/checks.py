@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import os
 import shutil
 import socket
@@ -83,12 +84,6 @@ def settings_checks(env: Mapping[str, str], *, github: bool = True) -> list[Chec
     return [problem(exc.variable, exc.problem) for exc in check_settings(env, github=github)]
 
 
-def configured_providers(settings: Settings, env: Mapping[str, str]) -> list[str]:
-    """The default reviewer, then every other provider whose key is set."""
-    others = [p for p in PROVIDERS if p != settings.provider and not missing_model_key(p, env)]
-    return [settings.provider, *others]
-
-
 def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
     """The default provider's key is required; another provider's is optional (it serves
     `codex-review` and a cross-vendor verify pass). `chat` is opt-in: unset, it is not
@@ -99,21 +94,11 @@ def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
         if missing is None or (provider == "chat" and provider != settings.provider):
             continue
         if provider == settings.provider:
-            found.append(
-                problem(
-                    provider,
-                    say("key_missing", variable=missing.variable, provider=provider),
-                    say("key_fix", variable=missing.variable),
-                )
-            )
+            text = say("key_missing", variable=missing.variable, provider=provider)
+            found.append(problem(provider, text, say("key_fix", variable=missing.variable)))
         else:
-            found.append(
-                Check(
-                    provider,
-                    say("other_key_missing", variables=MODEL_KEYS[provider], provider=provider),
-                    warning=True,
-                )
-            )
+            text = say("other_key_missing", variables=MODEL_KEYS[provider], provider=provider)
+            found.append(Check(provider, text, warning=True))
     return found
 
 
@@ -184,17 +169,19 @@ def listen_problem(host: str, port: int, exc: OSError) -> Check:
     )
 
 
-async def database_check(settings: Settings, *, wait: float = PG_WAIT) -> Check:
+async def database_check(settings: Settings) -> Check:
     """SQLite: where the file is (`serve` applies its schema itself). Postgres: a connection
-    within `wait` seconds, then the schema's version against this release's."""
+    within PG_WAIT seconds, then the schema's version against this release's."""
     from bot.backend import reach
 
-    name, found = "database", await reach(settings, wait)
+    name, found = "database", await reach(settings, PG_WAIT)
     shown = found.label
     if not found.shared:
         return ok(name, say("sqlite", path=settings.db_path.absolute(), exists=found.exists))
     if found.timed_out:
-        return problem(name, say("pg_timeout", url=shown, wait=wait), say("pg_fix"), EXIT_RUNTIME)
+        return problem(
+            name, say("pg_timeout", url=shown, wait=PG_WAIT), say("pg_fix"), EXIT_RUNTIME
+        )
     if found.error is not None:
         reason = _redact(found.error, settings)
         return problem(
@@ -226,67 +213,47 @@ class ProbeFailed(Exception):
 ModelProbe = Callable[[Settings], Awaitable[str]]
 
 
-async def _probe_anthropic(settings: Settings) -> str:
-    import anthropic
+# What the providers served by an SDK read: the key, the model, the endpoint.
+_SDK_VARIABLES = {
+    "claude": ("ANTHROPIC_API_KEY", "COCKPIT_CLAUDE_MODEL", "ANTHROPIC_BASE_URL"),
+    "codex": ("OPENAI_API_KEY", "COCKPIT_CODEX_MODEL", "OPENAI_BASE_URL"),
+}
 
-    model = settings.claude_model
-    client = anthropic.AsyncAnthropic(max_retries=0, timeout=PROBE_WAIT)
+
+async def _probe_sdk(settings: Settings, provider: str) -> str:
+    """`claude` through the anthropic SDK, `codex` through the openai SDK (the two raise the
+    same errors by the same names)."""
+    key_variable, model_variable, url_variable = _SDK_VARIABLES[provider]
+    if provider == "claude":
+        import anthropic as sdk
+
+        model, client = settings.claude_model, sdk.AsyncAnthropic(max_retries=0, timeout=PROBE_WAIT)
+    else:
+        import openai as sdk
+
+        model, client = settings.codex_model, sdk.AsyncOpenAI(max_retries=0, timeout=PROBE_WAIT)
     where = str(client.base_url).rstrip("/")
     try:
         await client.models.retrieve(model)
-    except anthropic.AuthenticationError:
+    except sdk.AuthenticationError:
         raise ProbeFailed(
-            say("key_refused", where=where), say("key_fix", variable="ANTHROPIC_API_KEY")
+            say("key_refused", where=where), say("key_fix", variable=key_variable)
         ) from None
-    except anthropic.NotFoundError:
+    except sdk.NotFoundError:
         raise ProbeFailed(
             say("model_unknown", model=model, where=where),
-            say("model_fix", variable="COCKPIT_CLAUDE_MODEL"),
+            say("model_fix", variable=model_variable),
         ) from None
-    except anthropic.APIStatusError as exc:
+    except sdk.APIStatusError as exc:
         raise ProbeFailed(
             say("endpoint_status", where=where, status=exc.status_code),
-            say("endpoint_fix", variable="ANTHROPIC_BASE_URL"),
+            say("endpoint_fix", variable=url_variable),
             EXIT_RUNTIME,
         ) from None
-    except anthropic.APIConnectionError:
+    except sdk.APIConnectionError:
         raise ProbeFailed(
             say("unreachable", where=where),
-            say("endpoint_fix", variable="ANTHROPIC_BASE_URL"),
-            EXIT_RUNTIME,
-        ) from None
-    finally:
-        await client.close()
-    return say("model_ok", model=model, where=where)
-
-
-async def _probe_openai(settings: Settings) -> str:
-    import openai
-
-    model = settings.codex_model
-    client = openai.AsyncOpenAI(max_retries=0, timeout=PROBE_WAIT)
-    where = str(client.base_url).rstrip("/")
-    try:
-        await client.models.retrieve(model)
-    except openai.AuthenticationError:
-        raise ProbeFailed(
-            say("key_refused", where=where), say("key_fix", variable="OPENAI_API_KEY")
-        ) from None
-    except openai.NotFoundError:
-        raise ProbeFailed(
-            say("model_unknown", model=model, where=where),
-            say("model_fix", variable="COCKPIT_CODEX_MODEL"),
-        ) from None
-    except openai.APIStatusError as exc:
-        raise ProbeFailed(
-            say("endpoint_status", where=where, status=exc.status_code),
-            say("endpoint_fix", variable="OPENAI_BASE_URL"),
-            EXIT_RUNTIME,
-        ) from None
-    except openai.APIConnectionError:
-        raise ProbeFailed(
-            say("unreachable", where=where),
-            say("endpoint_fix", variable="OPENAI_BASE_URL"),
+            say("endpoint_fix", variable=url_variable),
             EXIT_RUNTIME,
         ) from None
     finally:
@@ -307,8 +274,8 @@ async def _probe_chat(settings: Settings) -> str:
 
 
 MODEL_PROBES: dict[str, ModelProbe] = {
-    "claude": _probe_anthropic,
-    "codex": _probe_openai,
+    "claude": functools.partial(_probe_sdk, provider="claude"),
+    "codex": functools.partial(_probe_sdk, provider="codex"),
     "chat": _probe_chat,
 }
 
@@ -346,13 +313,10 @@ async def github_check(settings: Settings) -> Check:
             app = await GitHubApp(settings, http).app_api().getitem("/app")
     except gidgethub.HTTPException as exc:
         status = int(exc.status_code)
-        fix = say("app_auth_fix") if status in (401, 403, 404) else say("github_fix")
-        return problem(
-            name,
-            say("app_refused", where=where, status=status),
-            fix,
-            EXIT_CONFIG if status in (401, 403, 404) else EXIT_RUNTIME,
-        )
+        text = say("app_refused", where=where, status=status)
+        if status in (401, 403, 404):  # the App's id, key or API URL is wrong
+            return problem(name, text, say("app_auth_fix"))
+        return problem(name, text, say("github_fix"), EXIT_RUNTIME)
     except aiohttp.ClientConnectorCertificateError:
         return problem(name, say("github_untrusted", where=where), say("ca_fix"))
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -386,9 +350,10 @@ async def check_everything(env: Mapping[str, str], *, offline: bool) -> list[Che
     if offline:
         return found
     found += [git_check(), data_dir_check(settings.data_dir)]
-    providers = [p for p in configured_providers(settings, env) if not missing_model_key(p, env)]
+    # The default reviewer first, then every other provider whose key is set.
+    providers = [settings.provider, *(p for p in PROVIDERS if p != settings.provider)]
     live: list[Awaitable[Check]] = [database_check(settings)]
-    live += [model_check(settings, provider) for provider in providers]
+    live += [model_check(settings, p) for p in providers if not missing_model_key(p, env)]
     # Without the App's settings (listed above) GitHub cannot be asked.
     with contextlib.suppress(ConfigError):
         live.append(github_check(load_settings(env)))

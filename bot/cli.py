@@ -8,13 +8,15 @@ environment first. Exit codes: 0 done, 1 a failure at run time, 2 a setting to c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from bot.checks import say
 from bot.config import (
     PROVIDERS,
     ConfigError,
@@ -47,12 +49,6 @@ def version() -> str:
         return __version__
 
 
-def say(kind: str, **context: Any) -> str:
-    from bot.checks import say as checks_say
-
-    return checks_say(kind, **context)
-
-
 # -- serve ------------------------------------------------------------------------------------
 
 
@@ -67,16 +63,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     env = os.environ
     checks: list[Check] = settings_checks(env)
     app_missing = any(c.name in ("GITHUB_APP_ID", "GITHUB_PRIVATE_KEY") for c in checks)
-    settings = None
-    try:
+    settings = general = None
+    with contextlib.suppress(ConfigError):  # the App's settings need the general ones
+        general = load_settings(env, github=False)
         settings = load_settings(env)
-    except ConfigError:
-        try:
-            general = load_settings(env, github=False)
-        except ConfigError:
-            general = None
-    else:
-        general = settings
     host = port = None
     if general is not None:
         try:
@@ -128,13 +118,10 @@ async def _preflight(settings: Settings, host: str, port: int) -> list[Any]:
 
 
 def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
-    chat_model = settings.chat.model if settings.chat else ""
-    model = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": chat_model}[
-        settings.provider
-    ]
     from bot.backend import describe
 
-    database = describe(settings)
+    chat_model = settings.chat.model if settings.chat else ""
+    models = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": chat_model}
     return say(
         "serve_started",
         version=version(),
@@ -142,9 +129,9 @@ def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
         port=port,
         role=role,
         provider=settings.provider,
-        model=model,
+        model=models[settings.provider],
         data_dir=settings.data_dir.absolute(),
-        database=database,
+        database=describe(settings),
     )
 
 
@@ -331,18 +318,12 @@ def environment_text(width: int = 100) -> str:
     def plain(text: str) -> str:
         return text.replace("`", "").replace("*", "")
 
+    wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
     blocks = []
     for var in environment():
-        wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
-        blocks.append(
-            "\n".join(
-                [
-                    ", ".join(var.names),
-                    wrap.fill(plain(var.meaning)),
-                    wrap.fill("default: " + plain(var.default)),
-                ]
-            )
-        )
+        meaning = wrap.fill(plain(var.meaning))
+        default = wrap.fill("default: " + plain(var.default))
+        blocks.append("\n".join([", ".join(var.names), meaning, default]))
     head = (
         "Environment variables (also read from ./cockpit.env, or --env-file PATH; a variable"
         " already in the environment wins):"
@@ -422,17 +403,21 @@ def _common(*, top: bool) -> argparse.ArgumentParser:
     return common
 
 
-def _command(sub: argparse._SubParsersAction, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+def _command(
+    sub: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """The parser of `cockpit NAME`, its texts from templates/cli/commands.toml; `func` runs it."""
     text = _texts()[name]
-    return sub.add_parser(
+    command = sub.add_parser(
         name,
         help=text["summary"],
         description=text["description"].strip(),
         epilog=_epilog(name),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common(top=False)],
-        **kwargs,
     )
+    command.set_defaults(func=func)
+    return command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -447,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"cockpit {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
-    serve = _command(sub, "serve")
+    serve = _command(sub, "serve", cmd_serve)
     serve.add_argument("--host", help="address to listen on (default: $COCKPIT_HOST, else 0.0.0.0)")
     serve.add_argument(
         "--port", type=int, help="port to listen on (default: $COCKPIT_PORT, else 8080)"
@@ -458,20 +443,17 @@ def build_parser() -> argparse.ArgumentParser:
         default="all",
         help="web: store deliveries and their jobs; worker: run jobs; all: both (default: all)",
     )
-    serve.set_defaults(func=cmd_serve)
 
-    migrate = _command(sub, "migrate")
-    migrate.set_defaults(func=cmd_migrate)
+    _command(sub, "migrate", cmd_migrate)
 
-    check = _command(sub, "check-config")
+    check = _command(sub, "check-config", cmd_check_config)
     check.add_argument(
         "--offline",
         action="store_true",
         help="check only the settings' syntax and which keys are set (no network)",
     )
-    check.set_defaults(func=cmd_check_config)
 
-    demo = _command(sub, "demo")
+    demo = _command(sub, "demo", cmd_demo)
     demo.add_argument(
         "--live",
         action="store_true",
@@ -482,9 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--critic", choices=PROVIDERS, default="codex", help="the cross-AI critic (default codex)"
     )
-    demo.set_defaults(func=cmd_demo)
 
-    local = _command(sub, "review-local")
+    local = _command(sub, "review-local", cmd_review_local)
     local.add_argument(
         "path", nargs="?", default=".", metavar="PATH", help="the repository (default: .)"
     )
@@ -508,11 +489,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run the verify pass (the other provider when its key is set)",
     )
     local.add_argument("--json", action="store_true", help="print the draft as JSON")
-    local.set_defaults(func=cmd_review_local)
 
     from bot.register import DEFAULT_PORT, DEFAULT_TIMEOUT, GITHUB_WEB_URL
 
-    register = _command(sub, "register")
+    register = _command(sub, "register", cmd_register)
     register.add_argument(
         "--org", help="create it for this organisation (default: your personal account)"
     )
@@ -543,24 +523,21 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"how long to wait for the browser (default: {DEFAULT_TIMEOUT:g} s)",
     )
     register.add_argument("--no-browser", action="store_true", help="only print the page URL")
-    register.set_defaults(func=cmd_register)
 
     add_eval_parser(sub)
 
-    stats = _command(sub, "stats")
+    stats = _command(sub, "stats", cmd_stats)
     stats.add_argument(
         "--since", metavar="DATE", help="reviews created from this day on, YYYY-MM-DD (UTC)"
     )
     stats.add_argument("--repo", metavar="OWNER/NAME", help="one repository's reviews")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
-    stats.set_defaults(func=cmd_stats)
 
-    helper = _command(sub, "help")
+    helper = _command(sub, "help", cmd_help)
     helper.add_argument("topic", nargs="?", metavar="COMMAND|environment")
     helper.add_argument(
         "--markdown", action="store_true", help="environment: the README's markdown table"
     )
-    helper.set_defaults(func=cmd_help)
     return parser
 
 
@@ -592,7 +569,7 @@ def _eval_keys(args: argparse.Namespace) -> int | None:
 
 
 def add_eval_parser(sub: argparse._SubParsersAction) -> None:
-    evals = _command(sub, "eval")
+    evals = _command(sub, "eval", cmd_eval)
     commands = evals.add_subparsers(dest="eval_command", required=True, metavar="COMMAND")
     common = [_common(top=False)]
 
@@ -672,16 +649,11 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
 # -- main -----------------------------------------------------------------------------------
 
 
-def _early(argv: Sequence[str]) -> argparse.Namespace:
-    """`--env-file` and `--debug` wherever they are, before the parser (whose construction
-    imports modules that read the environment) is built."""
-    early, _ = _common(top=True).parse_known_args(argv)
-    return early
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    early = _early(argv)
+    # `--env-file` wherever it is, before the parser (whose construction imports modules that
+    # read the environment) is built.
+    early, _ = _common(top=True).parse_known_args(argv)
     try:
         load_env_file(None if early.env_file is None else Path(early.env_file))
     except ConfigError as exc:

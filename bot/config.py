@@ -9,7 +9,6 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import NoReturn
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
@@ -109,19 +108,13 @@ class Settings:
     def secrets(self) -> list[str]:
         """Every secret value this process knows, for log redaction (the database URL's
         password too, wherever it appears)."""
-        found = [s.reveal() for s in (self.private_key, self.webhook_secret) if s]
+        secrets = [self.private_key, self.webhook_secret, self.database_url]
+        urls = [self.database_url.reveal()] if self.database_url is not None else []
         if self.chat is not None:
-            if self.chat.api_key is not None:
-                found.append(self.chat.api_key.reveal())
-            password = urllib.parse.urlsplit(self.chat.base_url).password
-            if password:  # a gateway's credentials in the URL
-                found.append(password)
-        if self.database_url is not None:
-            found.append(self.database_url.reveal())
-            password = urllib.parse.urlsplit(self.database_url.reveal()).password
-            if password:
-                found.append(password)
-        return found
+            secrets.append(self.chat.api_key)
+            urls.append(self.chat.base_url)  # a gateway's credentials in the URL
+        passwords = [urllib.parse.urlsplit(url).password for url in urls]
+        return [s.reveal() for s in secrets if s is not None] + [p for p in passwords if p]
 
 
 def shown_url(url: str) -> str:
@@ -157,6 +150,20 @@ def _private_key(env: Mapping[str, str]) -> Secret:
     if not isinstance(key, RSAPrivateKey):
         raise ConfigError(variable, "GitHub App keys are RSA; this key is not")
     return Secret(text)
+
+
+def _app_id(env: Mapping[str, str]) -> str:
+    app_id = env.get("GITHUB_APP_ID", "").strip()
+    if not app_id:
+        raise ConfigError("GITHUB_APP_ID", "not set")
+    return app_id
+
+
+def _webhook_secret(env: Mapping[str, str]) -> Secret:
+    secret = env.get("GITHUB_WEBHOOK_SECRET")
+    if not secret:
+        raise ConfigError("GITHUB_WEBHOOK_SECRET", "not set; the server refuses unsigned webhooks")
+    return Secret(secret)
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
@@ -353,19 +360,7 @@ _GENERAL = {
     "worker_timeout": lambda env: float(_int(env, "COCKPIT_WORKER_TIMEOUT", 20, low=2, high=3600)),
     "migrate_on_start": lambda env: bool(_int(env, "COCKPIT_MIGRATE_ON_START", 0, low=0, high=1)),
 }
-_GITHUB = {
-    "app_id": lambda env: (
-        env.get("GITHUB_APP_ID", "").strip() or _raise(ConfigError("GITHUB_APP_ID", "not set"))
-    ),
-    "private_key": _private_key,
-    "webhook_secret": lambda env: (
-        Secret(env.get("GITHUB_WEBHOOK_SECRET") or "")
-        if env.get("GITHUB_WEBHOOK_SECRET")
-        else _raise(
-            ConfigError("GITHUB_WEBHOOK_SECRET", "not set; the server refuses unsigned webhooks")
-        )
-    ),
-}
+_GITHUB = {"app_id": _app_id, "private_key": _private_key, "webhook_secret": _webhook_secret}
 
 
 # Values no setting holds (the SDKs read them) but a slip in which fails fast all the same.
@@ -453,7 +448,3 @@ def environment() -> list[Variable]:
     return [
         Variable(tuple(row["names"]), row["meaning"], row["default"]) for row in data["variable"]
     ]
-
-
-def _raise(exc: Exception) -> NoReturn:
-    raise exc

@@ -172,7 +172,10 @@ async def demo(
         files={CONFIG_PATH: REPO_CONFIG},
     )
     standins: list[AnthropicStandin | OpenAIStandin | ChatStandin] = []
-    models: dict[str, str] = {}
+    models = {
+        "claude_model": os.environ.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL,
+        "codex_model": os.environ.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL,
+    }
     if not live:
         os.environ.pop("ANTHROPIC_AUTH_TOKEN", None)  # the SDK would send it to the stand-in
         for name, standin, key, base in (
@@ -185,9 +188,6 @@ async def demo(
             os.environ[key] = "offline-demo"
             standins.append(offline)
             models[f"{name}_model"] = SCRIPTED_MODEL
-    claude_model = os.environ.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL
-    codex_model = os.environ.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL
-    models = {"claude_model": claude_model, "codex_model": codex_model, **models}
     chat = None
     if critic == "chat":  # a local model's server, offline: the scripted model behind it
         standins.append(ChatStandin(scripted_reviewer))

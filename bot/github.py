@@ -31,8 +31,6 @@ MAX_ATTEMPTS = 4
 PERMISSION_TTL = 300.0  # a person's repository permission is trusted this long
 # Repository permission levels, lowest first ("none" = not a collaborator).
 PERMISSIONS = ("none", "read", "triage", "write", "maintain", "admin")
-
-
 NEXT_PAGES_REMEMBERED = 64  # pagination links handed out by GitHub, per client
 
 
@@ -49,10 +47,8 @@ def graphql_url(api_url: str) -> str:
     parts = urlsplit(api_url.strip())
     path = parts.path.rstrip("/")
     if path.endswith("/api/v3"):
-        path = path.removesuffix("/v3") + "/graphql"
-    else:
-        path += "/graphql"
-    return urlunsplit(parts._replace(path=path, query="", fragment=""))
+        path = path.removesuffix("/v3")
+    return urlunsplit(parts._replace(path=path + "/graphql", query="", fragment=""))
 
 
 @dataclass(frozen=True)
@@ -77,16 +73,13 @@ def retry_delay(
     status = int(exc.status_code)
     headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
     if status in (403, 429):
-        if "retry-after" in headers:
-            try:
+        try:
+            if "retry-after" in headers:
                 return max(0.0, float(headers["retry-after"]))
-            except ValueError:
-                return 60.0
-        if headers.get("x-ratelimit-remaining") == "0" and "x-ratelimit-reset" in headers:
-            try:
+            if headers.get("x-ratelimit-remaining") == "0" and "x-ratelimit-reset" in headers:
                 return max(0.0, float(headers["x-ratelimit-reset"]) - now + 1)
-            except ValueError:
-                return 60.0
+        except ValueError:  # a header that is not a number
+            return 60.0
         return 60.0 * attempt if status == 429 else None
     if status >= 500 and method != "POST":  # a POST may have succeeded: never repeat it blind
         return min(8.0, 0.5 * 2 ** (attempt - 1))
@@ -227,7 +220,6 @@ class GitHubApp:
         self.settings = settings
         self.session = session
         self.metrics = metrics
-        self.clock = clock
         self._sleep = sleep
         self._tokens: cachetools.TLRUCache = cachetools.TLRUCache(
             maxsize=4096,
@@ -247,29 +239,26 @@ class GitHubApp:
             raise RuntimeError("GITHUB_PRIVATE_KEY is not configured")
         return key.reveal()
 
-    def app_api(self) -> CockpitGitHubAPI:
-        """Client authenticated as the App itself (JWT)."""
+    def _client(self, **auth: Any) -> CockpitGitHubAPI:
         return CockpitGitHubAPI(
             self.session,
             base_url=self.settings.api_url,
             metrics=self.metrics,
-            app_id=self.settings.app_id,
-            private_key=self._private_key(),
             sleep=self._sleep,
+            **auth,
         )
+
+    def app_api(self) -> CockpitGitHubAPI:
+        """Client authenticated as the App itself (JWT)."""
+        return self._client(app_id=self.settings.app_id, private_key=self._private_key())
 
     def installation_api(self, installation_id: int) -> CockpitGitHubAPI:
         """Client for one installation; the token is fetched (or reused) on first call."""
         cache = self._etags.get(installation_id)
         if cache is None:
             cache = self._etags[installation_id] = cachetools.LRUCache(maxsize=512)
-        return CockpitGitHubAPI(
-            self.session,
-            base_url=self.settings.api_url,
-            metrics=self.metrics,
-            token_source=lambda: self.installation_token(installation_id),
-            cache=cache,
-            sleep=self._sleep,
+        return self._client(
+            token_source=lambda: self.installation_token(installation_id), cache=cache
         )
 
     async def installation_token(self, installation_id: int) -> str:
@@ -290,9 +279,8 @@ class GitHubApp:
             app_id=str(self.settings.app_id),
             private_key=self._private_key(),
         )
-        token = InstallationToken(
-            token=response["token"], expires_at=_parse_time(response["expires_at"])
-        )
+        expires_at = dt.datetime.fromisoformat(response["expires_at"]).timestamp()
+        token = InstallationToken(token=response["token"], expires_at=expires_at)
         register_secret(token.token)
         self._tokens[installation_id] = token
         return token
@@ -343,7 +331,3 @@ def permits(level: str, required: str = "write") -> bool:
     """Whether `level` is at least `required` (unknown levels permit nothing)."""
     order = {name: n for n, name in enumerate(PERMISSIONS)}
     return order.get(level, 0) >= order[required]
-
-
-def _parse_time(value: str) -> float:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

@@ -32,7 +32,7 @@ from bot.config import (
     load_settings,
     missing_model_key,
 )
-from bot.texts import render
+from bot.texts import render, usd
 from bot.worktrees import GitError, Mirrors, Worktree, run_git
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
@@ -125,17 +125,8 @@ async def _git(repo: Path, env: dict[str, str], *args: str, check: bool = True) 
 
 
 async def _commit(repo: Path, env: dict[str, str], rev: str) -> str | None:
-    sha = await _git(
-        repo,
-        env,
-        "rev-parse",
-        "--verify",
-        "--quiet",
-        "--end-of-options",
-        f"{rev}^{{commit}}",
-        check=False,
-    )
-    return sha or None
+    verify = ("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+    return await _git(repo, env, *verify, check=False) or None
 
 
 async def _default_branch(repo: Path, env: dict[str, str]) -> tuple[str, str]:
@@ -178,14 +169,8 @@ async def resolve(options: LocalOptions, env: dict[str, str]) -> Revisions:
             path, env, "log", "--no-color", "--format=%s%n%n%b%x00", f"{merge_base}..{head_sha}"
         )
     messages = [m.strip() for m in log.split("\x00") if m.strip()]
-    config = await run_git(
-        ["cat-file", "blob", f"{base_sha}:.github/cockpit.toml"],
-        cwd=path,
-        env=env,
-        timeout=30,
-        limit=64 * 1024,
-        check=False,
-    )
+    show = ["cat-file", "blob", f"{base_sha}:.github/cockpit.toml"]
+    config = await run_git(show, cwd=path, env=env, timeout=30, limit=64 * 1024, check=False)
     uncommitted = 0
     if bare != "true" and options.head == "HEAD":
         status = await _git(path, env, "status", "--porcelain", "--no-renames")
@@ -209,11 +194,8 @@ async def mirror_of(mirrors: Mirrors, key: str, revisions: Revisions) -> Worktre
     there), and the review's worktree of it at the head, diffed from the merge base."""
     mirror = mirrors.mirror_path(key)
     async with mirrors.lock(mirror):
-        await run_git(
-            ["clone", "--mirror", "--shared", "--quiet", "--", str(revisions.git_dir), str(mirror)],
-            cwd=mirror.parent,
-            env=mirrors.env(),
-        )
+        clone = ["clone", "--mirror", "--shared", "--quiet", "--", str(revisions.git_dir)]
+        await run_git([*clone, str(mirror)], cwd=mirror.parent, env=mirrors.env())
     return await mirrors.add_worktree(
         key, name="review-local", head_sha=revisions.head_sha, base_ref=revisions.base_sha
     )
@@ -284,7 +266,15 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
             provider=provider,
             config=config,
         )
-        _progress(revisions, tree, provider, model, verify_with)
+        progress = say(
+            "reviewing",
+            revisions=revisions,
+            merge_base=tree.merge_base,
+            provider=provider,
+            model=model,
+            verify_with=verify_with,
+        )
+        print(progress, file=sys.stderr, flush=True)
         reviewer = Reviewer(db, models, Budget.from_settings(settings))
         draft, findings, verification = await run_engine(reviewer, tree, request, verify_with)
         review.verdict, review.summary, review.skipped = draft.verdict, draft.summary, draft.skipped
@@ -309,23 +299,6 @@ def _require_key(provider: str, chosen: bool) -> None:
     how = "--provider" if chosen else "COCKPIT_PROVIDER (or the repository's cockpit.toml)"
     raise LocalError(
         say("missing_key", variable=missing.variable, provider=provider, how=how, others=others)
-    )
-
-
-def _progress(
-    revisions: Revisions, tree: Worktree, provider: str, model: str, verify_with: str | None
-) -> None:
-    print(
-        say(
-            "reviewing",
-            revisions=revisions,
-            merge_base=tree.merge_base,
-            provider=provider,
-            model=model,
-            verify_with=verify_with,
-        ),
-        file=sys.stderr,
-        flush=True,
     )
 
 
@@ -393,12 +366,9 @@ def to_json(review: LocalReview) -> dict[str, Any]:
 
 
 def render_text(review: LocalReview) -> str:
-    from bot.texts import usd
-
-    data = to_json(review)
     return render(
         "local/draft.txt.j2",
-        review=data,
+        review=to_json(review),
         commits=len(review.revisions.commits),
         plain=plain,
         cost=usd(review.usd),

@@ -47,9 +47,7 @@ class RegisterError(Exception):
     """Ends `cockpit register` with a message from templates/register/messages.txt.j2."""
 
     def __init__(self, kind: str, exit_code: int = EXIT_FAILED, **context: Any) -> None:
-        self.kind = kind
         self.exit_code = exit_code
-        self.context = context
         super().__init__(message(kind, **context))
 
 

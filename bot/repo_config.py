@@ -34,14 +34,9 @@ SECTION = "review"  # every key may also sit in a `[review]` table
 MAX_TEXT = 20_000  # characters of one `instructions` text
 SCHEMA_KEY = "$schema"  # an editor's schema association (Taplo); the bot ignores it
 
-BOOLEAN, INTEGER, CHOICE, GLOBS, TEXT, PATHS = (
-    "boolean",
-    "integer",
-    "choice",
-    "globs",
-    "text",
-    "paths",
-)
+# What kind of value a key takes (`Rule.kind`).
+BOOLEAN, INTEGER, CHOICE = "boolean", "integer", "choice"
+GLOBS, TEXT, PATHS = "globs", "text", "paths"
 
 
 @dataclass(frozen=True)
@@ -205,12 +200,8 @@ class RepoConfig:
         )
 
 
-def _rules() -> dict[str, Rule]:
-    return {f.name: f.metadata["rule"] for f in fields(RepoConfig) if "rule" in f.metadata}
-
-
-KEYS: dict[str, Rule] = _rules()
 _FIELDS: dict[str, Field] = {f.name: f for f in fields(RepoConfig)}
+KEYS: dict[str, Rule] = {n: f.metadata["rule"] for n, f in _FIELDS.items() if "rule" in f.metadata}
 
 
 def default_of(name: str) -> Any:
@@ -270,7 +261,8 @@ def _check(name: str, rule: Rule, value: Any) -> Any:
         return value
     if rule.kind == CHOICE:
         if value not in rule.choices:
-            raise Refused(f"must be one of {_choices(rule)}")
+            choices = ", ".join(f'"{c}"' for c in rule.choices)
+            raise Refused(f"must be one of {choices}")
         return value
     if rule.kind == TEXT:
         if not isinstance(value, str):
@@ -308,10 +300,6 @@ def _check_paths(value: Any) -> tuple[PathRule, ...]:
             raise Refused(f"table {n}: `instructions` must be a string of at most {MAX_TEXT}")
         found.append(PathRule(table["glob"], table["instructions"]))
     return tuple(found)
-
-
-def _choices(rule: Rule) -> str:
-    return ", ".join(f'"{c}"' for c in rule.choices)
 
 
 def _shown(value: Any) -> str:
@@ -448,14 +436,11 @@ def reference_table() -> str:
 
 
 def _property(name: str, rule: Rule) -> dict[str, Any]:
-    description = (
-        rule.meaning[0].upper()
-        + rule.meaning[1:]
-        + "."
-        + (f" Unset: {rule.unset}." if rule.unset and default_of(name) in (None, "") else "")
-    )
-    schema: dict[str, Any] = {"description": description}
     default = default_of(name)
+    description = rule.meaning[0].upper() + rule.meaning[1:] + "."
+    if rule.unset and default in (None, ""):
+        description += f" Unset: {rule.unset}."
+    schema: dict[str, Any] = {"description": description}
     if rule.kind == BOOLEAN:
         schema["type"] = "boolean"
     elif rule.kind == INTEGER:

@@ -79,54 +79,53 @@ def _reply(status: int, message: str) -> web.Response:
     return web.Response(body=body, status=status, content_type="application/json")
 
 
+def _answer(
+    request: web.Request, outcome: str, status: int, text: str, event: str = "unknown"
+) -> web.Response:
+    """Count the delivery by its event and outcome, and answer GitHub."""
+    request.app[METRICS].deliveries.labels(event=event, outcome=outcome).inc()
+    return _reply(status, text)
+
+
 async def webhook(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
-    metrics = request.app[METRICS]
     if request.app[LIFECYCLE].stopping:
-        metrics.deliveries.labels(event="unknown", outcome="stopping").inc()
-        return _reply(503, "the server is stopping; redeliver later")
+        return _answer(request, "stopping", 503, "the server is stopping; redeliver later")
     if request.headers.get("Content-Encoding"):
         # GitHub never compresses deliveries; inflating before the signature check would let
         # anyone make the server hash (and hold) far more than they sent.
-        metrics.deliveries.labels(event="unknown", outcome="encoded").inc()
-        return _reply(415, "compressed bodies are not accepted")
+        return _answer(request, "encoded", 415, "compressed bodies are not accepted")
     too_large = request.content_length is not None and request.content_length > MAX_BODY_BYTES
     try:
         body = b"" if too_large else await request.read()  # aiohttp stops at client_max_size
     except web.HTTPRequestEntityTooLarge:
         too_large = True
     if too_large:
-        metrics.deliveries.labels(event="unknown", outcome="too_large").inc()
-        return _reply(413, "body over 25 MiB")
+        return _answer(request, "too_large", 413, "body over 25 MiB")
     secret = ctx.settings.webhook_secret
     signature = request.headers.get("X-Hub-Signature-256", "")
     if secret is None or not signature_matches(body, signature, secret.reveal()):
-        metrics.deliveries.labels(event="unknown", outcome="bad_signature").inc()
-        return _reply(401, "missing or invalid X-Hub-Signature-256")
+        return _answer(request, "bad_signature", 401, "missing or invalid X-Hub-Signature-256")
     event = request.headers.get("X-GitHub-Event", "")
     delivery_id = request.headers.get("X-GitHub-Delivery", "")
     if not event or not valid_delivery_id(delivery_id):
-        metrics.deliveries.labels(event=event or "unknown", outcome="bad_request").inc()
-        return _reply(400, "missing X-GitHub-Event or X-GitHub-Delivery")
+        text = "missing X-GitHub-Event or X-GitHub-Delivery"
+        return _answer(request, "bad_request", 400, text, event or "unknown")
     try:
         delivery = Delivery.from_body(delivery_id, event, body)
     except MalformedBody:
-        metrics.deliveries.labels(event=event, outcome="bad_request").inc()
-        return _reply(400, "body is not a JSON object")
+        return _answer(request, "bad_request", 400, "body is not a JSON object", event)
     if event == "ping":
-        metrics.deliveries.labels(event=event, outcome="pong").inc()
-        return _reply(200, "pong")
+        return _answer(request, "pong", 200, "pong", event)
     with log_context(delivery=delivery_id, gh_event=event):
         try:
             is_new = await request.app[INBOX].store(delivery)
         except InboxUnavailable as exc:
             log.error("delivery not stored", extra={"fields": {"reason": str(exc)}})
-            metrics.deliveries.labels(event=event, outcome="not_stored").inc()
-            return _reply(503, "delivery not stored; redeliver it")
-    metrics.deliveries.labels(event=event, outcome="accepted" if is_new else "duplicate").inc()
+            return _answer(request, "not_stored", 503, "delivery not stored; redeliver it", event)
     if not is_new:
-        return _reply(200, "already received")
-    return _reply(202, "accepted")
+        return _answer(request, "duplicate", 200, "already received", event)
+    return _answer(request, "accepted", 202, "accepted", event)
 
 
 async def _ready(request: web.Request) -> tuple[bool, bool, bool]:
@@ -273,20 +272,16 @@ async def stop_gracefully(app: web.Application) -> None:
     ctx = app[CONTEXT]
     app[LIFECYCLE].stopping = True
     started = time.monotonic()
-    running = ctx.jobs.running
-    log.info(
-        "stopping",
-        extra={"fields": {"running_jobs": running, "grace_seconds": ctx.settings.shutdown_grace}},
-    )
-    await ctx.jobs.stop(grace=ctx.settings.shutdown_grace)
-    log.info(
-        "jobs stopped",
-        extra={"fields": {"seconds": round(time.monotonic() - started, 2)}},
-    )
+    grace = ctx.settings.shutdown_grace
+    found = {"running_jobs": ctx.jobs.running, "grace_seconds": grace}
+    log.info("stopping", extra={"fields": found})
+    await ctx.jobs.stop(grace=grace)
+    seconds = round(time.monotonic() - started, 2)
+    log.info("jobs stopped", extra={"fields": {"seconds": seconds}})
 
 
 async def _lifecycle(
-    settings: Settings, router: routing.Router, setup: Setup | None, app: web.Application
+    settings: Settings, router: routing.Router, setup: Setup, app: web.Application
 ) -> AsyncIterator[None]:
     for secret in settings.secrets():
         register_secret(secret)
@@ -315,8 +310,7 @@ async def _lifecycle(
         jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(
             kind=job.kind, outcome=outcome
         ).observe(seconds)
-        if setup is not None:
-            await setup(ctx)
+        await setup(ctx)
         recovered = await jobs.recover()
         if recovered:
             log.info("re-queued jobs left running", extra={"fields": {"count": recovered}})

@@ -17,6 +17,8 @@ from bot.records.stats import ModelFigures
 from bot.texts import render
 
 _DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+# The `--json` document's ratios and amounts, rounded to these digits (counts stay whole).
+_DIGITS = {"findings_per_review": 3, "acceptance": 3, "usd": 6, "usd_per_accepted": 6}
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,23 @@ class ModelStats:
     def usd_per_accepted(self) -> float | None:
         f = self.figures
         return f.usd / f.published if f.usd is not None and f.published else None
+
+    def values(self) -> dict[str, float | None]:
+        """Every figure by name, as `--json` and `/metrics` show them (None: not computable)."""
+        f = self.figures
+        return {
+            "reviews": f.reviews,
+            "findings_per_review": self.findings_per_review,
+            "published": f.published,
+            "dropped_by_people": f.dropped_by_people,
+            "acceptance": self.acceptance,
+            "refuted": f.refuted,
+            "withdrawn": f.withdrawn,
+            "suppressed": f.suppressed,
+            "fixed_after_publishing": f.fixed_after_publishing,
+            "usd": f.usd,
+            "usd_per_accepted": self.usd_per_accepted,
+        }
 
 
 def parse_since(text: str) -> float:
@@ -68,17 +87,7 @@ def to_json(rows: list[ModelStats], *, since: str | None, repo: str | None) -> d
             {
                 "provider": row.figures.provider,
                 "model": row.figures.model or None,
-                "reviews": row.figures.reviews,
-                "findings_per_review": _round(row.findings_per_review),
-                "published": row.figures.published,
-                "dropped_by_people": row.figures.dropped_by_people,
-                "acceptance": _round(row.acceptance),
-                "refuted": row.figures.refuted,
-                "withdrawn": row.figures.withdrawn,
-                "suppressed": row.figures.suppressed,
-                "fixed_after_publishing": row.figures.fixed_after_publishing,
-                "usd": _round(row.figures.usd, 6),
-                "usd_per_accepted": _round(row.usd_per_accepted, 6),
+                **{name: _round(value, _DIGITS.get(name)) for name, value in row.values().items()},
             }
             for row in rows
         ],
@@ -96,25 +105,10 @@ def gauges(rows: list[ModelStats]) -> dict[tuple[str, str], dict[str, float]]:
     left out rather than shown as 0)."""
     found = {}
     for row in rows:
-        f = row.figures
-        values: dict[str, float | None] = {
-            "reviews": f.reviews,
-            "findings_per_review": row.findings_per_review,
-            "published": f.published,
-            "dropped_by_people": f.dropped_by_people,
-            "acceptance": row.acceptance,
-            "refuted": f.refuted,
-            "withdrawn": f.withdrawn,
-            "suppressed": f.suppressed,
-            "fixed_after_publishing": f.fixed_after_publishing,
-            "usd": f.usd,
-            "usd_per_accepted": row.usd_per_accepted,
-        }
-        found[(f.provider, f.model or "unknown")] = {
-            k: v for k, v in values.items() if v is not None
-        }
+        values = {name: value for name, value in row.values().items() if value is not None}
+        found[(row.figures.provider, row.figures.model or "unknown")] = values
     return found
 
 
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
+def _round(value: float | None, digits: int | None) -> float | None:
+    return value if value is None or digits is None else round(value, digits)

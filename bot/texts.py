@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -76,28 +77,25 @@ def _environment(strict: bool) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=False,
     )
-    env.filters["md"] = _md
-    env.filters["md_line"] = _md_line
-    env.filters["cell"] = _cell
-    env.filters["usd"] = usd
-    env.filters["fenced"] = fenced
-    env.filters["prompt_data"] = prompt_data
+    env.filters.update(
+        md=_linking(safe_md),
+        md_line=_linking(safe_line),
+        cell=_linking(table_cell),
+        usd=usd,
+        fenced=fenced,
+        prompt_data=prompt_data,
+    )
     return env
 
 
-@jinja2.pass_context
-def _md(context: jinja2.runtime.Context, text: str | None) -> str:
-    return safe_md(text, repo_url=context.get("repo_url"))
+def _linking(make_safe: Callable[..., str]) -> Callable[..., str]:
+    """A filter that makes model text safe with the template's `repo_url`."""
 
+    @jinja2.pass_context
+    def apply(context: jinja2.runtime.Context, text: str | None) -> str:
+        return make_safe(text, repo_url=context.get("repo_url"))
 
-@jinja2.pass_context
-def _md_line(context: jinja2.runtime.Context, text: str | None) -> str:
-    return safe_line(text, repo_url=context.get("repo_url"))
-
-
-@jinja2.pass_context
-def _cell(context: jinja2.runtime.Context, text: str | None) -> str:
-    return table_cell(text, repo_url=context.get("repo_url"))
+    return apply
 
 
 def render(name: str, **context: Any) -> str:

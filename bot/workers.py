@@ -76,12 +76,8 @@ async def maintenance(ctx: Context, job: Job) -> None:
     conversations = await prune_closed_conversations(ctx.db, now - CONVERSATION_TTL)
     await forget_notices(ctx.db, now - 86400)
     await forget_command_uses(ctx.db, now - 86400)
-    log.info(
-        "maintenance done",
-        extra={
-            "fields": {"deliveries": deliveries, "jobs": jobs, "conversation_rows": conversations}
-        },
-    )
+    found = {"deliveries": deliveries, "jobs": jobs, "conversation_rows": conversations}
+    log.info("maintenance done", extra={"fields": found})
 
 
 async def finish_leftovers(ctx: Context) -> None:

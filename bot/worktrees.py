@@ -92,12 +92,9 @@ def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
         "GIT_NO_REPLACE_OBJECTS": "1",
         "GIT_LITERAL_PATHSPECS": "1",
         "GIT_OPTIONAL_LOCKS": "0",
-        "GIT_CONFIG_COUNT": str(len(config)),
+        "GIT_CONFIG_COUNT": "0",
     }
-    for n, (key, value) in enumerate(config.items()):
-        env[f"GIT_CONFIG_KEY_{n}"] = key
-        env[f"GIT_CONFIG_VALUE_{n}"] = value
-    return env
+    return with_config(env, config)
 
 
 def _token_config(token: str) -> dict[str, str]:
@@ -223,9 +220,9 @@ def truncated(out: bytes, limit: int = OUTPUT_LIMIT) -> bool:
     return len(out) > limit
 
 
-async def _rmtree(path: Path, ignore_errors: bool = True) -> None:
+async def _rmtree(path: Path) -> None:
     """Deleting a mirror can take a while: never on the event loop."""
-    await asyncio.to_thread(shutil.rmtree, path, ignore_errors)
+    await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -367,37 +364,16 @@ class Mirrors:
                 mirror.parent.mkdir(parents=True, exist_ok=True)
                 partial = mirror.with_suffix(".partial")
                 await _rmtree(partial)
-                await run_git(
-                    [
-                        "clone",
-                        "--mirror",
-                        f"--filter={PARTIAL_FILTER}",
-                        "--quiet",
-                        "--",
-                        clone_url,
-                        str(partial),
-                    ],
-                    cwd=mirror.parent,
-                    env=env,
-                )
+                clone = ["clone", "--mirror", f"--filter={PARTIAL_FILTER}", "--quiet", "--"]
+                await run_git([*clone, clone_url, str(partial)], cwd=mirror.parent, env=env)
                 partial.rename(mirror)
             refspecs = [f"+{ref}:{ref}" for ref in refs]
             if default_branch is not None:
                 refspecs.append(f"+HEAD:{default_branch}")
             if refspecs:
-                await run_git(
-                    [
-                        "fetch",
-                        "--quiet",
-                        "--no-tags",
-                        "--no-write-fetch-head",
-                        "--no-show-forced-updates",
-                        "origin",
-                        *refspecs,
-                    ],
-                    cwd=mirror,
-                    env=env,
-                )
+                fetch = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
+                fetch += ["--no-show-forced-updates", "origin", *refspecs]
+                await run_git(fetch, cwd=mirror, env=env)
         return mirror
 
     async def add_worktree(
@@ -462,13 +438,8 @@ class Mirrors:
 
     async def _remove(self, mirror: Path, path: Path, env: dict[str, str]) -> None:
         if mirror.exists():
-            await run_git(
-                ["worktree", "remove", "--force", "--", str(path)],
-                cwd=mirror,
-                env=env,
-                timeout=60,
-                check=False,
-            )
+            remove = ["worktree", "remove", "--force", "--", str(path)]
+            await run_git(remove, cwd=mirror, env=env, timeout=60, check=False)
         await _rmtree(path)
 
     async def remove_repo(self, repo: str) -> None:
@@ -480,54 +451,42 @@ class Mirrors:
 
     def _trees_of(self, mirror: Path) -> list[Path]:
         admin = mirror / "worktrees"
-        found = []
-        for entry in admin.glob("*/gitdir") if admin.exists() else []:
-            found.append(Path(entry.read_text().strip()).parent)
-        return found
+        entries = admin.glob("*/gitdir") if admin.exists() else []
+        return [Path(entry.read_text().strip()).parent for entry in entries]
 
     async def drop_pull_refs(self, repo: str, numbers: list[int]) -> int:
         """Forget closed PRs' heads (`refs/pull/N/head`): gc may then drop their objects."""
         mirror = self.mirror_path(repo)
         if not numbers or not (mirror / "HEAD").exists():
             return 0
+        env = self.env()
         async with self.lock(mirror):
-            existing = await run_git(
-                ["for-each-ref", "--format=%(refname)", "refs/pull/"],
-                cwd=mirror,
-                env=self.env(),
-                timeout=60,
-            )
+            listing = ["for-each-ref", "--format=%(refname)", "refs/pull/"]
+            existing = await run_git(listing, cwd=mirror, env=env, timeout=60)
             refs = set(existing.decode(errors="replace").split())
             gone = [f"refs/pull/{n}/head" for n in numbers if f"refs/pull/{n}/head" in refs]
             for ref in gone:
-                await run_git(["update-ref", "-d", ref], cwd=mirror, env=self.env(), timeout=60)
+                await run_git(["update-ref", "-d", ref], cwd=mirror, env=env, timeout=60)
         return len(gone)
 
     async def collect_garbage(self) -> int:
         """`git gc` on every mirror (one at a time, under its lock): packs what fetches left
         loose and drops objects no ref or worktree reaches any more. Off the request path:
         the daily maintenance job runs it."""
+        gc = ["gc", "--quiet", f"--prune={GC_PRUNE}"]
         done = 0
         for mirror in sorted(self.root.glob("*/*.git")) if self.root.exists() else []:
             async with self.lock(mirror):
-                await run_git(
-                    ["gc", "--quiet", f"--prune={GC_PRUNE}"],
-                    cwd=mirror,
-                    env=self.env(),
-                    timeout=GC_TIMEOUT,
-                    check=False,
-                )
+                await run_git(gc, cwd=mirror, env=self.env(), timeout=GC_TIMEOUT, check=False)
             done += 1
         return done
 
-    async def prune(self, max_age_seconds: float, keep: set[Path] = frozenset()) -> int:
+    async def prune(self, max_age_seconds: float) -> int:
         """Remove worktrees older than the TTL (and any left half-made); prune git's records."""
         removed = 0
         now = time.time()
         if self.trees.exists():
             for tree in self.trees.iterdir():
-                if tree in keep:
-                    continue
                 if now - tree.stat().st_mtime > max_age_seconds:
                     await _rmtree(tree)
                     removed += 1
