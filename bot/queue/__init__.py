@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from bot.logs import log_context
@@ -21,7 +22,7 @@ from bot.records.types import Job
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVENTS", "REVIEWS", "Job", "JobQueue", "PermanentError"]
+__all__ = ["EVENTS", "REVIEWS", "Job", "JobQueue", "NewJob", "PermanentError"]
 
 BACKOFF_BASE = 2.0
 BACKOFF_CAP = 300.0
@@ -47,6 +48,18 @@ def review_key(pull_id: int) -> str:
 def turn_key(session_id: int) -> str:
     """A session's turns run one at a time, in the order they were asked."""
     return f"session:{session_id}"
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to add, as each backend turns it into its own row."""
+
+    kind: str
+    key: str
+    payload: dict[str, Any]
+    queue: str
+    max_attempts: int = 3
+    delay: float = 0.0  # seconds before it may run
 
 
 class PermanentError(Exception):
@@ -253,6 +266,50 @@ class Workers:
     def _finished(self, job: Job, outcome: str, started: float) -> None:
         if self.on_finished:
             self.on_finished(job, outcome, time.monotonic() - started)
+
+    # -- adding jobs: the same steps on both backends, each backend's parts below ---------
+
+    def row(
+        self,
+        kind: str,
+        key: str,
+        payload: dict[str, Any],
+        *,
+        queue: str,
+        max_attempts: int = 3,
+        delay: float = 0.0,
+    ) -> Any:
+        return self._row(NewJob(kind, key, payload, queue, max_attempts, delay))
+
+    async def enqueue(
+        self,
+        kind: str,
+        key: str,
+        payload: dict[str, Any],
+        *,
+        queue: str,
+        supersede: bool = False,
+        max_attempts: int = 3,
+        delay: float = 0.0,
+        prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
+    ) -> int:
+        job = NewJob(kind, key, payload, queue, max_attempts, delay)
+        async with self._adding(job, supersede) as conn:
+            if prepare is not None:
+                job = replace(job, payload={**payload, **await prepare(conn)})
+            return await self._insert(conn, job, supersede)
+
+    def _row(self, job: NewJob) -> Any:
+        """The backend's row for `job`."""
+        raise NotImplementedError
+
+    def _adding(self, job: NewJob, supersede: bool) -> contextlib.AbstractAsyncContextManager:
+        """The transaction `job` is added in (the key's older jobs of its kind cancelled in it
+        when it supersedes them); what must follow the commit happens as it closes."""
+        raise NotImplementedError
+
+    async def _insert(self, conn: Any, job: NewJob, supersede: bool) -> int:
+        raise NotImplementedError
 
 
 def job_log(job: Job) -> contextlib.AbstractContextManager[None]:

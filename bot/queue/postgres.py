@@ -23,7 +23,7 @@ import datetime as dt
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import procrastinate
@@ -31,7 +31,7 @@ from procrastinate import job_context, retry
 from procrastinate import jobs as pjobs
 from procrastinate.worker import Worker
 
-from bot.queue import Job, PermanentError, Workers, backoff_seconds, job_log
+from bot.queue import Job, NewJob, PermanentError, Workers, backoff_seconds, job_log
 from bot.records import pgjobs
 from bot.records.postgres import (
     CONNECT_TIMEOUT,
@@ -113,28 +113,19 @@ class PgJobs(Workers):
 
     # -- queue operations -------------------------------------------------
 
-    def row(
-        self,
-        kind: str,
-        key: str,
-        payload: dict[str, Any],
-        *,
-        queue: str,
-        max_attempts: int = 3,
-        delay: float = 0.0,
-        queueing_lock: str | None = None,
-    ) -> pjobs.Job:
-        scheduled = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay) if delay else None
+    def _row(self, job: NewJob, queueing_lock: str | None = None) -> pjobs.Job:
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=job.delay)
+        scheduled = later if job.delay else None
         return pjobs.Job(
-            queue=queue,
-            lock=key,
+            queue=job.queue,
+            lock=job.key,
             queueing_lock=queueing_lock,
             task_name=TASK,
             task_kwargs={
-                "kind": kind,
-                "key": key,
-                "payload": payload,
-                "max_attempts": max_attempts,
+                "kind": job.kind,
+                "key": job.key,
+                "payload": job.payload,
+                "max_attempts": job.max_attempts,
             },
             scheduled_at=scheduled,
         )
@@ -146,33 +137,16 @@ class PgJobs(Workers):
         deferred = await self.app.job_manager.batch_defer_jobs_async(rows, connection=conn.raw)
         return [int(job.id or 0) for job in deferred]
 
-    async def enqueue(
-        self,
-        kind: str,
-        key: str,
-        payload: dict[str, Any],
-        *,
-        queue: str,
-        supersede: bool = False,
-        max_attempts: int = 3,
-        delay: float = 0.0,
-        prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
-    ) -> int:
-        async with self.db.transaction(lock=f"jobs:{key}" if supersede else None) as conn:
+    @contextlib.asynccontextmanager
+    async def _adding(self, job: NewJob, supersede: bool) -> AsyncIterator[Connection]:
+        async with self.db.transaction(lock=f"jobs:{job.key}" if supersede else None) as conn:
             if supersede:
-                await self._cancel_in(conn, key, kind)
-            if prepare is not None:
-                payload = {**payload, **await prepare(conn)}
-            row = self.row(
-                kind,
-                key,
-                payload,
-                queue=queue,
-                max_attempts=max_attempts,
-                delay=delay,
-                queueing_lock=f"{key}|{kind}" if supersede else None,
-            )
-            [job_id] = await self.insert_in(conn, [row])
+                await self._cancel_in(conn, job.key, job.kind)
+            yield conn
+
+    async def _insert(self, conn: Connection, job: NewJob, supersede: bool) -> int:
+        row = self._row(job, queueing_lock=f"{job.key}|{job.kind}" if supersede else None)
+        [job_id] = await self.insert_in(conn, [row])
         return job_id
 
     async def cancel(self, key: str, kind: str | None = None) -> int:

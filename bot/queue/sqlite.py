@@ -16,10 +16,10 @@ import contextvars
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from bot.queue import PermanentError, Workers, backoff_seconds, job_log
+from bot.queue import NewJob, PermanentError, Workers, backoff_seconds, job_log
 from bot.records import jobs as rows
 from bot.records.database import Database
 from bot.records.types import Job
@@ -54,51 +54,29 @@ class Jobs(Workers):
 
     # -- queue operations -------------------------------------------------
 
-    def row(
-        self,
-        kind: str,
-        key: str,
-        payload: dict[str, Any],
-        *,
-        queue: str,
-        max_attempts: int = 3,
-        delay: float = 0.0,
-    ) -> tuple:
+    def _row(self, job: NewJob) -> tuple:
         return rows.new_row(
-            kind,
-            key,
-            payload,
-            queue=queue,
-            max_attempts=max_attempts,
-            delay=delay,
+            job.kind,
+            job.key,
+            job.payload,
+            queue=job.queue,
+            max_attempts=job.max_attempts,
+            delay=job.delay,
             now=self.clock(),
         )
 
-    async def enqueue(
-        self,
-        kind: str,
-        key: str,
-        payload: dict[str, Any],
-        *,
-        queue: str,
-        supersede: bool = False,
-        max_attempts: int = 3,
-        delay: float = 0.0,
-        prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
-    ) -> int:
+    @contextlib.asynccontextmanager
+    async def _adding(self, job: NewJob, supersede: bool) -> AsyncIterator[Any]:
         async with self.db.transaction() as conn:
             running: list[int] = []
             if supersede:
-                running = await rows.cancel_in(conn, key, kind, self.clock())
-            if prepare is not None:
-                payload = {**payload, **await prepare(conn)}
-            job_id = await rows.insert(
-                conn,
-                self.row(kind, key, payload, queue=queue, max_attempts=max_attempts, delay=delay),
-            )
-        self._interrupt(running)
-        self.wake(queue)
-        return job_id
+                running = await rows.cancel_in(conn, job.key, job.kind, self.clock())
+            yield conn
+        self._interrupt(running)  # once the cancellation is committed
+        self.wake(job.queue)
+
+    async def _insert(self, conn: Any, job: NewJob, supersede: bool) -> int:
+        return await rows.insert(conn, self._row(job))
 
     async def cancel(self, key: str, kind: str | None = None) -> int:
         async with self.db.transaction() as conn:
