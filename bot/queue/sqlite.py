@@ -246,7 +246,7 @@ class Jobs(Workers):
         with job_log(job):
             if handler is None:
                 log.error("no handler for job kind")
-                await self._finish(job, "failed", f"no handler for {job.kind!r}")
+                await self._finish(job, "failed", message("no_handler", job_kind=repr(job.kind)))
                 return
             _CURRENT.set(job.id)
             task = asyncio.create_task(handler(job))  # runs with this job as its current one
