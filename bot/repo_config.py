@@ -159,10 +159,8 @@ class RepoConfig:
         """What the status comment says about the file, or None when all of it applied."""
         if not self.problems:
             return None
-        listed = "; ".join(self.problems)
-        if self.unusable:
-            return f"`{CONFIG_PATH}` was not used: {listed}. The defaults apply"
-        return f"`{CONFIG_PATH}`: {listed}. The rest of the file applies"
+        problems, unusable = self.problems, self.unusable
+        return message("config_error", path=CONFIG_PATH, problems=problems, unusable=unusable)
 
     def ignores(self, path: str) -> bool:
         """Whether the `ignore` globs leave `path` (relative to the repository) out."""
