@@ -323,11 +323,7 @@ def environment_text(width: int = 100) -> str:
         meaning = wrap.fill(plain(var.meaning))
         default = wrap.fill("default: " + plain(var.default))
         blocks.append("\n".join([", ".join(var.names), meaning, default]))
-    head = (
-        "Environment variables (also read from ./cockpit.env, or --env-file PATH; a variable"
-        " already in the environment wins):"
-    )
-    return head + "\n\n" + "\n\n".join(blocks)
+    return say("environment_head") + "\n\n" + "\n\n".join(blocks)
 
 
 def cmd_help(args: argparse.Namespace) -> int:
@@ -349,11 +345,7 @@ def cmd_help(args: argparse.Namespace) -> int:
     if topic in commands:
         commands[topic].print_help()
         return 0
-    print(
-        f"cockpit help: no command or topic {topic!r}; try: environment, "
-        + ", ".join(sorted(commands)),
-        file=sys.stderr,
-    )
+    print(say("no_topic", topic=repr(topic), commands=sorted(commands)), file=sys.stderr)
     return EXIT_CONFIG
 
 

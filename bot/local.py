@@ -295,10 +295,15 @@ def _require_key(provider: str, chosen: bool) -> None:
     missing = missing_model_key(provider)
     if missing is None:
         return
-    others = [f"--provider {p} with {MODEL_KEYS[p][0]}" for p in PROVIDERS if p != provider]
-    how = "--provider" if chosen else "COCKPIT_PROVIDER (or the repository's cockpit.toml)"
+    others = [(p, MODEL_KEYS[p][0]) for p in PROVIDERS if p != provider]
     raise LocalError(
-        say("missing_key", variable=missing.variable, provider=provider, how=how, others=others)
+        say(
+            "missing_key",
+            variable=missing.variable,
+            provider=provider,
+            chosen=chosen,
+            others=others,
+        )
     )
 
 
