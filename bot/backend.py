@@ -15,6 +15,7 @@ from bot.queue import JobQueue
 from bot.queue.sqlite import Jobs
 from bot.records.database import Database
 from bot.records.sqlite import Database as SqliteDatabase
+from bot.texts import render
 
 
 @dataclass
@@ -28,10 +29,15 @@ class Backend:
         await self.db.close()
 
 
+def _said(kind: str, **context: object) -> str:
+    """What the operator is told (templates/cli/messages.txt.j2; `bot.checks.say` is above us)."""
+    return render("cli/messages.txt.j2", kind=kind, **context).strip()
+
+
 def describe(settings: Settings) -> str:
     """The configured database in a few words, a password never shown."""
     if settings.database_url is None:
-        return f"SQLite {settings.db_path.absolute()}"
+        return _said("sqlite_label", path=settings.db_path.absolute())
     return shown_url(settings.database_url.reveal())
 
 
@@ -95,11 +101,7 @@ def check_role(settings: Settings, role: str) -> None:
     """ConfigError when a process of `role` cannot run on the configured backend: only `all`
     runs on SQLite (one process owns the file)."""
     if role != "all" and settings.database_url is None:
-        raise ConfigError(
-            "COCKPIT_DATABASE_URL",
-            f"--role {role} needs a database the other processes share: set it to"
-            " a postgresql:// URL (SQLite serves one process, --role all)",
-        )
+        raise ConfigError("COCKPIT_DATABASE_URL", "role_needs_postgres", role=role)
 
 
 async def open_database(settings: Settings) -> Database:
@@ -144,7 +146,9 @@ async def migrate(settings: Settings) -> str:
     if settings.database_url is None:
         db = await SqliteDatabase.open(settings.db_path)  # opening applies the steps
         try:
-            return f"SQLite {settings.db_path}: schema at version {await db.schema_version()}"
+            return _said(
+                "sqlite_migrated", path=settings.db_path, version=await db.schema_version()
+            )
         finally:
             await db.close()
     from bot.records.postgres import PgDatabase
@@ -155,12 +159,10 @@ async def migrate(settings: Settings) -> str:
         await pg.check_schema()
     finally:
         await pg.close()
-    steps = ", ".join(map(str, done.steps)) or "none"
-    theirs = {
-        "created": "procrastinate's schema created",
-        "recorded": "procrastinate's existing schema recorded",
-    }.get(done.procrastinate_schema, "procrastinate's schema current")
-    return (
-        f"Postgres: schema at version {done.version} (steps applied now: {steps}; {theirs},"
-        f" {len(done.procrastinate)} of its migrations applied now)"
+    return _said(
+        "pg_migrated",
+        version=done.version,
+        steps=done.steps,
+        theirs=done.procrastinate_schema,
+        applied=len(done.procrastinate),
     )

@@ -32,8 +32,7 @@ STARTED = time.monotonic()  # before the heavy imports: what `demo` measures fro
 
 
 def _fail(exc: ConfigError, command: str = "") -> int:
-    where = f"cockpit {command}" if command else "cockpit"
-    print(f"{where}: configuration error: {exc}", file=sys.stderr)
+    print(say("config_failed", command=command, error=exc), file=sys.stderr)
     return EXIT_CONFIG
 
 
@@ -96,7 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_serve(settings, host, port, args.role))
     except (SchemaBehind, MigrationFailed) as exc:
-        print(f"cockpit serve: {exc}", file=sys.stderr)
+        print(say("failed", command="serve", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     except OSError as exc:  # the address was taken between the check and the start
         from bot.checks import listen_problem
@@ -178,7 +177,7 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(backend.migrate(settings)))
     except (MigrationFailed, OSError) as exc:
-        print(f"cockpit migrate: {exc}", file=sys.stderr)
+        print(say("failed", command="migrate", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     return 0
 
@@ -259,7 +258,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(exc, "stats")
     except ValueError as exc:
-        print(f"cockpit stats: {exc}", file=sys.stderr)
+        print(say("failed", command="stats", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     from bot.backend import missing
 
@@ -276,7 +275,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     try:
         rows, where = asyncio.run(_stats(settings, since, args.repo))
     except (SchemaBehind, OSError, psycopg.Error) as exc:
-        print(f"cockpit stats: {exc}", file=sys.stderr)
+        print(say("failed", command="stats", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     from bot.stats import render_text, to_json
 
@@ -324,11 +323,7 @@ def environment_text(width: int = 100) -> str:
         meaning = wrap.fill(plain(var.meaning))
         default = wrap.fill("default: " + plain(var.default))
         blocks.append("\n".join([", ".join(var.names), meaning, default]))
-    head = (
-        "Environment variables (also read from ./cockpit.env, or --env-file PATH; a variable"
-        " already in the environment wins):"
-    )
-    return head + "\n\n" + "\n\n".join(blocks)
+    return say("environment_head") + "\n\n" + "\n\n".join(blocks)
 
 
 def cmd_help(args: argparse.Namespace) -> int:
@@ -350,11 +345,7 @@ def cmd_help(args: argparse.Namespace) -> int:
     if topic in commands:
         commands[topic].print_help()
         return 0
-    print(
-        f"cockpit help: no command or topic {topic!r}; try: environment, "
-        + ", ".join(sorted(commands)),
-        file=sys.stderr,
-    )
+    print(say("no_topic", topic=repr(topic), commands=sorted(commands)), file=sys.stderr)
     return EXIT_CONFIG
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
+from bot.texts import render
+
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
 DEFAULT_CODEX_MODEL = "gpt-5.3-codex"
@@ -33,12 +35,14 @@ NO_LIMIT = ("none", "off")  # spelled out to switch a money limit off
 
 
 class ConfigError(Exception):
-    """A missing or malformed setting; the message names the variable."""
+    """A missing or malformed setting; the message names the variable. The problem is the
+    `why` of templates/cli/config.txt.j2, told with `context`."""
 
-    def __init__(self, variable: str, problem: str) -> None:
-        super().__init__(f"{variable}: {problem}")
+    def __init__(self, variable: str, why: str, **context: object) -> None:
         self.variable = variable
-        self.problem = problem
+        self.problem = render("cli/config.txt.j2", kind=why, **context).strip()
+        said = render("cli/config.txt.j2", kind="error", variable=variable, problem=self.problem)
+        super().__init__(said.strip())
 
 
 class Secret:
@@ -134,35 +138,33 @@ def _private_key(env: Mapping[str, str]) -> Secret:
         path = env.get("GITHUB_PRIVATE_KEY_PATH")
         variable = "GITHUB_PRIVATE_KEY_PATH"
         if not path:
-            raise ConfigError(
-                "GITHUB_PRIVATE_KEY", "not set (set it, or GITHUB_PRIVATE_KEY_PATH to a PEM file)"
-            )
+            raise ConfigError("GITHUB_PRIVATE_KEY", "private_key_unset")
         try:
             text = Path(path).expanduser().read_text()
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.__class__.__name__
-            raise ConfigError(variable, f"cannot read {path!r} ({reason})") from None
+            raise ConfigError(variable, "unreadable", path=repr(path), reason=reason) from None
     text = text.replace("\\n", "\n").strip() + "\n"
     try:
         key = serialization.load_pem_private_key(text.encode(), password=None)
     except (ValueError, TypeError):
-        raise ConfigError(variable, "not a PEM private key without a passphrase") from None
+        raise ConfigError(variable, "not_pem") from None
     if not isinstance(key, RSAPrivateKey):
-        raise ConfigError(variable, "GitHub App keys are RSA; this key is not")
+        raise ConfigError(variable, "not_rsa")
     return Secret(text)
 
 
 def _app_id(env: Mapping[str, str]) -> str:
     app_id = env.get("GITHUB_APP_ID", "").strip()
     if not app_id:
-        raise ConfigError("GITHUB_APP_ID", "not set")
+        raise ConfigError("GITHUB_APP_ID", "not_set")
     return app_id
 
 
 def _webhook_secret(env: Mapping[str, str]) -> Secret:
     secret = env.get("GITHUB_WEBHOOK_SECRET")
     if not secret:
-        raise ConfigError("GITHUB_WEBHOOK_SECRET", "not set; the server refuses unsigned webhooks")
+        raise ConfigError("GITHUB_WEBHOOK_SECRET", "webhook_secret_unset")
     return Secret(secret)
 
 
@@ -173,9 +175,9 @@ def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(name, f"expected a whole number, got {raw!r}") from None
+        raise ConfigError(name, "whole_number", raw=repr(raw)) from None
     if not low <= value <= high:
-        raise ConfigError(name, f"expected a number from {low} to {high}, got {value}")
+        raise ConfigError(name, "number_range", low=low, high=high, value=value)
     return value
 
 
@@ -191,10 +193,9 @@ def _limit(
     try:
         value = int(raw) if whole else float(raw)
     except ValueError:
-        kind = "a whole number" if whole else "an amount"
-        raise ConfigError(name, f"expected {kind} or 'none', got {raw!r}") from None
+        raise ConfigError(name, "limit", whole=whole, raw=repr(raw)) from None
     if not value > 0 or value == float("inf"):
-        raise ConfigError(name, "expected a positive amount (or 'none' for no limit)")
+        raise ConfigError(name, "limit_positive")
     return value
 
 
@@ -205,9 +206,9 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(name, f"expected seconds, got {raw!r}") from None
+        raise ConfigError(name, "seconds", raw=repr(raw)) from None
     if not 0 <= value <= 3600:
-        raise ConfigError(name, f"expected 0 to 3600 seconds, got {raw}")
+        raise ConfigError(name, "seconds_range", raw=raw)
     return value
 
 
@@ -218,13 +219,13 @@ def _directory(env: Mapping[str, str], name: str, default: str) -> Path:
     try:
         return Path(raw).expanduser().resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop; `~user` with no such user
-        raise ConfigError(name, f"cannot resolve {raw!r} ({exc.__class__.__name__})") from None
+        raise ConfigError(name, "unresolvable", raw=repr(raw), reason=type(exc).__name__) from None
 
 
 def _api_url(env: Mapping[str, str]) -> str:
     url = (env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
     if not url.startswith(("https://", "http://")):
-        raise ConfigError("GITHUB_API_URL", f"expected an http(s) URL, got {url!r}")
+        raise ConfigError("GITHUB_API_URL", "not_url", url=repr(url))
     return url
 
 
@@ -237,14 +238,14 @@ def _base_url(env: Mapping[str, str], name: str) -> None:
         return
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(name, f"expected an http(s) URL, got {url!r}")
+        raise ConfigError(name, "not_url", url=repr(url))
     segments = [s for s in parts.path.split("/") if s]
     if name == "OPENAI_BASE_URL" and "v1" not in segments:
         fixed = url.rstrip("/") + "/v1"
-        raise ConfigError(name, f"the API root ends in /v1: set it to {fixed}")
+        raise ConfigError(name, "v1_missing", fixed=fixed)
     if name == "ANTHROPIC_BASE_URL" and segments[-1:] == ["v1"]:
         fixed = url.rstrip("/").removesuffix("/v1")
-        raise ConfigError(name, f"the SDK adds /v1 itself: set it to {fixed}")
+        raise ConfigError(name, "v1_extra", fixed=fixed)
 
 
 def missing_model_key(provider: str, env: Mapping[str, str] | None = None) -> ConfigError | None:
@@ -253,13 +254,13 @@ def missing_model_key(provider: str, env: Mapping[str, str] | None = None) -> Co
     names = MODEL_KEYS.get(provider, ())
     if not names or any((env.get(name) or "").strip() for name in names):
         return None
-    return ConfigError(names[0], f"not set; the {provider} provider needs it")
+    return ConfigError(names[0], "model_key", provider=provider)
 
 
 def _provider(env: Mapping[str, str]) -> str:
     provider = env.get("COCKPIT_PROVIDER") or "claude"
     if provider not in PROVIDERS:
-        raise ConfigError("COCKPIT_PROVIDER", f"expected one of {', '.join(PROVIDERS)}")
+        raise ConfigError("COCKPIT_PROVIDER", "provider", choices=PROVIDERS)
     return provider
 
 
@@ -270,21 +271,13 @@ def _chat(env: Mapping[str, str]) -> ChatSettings | None:
     model = (env.get("COCKPIT_CHAT_MODEL") or "").strip()
     if not base_url:
         if model or (env.get("COCKPIT_PROVIDER") or "") == "chat":
-            raise ConfigError(
-                "COCKPIT_CHAT_BASE_URL",
-                "not set; the chat provider needs the server's OpenAI-compatible base URL,"
-                " e.g. http://localhost:8000/v1 (vLLM) or http://localhost:11434/v1 (Ollama)",
-            )
+            raise ConfigError("COCKPIT_CHAT_BASE_URL", "chat_base_url_unset")
         return None
     if not base_url.startswith(("https://", "http://")):
         # The value may hold credentials (user:password@host): name the variable only.
-        raise ConfigError("COCKPIT_CHAT_BASE_URL", "expected an http(s) URL")
+        raise ConfigError("COCKPIT_CHAT_BASE_URL", "chat_not_url")
     if not model:
-        raise ConfigError(
-            "COCKPIT_CHAT_MODEL",
-            "not set; the chat provider needs the model id the server serves (an Azure"
-            " OpenAI deployment name, an Ollama tag such as qwen3:32b, vLLM's served name)",
-        )
+        raise ConfigError("COCKPIT_CHAT_MODEL", "chat_model_unset")
     key = (env.get("COCKPIT_CHAT_API_KEY") or "").strip()
     context = _int(env, "COCKPIT_CHAT_CONTEXT_TOKENS", 0, low=1024, high=100_000_000) or None
     return ChatSettings(base_url, model, Secret(key) if key else None, context, _rates(env))
@@ -300,18 +293,14 @@ def _rates(env: Mapping[str, str]) -> tuple[float, float] | None:
     except ValueError:
         values = ()
     if len(values) != 2 or not all(0 <= v < float("inf") for v in values):
-        raise ConfigError(
-            "COCKPIT_CHAT_RATES",
-            "expected USD per million input and output tokens as two numbers, e.g. 0.20,0.60;"
-            f" got {raw!r}",
-        )
+        raise ConfigError("COCKPIT_CHAT_RATES", "chat_rates", raw=repr(raw))
     return values[0], values[1]
 
 
 def _prefix(env: Mapping[str, str]) -> str:
     prefix = (env.get("COCKPIT_COMMAND_PREFIX") or "/cockpit").strip()
     if not prefix or any(c.isspace() for c in prefix):
-        raise ConfigError("COCKPIT_COMMAND_PREFIX", "expected one word such as /cockpit")
+        raise ConfigError("COCKPIT_COMMAND_PREFIX", "prefix")
     return prefix
 
 
@@ -322,11 +311,7 @@ def _database_url(env: Mapping[str, str]) -> Secret | None:
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in ("postgresql", "postgres"):
         # The value may hold a password: name the variable and the scheme only.
-        raise ConfigError(
-            "COCKPIT_DATABASE_URL",
-            "expected postgresql://user:password@host:port/dbname"
-            + (f" (got a {scheme}:// URL)" if scheme else ""),
-        )
+        raise ConfigError("COCKPIT_DATABASE_URL", "database_url", scheme=scheme)
     return Secret(url)
 
 
@@ -423,11 +408,10 @@ def load_env_file(
     try:
         values = read_env_file(path)
     except FileNotFoundError:
-        raise ConfigError("--env-file", f"{path}: no such file") from None
+        raise ConfigError("--env-file", "env_file_missing", path=path) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            "--env-file", f"{path}: cannot read it ({exc.__class__.__name__})"
-        ) from None
+        reason = exc.__class__.__name__
+        raise ConfigError("--env-file", "env_file_unreadable", path=path, reason=reason) from None
     for key, value in values.items():
         environ.setdefault(key, value)
     return path

@@ -135,7 +135,7 @@ async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not await predicate():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
+            raise TimeoutError(say("timed_out", what=what))
         await asyncio.sleep(0.05)
 
 
@@ -216,22 +216,22 @@ async def demo(
             async def deliver(event: str, data: dict[str, Any], what: str) -> None:
                 body, headers = _signed(event, data, secret)
                 async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as r:
-                    print(f"\ndelivery {what} → HTTP {r.status}")
+                    print("\n" + say("delivery", what=what, status=r.status))
                 await _wait(lambda: _idle(app), what)
 
             async def command(text: str) -> None:
                 data = _comment(pr, text, next(comments))
-                await deliver("issue_comment", data, f'issue_comment "{text}" by {MAINTAINER}')
+                await deliver("issue_comment", data, say("comment", text=text, by=MAINTAINER))
 
             await deliver("pull_request", _pull_request_opened(pr), "pull_request.opened")
-            _section("status comment (what people see on the PR)")
+            _section(say("section", part="status"))
             print(_status(github))
             if await _review_state(app) != "draft":
                 return 1
             print(say("verify_column", verifier=verifier))
 
             await command(f"/cockpit codex-review --with {critic}")
-            _section(f"{critic.title()}'s critique (a PR comment)")
+            _section(say("section", part="critique", critic=critic.title()))
             critique = [
                 c for c in github.issue_comments.values() if "pr-cockpit:session" in c["body"]
             ]
@@ -241,22 +241,22 @@ async def demo(
             print(critique[-1]["body"])
 
             await command("/cockpit send-back")
-            _section("the revised draft (status comment)")
+            _section(say("section", part="revised"))
             print(_status(github))
 
             await command("/cockpit approve")
             if await _review_state(app) != "posted":
                 print(_latest_reply(github))
                 return 1
-        _section("published review")
+        _section(say("section", part="published"))
         [review] = [r for r in github.reviews.values() if r["state"] != "PENDING"]
-        print(f"state: {review['state']} (commit {review['commit_id'][:7]})\n")
+        print(say("published", state=review["state"], commit=review["commit_id"][:7]) + "\n")
         print(review["body"])
         for comment in review["comments"]:
-            print(f"\n· inline on {comment['path']}:{comment['line']} ({comment['side']})")
+            print("\n" + say("inline", comment=comment))
             print("  " + comment["body"].replace("\n", "\n  "))
         reactions = [r["content"] for r in github.reactions if r["comment_id"] == 424244]
-        print(f"\nreactions on the approve comment: {', '.join(reactions)}")
+        print("\n" + say("reactions", reactions=reactions))
         print(
             say(
                 "done",
@@ -280,7 +280,7 @@ def _status(github: GitHubStandin) -> str:
 
 def _latest_reply(github: GitHubStandin) -> str:
     replies = [c["body"] for c in github.issue_comments.values() if "pr-cockpit:" not in c["body"]]
-    return replies[-1] if replies else "(no reply)"
+    return replies[-1] if replies else say("no_reply")
 
 
 def live_problem() -> str | None:
@@ -295,7 +295,7 @@ def run_demo(
     logging.basicConfig(level=logging.ERROR)
     git = git_check()
     if git.problem:  # the repository, the mirror and the reviewer's tools all run git
-        print(f"cockpit demo: {git.line()}", file=sys.stderr)
+        print(say("no_git", line=git.line()), file=sys.stderr)
         return 2
     if live:
         problem = live_problem()
@@ -308,10 +308,10 @@ def run_demo(
     try:
         return asyncio.run(demo(root, live=live, critic=critic, started=started))
     except TimeoutError as exc:
-        print(f"demo failed: {exc}", file=sys.stderr)
+        print(say("failed", error=exc), file=sys.stderr)
         return 1
     finally:
         if keep:
-            print(f"(kept {root})")
+            print(say("kept", root=root))
         else:
             shutil.rmtree(root, ignore_errors=True)

@@ -295,10 +295,15 @@ def _require_key(provider: str, chosen: bool) -> None:
     missing = missing_model_key(provider)
     if missing is None:
         return
-    others = [f"--provider {p} with {MODEL_KEYS[p][0]}" for p in PROVIDERS if p != provider]
-    how = "--provider" if chosen else "COCKPIT_PROVIDER (or the repository's cockpit.toml)"
+    others = [(p, MODEL_KEYS[p][0]) for p in PROVIDERS if p != provider]
     raise LocalError(
-        say("missing_key", variable=missing.variable, provider=provider, how=how, others=others)
+        say(
+            "missing_key",
+            variable=missing.variable,
+            provider=provider,
+            chosen=chosen,
+            others=others,
+        )
     )
 
 
@@ -383,22 +388,22 @@ def run_review_local(options: LocalOptions) -> int:
     try:
         settings = load_settings(github=False)
     except ConfigError as exc:
-        print(f"cockpit review-local: configuration error: {exc}", file=sys.stderr)
+        print(say("config_failed", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     try:
         _require_key(options.provider or settings.provider, options.provider is not None)
     except LocalError as exc:  # before any work: nothing read, nothing written
-        print(f"cockpit review-local: {exc}", file=sys.stderr)
+        print(say("failed", error=exc), file=sys.stderr)
         return exc.code
     work = Path(tempfile.mkdtemp(prefix="cockpit-review-local-"))
     try:
         settings = dataclasses.replace(settings, data_dir=work)
         review = asyncio.run(review_local(options, settings, work))
     except LocalError as exc:
-        print(f"cockpit review-local: {exc}", file=sys.stderr)
+        print(say("failed", error=exc), file=sys.stderr)
         return exc.code
     except (AgentError, GitError) as exc:
-        print(f"cockpit review-local: the review failed: {exc}", file=sys.stderr)
+        print(say("review_failed", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.records.notices import take_uses
+from bot.texts import message
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,11 @@ class CommandLimits:
 
     async def check(self, db: Any, pr: str, user: str) -> tuple[str, float] | None:
         """None if allowed (and counted); else (why, seconds until allowed)."""
-        rules = ((f"pr:{pr}", self.per_pr, "this PR"), (f"user:{user}", self.per_user, "you"))
+        rules = ((f"pr:{pr}", self.per_pr, "pr"), (f"user:{user}", self.per_user, "user"))
         windows = [(key, limit.count, limit.seconds) for key, limit, _ in rules]
         full = await take_uses(db, windows, self.clock())
         if full is None:
             return None
         index, wait = full
-        _, limit, why = rules[index]
-        return f"at most {limit.count} per hour for {why}", wait
+        _, limit, per = rules[index]
+        return message("rate_limited", count=limit.count, per=per), wait

@@ -432,11 +432,9 @@ def duration(seconds: float) -> str:
     """A wait as people say it: `5 seconds`, `1 minute`, `2 minutes 30 seconds`."""
     whole = round(seconds)
     if seconds < 60:
-        value = f"{seconds:g}" if seconds < 1 else str(whole)
-        return f"{value} second" + ("" if value == "1" else "s")
+        return message("seconds", value=f"{seconds:g}" if seconds < 1 else str(whole))
     minutes, rest = divmod(whole, 60)
-    text = f"{minutes} minute" + ("" if minutes == 1 else "s")
-    return text + (f" {rest} second" + ("" if rest == 1 else "s") if rest else "")
+    return message("minutes", minutes=minutes, rest=rest)
 
 
 def _shown(path: Path) -> str:

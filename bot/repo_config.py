@@ -26,6 +26,7 @@ import pathspec
 from bot.agents.submit import SEVERITIES
 from bot.config import PROVIDERS
 from bot.github import PERMISSIONS
+from bot.texts import message
 
 CONFIG_PATH = ".github/cockpit.toml"
 COMMAND_LEVELS = PERMISSIONS[PERMISSIONS.index("write") :]  # who may run commands or approve
@@ -158,10 +159,8 @@ class RepoConfig:
         """What the status comment says about the file, or None when all of it applied."""
         if not self.problems:
             return None
-        listed = "; ".join(self.problems)
-        if self.unusable:
-            return f"`{CONFIG_PATH}` was not used: {listed}. The defaults apply"
-        return f"`{CONFIG_PATH}`: {listed}. The rest of the file applies"
+        problems, unusable = self.problems, self.unusable
+        return message("config_error", path=CONFIG_PATH, problems=problems, unusable=unusable)
 
     def ignores(self, path: str) -> bool:
         """Whether the `ignore` globs leave `path` (relative to the repository) out."""
@@ -226,17 +225,17 @@ def _spec(globs: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
 def glob_problem(glob: Any, *, negation: bool = True) -> str | None:
     """Why `glob` is not a usable gitignore-style pattern, or None."""
     if not isinstance(glob, str) or not glob.strip():
-        return "is not a non-empty string"
+        return message("glob_problem", why="empty")
     if glob.startswith("#"):
-        return "starts with `#`, which gitignore reads as a comment (write `\\#`)"
+        return message("glob_problem", why="comment")
     if glob.startswith("!") and not negation:
-        return "cannot be negated here"
+        return message("glob_problem", why="negated")
     try:
         [pattern] = pathspec.GitIgnoreSpec.from_lines([glob]).patterns
     except ValueError:  # pathspec's pattern errors are ValueErrors
-        return "is not a gitignore-style glob"
+        return message("glob_problem", why="pattern")
     if pattern.include is None:
-        return "matches nothing"
+        return message("glob_problem", why="nothing")
     return None
 
 
@@ -244,39 +243,41 @@ def glob_problem(glob: Any, *, negation: bool = True) -> str | None:
 
 
 class Refused(Exception):
-    """A value a key does not accept; the message completes "`key` …"."""
+    """A value a key does not accept; the message (`config_refused` `why`) completes "`key` …"."""
+
+    def __init__(self, why: str, **context: Any) -> None:
+        super().__init__(message("config_refused", why=why, **context))
 
 
 def _check(name: str, rule: Rule, value: Any) -> Any:
     """The value as RepoConfig holds it, or Refused."""
     if rule.kind == BOOLEAN:
         if not isinstance(value, bool):
-            raise Refused("must be true or false")
+            raise Refused("boolean")
         return value
     if rule.kind == INTEGER:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise Refused("must be an integer")
+            raise Refused("integer")
         if rule.minimum is not None and value < rule.minimum:
-            raise Refused(f"must be at least {rule.minimum}")
+            raise Refused("minimum", minimum=rule.minimum)
         return value
     if rule.kind == CHOICE:
         if value not in rule.choices:
-            choices = ", ".join(f'"{c}"' for c in rule.choices)
-            raise Refused(f"must be one of {choices}")
+            raise Refused("choice", choices=rule.choices)
         return value
     if rule.kind == TEXT:
         if not isinstance(value, str):
-            raise Refused("must be a string")
+            raise Refused("string")
         if len(value) > MAX_TEXT:
-            raise Refused(f"is longer than {MAX_TEXT} characters")
+            raise Refused("long", limit=MAX_TEXT)
         return value
     if rule.kind == GLOBS:
         if not isinstance(value, list):
-            raise Refused("must be a list of glob strings")
+            raise Refused("globs")
         for n, glob in enumerate(value):
             problem = glob_problem(glob)
             if problem:
-                raise Refused(f"entry {n + 1} ({_shown(glob)}) {problem}")
+                raise Refused("entry", n=n + 1, shown=_shown(glob), problem=problem)
         return tuple(value)
     if rule.kind == PATHS:
         return _check_paths(value)
@@ -285,19 +286,19 @@ def _check(name: str, rule: Rule, value: Any) -> Any:
 
 def _check_paths(value: Any) -> tuple[PathRule, ...]:
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise Refused("must be `[[review.paths]]` tables, each with `glob` and `instructions`")
+        raise Refused("paths")
     found = []
     for n, table in enumerate(value, 1):
         extra = sorted(set(table) - {"glob", "instructions"})
         if extra:
-            raise Refused(f"table {n} has unknown key(s) {', '.join(f'`{k}`' for k in extra)}")
+            raise Refused("table_keys", n=n, extra=extra)
         if "glob" not in table or "instructions" not in table:
-            raise Refused(f"table {n} needs both `glob` and `instructions`")
+            raise Refused("table_needs", n=n)
         problem = glob_problem(table["glob"], negation=False)
         if problem:
-            raise Refused(f"table {n}: `glob` ({_shown(table['glob'])}) {problem}")
+            raise Refused("table_glob", n=n, shown=_shown(table["glob"]), problem=problem)
         if not isinstance(table["instructions"], str) or len(table["instructions"]) > MAX_TEXT:
-            raise Refused(f"table {n}: `instructions` must be a string of at most {MAX_TEXT}")
+            raise Refused("instructions", n=n, limit=MAX_TEXT)
         found.append(PathRule(table["glob"], table["instructions"]))
     return tuple(found)
 
@@ -317,7 +318,8 @@ def parse_repo_config(text: str, source: Source | None = None) -> RepoConfig:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        return RepoConfig(problems=(f"it is not valid TOML ({exc})",), unusable=True, source=source)
+        problem = message("config_problem", why="toml", error=exc)
+        return RepoConfig(problems=(problem,), unusable=True, source=source)
     return from_data(data, source)
 
 
@@ -334,15 +336,15 @@ def from_data(data: dict[str, Any], source: Source | None = None) -> RepoConfig:
     for written, name, value in entries:
         rule = KEYS.get(name)
         if rule is None:
-            problems.append(f"unknown key `{written}` (ignored)")
+            problems.append(message("config_problem", why="unknown", key=written))
             continue
         if name in values:
-            problems.append(f"`{name}` is set twice (the last one applies)")
+            problems.append(message("config_problem", why="twice", key=name))
         try:
             values[name] = _check(name, rule, value)
         except Refused as why:
             values.pop(name, None)
-            problems.append(f"`{written}` {why} (the default applies)")
+            problems.append(message("config_problem", why="refused", key=written, refused=why))
     return RepoConfig(**values, problems=tuple(problems), set_keys=frozenset(values), source=source)
 
 
@@ -358,12 +360,14 @@ async def fetch_repo_config(gh: Any, owner: str, repo: str) -> RepoConfig:
             return RepoConfig()
         raise
     if not isinstance(item, dict) or item.get("type") != "file":
-        return RepoConfig(problems=("it is not a file",), unusable=True, source=Source())
+        problem = message("config_problem", why="not_file")
+        return RepoConfig(problems=(problem,), unusable=True, source=Source())
     source = Source(blob_sha=item.get("sha") if isinstance(item.get("sha"), str) else None)
     try:
         text = base64.b64decode(item.get("content", "")).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
-        return RepoConfig(problems=("it is not UTF-8 text",), unusable=True, source=source)
+        problem = message("config_problem", why="not_utf8")
+        return RepoConfig(problems=(problem,), unusable=True, source=source)
     return parse_repo_config(text, source)
 
 

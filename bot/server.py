@@ -35,6 +35,7 @@ from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS
 from bot.records.stats import model_figures
 from bot.stats import gauges, summarise
+from bot.texts import message
 from bot.worktrees import Mirrors, disk
 
 log = logging.getLogger(__name__)
@@ -74,58 +75,58 @@ def valid_delivery_id(value: str) -> bool:
     return 0 < len(value) <= 128 and value.isprintable() and value.isascii()
 
 
-def _reply(status: int, message: str) -> web.Response:
-    body = orjson.dumps({"message": message})
+def _reply(status: int, text: str) -> web.Response:
+    body = orjson.dumps({"message": text})
     return web.Response(body=body, status=status, content_type="application/json")
 
 
 def _answer(
-    request: web.Request, outcome: str, status: int, text: str, event: str = "unknown"
+    request: web.Request, outcome: str, status: int, event: str = "unknown", why: str = ""
 ) -> web.Response:
-    """Count the delivery by its event and outcome, and answer GitHub."""
+    """Count the delivery by its event and outcome, and answer GitHub (what the answer says:
+    `why`, else the outcome)."""
     request.app[METRICS].deliveries.labels(event=event, outcome=outcome).inc()
-    return _reply(status, text)
+    return _reply(status, message("webhook_answer", why=why or outcome))
 
 
 async def webhook(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     if request.app[LIFECYCLE].stopping:
-        return _answer(request, "stopping", 503, "the server is stopping; redeliver later")
+        return _answer(request, "stopping", 503)
     if request.headers.get("Content-Encoding"):
         # GitHub never compresses deliveries; inflating before the signature check would let
         # anyone make the server hash (and hold) far more than they sent.
-        return _answer(request, "encoded", 415, "compressed bodies are not accepted")
+        return _answer(request, "encoded", 415)
     too_large = request.content_length is not None and request.content_length > MAX_BODY_BYTES
     try:
         body = b"" if too_large else await request.read()  # aiohttp stops at client_max_size
     except web.HTTPRequestEntityTooLarge:
         too_large = True
     if too_large:
-        return _answer(request, "too_large", 413, "body over 25 MiB")
+        return _answer(request, "too_large", 413)
     secret = ctx.settings.webhook_secret
     signature = request.headers.get("X-Hub-Signature-256", "")
     if secret is None or not signature_matches(body, signature, secret.reveal()):
-        return _answer(request, "bad_signature", 401, "missing or invalid X-Hub-Signature-256")
+        return _answer(request, "bad_signature", 401)
     event = request.headers.get("X-GitHub-Event", "")
     delivery_id = request.headers.get("X-GitHub-Delivery", "")
     if not event or not valid_delivery_id(delivery_id):
-        text = "missing X-GitHub-Event or X-GitHub-Delivery"
-        return _answer(request, "bad_request", 400, text, event or "unknown")
+        return _answer(request, "bad_request", 400, event or "unknown", why="no_headers")
     try:
         delivery = Delivery.from_body(delivery_id, event, body)
     except MalformedBody:
-        return _answer(request, "bad_request", 400, "body is not a JSON object", event)
+        return _answer(request, "bad_request", 400, event, why="malformed")
     if event == "ping":
-        return _answer(request, "pong", 200, "pong", event)
+        return _answer(request, "pong", 200, event)
     with log_context(delivery=delivery_id, gh_event=event):
         try:
             is_new = await request.app[INBOX].store(delivery)
         except InboxUnavailable as exc:
             log.error("delivery not stored", extra={"fields": {"reason": str(exc)}})
-            return _answer(request, "not_stored", 503, "delivery not stored; redeliver it", event)
+            return _answer(request, "not_stored", 503, event)
     if not is_new:
-        return _answer(request, "duplicate", 200, "already received", event)
-    return _answer(request, "accepted", 202, "accepted", event)
+        return _answer(request, "duplicate", 200, event)
+    return _answer(request, "accepted", 202, event)
 
 
 async def _ready(request: web.Request) -> tuple[bool, bool, bool]:
@@ -183,10 +184,7 @@ async def healthz(request: web.Request) -> web.Response:
     reasons = ["stopping"] if stopping else []
     space = disk(ctx.settings.data_dir, ctx.settings.min_free_mb)
     if space.low:  # the inbox still accepts; only new reviews wait
-        reasons.append(
-            f"low disk space: {space.free_mb} MB free, below COCKPIT_MIN_FREE_MB={space.min_mb};"
-            " no new review starts"
-        )
+        reasons.append(message("low_disk", free=space.free_mb, min=space.min_mb))
     body = {
         "status": "unhealthy" if not healthy else "degraded" if reasons else "ok",
         "reasons": reasons,
@@ -233,7 +231,7 @@ async def errors_middleware(request: web.Request, handler: Callable) -> web.Stre
         raise
     except Exception:
         log.exception("request failed", extra={"fields": {"path": request.path}})
-        return _reply(500, "internal error")
+        return _reply(500, message("webhook_answer", why="internal"))
 
 
 def make_app(

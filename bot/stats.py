@@ -70,7 +70,8 @@ def parse_since(text: str) -> float:
             raise ValueError
         day = dt.date.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"--since must be a date as YYYY-MM-DD (got {text!r})") from None
+        said = render("cli/messages.txt.j2", kind="bad_since", text=repr(text))
+        raise ValueError(said.strip()) from None
     return dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()
 
 

@@ -236,5 +236,5 @@ def fit(body: str, limit: int = GITHUB_BODY_LIMIT) -> str:
     """Keep a body under GitHub's size limit, saying so when it is cut."""
     if len(body) <= limit:
         return body
-    note = "\n\n… (cut to fit GitHub's comment size limit; the full draft is in the check run)"
+    note = "\n\n" + message("cut_to_fit")
     return body[: limit - len(note) - 10] + note

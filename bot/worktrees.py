@@ -27,6 +27,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot.texts import message
+
 log = logging.getLogger(__name__)
 
 GIT_TIMEOUT = 300.0
@@ -188,15 +190,15 @@ async def run_git(
         with contextlib.suppress(BaseException):  # the pipes close with the process
             await reader
         if isinstance(exc, TimeoutError):
-            raise GitError(f"git {args[0]} timed out after {timeout:.0f}s") from None
+            raise GitError(message("git_timed_out", command=args[0], seconds=timeout)) from None
         raise
     finally:
         # asyncio (3.11) has no public close for a reaped process: without this each call
         # leaves its transport to the garbage collector and a ResourceWarning.
         proc._transport.close()  # type: ignore[attr-defined]
     if check and proc.returncode not in (0, -9) and not truncated(out, limit):
-        message = err.decode(errors="replace").strip().splitlines()
-        raise GitError(f"git {args[0]} failed: {message[-1] if message else proc.returncode}")
+        said = err.decode(errors="replace").strip().splitlines()
+        raise GitError(message("git_failed", command=args[0], said=said, code=proc.returncode))
     return out
 
 
@@ -356,7 +358,7 @@ class Mirrors:
         with `default_branch` the remote's HEAD (its default branch, whatever its name) into
         that ref, in the same fetch."""
         if not clone_url.startswith(("https://", "http://", "file://")):
-            raise GitError("clone URL must be https:// (or file:// for local repositories)")
+            raise GitError(message("clone_url_scheme"))
         mirror = self.mirror_path(repo)
         env = self.env(token)
         async with self.lock(mirror):
@@ -391,7 +393,7 @@ class Mirrors:
         env = self.env()
         path = self.tree_path(name)
         if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", head_sha):
-            raise GitError("head sha is not a full commit id")
+            raise GitError(message("head_sha_not_full"))
         async with self.lock(mirror):
             if path.exists():
                 await self._remove(mirror, path, env)

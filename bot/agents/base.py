@@ -10,6 +10,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from bot.texts import message
+
 RATES_FILE = Path(__file__).with_name("rates.json")
 
 
@@ -119,12 +121,12 @@ def arguments_problem(arguments: Any) -> str | None:
     if isinstance(arguments, dict):
         return None
     if not isinstance(arguments, str):
-        return "not an object"
+        return message("arguments_problem", why="type")
     try:
         value = json.loads(arguments or "{}")
     except ValueError as exc:
-        return f"invalid JSON: {exc.msg} at character {exc.pos}"
-    return None if isinstance(value, dict) else "valid JSON, but not an object"
+        return message("arguments_problem", why="json", error=exc.msg, at=exc.pos)
+    return None if isinstance(value, dict) else message("arguments_problem", why="not_object")
 
 
 @dataclass

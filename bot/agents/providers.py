@@ -12,7 +12,7 @@ from bot.agents.base import AgentError, Provider, chat_rate
 from bot.agents.chat import ChatEndpoint, ChatProvider, server_said
 from bot.agents.claude import ClaudeProvider
 from bot.agents.codex import CodexProvider
-from bot.config import PROVIDERS, Settings
+from bot.config import PROVIDERS, ConfigError, Settings
 from bot.texts import message
 
 PROBE_TIMEOUT = 15.0
@@ -115,18 +115,20 @@ async def probe(settings: Settings, provider: str) -> list[str]:
         if provider in SDK_KEYS:
             if clients.configured(provider):
                 return []
-            return [f"{SDK_KEYS[provider]}: not set; the {provider} provider needs it"]
+            return [_problem(SDK_KEYS[provider], "model_key", provider=provider)]
         if provider != "chat":
-            return [f"unknown provider {provider!r}; use {', '.join(PROVIDERS)}"]
+            return [message("unknown_provider", provider=repr(provider), choices=PROVIDERS)]
         chat = settings.chat
         if chat is None:
-            return [
-                "COCKPIT_CHAT_BASE_URL: not set; the chat provider needs the server's"
-                " OpenAI-compatible base URL (and COCKPIT_CHAT_MODEL)"
-            ]
+            return [_problem("COCKPIT_CHAT_BASE_URL", "chat_unset")]
         return await _probe_chat(clients, chat.model)
     finally:
         await clients.close()
+
+
+def _problem(variable: str, why: str, **context: object) -> str:
+    """`VARIABLE: what is wrong` (templates/cli/config.txt.j2), as check-config lists it."""
+    return str(ConfigError(variable, why, **context))
 
 
 async def _probe_chat(clients: ModelClients, model: str) -> list[str]:
@@ -138,33 +140,19 @@ async def _probe_chat(clients: ModelClients, model: str) -> list[str]:
             extra_headers=endpoint.headers, timeout=PROBE_TIMEOUT
         )
     except openai.APIConnectionError as exc:
-        return [
-            f"COCKPIT_CHAT_BASE_URL: the chat server did not answer ({exc.__class__.__name__});"
-            " is it running, and is the URL right (it usually ends in /v1)?"
-        ]
+        return [_problem("COCKPIT_CHAT_BASE_URL", "chat_silent", error_class=type(exc).__name__)]
     except openai.APIStatusError as exc:
         said = " ".join(server_said(exc.body).split())[:200]
         if exc.status_code in (401, 403):
-            unset = " (none is set)" if endpoint.keyless else ""
-            return [
-                f"COCKPIT_CHAT_API_KEY: the chat server refused the key{unset}"
-                f" ({exc.status_code}); set it to the key the server expects"
-            ]
+            keyless, status = endpoint.keyless, exc.status_code
+            return [_problem("COCKPIT_CHAT_API_KEY", "chat_key", keyless=keyless, status=status)]
         if exc.status_code == 404:
-            return [
-                "COCKPIT_CHAT_BASE_URL: the chat server has no /models there (404); the base"
-                " URL usually ends in /v1 (Azure OpenAI: https://RESOURCE.openai.azure.com"
-                "/openai/v1/)"
-            ]
-        return [f"COCKPIT_CHAT_BASE_URL: GET /models answered {exc.status_code} ({said})"]
+            return [_problem("COCKPIT_CHAT_BASE_URL", "chat_no_models")]
+        return [_problem("COCKPIT_CHAT_BASE_URL", "chat_models", status=exc.status_code, said=said)]
     host = (endpoint.client.base_url.host or "").lower()
     if host.endswith(AZURE_HOSTS):
         return []  # deployments are not listed; the deployment name is checked by its first run
     served = [m.id for m in page.data]
     if model in served or f"{model}{OLLAMA_DEFAULT_TAG}" in served:
         return []
-    listed = ", ".join(served[:12]) + (" …" if len(served) > 12 else "")
-    return [
-        f"COCKPIT_CHAT_MODEL: the chat server does not list {model}"
-        + (f" (it serves: {listed}); set it to one of them" if served else " (it lists none)")
-    ]
+    return [_problem("COCKPIT_CHAT_MODEL", "chat_unlisted", model=model, served=served)]

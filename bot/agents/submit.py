@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bot.texts import message
+
 SEVERITIES = ("critical", "major", "minor", "nit")
 VERDICTS = ("comment", "request_changes")
 
@@ -81,50 +83,56 @@ class InvalidReview(InvalidAnswer):
     """The model's `submit_review` input does not match the schema; the message says how."""
 
 
+def invalid(why: str, **context: Any) -> str:
+    """What is wrong with a final answer, as the repair turn tells the model."""
+    return message("invalid_answer", why=why, **context)
+
+
 def _problems(data: Any) -> list[str]:
     if not isinstance(data, dict):
-        return ["input must be an object"]
-    problems = [f"missing `{key}`" for key in SUBMIT_REVIEW_SCHEMA["required"] if key not in data]
+        return [invalid("not_object")]
+    required = SUBMIT_REVIEW_SCHEMA["required"]
+    problems = [invalid("missing", key=key) for key in required if key not in data]
     extra = set(data) - set(SUBMIT_REVIEW_SCHEMA["properties"])
     if extra:
-        problems.append(f"unexpected keys: {', '.join(sorted(extra))}")
+        problems.append(invalid("unexpected", keys=sorted(extra)))
     if "summary" in data and not isinstance(data["summary"], str):
-        problems.append("`summary` must be a string")
+        problems.append(invalid("summary"))
     if "verdict" in data and data["verdict"] not in VERDICTS:
-        problems.append(f"`verdict` must be one of {', '.join(VERDICTS)}")
+        problems.append(invalid("verdict", choices=VERDICTS))
     resolved = data.get("resolved", [])
     if not isinstance(resolved, list) or not all(
         isinstance(r, str) and _RESOLVED.fullmatch(r) for r in resolved
     ):
-        problems.append('`resolved` must be an array of F numbers such as "F3"')
+        problems.append(invalid("resolved"))
     findings = data.get("findings", [])
     if not isinstance(findings, list):
-        return [*problems, "`findings` must be an array"]
+        return [*problems, invalid("findings")]
     for n, item in enumerate(findings):
         where = f"findings[{n}]"
         if not isinstance(item, dict):
-            problems.append(f"{where} must be an object")
+            problems.append(invalid("item_object", where=where))
             continue
         for key in ("path", "severity", "title", "body"):
             if not isinstance(item.get(key), str) or not item.get(key, "").strip():
-                problems.append(f"{where}.{key} must be a non-empty string")
+                problems.append(invalid("non_empty", where=f"{where}.{key}"))
         if item.get("severity") not in SEVERITIES:
-            problems.append(f"{where}.severity must be one of {', '.join(SEVERITIES)}")
+            problems.append(invalid("one_of", where=f"{where}.severity", choices=SEVERITIES))
         for key in ("line", "end_line"):
             value = item.get(key)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
-                problems.append(f"{where}.{key} must be a positive integer")
+                problems.append(invalid("positive", where=f"{where}.{key}"))
         if item.get("side", "RIGHT") not in ("LEFT", "RIGHT"):
-            problems.append(f"{where}.side must be LEFT or RIGHT")
+            problems.append(invalid("side", where=where))
         if "suggestion" in item and not isinstance(item["suggestion"], str):
-            problems.append(f"{where}.suggestion must be a string")
+            problems.append(invalid("suggestion", where=where))
         extra = set(item) - set(
             SUBMIT_REVIEW_SCHEMA["properties"]["findings"]["items"]["properties"]
         )
         if extra:
-            problems.append(f"{where} has unexpected keys: {', '.join(sorted(extra))}")
+            problems.append(invalid("item_unexpected", where=where, keys=sorted(extra)))
     return problems
 
 

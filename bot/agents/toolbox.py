@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from bot.texts import message
 from bot.worktrees import GitError, Worktree, truncated
 
 MAX_READ_BYTES = 256 * 1024  # read at most this much of a blob
@@ -22,16 +23,18 @@ MAX_LIST_ENTRIES = 500
 MAX_PATTERN_CHARS = 300
 SEARCH_TIMEOUT = 5.0
 MAX_GIT_BYTES = MAX_OUTPUT_CHARS * 2  # git stops after this much (the answer is cut further)
-TRUNCATED = "\n[… truncated: output capped at {limit} characters; narrow the request]"
-LEFT_OUT = (
-    "\n[{count} changed file(s) left out of this diff: generated, vendored, lock or minified "
-    "files are not reviewed]"
-)
-GIT_TRUNCATED = "\n[… output truncated: git was stopped after {limit} bytes; narrow the request]"
+
+
+def said(why: str, **context: Any) -> str:
+    """One of the toolbox's answers to the model (templates/messages.txt.j2, kind `tool`)."""
+    return message("tool", why=why, **context)
 
 
 class ToolError(Exception):
-    """A refused or failed tool call; its message goes back to the model."""
+    """A refused or failed tool call; its message (`said(why)`) goes back to the model."""
+
+    def __init__(self, why: str, **context: Any) -> None:
+        super().__init__(said(why, **context))
 
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -98,27 +101,27 @@ def clean_path(raw: Any, *, allow_root: bool = False) -> str:
     if raw is None:
         raw = ""  # no path: "" and "." come out as no parts, below
     if not isinstance(raw, str):
-        raise ToolError("path must be a string")
+        raise ToolError("path_type")
     if "\x00" in raw or len(raw) > 4096:
-        raise ToolError("invalid path")
+        raise ToolError("path_invalid")
     if raw.startswith("/") or raw.startswith("\\") or (len(raw) > 1 and raw[1] == ":"):
-        raise ToolError("absolute paths are not allowed; use a path relative to the repository")
+        raise ToolError("path_absolute")
     parts = [p for p in PurePosixPath(raw.replace("\\", "/")).parts if p != "."]
     if any(p == ".." for p in parts):
-        raise ToolError("'..' is not allowed: paths stay inside the repository")
+        raise ToolError("path_parent")
     if any(p.lower() == ".git" for p in parts):
-        raise ToolError("git internals are not readable")
+        raise ToolError("path_git")
     if not parts:
         if allow_root:
             return ""
-        raise ToolError("a path is required")
+        raise ToolError("path_required")
     return "/".join(parts)
 
 
 def cap(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
     if len(text) <= limit:
         return text
-    return text[:limit] + TRUNCATED.format(limit=limit)
+    return text[:limit] + "\n" + said("truncated", limit=limit)
 
 
 @dataclass(frozen=True)
@@ -168,21 +171,21 @@ class Toolbox:
         if self.on_call is not None:
             await self.on_call(name)
         if name not in READ_ONLY_TOOLS:
-            return f"error: unknown tool {name!r}; available: {', '.join(sorted(READ_ONLY_TOOLS))}"
+            return said("unknown_tool", tool=repr(name), tools=sorted(READ_ONLY_TOOLS))
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments or "{}")
             except ValueError:
-                return "error: arguments are not valid JSON"
+                return said("not_json")
         if not isinstance(arguments, dict):
-            return "error: arguments must be an object"
+            return said("not_object")
         handler = getattr(self, f"_tool_{name}")
         try:
             return cap(await handler(**arguments))
         except TypeError:
-            return f"error: unexpected arguments for {name}: {', '.join(sorted(arguments))}"
+            return said("unexpected_arguments", tool=name, arguments=sorted(arguments))
         except (ToolError, GitError) as exc:
-            return f"error: {exc}"
+            return said("error", error=exc)
 
     async def _entry(self, path: str) -> TreeEntry | None:
         out = await self.tree.git("ls-tree", "-z", "--full-tree", self.tree.head_sha, "--", path)
@@ -194,20 +197,20 @@ class Toolbox:
         path = clean_path(path)
         entry = await self._entry(path)
         if entry is None:
-            return f"error: {path} does not exist in the head commit"
+            return said("missing", path=path)
         if entry.kind == "tree":
-            return f"error: {path} is a directory; use list_files"
+            return said("directory", path=path)
         if entry.kind == "commit":
-            return f"{path} is a submodule at {entry.oid}; its content is not in this repository"
+            return said("submodule", path=path, oid=entry.oid)
         if entry.mode == "120000":
             target = (await self.tree.git("cat-file", "blob", entry.oid, limit=4096)).decode(
                 errors="replace"
             )
-            return f"{path} is a symbolic link to {target!r} (links are reported, not followed)"
+            return said("symlink", path=path, target=repr(target))
         size = int((await self.tree.git("cat-file", "-s", entry.oid)).decode().strip())
         data = await self.tree.git("cat-file", "blob", entry.oid, limit=MAX_READ_BYTES)
         if b"\x00" in data[:8192]:
-            return f"{path} is a binary file ({size} bytes); its content is not shown"
+            return said("binary", path=path, size=size)
         clipped = size > MAX_READ_BYTES
         text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
         lines = text.splitlines()
@@ -217,14 +220,14 @@ class Toolbox:
         end = _positive(end_line, start + MAX_LINES - 1)
         end = min(end, start + MAX_LINES - 1, len(lines))
         if start > max(len(lines), 1):
-            return f"error: {path} has {len(lines)} lines"
+            return said("past_end", path=path, lines=len(lines))
         width = len(str(end))
         body = "\n".join(f"{n:>{width}}| {lines[n - 1]}" for n in range(start, end + 1))
         notes = []
         if end < len(lines):
-            notes.append(f"[lines {start}-{end} of {len(lines)}; ask for more with start_line]")
+            notes.append(said("more_lines", start=start, end=end, lines=len(lines)))
         if clipped:
-            notes.append(f"[file is {size} bytes; only the first {MAX_READ_BYTES} were read]")
+            notes.append(said("clipped", size=size, read=MAX_READ_BYTES))
         return "\n".join([body, *notes])
 
     async def _tool_list_files(self, path: Any = None) -> str:
@@ -232,9 +235,9 @@ class Toolbox:
         if path:
             entry = await self._entry(path)
             if entry is None:
-                return f"error: {path} does not exist in the head commit"
+                return said("missing", path=path)
             if entry.kind != "tree":
-                return f"error: {path} is not a directory"
+                return said("not_directory", path=path)
         spec = [f"{path}/"] if path else []
         out = await self.tree.git(
             "ls-tree", "-z", self.tree.head_sha, "--", *spec, limit=MAX_GIT_BYTES
@@ -247,16 +250,16 @@ class Toolbox:
         more = len(names) - len(shown_names)
         text = "\n".join(json.dumps(n)[1:-1] if not n.isprintable() else n for n in shown_names)
         if more:
-            text += f"\n[… {more} more entries not shown]"
+            text += "\n" + said("more_entries", more=more)
         if cut:
-            text += GIT_TRUNCATED.format(limit=MAX_GIT_BYTES)
-        return text or "(empty)"
+            text += "\n" + said("git_truncated", limit=MAX_GIT_BYTES)
+        return text or said("empty")
 
     async def _tool_search_code(self, pattern: Any = None, path: Any = None) -> str:
         if not isinstance(pattern, str) or not pattern:
-            raise ToolError("pattern must be a non-empty string")
+            raise ToolError("pattern_empty")
         if len(pattern) > MAX_PATTERN_CHARS or "\n" in pattern:
-            raise ToolError(f"pattern must be one line of at most {MAX_PATTERN_CHARS} characters")
+            raise ToolError("pattern_long", limit=MAX_PATTERN_CHARS)
         path = clean_path(path, allow_root=True)
         spec = [path] if path else []
         await self.tree.fetch_blobs(path)  # a partial mirror: one request, not one per file
@@ -278,10 +281,7 @@ class Toolbox:
                 check=False,
             )
         except GitError:
-            raise ToolError(
-                f"search timed out after {SEARCH_TIMEOUT:.0f}s; use a simpler "
-                "pattern or a narrower path"
-            ) from None
+            raise ToolError("search_timed_out", seconds=SEARCH_TIMEOUT) from None
         prefix = f"{self.tree.head_sha}:".encode()
         lines = [
             line[len(prefix) :] if line.startswith(prefix) else line
@@ -289,8 +289,8 @@ class Toolbox:
         ]
         text = "\n".join(line.decode("utf-8", errors="replace")[:500] for line in lines)
         if truncated(out, MAX_GIT_BYTES):
-            text += GIT_TRUNCATED.format(limit=MAX_GIT_BYTES)
-        return text or "no matches"
+            text += "\n" + said("git_truncated", limit=MAX_GIT_BYTES)
+        return text or said("no_matches")
 
     async def _tool_git_diff(self, path: Any = None) -> str:
         path = clean_path(path, allow_root=True)
@@ -298,10 +298,10 @@ class Toolbox:
         hidden = [p for p in self.left_out if _under(p, path)]
         if hidden:
             if path in self.left_out:
-                return f"{path} is left out of this review ({self.left_out[path]})"
+                return said("left_out_path", path=path, reason=self.left_out[path])
             spec = [p for p in self.shown if _under(p, path)]
             if not spec:
-                return LEFT_OUT.format(count=len(hidden)).strip()
+                return said("left_out", count=len(hidden))
         out = await self.tree.git(
             "diff",
             "--no-color",
@@ -314,8 +314,8 @@ class Toolbox:
             *spec,
             limit=MAX_GIT_BYTES,
         )
-        text = _text(out) or "no changes"
-        return text + LEFT_OUT.format(count=len(hidden)) if hidden else text
+        text = _text(out) or said("no_changes")
+        return text + "\n" + said("left_out", count=len(hidden)) if hidden else text
 
     async def _tool_git_log(self, path: Any = None, max_count: Any = None) -> str:
         path = clean_path(path, allow_root=True)
@@ -333,7 +333,7 @@ class Toolbox:
             *spec,
             limit=MAX_GIT_BYTES,
         )
-        return _text(out) or "no commits"
+        return _text(out) or said("no_commits")
 
 
 def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
@@ -342,7 +342,7 @@ def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
     text = out[:limit].decode("utf-8", errors="replace")
     if not truncated(out, limit):
         return text
-    note = GIT_TRUNCATED.format(limit=limit)
+    note = "\n" + said("git_truncated", limit=limit)
     return text[: MAX_OUTPUT_CHARS - len(note)] + note
 
 
@@ -354,5 +354,5 @@ def _positive(value: Any, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ToolError("line numbers and counts must be positive integers")
+        raise ToolError("not_positive")
     return value

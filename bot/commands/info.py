@@ -13,11 +13,7 @@ from bot.texts import message
 
 async def help_text(pr: PullRequest, unknown: str | None = None) -> str:
     review = await latest_review(pr.ctx.db, pr.pull.id) if pr.pull else None
-    state = (
-        "no review yet"
-        if review is None
-        else f"latest review: {review.state}" + (", stale" if review.stale else "")
-    )
+    state = message("latest_review", review=review)
     rows = [(spec.usage, spec.what) for spec in COMMANDS]
     return text(pr, "help", unknown=unknown, state_line=state, commands=rows)
 

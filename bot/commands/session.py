@@ -91,7 +91,7 @@ async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
             anchor_message_id=await draft_message_id(pr.ctx, parent.id),
             anchor_comment_id=pr.comment_id,
             prompt=instructions,
-            title=f"{provider} critique of the draft for {review.head_sha[:7]}",
+            title=message("critique_title", provider=provider, sha=review.head_sha[:7]),
         )
     except sessions.OneActive:  # another codex-review got there first
         current = await _active_child(pr, parent)

@@ -50,11 +50,11 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
     options = None
     if args.resume is None:
         if not args.golden:
-            return _error("--golden FILE is required (or --resume RUN)")
+            return _error(say("bad_option", why="golden"))
         if args.jobs < 1:
-            return _error("--jobs must be at least 1")
+            return _error(say("bad_option", why="jobs"))
         if args.judge_model and args.judge == "lexical":
-            return _error("--judge-model needs an LLM judge (--judge claude or --judge codex)")
+            return _error(say("bad_option", why="judge_model"))
         provider = args.provider or settings.provider
         try:
             models = resolve_models(settings, provider, (args.model or "").split(","))
@@ -178,7 +178,7 @@ async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
     except (GoldenError, ConfigError) as exc:
         return _error(str(exc))
     except OSError as exc:
-        return _error(f"GitHub could not be reached to resolve shas ({exc.__class__.__name__})")
+        return _error(say("resolve_unreachable", error_class=type(exc).__name__))
     problems = golden_problems(golden)
     if problems:
         return _error("; ".join(problems[:10]))

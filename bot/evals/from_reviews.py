@@ -13,6 +13,7 @@ import datetime as dt
 import re
 from typing import Any
 
+from bot.evals.messages import say
 from bot.records import evals
 from bot.records.database import Database
 from bot.records.reviews import load_findings
@@ -40,7 +41,7 @@ def dropped_by_a_person(finding: Finding) -> bool:
 
 def check_repo(repo: str) -> None:
     if not _REPO.fullmatch(repo):
-        raise ValueError("--repo must be OWNER/NAME")
+        raise ValueError(say("bad_option", why="repo"))
 
 
 async def published_repos(db: Database) -> list[str]:
@@ -72,17 +73,14 @@ async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
         if pull.html_url:
             case["url"] = pull.html_url
         if review.base_sha is None:
-            case["note"] = "base sha not recorded (an older review): diffed against base_ref"
+            case["note"] = say("from_reviews", why="no_base_sha")
         cases.append(case)
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     golden: dict[str, Any] = {
         "version": 1,
         "name": f"{repo} from reviews",
-        "description": f"Generated on {when} from PR Cockpit's published reviews of {repo}: "
-        "published findings are labels, findings a person dropped are known false "
-        "positives.",
-        "note": "Review before use: check every label, and add the issues the reviewer missed "
-        "(they are not in the history).",
+        "description": say("from_reviews", why="description", when=when, repo=repo),
+        "note": say("from_reviews", why="note"),
         "cases": cases,
     }
     if clone_url:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from bot.evals.messages import say
+
 SCHEMA_FILE = Path(__file__).with_name("golden.schema.json")
 URL_SCHEMES = ("https://", "http://", "file://")
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -35,6 +37,11 @@ _LABEL_KEYS = {"path", "line", "title", "problem", "severity"}
 
 class GoldenError(ValueError):
     """A golden file that cannot be used; the message lists what is wrong."""
+
+
+def _wrong(why: str, **context: Any) -> str:
+    """One thing wrong with a golden document (templates/eval/messages.txt.j2, `golden`)."""
+    return say("golden", why=why, **context)
 
 
 @dataclass(frozen=True)
@@ -92,55 +99,55 @@ def repository_key(repository: str) -> str:
 
 def _label_problems(item: Any, where: str) -> list[str]:
     if not isinstance(item, dict):
-        return [f"{where} must be an object"]
-    problems = [f"{where} has unknown key `{k}`" for k in sorted(set(item) - _LABEL_KEYS)]
+        return [_wrong("object", where=where)]
+    problems = [_wrong("unknown", where=where, key=k) for k in sorted(set(item) - _LABEL_KEYS)]
     problem = item.get("problem")
     if not isinstance(problem, str) or not problem.strip():
-        problems.append(f"{where}.problem must be a non-empty string")
+        problems.append(_wrong("non_empty", where=where, key="problem"))
     for key in ("path", "title", "severity"):
         if key in item and not isinstance(item[key], str):
-            problems.append(f"{where}.{key} must be a string")
+            problems.append(_wrong("string", where=where, key=key))
     if "path" in item and isinstance(item["path"], str) and not item["path"]:
-        problems.append(f"{where}.path must not be empty")
+        problems.append(_wrong("empty", where=where, key="path"))
     line = item.get("line")
     if "line" in item and (isinstance(line, bool) or not isinstance(line, int) or line < 1):
-        problems.append(f"{where}.line must be a positive integer")
+        problems.append(_wrong("positive", where=where, key="line"))
     return problems
 
 
 def _case_problems(item: Any, where: str, has_repository: bool) -> list[str]:
     if not isinstance(item, dict):
-        return [f"{where} must be an object"]
-    problems = [f"{where} has unknown key `{k}`" for k in sorted(set(item) - _CASE_KEYS)]
+        return [_wrong("object", where=where)]
+    problems = [_wrong("unknown", where=where, key=k) for k in sorted(set(item) - _CASE_KEYS)]
     case_id = item.get("id")
     if not isinstance(case_id, str) or not _CASE_ID.fullmatch(case_id):
-        problems.append(f"{where}.id must be letters, digits and . _ : / -")
+        problems.append(_wrong("case_id", where=where))
     for key in ("base_sha", "head_sha"):
         if key not in item:
-            problems.append(f"{where}.{key} is required (null when pending)")
+            problems.append(_wrong("sha_required", where=where, key=key))
         elif item[key] is not None and (
             not isinstance(item[key], str) or not _SHA.fullmatch(item[key])
         ):
-            problems.append(f"{where}.{key} must be a full commit sha or null")
+            problems.append(_wrong("sha", where=where, key=key))
     pr = item.get("pr")
     if "pr" in item and (isinstance(pr, bool) or not isinstance(pr, int) or pr < 1):
-        problems.append(f"{where}.pr must be a positive integer")
+        problems.append(_wrong("positive", where=where, key="pr"))
     for key in ("url", "original_url", "repository", "title", "body", "base_ref", "note"):
         if key in item and not isinstance(item[key], str):
-            problems.append(f"{where}.{key} must be a string")
+            problems.append(_wrong("string", where=where, key=key))
     if "repository" in item and item["repository"] == "":
-        problems.append(f"{where}.repository must not be empty")
+        problems.append(_wrong("empty", where=where, key="repository"))
     if not has_repository and not item.get("repository"):
-        problems.append(f"{where} has no repository (set one for the file or the case)")
+        problems.append(_wrong("no_repository", where=where))
     if item.get("head_sha") is None and "pr" not in item and "head_sha" in item:
-        problems.append(f"{where} needs a head_sha or a pr number (for refs/pull/N/head)")
+        problems.append(_wrong("no_head", where=where))
     for key in ("labels", "known_false_positives"):
         if key not in item:
             if key == "labels":
-                problems.append(f"{where}.labels is required (an empty list for a clean PR)")
+                problems.append(_wrong("labels_required", where=where))
             continue
         if not isinstance(item[key], list):
-            problems.append(f"{where}.{key} must be a list")
+            problems.append(_wrong("list", where=where, key=key))
             continue
         for n, label in enumerate(item[key]):
             problems.extend(_label_problems(label, f"{where}.{key}[{n}]"))
@@ -150,25 +157,25 @@ def _case_problems(item: Any, where: str, has_repository: bool) -> list[str]:
 def golden_problems(data: Any) -> list[str]:
     """Everything wrong with a golden document (empty when it is usable)."""
     if not isinstance(data, dict):
-        return ["the file must hold a JSON object"]
-    problems = [f"unknown key `{k}`" for k in sorted(set(data) - _TOP_KEYS)]
+        return [_wrong("file_object")]
+    problems = [_wrong("unknown", where=None, key=k) for k in sorted(set(data) - _TOP_KEYS)]
     if "version" in data and (type(data["version"]) is not int or data["version"] != 1):
-        problems.append("`version` must be 1")
+        problems.append(_wrong("version"))
     for key in ("name", "description", "note", "repository", "base_ref"):
         if key in data and not isinstance(data[key], str):
-            problems.append(f"`{key}` must be a string")
+            problems.append(_wrong("string", where=None, key=key))
     if data.get("repository") == "":
-        problems.append("`repository` must not be empty")
+        problems.append(_wrong("empty", where=None, key="repository"))
     cases = data.get("cases")
     if not isinstance(cases, list):
-        return [*problems, "`cases` must be a list"]
+        return [*problems, _wrong("list", where=None, key="cases")]
     has_repository = isinstance(data.get("repository"), str) and bool(data["repository"])
     seen: set[str] = set()
     for n, case in enumerate(cases):
         problems.extend(_case_problems(case, f"cases[{n}]", has_repository))
         if isinstance(case, dict) and isinstance(case.get("id"), str):
             if case["id"] in seen:
-                problems.append(f"cases[{n}].id {case['id']!r} is used twice")
+                problems.append(_wrong("id_twice", where=f"cases[{n}]", id=repr(case["id"])))
             seen.add(case["id"])
     return problems
 
@@ -189,9 +196,7 @@ def parse_golden(data: Any, path: Path, *, repository: str | None = None) -> Gol
     """A validated golden document; `repository` (from `--repo`) replaces its repositories."""
     problems = golden_problems(data)
     if problems:
-        shown = "; ".join(problems[:15])
-        more = f" (and {len(problems) - 15} more)" if len(problems) > 15 else ""
-        raise GoldenError(f"{path}: {shown}{more}")
+        raise GoldenError(_wrong("file", path=path, problems=problems, shown=15))
     base = path.parent
     cases = []
     for item in data["cases"]:
@@ -226,9 +231,9 @@ def load_golden(path: Path | str, *, repository: str | None = None) -> Golden:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise GoldenError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        raise GoldenError(_wrong("unreadable", path=path, error=exc.strerror or exc)) from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise GoldenError(f"{path}: not valid JSON ({exc})") from None
+        raise GoldenError(_wrong("not_json", path=path, error=exc)) from None
     return parse_golden(data, path, repository=repository)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.evals.messages import Resume
+from bot.evals.messages import Resume, say
 from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, add_usd, variant_spend
 from bot.texts import render
 
@@ -139,21 +139,15 @@ def chart_spec(entries: list[dict[str, Any]], batch: int | str) -> ChartSpec:
     for e in entries:
         x = float(e["usd"] if usd else e["tokens"])
         y = round(100 * (e["strict"]["f1"] or 0.0), 1)
-        cost = f"${x:.4f}" if usd else f"{int(x):,} tokens"
-        verify = f" + verify ({e['verify_provider']})" if e["verify"] else ""
-        points.append(Point(_plain(f"{e['model']}{verify}: F1 {y:.1f}%, {cost}"), x, y))
+        points.append(Point(_plain(say("chart_point", entry=e, usd=usd, x=x, y=y)), x, y))
     top = max((p.x for p in points), default=0.0)
     high = top * 1.15 if top > 0 else (0.01 if usd else 1000.0)
     x_range = (-0.03 * high, high)  # a little room left of 0, so a free run is not cut in half
     free = usd and top == 0
     return ChartSpec(
-        title=f"F1 against cost, eval run {batch}",
-        x_label=(
-            "cost of the run (USD)" + (": every run cost $0" if free else "")
-            if usd
-            else "tokens used (USD unknown for some model)"
-        ),
-        y_label="F1, strict (%)",
+        title=say("chart_title", batch=batch),
+        x_label=say("chart_x", usd=usd, free=free),
+        y_label=say("chart_y"),
         x_range=x_range,
         y_range=(0.0, 100.0),
         usd=usd,
@@ -174,7 +168,7 @@ def draw_chart(spec: ChartSpec, path: Path) -> Chart:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter
     except ImportError:
-        return Chart(None, "matplotlib is not installed")
+        return Chart(None, say("no_matplotlib"))
     fig, ax = plt.subplots(figsize=(7.2, 4.2 + 0.25 * len(spec.points)), dpi=100)
     for n, point in enumerate(spec.points):
         ax.scatter([point.x], [point.y], marker=MARKERS[n % len(MARKERS)], s=70, zorder=3,

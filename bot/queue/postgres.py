@@ -352,7 +352,7 @@ class PgJobs(Workers):
             try:
                 if handler is None:
                     log.error("no handler for job kind")
-                    raise PermanentError(f"no handler for {job.kind!r}")
+                    raise PermanentError(message("no_handler", job_kind=repr(job.kind)))
                 await handler(job)
             except asyncio.CancelledError:
                 if context.abort_reason() == job_context.AbortReason.SHUTDOWN:

@@ -33,6 +33,11 @@ POLL_SECONDS = 0.5
 _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_job", default=None)
 
 
+def _lost(job: Job) -> str:
+    """Why a job that ran past its attempts when its process died failed for good."""
+    return message("job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts)
+
+
 class Jobs(Workers):
     """The queue (rows in `jobs`, through `bot.records.jobs`) plus the asyncio workers that
     drain it; one process owns it."""
@@ -113,15 +118,12 @@ class Jobs(Workers):
         """`JobQueue.recover`; with `expired_before` (the lease reaper), only the jobs whose
         lease ended before it and that do not run here (a late heartbeat is no lost job)."""
         exhausted, requeued = await rows.requeue_lost(
-            self.db, self.clock(), expired_before=expired_before, alive=list(self._running)
+            self.db, self.clock(), _lost, expired_before=expired_before, alive=list(self._running)
         )
         for job in exhausted:
-            reason = message(
-                "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts
-            )
             with job_log(job):
                 log.error("job failed for good: interrupted at every attempt")
-            await self._gave_up(job, reason)
+            await self._gave_up(job, _lost(job))
         return requeued
 
     async def reap_expired_leases(self) -> int:
@@ -224,7 +226,7 @@ class Jobs(Workers):
         with job_log(job):
             if handler is None:
                 log.error("no handler for job kind")
-                await self._finish(job, "failed", f"no handler for {job.kind!r}")
+                await self._finish(job, "failed", message("no_handler", job_kind=repr(job.kind)))
                 return
             _CURRENT.set(job.id)
             task = asyncio.create_task(handler(job))  # runs with this job as its current one

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from bot.records.database import Database, delete_in_chunks
@@ -14,11 +15,6 @@ from bot.records.types import Job
 _INSERT = (
     "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-# A job that ran past its attempts when its process died: the reason it failed for good.
-_LOST = (
-    "'the process stopped while this job ran (' || attempts || ' of ' || max_attempts"
-    " || ' attempts)'"
 )
 
 
@@ -126,23 +122,30 @@ async def renew_lease(db: Database, job_id: int, until: float) -> None:
 
 
 async def requeue_lost(
-    db: Database, now: float, *, expired_before: float | None = None, alive: list[int] = ()
+    db: Database,
+    now: float,
+    lost: Callable[[Job], str],
+    *,
+    expired_before: float | None = None,
+    alive: list[int] = (),
 ) -> tuple[list[Job], int]:
     """Jobs left running by a dead process (all running ones; with `expired_before`, those
     whose lease ended before it and that are not `alive` here) go back in line, their
-    attempt counted; those at their limit fail for good instead. Returns (the jobs that
-    failed for good, how many went back in line)."""
+    attempt counted; those at their limit fail for good instead, `lost(job)` their error.
+    Returns (the jobs that failed for good, how many went back in line)."""
     where, args = "state = 'running'", ()
     if expired_before is not None:
         where += f" AND lease_until < ? AND id NOT IN ({','.join('?' * len(alive))})"
         args = (expired_before, *alive)
     async with db.transaction() as conn:
         cursor = await conn.execute(
-            f"UPDATE jobs SET state = 'failed', lease_until = NULL, finished_at = ?,"
-            f" error = {_LOST} WHERE {where} AND attempts >= max_attempts RETURNING *",
+            f"UPDATE jobs SET state = 'failed', lease_until = NULL, finished_at = ?"
+            f" WHERE {where} AND attempts >= max_attempts RETURNING *",
             (now, *args),
         )
         exhausted = [Job.from_row(row) for row in await cursor.fetchall()]
+        for job in exhausted:
+            await conn.execute("UPDATE jobs SET error = ? WHERE id = ?", (lost(job), job.id))
         cursor = await conn.execute(
             f"UPDATE jobs SET state = 'queued', lease_until = NULL, run_after = ? WHERE {where}",
             (now, *args),

@@ -24,6 +24,7 @@ import psycopg_pool
 from psycopg_pool import AsyncConnectionPool
 
 from bot.records import schema
+from bot.texts import render
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,11 @@ class IntegrityError(sqlite3.IntegrityError):
 
 class OperationalError(sqlite3.OperationalError):
     """The database could not run the statement (connection lost, timeout, …)."""
+
+
+def _said(kind: str, **context: Any) -> str:
+    """What the operator is told (templates/cli/messages.txt.j2; `bot.checks.say` is above us)."""
+    return render("cli/messages.txt.j2", kind=kind, **context).strip()
 
 
 def column_type(declaration: str) -> str:
@@ -363,11 +369,8 @@ class PgDatabase:
                     return await work(conn)
             except psycopg.errors.LockNotAvailable as exc:
                 if attempt == MIGRATE_TRIES:
-                    raise MigrationFailed(
-                        f"a table stayed locked by another transaction ({exc}); {attempt} tries"
-                        f" of lock_timeout {LOCK_TIMEOUT}: see pg_stat_activity, then run it"
-                        " again"
-                    ) from None
+                    why = _said("migration_locked", error=exc, tries=attempt, wait=LOCK_TIMEOUT)
+                    raise MigrationFailed(why) from None
                 log.warning("migration waits for a lock", extra={"fields": {"try": attempt}})
                 await asyncio.sleep(min(0.5 * attempt, 5.0))
         return None
@@ -450,14 +453,9 @@ class PgDatabase:
         version, missing = await self.schema_version(), await self.missing_migrations()
         if version >= schema.SCHEMA_VERSION and not missing:
             return
-        if version == 0:
-            found = "has no recorded schema version (new, or made by a release before versions)"
-        else:
-            extra = f" and {len(missing)} procrastinate migration(s)" if missing else ""
-            found = f"schema is at version {version}; this release needs"
-            found += f" version {schema.SCHEMA_VERSION}{extra}"
+        needed, missing_count = schema.SCHEMA_VERSION, len(missing)
         raise SchemaBehind(
-            f"the database {found}: run `cockpit migrate` first (or set COCKPIT_MIGRATE_ON_START=1)"
+            _said("schema_behind", version=version, needed=needed, missing=missing_count)
         )
 
     # -- work -----------------------------------------------------------------------

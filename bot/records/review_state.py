@@ -119,7 +119,7 @@ async def drop_findings(
 
 
 async def claim_posting(
-    db: Database, review_id: int, actor: str, event: str, chosen: list[int]
+    db: Database, review_id: int, actor: str, event: str, chosen: list[int], progress: str
 ) -> bool:
     """draft → posting, recording who publishes what in the same commit (so a crash at any
     point leaves enough to finish exactly once; findings not chosen are skipped); False when
@@ -127,8 +127,8 @@ async def claim_posting(
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "UPDATE reviews SET state = 'posting', posted_by = ?, posted_event = ?,"
-            " progress = 'publishing', updated_at = ? WHERE id = ? AND state = 'draft'",
-            (actor, event, time.time(), review_id),
+            " progress = ?, updated_at = ? WHERE id = ? AND state = 'draft'",
+            (actor, event, progress, time.time(), review_id),
         )
         if cursor.rowcount != 1:
             return False

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 
 from bot.repo_config import CONFIG_PATH, RepoConfig
+from bot.texts import message
 
 REVIEW_FILE, AGENTS_FILE, ATTRIBUTES_FILE = "REVIEW.md", "AGENTS.md", ".gitattributes"
 # Files whose default-branch version steers a review: a PR that edits one is reviewed under
@@ -131,24 +132,30 @@ def sources(
         if text:
             (scoped if files else everywhere).append((Instruction(source, text, files), is_file))
 
-    add(f"`instructions` in `{CONFIG_PATH}`", config.instructions, is_file=False)
+    add(_source(CONFIG_PATH), config.instructions, is_file=False)
     if REVIEW_FILE in texts:
-        add(f"`{REVIEW_FILE}`", texts[REVIEW_FILE], is_file=True)
+        add(_source(REVIEW_FILE), texts[REVIEW_FILE], is_file=True)
     section = review_section(texts[AGENTS_FILE]) if AGENTS_FILE in texts else None
     if section is not None:
-        add(f"`{AGENTS_FILE}` § {section[0]}", section[1], is_file=True)
+        add(_source(AGENTS_FILE, section=section[0]), section[1], is_file=True)
     for rule in config.paths:
         matched = tuple(p for p in reviewed if rule.matches(p))
         if matched:
-            source = f"`[[review.paths]]` `{rule.glob}` in `{CONFIG_PATH}`"
-            add(source, rule.instructions, matched, is_file=False)
+            add(_source(CONFIG_PATH, glob=rule.glob), rule.instructions, matched, is_file=False)
     for place, files in nearest(reviewed, texts, REVIEW_FILE).items():
-        add(f"`{place}`", texts[place], files, is_file=True)
+        add(_source(place), texts[place], files, is_file=True)
     for place, files in nearest(reviewed, texts, AGENTS_FILE).items():
         section = review_section(texts[place])
         if section is not None:
-            add(f"`{place}` § {section[0]}", section[1], files, is_file=True)
+            add(_source(place, section=section[0]), section[1], files, is_file=True)
     return everywhere + scoped
+
+
+def _source(place: str, *, section: str | None = None, glob: str | None = None) -> str:
+    """How an instruction's source is named: a file (`REVIEW.md`) or its section, or the
+    config's `instructions` (with `glob`: one `[[review.paths]]` table's)."""
+    config = place == CONFIG_PATH  # the config's own key, not a file of instructions
+    return message("instruction_source", place=place, section=section, glob=glob, config=config)
 
 
 def assemble(

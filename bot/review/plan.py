@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from bot.diff import DiffModel
 from bot.records.types import DraftFinding
 from bot.repo_config import RepoConfig
+from bot.texts import message
 
 _TESTS = re.compile(r"(^|/)(tests?|spec|__tests__)/|(^|/)test_[^/]+$|_test\.[a-z]+$")
 _DOCS = re.compile(r"\.(md|rst|txt|adoc)$|(^|/)docs?/")
@@ -36,11 +37,11 @@ def plan_files(diff: DiffModel, config: RepoConfig, noise: Mapping[str, str]) ->
     candidates = []
     for path, file in diff.files.items():
         if config.ignores(path):
-            skipped.append((path, "matches an `ignore` glob"))
+            skipped.append((path, message("skipped", why="ignored")))
         elif file.status == "binary":
-            skipped.append((path, "binary file"))
+            skipped.append((path, message("skipped", why="binary")))
         elif file.status == "removed":
-            skipped.append((path, "file removed"))
+            skipped.append((path, message("skipped", why="removed")))
         elif path in noise:
             skipped.append((path, noise[path]))
         else:
@@ -51,9 +52,9 @@ def plan_files(diff: DiffModel, config: RepoConfig, noise: Mapping[str, str]) ->
     for path in candidates:
         size = diff.files[path].patch_bytes
         if len(reviewed) >= config.max_files:
-            skipped.append((path, f"over the limit of {config.max_files} files"))
+            skipped.append((path, message("skipped", why="files", limit=config.max_files)))
         elif total + size > config.max_diff_bytes:
-            skipped.append((path, f"over the diff size limit ({config.max_diff_bytes} bytes)"))
+            skipped.append((path, message("skipped", why="bytes", limit=config.max_diff_bytes)))
         else:
             reviewed.append(path)
             total += size

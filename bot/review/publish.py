@@ -312,7 +312,10 @@ class Publisher:
                 "status": "in_progress",
                 "started_at": _now(),
                 "external_id": str(review.id),
-                "output": {"title": "Reviewing", "summary": "PR Cockpit is preparing a draft."},
+                "output": {
+                    "title": message("check_title", state="running", count=0),
+                    "summary": message("check_preparing"),
+                },
             },
         )
         return await update_review(self.ctx.db, review.id, check_run_id=created["id"]) or review
@@ -355,14 +358,10 @@ class Publisher:
             ),
             65_000,
         )
-        if stopped:
-            title = "Review stopped"
-        elif error:
-            title = "Review failed"
-        elif review.stale:
-            title = f"Stale draft: {len(findings)} finding(s)"
-        else:
-            title = f"Draft: {len(findings)} finding(s)"
+        shown = (
+            "stopped" if stopped else "failed" if error else "stale" if review.stale else "draft"
+        )
+        title = message("check_title", state=shown, count=len(findings))
         url = "/repos/{owner}/{repo}/check-runs/{id}"
         params = {**self.owner_repo, "id": review.check_run_id}
         batches = [
@@ -450,11 +449,7 @@ class Publisher:
             elif inline and f.in_diff:
                 comments.append(self._inline_comment(f))
             else:
-                reason = (
-                    "not on a line of the diff"
-                    if not f.in_diff
-                    else "GitHub did not accept it as an inline comment"
-                )
+                reason = message("not_inline", in_diff=f.in_diff)
                 other.append({**listed, "body": f.body, "reason": reason})
         body = fit(
             render(

@@ -19,7 +19,6 @@ from bot.records import review_state as sql
 from bot.records.database import Database
 from bot.records.review_state import (  # noqa: F401 - transitions of one statement, as named
     begin_revision,
-    claim_posting,
     drop_findings,
     mark_stale,
     release,
@@ -89,6 +88,14 @@ async def cancel(db: Database, review_id: int, why: str) -> bool:
 async def cancel_pull(db: Database, pull_id: int, why: str, *, queued_only: bool = False) -> int:
     """Cancel a PR's queued (and, unless `queued_only`, running) reviews."""
     return await sql.move_pull(db, pull_id, CANCELLED, (QUEUED,) if queued_only else ACTIVE, why)
+
+
+async def claim_posting(
+    db: Database, review_id: int, actor: str, event: str, chosen: list[int]
+) -> bool:
+    """draft → posting by `actor` publishing `chosen` as `event` (see `sql.claim_posting`)."""
+    progress = message("progress", step="publishing")
+    return await sql.claim_posting(db, review_id, actor, event, chosen, progress)
 
 
 async def mark_posted(db: Database, review_id: int) -> bool:

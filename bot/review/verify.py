@@ -19,7 +19,7 @@ from typing import Any
 from bot.agents.base import AgentError
 from bot.agents.loop import FinalAnswer
 from bot.agents.providers import other_provider
-from bot.agents.submit import InvalidAnswer
+from bot.agents.submit import InvalidAnswer, invalid
 from bot.agents.toolbox import Toolbox
 from bot.records.sessions import end_session, start_verify_session
 from bot.records.types import DraftFinding
@@ -90,27 +90,27 @@ def parse_verification(data: Any, *, count: int) -> dict[int, Verdict]:
     """Validate `submit_verification` input for a draft of `count` findings; a finding the
     verifier skipped is `uncertain`."""
     if not isinstance(data, dict) or not isinstance(data.get("verdicts"), list):
-        raise InvalidVerification("input must be an object with a `verdicts` array")
+        raise InvalidVerification(invalid("verdicts"))
     problems = []
     verdicts: dict[int, Verdict] = {}
     for n, item in enumerate(data["verdicts"]):
         where = f"verdicts[{n}]"
         if not isinstance(item, dict):
-            problems.append(f"{where} must be an object")
+            problems.append(invalid("item_object", where=where))
             continue
         ref = item.get("finding")
         if isinstance(ref, str) and (match := _REF.match(ref)):
             ref = int(match.group(1))
         if isinstance(ref, bool) or not isinstance(ref, int) or not 1 <= ref <= count:
-            problems.append(f"{where}.finding must be a finding number from 1 to {count}")
+            problems.append(invalid("finding_number", where=where, count=count))
             continue
         status = item.get("status")
         if status not in STATUSES:
-            problems.append(f"{where}.status must be one of {', '.join(STATUSES)}")
+            problems.append(invalid("one_of", where=f"{where}.status", choices=STATUSES))
             continue
         evidence = item.get("evidence")
         if not isinstance(evidence, str) or not evidence.strip():
-            problems.append(f"{where}.evidence must say what you read (path:line) and why")
+            problems.append(invalid("evidence", where=where))
             continue
         verdicts[ref] = Verdict(status, " ".join(evidence.split())[:MAX_EVIDENCE])
     if problems:
@@ -164,7 +164,7 @@ async def verify_draft(
     except (AgentError, GitError) as exc:
         return Verification(provider, error=str(exc))
     except OSError as exc:
-        return Verification(provider, error=f"a local error occurred ({exc.__class__.__name__})")
+        return Verification(provider, error=message("local_error", error_class=type(exc).__name__))
     except Exception:
         log.exception("verify pass crashed")
         return Verification(provider, error=message("internal_error"))

@@ -233,7 +233,7 @@ class Turn:
 
     async def _revise(self, tree: Worktree, done: list[Message] | None) -> None:
         ctx = self.ctx
-        child = str(self.payload.get("child") or "the other reviewer")
+        child = str(self.payload.get("child") or texts.message("other_reviewer"))
         submitted = next(
             (
                 call
