@@ -15,7 +15,7 @@ from bot.queue import JobQueue
 from bot.queue.sqlite import Jobs
 from bot.records.database import Database
 from bot.records.sqlite import Database as SqliteDatabase
-from bot.texts import render
+from bot.texts import catalogue
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Backend:
 
 def _said(kind: str, **context: object) -> str:
     """What the operator is told (templates/cli/messages.txt.j2; `bot.checks.say` is above us)."""
-    return render("cli/messages.txt.j2", kind=kind, **context).strip()
+    return catalogue("cli/messages.txt.j2", kind, **context)
 
 
 def describe(settings: Settings) -> str:

@@ -29,7 +29,7 @@ from bot.config import (
     check_settings,
     missing_model_key,
 )
-from bot.texts import render
+from bot.texts import catalogue
 
 EXIT_CONFIG, EXIT_RUNTIME = 2, 1
 PG_WAIT = 5.0  # seconds a start-up waits for Postgres before it says it cannot reach it
@@ -37,7 +37,7 @@ PROBE_WAIT = 15.0  # seconds for a model endpoint or GitHub to answer a check
 
 
 def say(kind: str, **context: object) -> str:
-    return render("cli/messages.txt.j2", kind=kind, **context).strip()
+    return catalogue("cli/messages.txt.j2", kind, **context)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
-from bot.texts import render
+from bot.texts import catalogue
 
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
@@ -40,8 +40,8 @@ class ConfigError(Exception):
 
     def __init__(self, variable: str, why: str, **context: object) -> None:
         self.variable = variable
-        self.problem = render("cli/config.txt.j2", kind=why, **context).strip()
-        said = render("cli/config.txt.j2", kind="error", variable=variable, problem=self.problem)
+        self.problem = catalogue("cli/config.txt.j2", why, **context)
+        said = catalogue("cli/config.txt.j2", "error", variable=variable, problem=self.problem)
         super().__init__(said.strip())
 
 

@@ -42,7 +42,7 @@ from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin
 from bot.standin.repo import make_pr
 from bot.standin.scripted import MODEL as SCRIPTED_MODEL
 from bot.standin.scripted import scripted_reviewer
-from bot.texts import render
+from bot.texts import catalogue
 from handlers import router
 
 OWNER, NAME, NUMBER, INSTALLATION, MAINTAINER = "demo", "widgets", 1, 1, "maintainer"
@@ -148,7 +148,7 @@ async def _idle(app: web.Application) -> bool:
 
 
 def say(kind: str, **context: Any) -> str:
-    return render("demo/messages.txt.j2", kind=kind, **context).strip()
+    return catalogue("demo/messages.txt.j2", kind, **context)
 
 
 async def demo(

@@ -32,7 +32,7 @@ from bot.config import (
     load_settings,
     missing_model_key,
 )
-from bot.texts import render, usd
+from bot.texts import catalogue, render, usd
 from bot.worktrees import GitError, Mirrors, Worktree, run_git
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
@@ -107,7 +107,7 @@ class LocalReview:
 
 
 def say(kind: str, **context: Any) -> str:
-    return render("local/messages.txt.j2", kind=kind, **context).strip()
+    return catalogue("local/messages.txt.j2", kind, **context)
 
 
 def plain(text: str | None) -> str:

@@ -105,9 +105,17 @@ def render(name: str, **context: Any) -> str:
     return _environment(_strict).get_template(name).render(**context).strip() + "\n"
 
 
+def catalogue(name: str, kind: str, **context: Any) -> str:
+    """One entry of a message catalogue (a template of `{% elif kind == … %}` branches), as
+    written: only the lines around it are trimmed, never a value's own spaces (a path that
+    begins with one is shown as it is)."""
+    context.setdefault("repo_url", None)
+    return _environment(_strict).get_template(name).render(kind=kind, **context).strip("\n")
+
+
 def message(kind: str, **context: Any) -> str:
     """One sentence of the message catalogue (templates/messages.txt.j2)."""
-    return render("messages.txt.j2", kind=kind, **context).strip()
+    return catalogue("messages.txt.j2", kind, **context)
 
 
 def repo_url_of(pull_html_url: str | None) -> str | None:

@@ -383,3 +383,15 @@ def test_a_missing_value_fails_in_tests_and_renders_empty_but_logged_in_producti
         strict_templates(True)
     assert "### F1 · nit · `a.py`" in text
     assert any("'line'" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize("path", [" a.py", "a.py ", "\ta.py", "a b.py"])
+def test_a_catalogue_entry_keeps_its_values_spaces(path):
+    """Only the template's own line breaks around an entry are trimmed: a path that begins or
+    ends with a space reaches the model and the operator as it is."""
+    from bot.agents.toolbox import said
+
+    assert said("submodule", path=path, oid="0" * 40).startswith(path + " is a submodule")
+    assert said("symlink", path="x", target=path).endswith(
+        f"to {path} (links are reported, not followed)"
+    )

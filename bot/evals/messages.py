@@ -8,11 +8,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.texts import render
+from bot.texts import catalogue
 
 
 def say(kind: str, **context: object) -> str:
-    return render("eval/messages.txt.j2", kind=kind, **context).rstrip("\n")
+    return catalogue("eval/messages.txt.j2", kind, **context)
 
 
 @dataclass(frozen=True)

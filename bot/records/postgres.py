@@ -24,7 +24,7 @@ import psycopg_pool
 from psycopg_pool import AsyncConnectionPool
 
 from bot.records import schema
-from bot.texts import render
+from bot.texts import catalogue
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class OperationalError(sqlite3.OperationalError):
 
 def _said(kind: str, **context: Any) -> str:
     """What the operator is told (templates/cli/messages.txt.j2; `bot.checks.say` is above us)."""
-    return render("cli/messages.txt.j2", kind=kind, **context).strip()
+    return catalogue("cli/messages.txt.j2", kind, **context)
 
 
 def column_type(declaration: str) -> str:
