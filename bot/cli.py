@@ -16,7 +16,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from bot.checks import say
 from bot.config import (
     PROVIDERS,
     ConfigError,
@@ -34,6 +33,12 @@ STARTED = time.monotonic()  # before the heavy imports: what `demo` measures fro
 def _fail(exc: ConfigError, command: str = "") -> int:
     print(say("config_failed", command=command, error=exc), file=sys.stderr)
     return EXIT_CONFIG
+
+
+def say(kind: str, **context: Any) -> str:
+    from bot.checks import say as checks_say  # lazily: nothing heavy before `main` starts
+
+    return checks_say(kind, **context)
 
 
 def version() -> str:
@@ -65,7 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = general = None
     with contextlib.suppress(ConfigError):  # the App's settings need the general ones
         general = load_settings(env, github=False)
-        settings = load_settings(env)
+        settings = general = load_settings(env)  # every secret known, to redact
     host = port = None
     if general is not None:
         try:

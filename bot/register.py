@@ -170,7 +170,7 @@ def env_text(
 
 
 def message(kind: str, **context: Any) -> str:
-    return _render("register/messages.txt.j2", kind=kind, **context).strip()
+    return _render("register/messages.txt.j2", kind=kind, **context).strip("\n")  # as written
 
 
 # -- files ------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto` (pyproject's addopts): a worker per core, at most four. Each worker starts
     its own Postgres cluster and stand-ins; past four the machine, not the suite, is the
     limit."""
-    return max(1, min(4, len(os.sched_getaffinity(0))))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(4, cores or 1))
 
 
 def pytest_configure(config: pytest.Config) -> None:
