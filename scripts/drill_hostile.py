@@ -112,8 +112,10 @@ async def drill(subject_mib: int) -> int:
                 # 1. Commits with huge subjects, read by the reviewer through git_log.
                 await lab.send(session, "pull_request", lab.pull_request("opened", 2))
                 await lab.until(
-                    lambda: lab.rows("SELECT state FROM reviews") == [("draft",)]
-                    and lab.busy_jobs() == 0,
+                    lambda: (
+                        lab.rows("SELECT state FROM reviews") == [("draft",)]
+                        and lab.busy_jobs() == 0
+                    ),
                     90,
                     "the review of the huge-subject PR",
                 )
@@ -234,8 +236,10 @@ async def drill(subject_mib: int) -> int:
 
                 peak = lab.rss_mib()
                 status, health = await lab.health(session)
-                print(f"peak RSS of the server over the drill: {peak:.0f} MiB "
-                      f"(bound {MEMORY_BOUND_MIB} MiB); /healthz {status} {health.get('status')}")
+                print(
+                    f"peak RSS of the server over the drill: {peak:.0f} MiB "
+                    f"(bound {MEMORY_BOUND_MIB} MiB); /healthz {status} {health.get('status')}"
+                )
                 lab.check(peak < MEMORY_BOUND_MIB, "memory stayed under the bound")
                 lab.check(status == 200, "healthy after")
             return lab.finish("drill_hostile")

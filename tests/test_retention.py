@@ -17,8 +17,7 @@ async def test_conversations_of_long_closed_prs_go_and_the_cost_ledger_stays(db)
             (number, state, updated),
         )
         review_id = await db.execute(
-            "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at)"
-            " VALUES (?, 'a', 0, 0)",
+            "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at) VALUES (?, 'a', 0, 0)",
             (pull_id,),
         )
         await db.execute(

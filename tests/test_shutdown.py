@@ -73,9 +73,9 @@ async def test_sigterm_stops_gracefully_and_the_review_resumes_at_the_next_start
 
             async def stopping() -> bool:
                 async with session.get(f"{server.url}/healthz") as response:
-                    return response.status == 503 and "stopping" in (await response.json())[
-                        "reasons"
-                    ]
+                    return (
+                        response.status == 503 and "stopping" in (await response.json())["reasons"]
+                    )
 
             await wait_for(stopping, timeout=10)
             closed = world.pull_request_payload("closed")
@@ -87,9 +87,10 @@ async def test_sigterm_stops_gracefully_and_the_review_resumes_at_the_next_start
         server.kill()
     db_path = data_dir / "cockpit.sqlite3"
     assert rows(db_path, "PRAGMA integrity_check") == [("ok",)]
-    assert not (data_dir / "cockpit.sqlite3-wal").exists() or rows(
-        db_path, "PRAGMA wal_checkpoint(TRUNCATE)"
-    )[0][0] == 0
+    assert (
+        not (data_dir / "cockpit.sqlite3-wal").exists()
+        or rows(db_path, "PRAGMA wal_checkpoint(TRUNCATE)")[0][0] == 0
+    )
     assert rows(db_path, "SELECT state, attempts FROM jobs WHERE kind = 'review'") == [
         ("queued", 0)  # re-queued, the attempt not counted
     ]
@@ -100,8 +101,10 @@ async def test_sigterm_stops_gracefully_and_the_review_resumes_at_the_next_start
     await restarted.start()
     try:
         await wait_for(
-            lambda: rows(db_path, "SELECT state, attempts FROM jobs WHERE kind = 'review'")
-            == [("done", 1)],  # the attempt it ran to the end is the only one counted
+            lambda: (
+                rows(db_path, "SELECT state, attempts FROM jobs WHERE kind = 'review'")
+                == [("done", 1)]
+            ),  # the attempt it ran to the end is the only one counted
             timeout=60,
         )
     finally:
