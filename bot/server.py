@@ -86,7 +86,13 @@ def _answer(
     """Count the delivery by its event and outcome, and answer GitHub (what the answer says:
     `why`, else the outcome)."""
     request.app[METRICS].deliveries.labels(event=event, outcome=outcome).inc()
-    return _reply(status, message("webhook_answer", why=why or outcome))
+    return _reply(status, _answer_text(why or outcome))
+
+
+@functools.cache
+def _answer_text(why: str) -> str:
+    """A webhook answer's text: one of a few constants, rendered once, not per delivery."""
+    return message("webhook_answer", why=why)
 
 
 async def webhook(request: web.Request) -> web.Response:

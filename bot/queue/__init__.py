@@ -9,6 +9,7 @@ good is reported by its kind's `on_gave_up` hook.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -189,7 +190,7 @@ class JobQueue(Protocol):
         ...
 
 
-class Workers:
+class Workers(abc.ABC):
     """What both backends' worker machinery shares: the handlers and hooks, the process's
     own periodic work, the counts health reports, and reporting a job's end."""
 
@@ -299,17 +300,18 @@ class Workers:
                 job = replace(job, payload={**payload, **await prepare(conn)})
             return await self._insert(conn, job, supersede)
 
+    @abc.abstractmethod
     def _row(self, job: NewJob) -> Any:
         """The backend's row for `job`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _adding(self, job: NewJob, supersede: bool) -> contextlib.AbstractAsyncContextManager:
         """The transaction `job` is added in (the key's older jobs of its kind cancelled in it
         when it supersedes them); what must follow the commit happens as it closes."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def _insert(self, conn: Any, job: NewJob, supersede: bool) -> int:
-        raise NotImplementedError
+        """Insert `job`'s row in the transaction; its id."""
 
 
 def job_log(job: Job) -> contextlib.AbstractContextManager[None]:
