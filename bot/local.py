@@ -1,27 +1,36 @@
 """`cockpit review-local`: the production review engine on a local repository's commits, with
 the draft printed in the terminal. It never talks to GitHub and never writes to the repository.
 
-The repository is only read: a few read-only git commands resolve the base and the head in it
-(with git's safe environment: no hooks, no fsmonitor, no optional locks), then a bare mirror
-under a temporary folder borrows its objects (`git clone --mirror --shared`: nothing is copied
-and nothing is written on the repository's side) and the review's worktree is made from that
-mirror, as production makes one from its mirror of GitHub. The runs and the session go to a
-temporary SQLite database: a trial on a laptop never mixes with a server's ledger and stats
-(`cockpit stats`, the daily budget), and nothing is left behind. Both go when the command ends.
+The repository may be anybody's (a colleague's branch, a downloaded project), and its own git
+config and attributes can name programs for git to run (filters, diff drivers, fsmonitor,
+hooks, pagers, ssh and gpg programs, credential helpers). So git runs in it only to read refs,
+objects and the index, never its files' contents, with git's safe environment (its
+configuration overrides the repository's: no hooks, no fsmonitor, no optional locks) and no
+transport at all (a partial clone's missing object is not fetched). Everything else (the log,
+the merge base, the diff, the reviewer's tools) runs in a bare mirror under a temporary folder
+whose configuration is ours alone: it borrows the repository's objects by naming their folder
+(`objects/info/alternates`; nothing copied, nothing written on the repository's side, no git
+process started there) and the review's worktree is made from it, as production makes one
+from its mirror of GitHub. The runs and the session go to a temporary SQLite database: a trial
+on a laptop never mixes with a server's ledger and stats (`cockpit stats`, the daily budget),
+and nothing is left behind. Both go when the command ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
+import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bot.agents.base import AgentError, Budget
 from bot.config import (
@@ -119,6 +128,15 @@ def plain(text: str | None) -> str:
 # -- the repository, read only ----------------------------------------------------------------
 
 
+class LocalMirrors(Mirrors):
+    """The mirrors of review-local: git's safe environment with no transport at all (no
+    protocol allowed, so no fetch, lazy or not, ever starts) and no system attributes. Every
+    git command of review-local runs with it, in the repository and in the mirror."""
+
+    def env(self, token: str | None = None) -> dict[str, str]:
+        return {**super().env(token), "GIT_ALLOW_PROTOCOL": "", "GIT_ATTR_NOSYSTEM": "1"}
+
+
 async def _git(repo: Path, env: dict[str, str], *args: str, check: bool = True) -> str:
     out = await run_git(list(args), cwd=repo, env=env, timeout=60, check=check)
     return out.decode("utf-8", errors="replace").strip()
@@ -142,7 +160,14 @@ async def _default_branch(repo: Path, env: dict[str, str]) -> tuple[str, str]:
     raise LocalError(say("no_default_branch"))
 
 
-async def resolve(options: LocalOptions, env: dict[str, str]) -> Revisions:
+def mirror_key(top: Path) -> str:
+    return "local/" + (re.sub(r"[^A-Za-z0-9._-]", "_", top.name) or "repository")
+
+
+async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
+    """The base and head, resolved in the repository (refs and commits only), and what the
+    reviewer is told of them, read in the mirror that borrows its objects (`borrow`)."""
+    env = mirrors.env()
     path = Path(options.path).expanduser()
     if not path.is_dir():
         raise LocalError(say("no_folder", path=options.path))
@@ -150,7 +175,12 @@ async def resolve(options: LocalOptions, env: dict[str, str]) -> Revisions:
         bare = await _git(path, env, "rev-parse", "--is-bare-repository")
     except GitError:
         raise LocalError(say("not_a_repository", path=options.path)) from None
-    git_dir = Path(await _git(path, env, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    asked = ["--show-object-format", "--path-format=absolute", "--git-common-dir"]
+    found = await _git(
+        path, env, "rev-parse", *asked, "--git-path", "objects", "--git-path", "index"
+    )
+    object_format, *paths = found.splitlines()
+    git_dir, objects, index = (Path(line) for line in paths)
     top = git_dir if bare == "true" else Path(await _git(path, env, "rev-parse", "--show-toplevel"))
     head_sha = await _commit(path, env, options.head)
     if head_sha is None:
@@ -162,19 +192,25 @@ async def resolve(options: LocalOptions, env: dict[str, str]) -> Revisions:
             raise LocalError(say("no_commit", flag="base", ref=options.base, top=top))
     else:
         base_ref, base_sha = await _default_branch(path, env)
-    merge_base = await _git(path, env, "merge-base", base_sha, head_sha, check=False)
+    uncommitted = 0
+    if bare != "true" and options.head == "HEAD":
+        uncommitted = len(await uncommitted_paths(top, index, env))
+    mirror = await borrow(mirrors, mirror_key(top), git_dir, objects, object_format)
+    merge_base = await _git(mirror, env, "merge-base", base_sha, head_sha, check=False)
     log = ""
     if merge_base:
         log = await _git(
-            path, env, "log", "--no-color", "--format=%s%n%n%b%x00", f"{merge_base}..{head_sha}"
+            mirror,
+            env,
+            "log",
+            "--no-color",
+            "--no-show-signature",
+            "--format=%s%n%n%b%x00",
+            f"{merge_base}..{head_sha}",
         )
     messages = [m.strip() for m in log.split("\x00") if m.strip()]
     show = ["cat-file", "blob", f"{base_sha}:.github/cockpit.toml"]
-    config = await run_git(show, cwd=path, env=env, timeout=30, limit=64 * 1024, check=False)
-    uncommitted = 0
-    if bare != "true" and options.head == "HEAD":
-        status = await _git(path, env, "status", "--porcelain", "--no-renames")
-        uncommitted = len(status.splitlines())
+    config = await run_git(show, cwd=mirror, env=env, timeout=30, limit=64 * 1024, check=False)
     return Revisions(
         top=top,
         git_dir=git_dir,
@@ -189,16 +225,185 @@ async def resolve(options: LocalOptions, env: dict[str, str]) -> Revisions:
     )
 
 
-async def mirror_of(mirrors: Mirrors, key: str, revisions: Revisions) -> Worktree:
-    """A bare mirror that borrows the repository's objects (alternates: no copy, no write
-    there), and the review's worktree of it at the head, diffed from the merge base."""
+async def borrow(
+    mirrors: Mirrors, key: str, git_dir: Path, objects: Path, object_format: str
+) -> Path:
+    """A new bare mirror that reads the repository's objects in place: its alternates file
+    names their folder, and a shallow repository's boundary is copied. No git process runs in
+    the repository (a clone would start `git upload-pack` there, under its own config), and
+    the mirror's configuration is only what git_env gives it."""
     mirror = mirrors.mirror_path(key)
     async with mirrors.lock(mirror):
-        clone = ["clone", "--mirror", "--shared", "--quiet", "--", str(revisions.git_dir)]
-        await run_git([*clone, str(mirror)], cwd=mirror.parent, env=mirrors.env())
+        init = ["init", "--quiet", "--bare", "--template=", f"--object-format={object_format}"]
+        await run_git([*init, "--", str(mirror)], cwd=mirror.parent, env=mirrors.env())
+        (mirror / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (mirror / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+        if (git_dir / "shallow").is_file():
+            shutil.copyfile(git_dir / "shallow", mirror / "shallow")
+    return mirror
+
+
+async def mirror_of(mirrors: Mirrors, revisions: Revisions) -> Worktree:
+    """The review's worktree of the mirror (`borrow`) at the head, diffed from the merge
+    base."""
     return await mirrors.add_worktree(
-        key, name="review-local", head_sha=revisions.head_sha, base_ref=revisions.base_sha
+        mirror_key(revisions.top),
+        name="review-local",
+        head_sha=revisions.head_sha,
+        base_ref=revisions.base_sha,
     )
+
+
+# -- uncommitted changes, counted without reading a file through git -----------------------------
+
+_EXEC_BIT = 0o100
+_INTENT_TO_ADD = 1 << 29  # `git add -N` (a flag of the index entry, as --debug shows it)
+_NOT_WRITTEN_BY_GIT = re.compile(r"^/|(^|/)(\.{0,2}|\.git)(/|$)")  # `..`, `.git`, empty parts
+# One record of `git ls-files -z -t -v --stage --debug`: `<tag> <mode> <oid> <stage> TAB
+# <path> NUL`, then five lines of stat data and flags (each ends in a newline; the format is
+# "for manual inspection", so a NUL is accepted there too).
+_ENTRY = re.compile(
+    rb"([A-Za-z]) ([0-7]+) ([0-9a-f]+) ([0-3])\t([^\x00]*)\x00"
+    rb"  ctime: \d+:\d+[\n\x00]  mtime: (\d+):(\d+)[\n\x00]  dev: \d+\tino: \d+[\n\x00]"
+    rb"  uid: \d+\tgid: \d+[\n\x00]  size: (\d+)\tflags: ([0-9a-f]+)[\n\x00]"
+)
+
+
+class IndexEntry(NamedTuple):  # a tuple: a repository has hundreds of thousands of them
+    tag: str  # `ls-files -t -v`: H tracked, S skip-worktree, M unmerged (lower case: assumed
+    mode: str  # unchanged, `git update-index --assume-unchanged`)
+    oid: str
+    stage: str
+    path: str
+    mtime: tuple[int, int]  # seconds, nanoseconds (0 when git did not record them)
+    size: int  # the low 32 bits
+    flags: int
+
+
+def index_entries(out: bytes) -> list[IndexEntry]:
+    """The index's entries as `git ls-files -z -t -v --stage --debug` lists them (an answer
+    of another shape gives fewer: the entries up to where it changed)."""
+    entries, at = [], 0
+    while found := _ENTRY.match(out, at):
+        tag, mode, oid, stage, path, seconds, nanoseconds, size, flags = found.groups()
+        entries.append(
+            IndexEntry(
+                tag.decode(),
+                mode.decode(),
+                oid.decode(),
+                stage.decode(),
+                path.decode("utf-8", errors="surrogateescape"),
+                (int(seconds), int(nanoseconds)),
+                int(size),
+                int(flags, 16),
+            )
+        )
+        at = found.end()
+    return entries
+
+
+def blob_id(file: str, size: int, object_format: str) -> str | None:
+    """The blob id of the regular file's bytes as they are (None if it is no longer a regular
+    file of `size` bytes: never a link followed, never a pipe waited on)."""
+    digest = hashlib.new(object_format, b"blob %d\x00" % size)
+    read = 0
+    with open(os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as data:
+        if not stat.S_ISREG(os.fstat(data.fileno()).st_mode):
+            return None
+        while chunk := data.read(1 << 20):
+            digest.update(chunk)
+            read += len(chunk)
+    return digest.hexdigest() if read == size else None
+
+
+def worktree_changed(top: Path, entry: IndexEntry, racy_from: int, file_mode: bool) -> bool:
+    """Whether the working tree's file differs from its index entry, decided as git does
+    (stat data first, then the content when the stat data cannot tell) except that the
+    content is hashed as it is, never through the filters or the end-of-line conversion the
+    repository configures: a touched file that git would convert counts as changed."""
+    if entry.flags & _INTENT_TO_ADD:
+        return True
+    if _NOT_WRITTEN_BY_GIT.search(entry.path):
+        return True  # never looked up
+    file = f"{top}/{entry.path}"
+    try:
+        info = os.lstat(file)
+    except (OSError, ValueError):
+        return True  # deleted, or a folder where a file was
+    link = entry.mode == "120000"
+    if link != stat.S_ISLNK(info.st_mode) or not (link or stat.S_ISREG(info.st_mode)):
+        return True
+    if not link and file_mode and bool(info.st_mode & _EXEC_BIT) != (entry.mode == "100755"):
+        return True
+    if info.st_size & 0xFFFFFFFF != entry.size:
+        return True
+    seconds, nanoseconds = divmod(info.st_mtime_ns, 1_000_000_000)
+    if (seconds, nanoseconds if entry.mtime[1] else 0) == entry.mtime and seconds < racy_from:
+        return False
+    object_format = "sha1" if len(entry.oid) == 40 else "sha256"
+    try:
+        parts = entry.path.split("/")
+        if any(top.joinpath(*parts[:n]).is_symlink() for n in range(1, len(parts))):
+            return True  # behind a link (git sees it gone): never read
+        if link:
+            target = os.fsencode(os.readlink(file))
+            digest = hashlib.new(object_format, b"blob %d\x00" % len(target) + target)
+            return digest.hexdigest() != entry.oid
+        return blob_id(file, info.st_size, object_format) != entry.oid
+    except OSError:
+        return True
+
+
+async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[str]:
+    """The paths `git status` would name, found without `git status`: that command reads
+    changed-looking files through the repository's clean filters (programs its config names).
+    Git compares the index with HEAD and lists the index and the untracked files; the
+    working tree's files are compared with the index by their stat data, and by their raw
+    content's hash when that cannot tell (see `worktree_changed`)."""
+    staged_only = ["diff-index", "--cached", "--name-only", "-z", "--no-renames", "--no-relative"]
+    staged = await run_git(
+        [*staged_only, "--no-ext-diff", "--no-textconv", "HEAD", "--"],
+        cwd=top,
+        env=env,
+        timeout=60,
+        limit=64 << 20,
+    )
+    changed = {p for p in staged.decode("utf-8", errors="surrogateescape").split("\x00") if p}
+    settings = await _git(
+        top,
+        env,
+        "config",
+        "--get-regexp",
+        r"^(core\.filemode|status\.showuntrackedfiles)$",
+        check=False,
+    )
+    config = dict(line.partition(" ")[::2] for line in settings.splitlines())
+    file_mode = config.get("core.filemode", "true").lower() not in ("false", "no", "off", "0")
+    listed = ["ls-files", "-z", "-t", "-v", "--stage", "--debug", "--full-name", "--"]
+    out = await run_git(listed, cwd=top, env=env, timeout=60, limit=256 << 20)
+    try:  # an entry written no earlier than the index may have changed within its second
+        racy_from = int(index.stat().st_mtime)
+    except OSError:
+        racy_from = 0
+    entries = index_entries(out)
+    changed |= {e.path for e in entries if e.stage != "0"}  # unmerged
+    # Submodules, skip-worktree and assume-unchanged entries are not looked at, as git does.
+    looked = [e for e in entries if e.stage == "0" and e.tag == "H" and e.mode != "160000"]
+    changed |= await asyncio.to_thread(
+        lambda: {e.path for e in looked if worktree_changed(top, e, racy_from, file_mode)}
+    )
+    untracked = config.get("status.showuntrackedfiles", "normal").lower()
+    if untracked not in ("no", "false", "off", "0"):
+        others = ["ls-files", "-z", "--others", "--exclude-standard", "--directory"]
+        listed = await run_git(
+            [*others, "--no-empty-directory", "--full-name", "--"],
+            cwd=top,
+            env=env,
+            timeout=60,
+            limit=64 << 20,
+        )
+        changed |= {p for p in listed.decode("utf-8", errors="surrogateescape").split("\x00") if p}
+    return changed
 
 
 # -- the engine ------------------------------------------------------------------------------------
@@ -228,8 +433,8 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
     from bot.review.pipeline import Reviewer, ReviewRequest
     from bot.review.verify import choose_provider
 
-    mirrors = Mirrors(work)
-    revisions = await resolve(options, mirrors.env())
+    mirrors = LocalMirrors(work)
+    revisions = await resolve(options, mirrors)
     config = parse_repo_config(revisions.config_text) if revisions.config_text else RepoConfig()
     provider = options.provider or config.provider or settings.provider
     _require_key(provider, options.provider is not None)
@@ -242,8 +447,7 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
         notes.append(say("config_error", error=config.error))
     if revisions.uncommitted:
         notes.append(say("uncommitted", count=revisions.uncommitted))
-    key = "local/" + (re.sub(r"[^A-Za-z0-9._-]", "_", revisions.top.name) or "repository")
-    tree = await mirror_of(mirrors, key, revisions)
+    tree = await mirror_of(mirrors, revisions)
     db = await Database.open(work / "cockpit.sqlite3")
     models = ModelClients(settings)
     try:

@@ -282,3 +282,295 @@ def test_terminal_text_never_carries_control_characters(text):
     shown = plain(text)
     assert not any((ord(c) < 32 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F for c in shown)
     assert len(shown) <= len(text)
+
+
+# -- a repository that names programs -----------------------------------------------------------
+
+# Every place a repository's git config (or its attributes, pointing at that config) can name a
+# program git would run: each one leaves a marker named after its key if it ever runs.
+HOSTILE_CONFIG = {
+    "filter.evil.clean": "filter.clean",
+    "filter.evil.smudge": "filter.smudge",
+    "filter.proc.process": "filter.process",
+    "diff.evil.textconv": "diff.textconv",
+    "diff.drv.command": "diff.command",
+    "diff.external": "diff.external",
+    "merge.drv.driver": "merge.driver",
+    "core.fsmonitor": "core.fsmonitor",
+    "core.pager": "core.pager",
+    "pager.log": "pager.log",
+    "pager.status": "pager.status",
+    "core.sshCommand": "core.sshCommand",
+    "core.gitProxy": "core.gitProxy",
+    "core.askPass": "core.askPass",
+    "core.alternateRefsCommand": "core.alternateRefsCommand",
+    "core.editor": "core.editor",
+    "gpg.program": "gpg.program",
+    "gpg.ssh.program": "gpg.ssh.program",
+    "credential.helper": "credential.helper",
+    "uploadpack.packObjectsHook": "uploadpack.packObjectsHook",
+}
+INCLUDED_CONFIG = {  # in a file `include.path` names, and one `includeIf` names
+    "filter.inc.clean": "include.filter.clean",
+    "diff.inc.textconv": "include.diff.textconv",
+}
+CONDITIONAL_CONFIG = {"filter.cond.clean": "includeIf.filter.clean"}
+ATTRIBUTES_INFO = "*.md filter=proc diff=drv merge=drv\n"  # .git/info/attributes
+ATTRIBUTES_COMMITTED = (  # the committed .gitattributes (later lines win)
+    "* filter=evil diff=evil merge=drv\ntests/* filter=inc diff=inc\n.gitattributes filter=cond\n"
+)
+
+
+def program(folder: Path, marks: Path, name: str) -> str:
+    """A script that leaves `marks/<name>` when run."""
+    script = folder / name.replace("/", "_")
+    script.write_text(f'#!/bin/sh\necho "$0 $*" >> "{marks / name}"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def sign(repo: Path) -> None:
+    """Give the head commit a (fake) signature, so showing signatures would call gpg."""
+    head = git(repo, "cat-file", "commit", "HEAD") + "\n"
+    header, _, message = head.partition("\n\n")
+    signature = "gpgsig -----BEGIN PGP SIGNATURE-----\n \n =fake\n -----END PGP SIGNATURE-----"
+    signed = f"{header}\n{signature}\n\n{message}"
+    sha = subprocess.run(
+        ["git", "hash-object", "-t", "commit", "-w", "--stdin"],
+        cwd=repo,
+        input=signed,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    git(repo, "update-ref", "refs/heads/feature", sha)
+
+
+@pytest.fixture
+def hostile(repo, tmp_path) -> tuple[Path, Path]:
+    """The feature branch of `repo`, in a repository whose config, attributes (its own and
+    committed ones) and hooks name a program for every key git might run one for; every
+    tracked file touched after the index was written (a `git status` would run the clean
+    filters to see whether they changed). Returns the repository and the markers' folder."""
+    marks, programs, hooks = tmp_path / "marks", tmp_path / "programs", tmp_path / "hooks"
+    for folder in (marks, programs, hooks):
+        folder.mkdir()
+    git(repo, "checkout", "-q", "main")
+    (repo / ".gitattributes").write_text(ATTRIBUTES_COMMITTED)
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    git(repo, "update-ref", "refs/remotes/origin/main", "HEAD")
+    git(repo, "checkout", "-q", "feature")
+    git(repo, "rebase", "-q", "main")
+    sign(repo)
+    git(repo, "reset", "-q", "--hard", "feature")
+    for hook in (*HOOKS, "post-rewrite", "pre-push", "post-commit", "push-to-checkout"):
+        script = hooks / hook
+        script.write_text(f'#!/bin/sh\necho "$0" >> "{marks / ("core.hooksPath." + hook)}"\n')
+        script.chmod(0o755)
+    tracked = git(repo, "ls-files").splitlines()
+    config = {key: program(programs, marks, name) for key, name in HOSTILE_CONFIG.items()}
+    config["credential.helper"] = "!" + config["credential.helper"]
+    config["core.hooksPath"] = str(hooks)
+    config["log.showSignature"] = "true"
+    config["protocol.allow"] = "always"
+    config["remote.origin.url"] = "ssh://git@example.invalid/widgets.git"
+    config["remote.origin.fetch"] = "+refs/heads/*:refs/remotes/origin/*"
+    config["remote.ext.url"] = "ext::" + program(programs, marks, "remote.ext")
+    config["remote.proxied.url"] = "git://example.invalid/widgets.git"  # core.gitProxy's
+    included, conditional = tmp_path / "included.gitconfig", tmp_path / "conditional.gitconfig"
+    for path, keys in ((included, INCLUDED_CONFIG), (conditional, CONDITIONAL_CONFIG)):
+        for key, name in keys.items():
+            subprocess.run(
+                ["git", "config", "-f", str(path), key, program(programs, marks, name)],
+                check=True,
+            )
+    config["include.path"] = str(included)
+    config[f"includeIf.gitdir:{repo}/.git.path"] = str(conditional)
+    for key, value in config.items():
+        git(repo, "config", key, value)
+    (repo / ".git" / "info" / "attributes").write_text(ATTRIBUTES_INFO)
+    later = (repo / ".git" / "index").stat().st_mtime + 3600
+    for path in tracked:  # the index's stat no longer matches
+        os.utime(repo / path, (later, later))
+    assert list(marks.iterdir()) == []  # setting it up ran nothing
+    (tmp_path / "hook-ran").unlink(missing_ok=True)  # the commits above ran `repo`'s hooks
+    return repo, marks
+
+
+def test_plain_git_runs_the_programs_the_hostile_repository_names(hostile):
+    """The hostile repository bites: ordinary git commands in it run the programs (so the
+    test below would see one that review-local ran)."""
+    repo, marks = hostile
+    runs = {
+        ("status", "--", "app"): {"filter.clean", "core.fsmonitor"},
+        ("status", "--", "README.md"): {"filter.process"},
+        ("status", "--", "tests"): {"include.filter.clean"},
+        ("status", "--", ".gitattributes"): {"includeIf.filter.clean"},
+        ("diff", "main", "feature"): {"diff.external"},
+        ("diff", "--no-ext-diff", "main", "feature"): {"diff.textconv", "include.diff.textconv"},
+        ("log", "-1"): {"gpg.program"},
+        ("fetch", "origin"): {"core.sshCommand"},
+        ("fetch", "ext"): {"remote.ext"},
+        ("fetch", "proxied"): {"core.gitProxy"},
+        ("credential", "fill"): {"credential.helper"},
+    }
+    for args, expected in runs.items():
+        for mark in marks.iterdir():
+            mark.unlink()
+        subprocess.run(
+            ["git", *args],
+            cwd=repo,
+            input="protocol=https\nhost=example.com\n\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert expected <= {p.name for p in marks.iterdir()}, args
+
+
+def state(root: Path) -> dict[str, tuple[str, int, int]]:
+    """Every file and folder under the repository (.git included): content hash (or link
+    target), mode and mtime."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        info = path.lstat()
+        if stat.S_ISREG(info.st_mode):
+            content = hashlib.sha256(path.read_bytes()).hexdigest()
+        elif stat.S_ISLNK(info.st_mode):
+            content = os.readlink(path)
+        else:
+            content = "dir"
+        found[str(path.relative_to(root))] = (content, info.st_mode, info.st_mtime_ns)
+    return found
+
+
+async def test_a_hostile_repository_runs_no_program_and_is_not_written(
+    hostile, elsewhere, env, tmp_path
+):
+    repo, marks = hostile
+    before = state(repo)
+    code, out, err = await cockpit("review-local", str(repo), env=env, cwd=elsewhere)
+    assert sorted(p.name for p in marks.iterdir()) == []  # no program the repository names ran
+    assert not (tmp_path / "hook-ran").exists()
+    assert code == 0, err
+    assert state(repo) == before  # not a byte, not an mtime: index, config, refs, files
+    assert "Verdict: request changes" in out and "F1 · critical · app/calc.py:3" in out
+    # Every tracked file was touched, none changed: nothing to commit, nothing said.
+    assert "uncommitted" not in out
+    code, out, err = await cockpit(
+        "review-local", str(repo), "--verify", "--json", env=env, cwd=elsewhere
+    )
+    assert sorted(p.name for p in marks.iterdir()) == []
+    assert code == 0, err
+    assert json.loads(out)["verify"] == {"provider": "codex", "error": None}
+    assert state(repo) == before
+
+
+async def test_a_partial_clone_fetches_no_missing_object(repo, elsewhere, env, tmp_path):
+    """A repository that says it is a partial clone, with an object the review would read
+    missing: git would fetch it from the promisor remote (a program the config names, then a
+    write); review-local fetches nothing, runs nothing and reads what is there."""
+    marks, programs = tmp_path / "marks", tmp_path / "programs"
+    marks.mkdir()
+    programs.mkdir()
+    git(repo, "checkout", "-q", "main")
+    write_files(repo, {".github/cockpit.toml": 'provider = "codex"\n'})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "cockpit settings")
+    git(repo, "update-ref", "refs/remotes/origin/main", "HEAD")
+    git(repo, "checkout", "-q", "feature")
+    git(repo, "rebase", "-q", "main")
+    blob = git(repo, "rev-parse", "main:.github/cockpit.toml")
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    upstream = tmp_path / "upstream"
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(upstream))
+    for key, value in {
+        "core.repositoryformatversion": "1",
+        "extensions.partialClone": "origin",
+        "remote.origin.url": upstream.as_uri(),
+        "remote.origin.promisor": "true",
+        "remote.origin.uploadpack": program(programs, marks, "remote.uploadpack"),
+        "core.sshCommand": program(programs, marks, "core.sshCommand"),
+    }.items():
+        git(repo, "config", key, value)
+    (tmp_path / "hook-ran").unlink(missing_ok=True)  # the commits above ran `repo`'s hooks
+    before = state(repo)
+    code, out, err = await cockpit("review-local", str(repo), "--json", env=env, cwd=elsewhere)
+    assert sorted(p.name for p in marks.iterdir()) == []
+    assert not (tmp_path / "hook-ran").exists()
+    assert code == 0, err
+    assert state(repo) == before  # no object fetched into it
+    assert json.loads(out)["provider"] == "claude"  # the settings' blob is not there to read
+
+
+def status_paths(repo: Path) -> set[str]:
+    """The paths `git status` names (read without refreshing the index)."""
+    out = subprocess.run(
+        ["git", "--no-optional-locks", "status", "--porcelain", "-z", "--no-renames"],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    ).stdout
+    return {record[3:].decode(errors="surrogateescape") for record in out.split(b"\0") if record}
+
+
+async def test_the_uncommitted_count_names_what_git_status_names(tmp_path):
+    """Staged, unstaged, racily clean, touched but unchanged, deleted, mode and link changes,
+    untracked files and folders, intent-to-add, skip-worktree, assume-unchanged and
+    conflicted paths: counted as `git status` counts them, without it."""
+    from bot.local import LocalMirrors, uncommitted_paths  # (new with this count)
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "dev@example.com")
+    git(repo, "config", "user.name", "Dev")
+    files = {
+        f"{name}.txt": f"{name}\n"
+        for name in ("staged", "edited", "racy", "touched", "gone", "mode", "hidden", "assumed")
+    }
+    files |= {"link": "link:touched.txt", "sub dir/naïve.txt": "x\n", "both.txt": "base\n"}
+    write_files(repo, files)
+    (repo / ".gitignore").write_text("*.log\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "other")
+    write_files(repo, {"both.txt": "other\n"})
+    git(repo, "commit", "-q", "-am", "other")
+    git(repo, "checkout", "-q", "main")
+    write_files(repo, {"both.txt": "main\n"})
+    git(repo, "commit", "-q", "-am", "main")
+    subprocess.run(["git", "merge", "-q", "other"], cwd=repo, capture_output=True)  # conflicts
+    write_files(repo, {"staged.txt": "staged, longer\n", "new.txt": "new\n"})
+    git(repo, "add", "staged.txt", "new.txt")
+    write_files(repo, {"edited.txt": "edited, longer\n", "link": "link:gone.txt"})
+    (repo / "gone.txt").unlink()
+    (repo / "mode.txt").chmod(0o755)
+    git(repo, "update-index", "--skip-worktree", "hidden.txt")
+    (repo / "hidden.txt").unlink()
+    git(repo, "update-index", "--assume-unchanged", "assumed.txt")
+    (repo / "assumed.txt").write_text("assumed, but changed\n")
+    (repo / "intent.txt").write_text("intent\n")
+    git(repo, "add", "-N", "intent.txt")
+    for name in ("untracked.txt", "folder/a.txt", "folder/b.txt", "debug.log"):
+        write_files(repo, {name: "?\n"})
+    (repo / "empty").mkdir()
+    subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=repo)  # stat data fresh
+    index = repo / ".git" / "index"
+    racy = repo / "racy.txt"
+    written = racy.stat().st_mtime_ns
+    racy.write_text("RACY\n")  # same size, and the same mtime as the index records …
+    os.utime(racy, ns=(written, written))
+    os.utime(index, ns=(written, written))  # … written in the same second as the index
+    later = written + 10**9
+    os.utime(repo / "touched.txt", ns=(later, later))  # touched, not changed
+    before = state(repo)
+    env = LocalMirrors(tmp_path / "work").env()
+    found = await uncommitted_paths(repo, index, env)
+    assert state(repo) == before
+    expected = status_paths(repo)
+    assert found == expected
+    assert {"staged.txt", "edited.txt", "racy.txt", "gone.txt", "mode.txt", "link"} <= found
+    assert {"both.txt", "new.txt", "intent.txt", "untracked.txt", "folder/"} <= found
+    assert found.isdisjoint({"touched.txt", "hidden.txt", "assumed.txt", "debug.log", "empty/"})
