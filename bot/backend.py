@@ -2,18 +2,21 @@
 SQLite under COCKPIT_DATA_DIR by default (one process owns the file, its own job queue);
 Postgres with jobs on procrastinate when COCKPIT_DATABASE_URL is set (several processes).
 Both implement one contract: `bot.records.database.Database`, `bot.queue.JobQueue` and the
-inbox's `Commits`."""
+inbox's `Commits`. The server opens the database to apply (SQLite) or check (Postgres) its
+schema, `cockpit migrate` to apply it, a reporting command to read it as it is."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from dataclasses import dataclass
 
-from bot.config import ConfigError, Settings, shown_url
+from bot.config import ConfigError, Settings, in_words, shown_url
 from bot.inbox import Commits, PgCommits, SqliteCommits
 from bot.queue import JobQueue
 from bot.queue.sqlite import Jobs
 from bot.records.database import Database
+from bot.records.schema import behind
 from bot.records.sqlite import Database as SqliteDatabase
 from bot.texts import catalogue
 
@@ -48,28 +51,31 @@ def missing(settings: Settings) -> bool:
 
 @dataclass(frozen=True)
 class Reach:
-    """What trying the configured database found (for `check-config` and `serve`'s start)."""
+    """What trying the configured database found (for `check-config`, `serve`'s start and
+    the commands that open it)."""
 
     label: str  # `describe`
     shared: bool = False  # Postgres (several processes), else the SQLite file
-    exists: bool = True  # SQLite: the file is there already (`serve` creates it)
-    error: str | None = None  # it could not be reached: why (may name secrets: redact it)
-    refused: bool = False  # Postgres refused these credentials or this database
+    exists: bool = True  # SQLite: the file is there and holds tables (`serve` makes them)
+    error: str | None = None  # it could not be used: why, in words (may name secrets: redact)
+    refused: bool = False  # a setting must change: credentials, database name, the file
+    not_database: bool = False  # SQLite: the file is something else
     timed_out: bool = False
     version: int | None = None  # the schema's recorded version
     behind: str | None = None  # the schema is behind this release's: why
 
 
 async def reach(settings: Settings, wait: float) -> Reach:
-    """Try the configured database within about `wait` seconds: SQLite's file is only
-    looked for; Postgres is connected to and its schema version read."""
-    label = describe(settings)
+    """Try the configured database within about `wait` seconds and read its schema version,
+    changing nothing: SQLite's file is opened as it is (if it is there), Postgres is
+    connected to."""
     if settings.database_url is None:
-        return Reach(label, exists=settings.db_path.exists())
+        return await _reach_sqlite(settings, wait)
     import psycopg
 
     from bot.records.postgres import PgDatabase, SchemaBehind
 
+    label = describe(settings)
     url = settings.database_url.reveal()
     try:
         async with asyncio.timeout(wait + 1):
@@ -79,7 +85,7 @@ async def reach(settings: Settings, wait: float) -> Reach:
         return Reach(label, shared=True, timed_out=True)
     except psycopg.Error as exc:
         refused = getattr(exc, "sqlstate", None) in ("28P01", "28000", "3D000")
-        reason = " ".join(str(exc).split()) or exc.__class__.__name__
+        reason = " ".join(str(exc).split()) or in_words(exc)
         return Reach(label, shared=True, error=reason, refused=refused)
     version = None
     try:
@@ -92,9 +98,29 @@ async def reach(settings: Settings, wait: float) -> Reach:
                 await db.close()
     except SchemaBehind as exc:
         return Reach(label, shared=True, version=version, behind=str(exc))
-    except (TimeoutError, OSError) as exc:
-        return Reach(label, shared=True, error=exc.__class__.__name__)
+    except (TimeoutError, OSError, sqlite3.Error, psycopg.Error) as exc:
+        return Reach(label, shared=True, error=in_words(exc))
     return Reach(label, shared=True, version=version)
+
+
+async def _reach_sqlite(settings: Settings, wait: float) -> Reach:
+    label, path = describe(settings), settings.db_path
+    if not path.exists():
+        return Reach(label, exists=False)
+    try:
+        db = await SqliteDatabase.open(path, migrate=False, busy_timeout_ms=int(wait * 1000))
+        try:
+            version, empty = await db.schema_version(), await db.empty()
+        finally:
+            await db.close()
+    except sqlite3.Error as exc:
+        code = getattr(exc, "sqlite_errorcode", None)
+        busy = code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+        not_database = code == sqlite3.SQLITE_NOTADB
+        return Reach(label, error=str(exc), refused=not busy, not_database=not_database)
+    problem = behind(version)
+    said = None if problem is None else str(problem)
+    return Reach(label, exists=not empty, version=version, behind=said)
 
 
 def check_role(settings: Settings, role: str) -> None:
@@ -105,9 +131,9 @@ def check_role(settings: Settings, role: str) -> None:
 
 
 async def open_database(settings: Settings) -> Database:
-    """The configured database, its schema current: the SQLite file applies its steps itself
-    (one process owns it); a Postgres schema behind this release's is refused
-    (`bot.records.postgres.SchemaBehind`) unless COCKPIT_MIGRATE_ON_START=1 lets this
+    """The server's database, its schema current: the SQLite file applies its steps itself
+    (one process serves it); a Postgres schema behind this release's is refused
+    (`bot.records.schema.SchemaBehind`) unless COCKPIT_MIGRATE_ON_START=1 lets this
     process migrate it."""
     if settings.database_url is None:
         return await SqliteDatabase.open(settings.db_path)
@@ -117,6 +143,24 @@ async def open_database(settings: Settings) -> Database:
     try:
         if settings.migrate_on_start:
             await db.migrate()
+        await db.check_schema()
+    except BaseException:
+        await db.close()
+        raise
+    return db
+
+
+async def read_database(settings: Settings) -> Database:
+    """The configured database as it is, for a command that only reads it (`stats`, a golden
+    file from reviews): its schema is never changed, and one behind this release's is
+    refused (SchemaBehind says to run `cockpit migrate`)."""
+    if settings.database_url is None:
+        db: Database = await SqliteDatabase.open(settings.db_path, migrate=False)
+    else:
+        from bot.records.postgres import PgDatabase
+
+        db = await PgDatabase.open(settings.database_url.reveal())
+    try:
         await db.check_schema()
     except BaseException:
         await db.close()
@@ -142,15 +186,14 @@ async def open_backend(settings: Settings) -> Backend:
 
 async def migrate(settings: Settings) -> str:
     """`cockpit migrate`: apply the schema's missing steps (ours, and procrastinate's on
-    Postgres) and say where the schema is now, in one line."""
+    Postgres) and say what it did, in one line: from which version to which, or that it was
+    already there."""
+    label = describe(settings)
     if settings.database_url is None:
         db = await SqliteDatabase.open(settings.db_path)  # opening applies the steps
-        try:
-            return _said(
-                "sqlite_migrated", path=settings.db_path, version=await db.schema_version()
-            )
-        finally:
-            await db.close()
+        await db.close()
+        assert db.migrated is not None
+        return _said("migrated", label=label, done=db.migrated, shared=False)
     from bot.records.postgres import PgDatabase
 
     pg = await PgDatabase.open(settings.database_url.reveal())
@@ -159,10 +202,4 @@ async def migrate(settings: Settings) -> str:
         await pg.check_schema()
     finally:
         await pg.close()
-    return _said(
-        "pg_migrated",
-        version=done.version,
-        steps=done.steps,
-        theirs=done.procrastinate_schema,
-        applied=len(done.procrastinate),
-    )
+    return _said("migrated", label=label, done=done, shared=True)

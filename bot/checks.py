@@ -4,6 +4,12 @@ line, and a problem says its cause and its fix.
 Offline: the settings' syntax and what each configured provider needs set. Live: git on PATH,
 the data directory writable, the database reachable (and its schema version), each configured
 provider's key and endpoint (one probe per provider: `MODEL_PROBES`), the GitHub App's auth.
+
+How serious a finding is, one rule for every command that checks (`serve`, `check-config`,
+`migrate`, `stats`): a problem (✗) stops what needs it, with exit code 2 when a setting must
+change (a value, a key, a file in the way) and 1 when something only does not answer
+(Postgres, GitHub, a model endpoint, a port another program holds); a warning (!) is worth
+saying and stops nothing. When there are both, a setting to change decides (2).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bot.config import (
     MODEL_KEYS,
@@ -27,9 +34,14 @@ from bot.config import (
     ConfigError,
     Settings,
     check_settings,
+    in_words,
     missing_model_key,
 )
+from bot.records.schema import SCHEMA_VERSION
 from bot.texts import catalogue
+
+if TYPE_CHECKING:
+    from bot.backend import Reach
 
 EXIT_CONFIG, EXIT_RUNTIME = 2, 1
 PG_WAIT = 5.0  # seconds a start-up waits for Postgres before it says it cannot reach it
@@ -62,11 +74,22 @@ def ok(name: str, text: str) -> Check:
 
 
 def problem(name: str, text: str, fix: str = "", code: int = EXIT_CONFIG) -> Check:
+    """A setting to change (exit 2), unless `code` says it only does not answer."""
     return Check(name, text, fix, problem=True, code=code)
 
 
+def unanswered(name: str, text: str, fix: str = "") -> Check:
+    """Something that only does not answer (exit 1): nothing in the settings to change."""
+    return problem(name, text, fix, EXIT_RUNTIME)
+
+
+def warning(name: str, text: str) -> Check:
+    return Check(name, text, warning=True)
+
+
 def exit_code(checks: list[Check]) -> int:
-    """0 when nothing is wrong; 2 when any problem is a setting to change; else 1."""
+    """The rule above: 0 when nothing is wrong; 2 when any problem is a setting to change;
+    else 1."""
     codes = {c.code for c in checks if c.problem}
     return EXIT_CONFIG if EXIT_CONFIG in codes else max(codes, default=0)
 
@@ -98,7 +121,7 @@ def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
             found.append(problem(provider, text, say("key_fix", variable=missing.variable)))
         else:
             text = say("other_key_missing", variables=MODEL_KEYS[provider], provider=provider)
-            found.append(Check(provider, text, warning=True))
+            found.append(warning(provider, text))
     return found
 
 
@@ -113,7 +136,7 @@ def git_check() -> Check:
             ["git", "--version"], capture_output=True, text=True, timeout=10, check=True
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        return problem("git", say("git_broken", reason=exc.__class__.__name__), say("no_git_fix"))
+        return problem("git", say("git_broken", reason=in_words(exc)), say("no_git_fix"))
     return ok("git", done.stdout.strip())
 
 
@@ -131,9 +154,12 @@ def data_dir_check(data_dir: Path) -> Check:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        return problem(
-            name, say("data_unwritable", path=existing, reason=exc.strerror), say("data_fix")
-        )
+        reason = in_words(exc)
+        if existing == path:
+            text = say("data_unwritable", path=path, reason=reason)
+        else:
+            text = say("data_uncreatable", path=path, parent=existing, reason=reason)
+        return problem(name, text, say("data_fix"))
     return ok(name, say("data_ok", path=path, created=path != existing))
 
 
@@ -154,47 +180,54 @@ def port_check(host: str, port: int) -> Check:
 
 
 def listen_problem(host: str, port: int, exc: OSError) -> Check:
+    """The port another program holds (it may go away: exit 1), or an address or port this
+    machine cannot listen on, with the setting to change."""
+    name, reason = "listen address", in_words(exc)
     if exc.errno == errno.EADDRINUSE:
-        return problem(
-            "listen address",
-            say("port_in_use", host=host, port=port),
-            say("port_fix"),
-            code=EXIT_RUNTIME,
-        )
-    reason = exc.strerror or exc.__class__.__name__
-    return problem(
-        "listen address",
-        say("cannot_listen", host=host, port=port, reason=reason),
-        say("port_fix"),
-    )
+        return unanswered(name, say("port_in_use", host=host, port=port), say("port_fix"))
+    if isinstance(exc, socket.gaierror):
+        return problem(name, say("host_unknown", host=host, reason=reason), say("host_fix"))
+    text = say("cannot_listen", host=host, port=port, reason=reason)
+    return problem(name, text, say("host_fix" if exc.errno == errno.EADDRNOTAVAIL else "port_fix"))
 
 
-async def database_check(settings: Settings) -> Check:
-    """SQLite: where the file is (`serve` applies its schema itself). Postgres: a connection
-    within PG_WAIT seconds, then the schema's version against this release's."""
+async def database_check(settings: Settings, purpose: str = "serve") -> Check:
+    """The configured database tried within PG_WAIT seconds (see `database_verdict`)."""
     from bot.backend import reach
 
-    name, found = "database", await reach(settings, PG_WAIT)
-    shown = found.label
-    if not found.shared:
-        return ok(name, say("sqlite", path=settings.db_path.absolute(), exists=found.exists))
+    return database_verdict(settings, await reach(settings, PG_WAIT), purpose)
+
+
+def database_verdict(settings: Settings, found: Reach, purpose: str = "serve") -> Check:
+    """What `found` means for `purpose`: `serve` (and `check-config`, which checks serve's
+    set-up) needs a database it can use, its schema current or one it applies at start
+    (SQLite always, Postgres with COCKPIT_MIGRATE_ON_START=1); `migrate` one it can reach;
+    `read` (a reporting command) one whose schema is current, for it changes nothing."""
+    name, label = "database", found.label
     if found.timed_out:
-        return problem(
-            name, say("pg_timeout", url=shown, wait=PG_WAIT), say("pg_fix"), EXIT_RUNTIME
-        )
+        return unanswered(name, say("pg_timeout", url=label, wait=PG_WAIT), say("pg_fix"))
+    if found.error is not None and not found.shared:
+        path = settings.db_path
+        kind = "sqlite_not_database" if found.not_database else "sqlite_failed"
+        text = say(kind, path=path, reason=found.error)
+        return problem(name, text, say("sqlite_fix")) if found.refused else unanswered(name, text)
     if found.error is not None:
         reason = _redact(found.error, settings)
-        return problem(
-            name,
-            say("pg_failed", url=shown, reason=reason[:300]),
-            say("pg_auth_fix" if found.refused else "pg_fix"),
-            EXIT_CONFIG if found.refused else EXIT_RUNTIME,
-        )
+        text = say("pg_failed", url=label, reason=reason[:300])
+        if found.refused:
+            return problem(name, text, say("pg_auth_fix"))
+        return unanswered(name, text, say("pg_fix"))
+    applies = purpose == "migrate" or (
+        purpose == "serve" and (settings.migrate_on_start or not found.shared)
+    )
+    if found.behind is not None and not applies:
+        return problem(name, say("behind", label=label, reason=found.behind))
+    if not found.shared:
+        version = found.version if found.exists else None
+        return ok(name, say("sqlite", label=label, version=version, current=SCHEMA_VERSION))
     if found.behind is not None:
-        if settings.migrate_on_start:  # `serve` applies the missing steps itself
-            return ok(name, say("pg_migrates", url=shown, version=found.version))
-        return problem(name, say("pg_behind", url=shown, reason=found.behind))
-    return ok(name, say("pg_ok", url=shown, version=found.version))
+        return ok(name, say("pg_migrates", url=label, version=found.version))
+    return ok(name, say("pg_ok", url=label, version=found.version))
 
 
 # -- live: the model providers ----------------------------------------------------------
@@ -264,11 +297,12 @@ async def _probe_sdk(settings: Settings, provider: str) -> str:
 async def _probe_chat(settings: Settings) -> str:
     """The chat server lists COCKPIT_CHAT_MODEL (bot.agents.providers.probe); its base URL is
     never printed: it may hold a password."""
-    from bot.agents.providers import probe
+    from bot.agents.providers import Unanswered, probe
 
     problems = await probe(settings, "chat")
     if problems:
-        raise ProbeFailed(problems[0], "")
+        code = EXIT_RUNTIME if isinstance(problems[0], Unanswered) else EXIT_CONFIG
+        raise ProbeFailed(problems[0], "", code)
     assert settings.chat is not None
     return say("model_ok", model=settings.chat.model, where="COCKPIT_CHAT_BASE_URL")
 
@@ -283,14 +317,14 @@ MODEL_PROBES: dict[str, ModelProbe] = {
 async def model_check(settings: Settings, provider: str) -> Check:
     probe = MODEL_PROBES.get(provider)
     if probe is None:
-        return Check(provider, say("no_probe"), warning=True)
+        return warning(provider, say("no_probe"))
     try:
         async with asyncio.timeout(PROBE_WAIT + 5):
             return ok(provider, await probe(settings))
     except ProbeFailed as exc:
         return problem(provider, exc.text, exc.fix, exc.code)
     except TimeoutError:
-        return problem(provider, say("probe_timeout", wait=PROBE_WAIT), "", EXIT_RUNTIME)
+        return unanswered(provider, say("probe_timeout", wait=PROBE_WAIT))
 
 
 # -- live: GitHub ---------------------------------------------------------------------------
@@ -316,16 +350,12 @@ async def github_check(settings: Settings) -> Check:
         text = say("app_refused", where=where, status=status)
         if status in (401, 403, 404):  # the App's id, key or API URL is wrong
             return problem(name, text, say("app_auth_fix"))
-        return problem(name, text, say("github_fix"), EXIT_RUNTIME)
+        return unanswered(name, text, say("github_fix"))
     except aiohttp.ClientConnectorCertificateError:
         return problem(name, say("github_untrusted", where=where), say("ca_fix"))
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return problem(
-            name,
-            say("github_unreachable", where=where, reason=exc.__class__.__name__),
-            say("github_fix"),
-            EXIT_RUNTIME,
-        )
+        text = say("github_unreachable", where=where, reason=in_words(exc))
+        return unanswered(name, text, say("github_fix"))
     slug = app.get("slug") if isinstance(app, dict) else None
     if settings.app_slug and slug and settings.app_slug != slug:
         return problem(

@@ -53,13 +53,64 @@ def version() -> str:
         return __version__
 
 
+def checkout_commit() -> str | None:
+    """The commit of the git checkout this code runs from (its folder is the top of a work
+    tree), `, modified` when tracked files differ from it; None for an installed wheel (every
+    release says the same version, so a checkout names its commit)."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # `status` never writes the index here
+
+    def git(*args: str) -> str:
+        argv = ["git", "-C", str(root), "-c", "core.fsmonitor=false", *args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, env=env)
+        if done.returncode:
+            raise subprocess.CalledProcessError(done.returncode, argv)
+        return done.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=12", "HEAD")
+        modified = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + (", modified" if modified else "")
+
+
+class _Version(argparse.Action):
+    """`--version`: the release, the schema version it needs, and a checkout's commit (asked
+    of git only when the flag is given)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from bot.records.schema import SCHEMA_VERSION
+
+        print(say("version", version=version(), schema=SCHEMA_VERSION, commit=checkout_commit()))
+        parser.exit()
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port (0: any free one)."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(say("bad_port", text=repr(text)))
+    return number
+
+
 # -- serve ------------------------------------------------------------------------------------
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
     import os
-    from dataclasses import replace
 
     from bot.backend import check_role
     from bot.checks import Check, exit_code, model_key_checks, settings_checks
@@ -79,10 +130,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             checks.append(Check(exc.variable, exc.problem, problem=True))
         host = args.host or general.host
         port = general.port if args.port is None else args.port
-        if args.role != "web":  # a worker runs the models; reviews without a key fail on the PR
-            checks += [
-                replace(c, problem=False, warning=True) for c in model_key_checks(general, env)
-            ]
+        if args.role != "web":  # a worker runs the models: the same checks as check-config's
+            checks += model_key_checks(general, env)
         checks += asyncio.run(_preflight(general, host, port))
     for check in checks:
         if check.problem or check.warning:
@@ -94,7 +143,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return code or EXIT_CONFIG
     assert host is not None and port is not None
     from bot.logs import setup_logging
-    from bot.records.postgres import MigrationFailed, SchemaBehind
+    from bot.records.postgres import MigrationFailed
+    from bot.records.schema import SchemaBehind
 
     setup_logging("DEBUG" if args.debug else "INFO")
     try:
@@ -169,22 +219,43 @@ async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
 
 
 def cmd_migrate(_args: argparse.Namespace) -> int:
-    """Apply the schema's missing steps (ours and procrastinate's on Postgres), record them."""
+    """Apply the schema's missing steps (ours and procrastinate's on Postgres), record them,
+    and say what changed; a database it cannot use is `serve`'s line for it."""
     import asyncio
+    import sqlite3
 
     try:
         settings = load_settings(github=False)
     except ConfigError as exc:
         return _fail(exc, "migrate")
+    from bot.checks import data_dir_check, database_check
+
+    found = [data_dir_check(settings.data_dir)] if settings.database_url is None else []
+    if not any(c.problem for c in found):
+        found.append(asyncio.run(database_check(settings, "migrate")))
+    if code := _problems(found):
+        return code
+    import psycopg
+
     from bot import backend
     from bot.records.postgres import MigrationFailed
 
     try:
         print(asyncio.run(backend.migrate(settings)))
-    except (MigrationFailed, OSError) as exc:
+    except (MigrationFailed, OSError, sqlite3.Error, psycopg.Error) as exc:
         print(say("failed", command="migrate", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     return 0
+
+
+def _problems(checks: list[Any]) -> int:
+    """Print the problems among `checks` as `serve` does, one line each; their exit code."""
+    from bot.checks import exit_code
+
+    for check in checks:
+        if check.problem:
+            print(check.line(), file=sys.stderr)
+    return exit_code(checks)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -265,21 +336,30 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(say("failed", command="stats", error=exc), file=sys.stderr)
         return EXIT_CONFIG
-    from bot.backend import missing
+    from bot.backend import reach
+    from bot.checks import PG_WAIT, database_verdict
 
-    if missing(settings):
+    found = asyncio.run(reach(settings, PG_WAIT))
+    if not found.exists:
         print(
             say("stats_no_database", path=settings.db_path, data_dir=settings.data_dir),
             file=sys.stderr,
         )
         return EXIT_CONFIG
+    if code := _problems([database_verdict(settings, found, "read")]):
+        return code
+    import sqlite3
+
     import psycopg
 
-    from bot.records.postgres import SchemaBehind
+    from bot.records.schema import SchemaBehind
 
     try:
         rows, where = asyncio.run(_stats(settings, since, args.repo))
-    except (SchemaBehind, OSError, psycopg.Error) as exc:
+    except SchemaBehind as exc:  # migrated back meanwhile: not likely, but said as it is
+        print(say("failed", command="stats", error=exc), file=sys.stderr)
+        return EXIT_CONFIG
+    except (OSError, sqlite3.Error, psycopg.Error) as exc:
         print(say("failed", command="stats", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     from bot.stats import render_text, to_json
@@ -292,11 +372,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 async def _stats(settings: Settings, since: float, repo: str | None) -> tuple[list[Any], str]:
-    from bot.backend import describe, open_database
+    from bot.backend import describe, read_database
     from bot.records.stats import model_figures
     from bot.stats import summarise
 
-    db = await open_database(settings)
+    db = await read_database(settings)
     try:
         return summarise(await model_figures(db, since=since, repo=repo)), describe(settings)
     finally:
@@ -425,13 +505,17 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common(top=True)],
     )
-    parser.add_argument("--version", action="version", version=f"cockpit {version()}")
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        help="show the release, the schema version it needs and a checkout's commit, and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     serve = _command(sub, "serve", cmd_serve)
     serve.add_argument("--host", help="address to listen on (default: $COCKPIT_HOST, else 0.0.0.0)")
     serve.add_argument(
-        "--port", type=int, help="port to listen on (default: $COCKPIT_PORT, else 8080)"
+        "--port", type=port, help="port to listen on (default: $COCKPIT_PORT, else 8080)"
     )
     serve.add_argument(
         "--role",
@@ -507,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     register.add_argument(
         "--port",
-        type=int,
+        type=port,
         default=DEFAULT_PORT,
         help=f"the local page's port (default: {DEFAULT_PORT})",
     )

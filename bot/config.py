@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import socket
 import tomllib
 import urllib.parse
 from collections.abc import Mapping, MutableMapping
@@ -142,7 +144,7 @@ def _private_key(env: Mapping[str, str]) -> Secret:
         try:
             text = Path(path).expanduser().read_text()
         except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.__class__.__name__
+            reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else in_words(exc)
             raise ConfigError(variable, "unreadable", path=repr(path), reason=reason) from None
     text = text.replace("\\n", "\n").strip() + "\n"
     try:
@@ -219,7 +221,7 @@ def _directory(env: Mapping[str, str], name: str, default: str) -> Path:
     try:
         return Path(raw).expanduser().resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop; `~user` with no such user
-        raise ConfigError(name, "unresolvable", raw=repr(raw), reason=type(exc).__name__) from None
+        raise ConfigError(name, "unresolvable", raw=repr(raw), reason=in_words(exc)) from None
 
 
 def _api_url(env: Mapping[str, str]) -> str:
@@ -385,13 +387,25 @@ def check_settings(
 def read_env_file(path: Path) -> dict[str, str]:
     """`KEY=value` lines as `cockpit register` writes them (and `docker run --env-file`
     reads them), with what people add by hand: comments, `export`, quoted values (a PEM in
-    double quotes may span lines). Read by python-dotenv, without `${VAR}` expansion: a
-    secret with a `$` in it stays as written."""
-    from dotenv import dotenv_values
+    double quotes may span lines). Read by python-dotenv's parser, without `${VAR}`
+    expansion: a secret with a `$` in it stays as written. A line it cannot read is a
+    ConfigError naming the file and the line (never its text: it may hold a secret)."""
+    from dotenv.parser import parse_stream
 
-    with path.open(encoding="utf-8") as stream:
-        values = dotenv_values(stream=stream, interpolate=False)
-    return {key: value for key, value in values.items() if value is not None}
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigError(str(path), "env_file_not_text", line=line) from None
+    values = {}
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            said = binding.original.string
+            line = binding.original.line + said[: len(said) - len(said.lstrip())].count("\n")
+            raise ConfigError(str(path), "env_file_syntax", line=line)
+        if binding.key is not None and binding.value is not None:
+            values[binding.key] = binding.value
+    return values
 
 
 def load_env_file(
@@ -409,12 +423,43 @@ def load_env_file(
         values = read_env_file(path)
     except FileNotFoundError:
         raise ConfigError("--env-file", "env_file_missing", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.__class__.__name__
-        raise ConfigError("--env-file", "env_file_unreadable", path=path, reason=reason) from None
+    except OSError as exc:
+        raise ConfigError(str(path), "env_file_unreadable", reason=in_words(exc)) from None
     for key, value in values.items():
         environ.setdefault(key, value)
     return path
+
+
+def in_words(exc: BaseException) -> str:
+    """What went wrong as a person says it, never Python's name for it: the system's words
+    for the first error with an errno among its causes ("Connection refused"), else the
+    error's own text."""
+    error: BaseException | None = exc
+    for _ in range(20):  # a chain of causes is short; a cycle is not followed forever
+        if error is None:
+            break
+        if isinstance(error, socket.gaierror) and error.strerror:
+            return error.strerror  # its errno is the resolver's, not the system's
+        if isinstance(error, OSError) and error.errno and error.errno > 0:
+            return os.strerror(error.errno)
+        if isinstance(error, TimeoutError):
+            return "no answer in time"
+        error = _cause(error)
+    return " ".join(str(exc).split()) or "it failed"
+
+
+def _cause(error: BaseException) -> BaseException | None:
+    """What `error` came from: its cause or context, the error it wraps (httpcore passes
+    it as the argument), or a group's first."""
+    if error.__cause__ is not None:
+        return error.__cause__
+    if error.__context__ is not None and not error.__suppress_context__:
+        return error.__context__
+    if error.args and isinstance(error.args[0], BaseException):
+        return error.args[0]
+    if isinstance(error, BaseExceptionGroup) and error.exceptions:
+        return error.exceptions[0]
+    return None
 
 
 @dataclass(frozen=True)

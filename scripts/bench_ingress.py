@@ -184,6 +184,7 @@ async def cockpit_round(client: str, body: bytes, args, prefix: str, tmp: Path, 
         "GITHUB_WEBHOOK_SECRET": SECRET,
         "GITHUB_API_URL": "http://127.0.0.1:9",  # never reached: no handler matches
         "GITHUB_APP_SLUG": "bench",
+        "ANTHROPIC_API_KEY": "sk-ant-bench-0123456789",  # serve needs the reviewer's key
     }
     server = ServerProcess(env, data_dir, tmp / f"{prefix}.log")
     await server.start()

@@ -209,9 +209,9 @@ async def test_serve_with_nothing_set_names_every_problem(tmp_path):
         "✗ GITHUB_PRIVATE_KEY: not set (set it, or GITHUB_PRIVATE_KEY_PATH to a PEM file)",
         "✗ GITHUB_WEBHOOK_SECRET: not set; the server refuses unsigned webhooks",
     ]
-    assert any(line.startswith("! claude: ANTHROPIC_API_KEY is not set") for line in lines)
+    assert any(line.startswith("✗ claude: ANTHROPIC_API_KEY is not set") for line in lines)
     assert lines[-1] == (
-        "cockpit serve: not started: 3 problem(s) above. Check the whole set-up with"
+        "cockpit serve: not started: 4 problem(s) above. Check the whole set-up with"
         " `cockpit check-config`; no GitHub App yet? `cockpit register` creates one and writes"
         " ./cockpit.env."
     )
@@ -223,6 +223,7 @@ async def test_serve_with_postgres_down_says_so_in_one_line(github, tmp_path):
     `bot.checks.PG_WAIT` (5 s) and the answer is one line."""
     url = f"postgresql://cockpit:pg-pass-42@127.0.0.1:{free_port()}/cockpit"
     env = {**app_env(github, tmp_path), "COCKPIT_DATABASE_URL": url, "COCKPIT_PORT": "0"}
+    env["ANTHROPIC_API_KEY"] = "k"
     code, _, err = await cockpit("serve", env=env, cwd=tmp_path)
     assert code == 1
     problems = [line for line in err.splitlines() if line.startswith("✗")]
@@ -274,7 +275,8 @@ async def test_serve_with_an_unusable_data_dir_or_no_git(github, tmp_path):
 
 
 async def test_a_started_server_prints_one_line_about_itself(github, tmp_path):
-    server = ServerProcess(app_env(github, tmp_path), tmp_path / "data", tmp_path / "serve.log")
+    env = {**app_env(github, tmp_path), "ANTHROPIC_API_KEY": "k"}
+    server = ServerProcess(env, tmp_path / "data", tmp_path / "serve.log")
     await server.start()
     server.terminate()
     from bot import __version__

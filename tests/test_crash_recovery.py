@@ -23,6 +23,7 @@ def server_env(github) -> dict[str, str]:
         "GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
         "GITHUB_API_URL": github.url,
         "GITHUB_APP_SLUG": github.slug,
+        "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789",  # the reviewer's (never called)
     }
 
 

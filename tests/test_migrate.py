@@ -67,7 +67,12 @@ def test_migrate_upgrades_a_database_of_the_previous_release(tmp_path, empty_dat
     env = {"COCKPIT_DATABASE_URL": empty_database}
     first = cockpit("migrate", env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert f"schema at version {schema.SCHEMA_VERSION}" in first.stdout
+    all_steps = ", ".join(str(step.version) for step in schema.STEPS)
+    assert first.stdout.endswith(
+        f"/{empty_database.rsplit('/', 1)[1]}: schema from version 0 to"
+        f" {schema.SCHEMA_VERSION} (steps {all_steps}); procrastinate's existing schema"
+        " recorded\n"
+    ), first.stdout
     versions = pg(empty_database, "SELECT version FROM schema_versions ORDER BY version")
     assert [v for (v,) in versions] == [step.version for step in schema.STEPS]
     columns = pg(
@@ -81,7 +86,10 @@ def test_migrate_upgrades_a_database_of_the_previous_release(tmp_path, empty_dat
     recorded = [n for (n,) in pg(empty_database, "SELECT name FROM procrastinate_migrations")]
     assert max(recorded) == PROCRASTINATE_BASELINE
     again = cockpit("migrate", env=env, cwd=tmp_path)
-    assert again.returncode == 0 and "steps applied now: none" in again.stdout
+    assert again.returncode == 0
+    assert again.stdout.endswith(
+        f": schema already at version {schema.SCHEMA_VERSION}; procrastinate's schema current\n"
+    )
 
 
 async def test_a_missing_procrastinate_migration_is_applied_and_recorded(pg_cluster):
@@ -114,6 +122,7 @@ async def test_serve_refuses_a_schema_that_is_behind_unless_told_to_migrate(
         "GITHUB_APP_SLUG": github.slug,
         "COCKPIT_DATA_DIR": str(tmp_path / "data"),
         "COCKPIT_DATABASE_URL": empty_database,
+        "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789",  # a worker's reviewer
     }
     refused = cockpit("serve", "--role", "worker", env=env, cwd=tmp_path)
     assert refused.returncode == 2
@@ -185,7 +194,7 @@ async def test_sqlite_applies_its_steps_at_start_and_records_them(tmp_path):
         assert await db.schema_version() == schema.SCHEMA_VERSION
         columns = {row[1] for row in await db.fetchall("PRAGMA table_info(reviews)")}
         assert {"run_owner", "revision"} <= columns
-        assert await db.migrate() == []  # every start runs them again: nothing new
+        assert (await db.migrate()).steps == []  # every start runs them again: nothing new
         assert (await db.fetchone("SELECT COUNT(*) FROM pulls"))[0] == 1
     finally:
         await db.close()
@@ -194,4 +203,7 @@ async def test_sqlite_applies_its_steps_at_start_and_records_them(tmp_path):
 def test_migrate_on_sqlite_reports_the_version(tmp_path):
     done = cockpit("migrate", env={"COCKPIT_DATA_DIR": str(tmp_path / "d")}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert f"schema at version {schema.SCHEMA_VERSION}" in done.stdout
+    path = tmp_path / "d" / "cockpit.sqlite3"
+    assert done.stdout == f"SQLite {path}: schema from version 0 to {schema.SCHEMA_VERSION}" + (
+        f" (steps {', '.join(str(step.version) for step in schema.STEPS)})\n"
+    )

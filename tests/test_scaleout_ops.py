@@ -127,6 +127,7 @@ async def test_every_worker_process_tends_its_own_disk(tmp_path, github, backend
         "GITHUB_API_URL": github.url,
         "GITHUB_APP_SLUG": github.slug,
         "COCKPIT_DATABASE_URL": database_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789",  # a worker's reviewer
     }
     mirrors = []
     workers = []

@@ -12,7 +12,7 @@ from bot.agents.base import AgentError, Provider, chat_rate
 from bot.agents.chat import ChatEndpoint, ChatProvider, server_said
 from bot.agents.claude import ClaudeProvider
 from bot.agents.codex import CodexProvider
-from bot.config import PROVIDERS, ConfigError, Settings
+from bot.config import PROVIDERS, ConfigError, Settings, in_words
 from bot.texts import message
 
 PROBE_TIMEOUT = 15.0
@@ -126,6 +126,11 @@ async def probe(settings: Settings, provider: str) -> list[str]:
         await clients.close()
 
 
+class Unanswered(str):
+    """A probe's problem that is only a server not answering: nothing in the settings to
+    change (`cockpit check-config` exits 1 for it, not 2)."""
+
+
 def _problem(variable: str, why: str, **context: object) -> str:
     """`VARIABLE: what is wrong` (templates/cli/config.txt.j2), as check-config lists it."""
     return str(ConfigError(variable, why, **context))
@@ -140,7 +145,7 @@ async def _probe_chat(clients: ModelClients, model: str) -> list[str]:
             extra_headers=endpoint.headers, timeout=PROBE_TIMEOUT
         )
     except openai.APIConnectionError as exc:
-        return [_problem("COCKPIT_CHAT_BASE_URL", "chat_silent", error_class=type(exc).__name__)]
+        return [Unanswered(_problem("COCKPIT_CHAT_BASE_URL", "chat_silent", reason=in_words(exc)))]
     except openai.APIStatusError as exc:
         said = " ".join(server_said(exc.body).split())[:200]
         if exc.status_code in (401, 403):
@@ -148,7 +153,9 @@ async def _probe_chat(clients: ModelClients, model: str) -> list[str]:
             return [_problem("COCKPIT_CHAT_API_KEY", "chat_key", keyless=keyless, status=status)]
         if exc.status_code == 404:
             return [_problem("COCKPIT_CHAT_BASE_URL", "chat_no_models")]
-        return [_problem("COCKPIT_CHAT_BASE_URL", "chat_models", status=exc.status_code, said=said)]
+        status = exc.status_code
+        problem = _problem("COCKPIT_CHAT_BASE_URL", "chat_models", status=status, said=said)
+        return [Unanswered(problem) if status >= 500 else problem]
     host = (endpoint.client.base_url.host or "").lower()
     if host.endswith(AZURE_HOSTS):
         return []  # deployments are not listed; the deployment name is checked by its first run

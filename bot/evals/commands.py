@@ -117,7 +117,7 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
     created then, neither a database nor an empty file."""
     import psycopg
 
-    from bot.backend import describe, missing, open_database
+    from bot.backend import describe, missing, read_database
     from bot.evals.from_reviews import check_repo, golden_from_reviews, published_repos
     from bot.records.postgres import SchemaBehind
 
@@ -129,7 +129,7 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
     if missing(settings):
         return _error(say("no_database", path=settings.db_path, data_dir=settings.data_dir))
     try:  # the server's database, SQLite or Postgres
-        db = await open_database(settings)
+        db = await read_database(settings)  # as it is: a report never changes the schema
     except (SchemaBehind, OSError, psycopg.Error) as exc:
         return _error(str(exc))
     try:

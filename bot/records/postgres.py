@@ -13,7 +13,7 @@ import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,8 @@ import psycopg_pool
 from psycopg_pool import AsyncConnectionPool
 
 from bot.records import schema
+from bot.records.schema import Migrated
+from bot.records.schema import SchemaBehind as SchemaBehind  # where callers long found it
 from bot.texts import catalogue
 
 log = logging.getLogger(__name__)
@@ -67,10 +69,6 @@ _TYPES = (
 _INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.I)
 _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \(\s*id INTEGER PRIMARY KEY AUTOINCREMENT")
 _CREATES = re.compile(r"CREATE (?:TABLE|(?:UNIQUE )?INDEX) IF NOT EXISTS (\w+)")
-
-
-class SchemaBehind(RuntimeError):
-    """The database's schema is older than this release's (the message says what to run)."""
 
 
 class MigrationFailed(RuntimeError):
@@ -282,16 +280,6 @@ class Connection:
                 await cursor.executemany(text, [tuple(r) for r in rows])
 
 
-@dataclass
-class Migrated:
-    """What `migrate` did: our steps and procrastinate's migrations applied now."""
-
-    version: int
-    steps: list[int] = field(default_factory=list)
-    procrastinate: list[str] = field(default_factory=list)
-    procrastinate_schema: str = ""  # "created" (a new database) or "recorded" (an older one)
-
-
 async def _configure(conn: psycopg.AsyncConnection) -> None:
     """Every pooled connection: a statement never runs unbounded (a pooler in session mode
     keeps it; a `options` startup parameter it might refuse)."""
@@ -342,8 +330,8 @@ class PgDatabase:
         (`schema.STEPS`), then procrastinate's schema or its newer migrations. Each runs in
         its own transaction under the schema lock with `lock_timeout`, tried again while a
         long transaction holds a table."""
+        done = Migrated(before=await self.schema_version())
         await self._in_step(self._bootstrap)
-        done = Migrated(version=0)
         for step in schema.STEPS:
             if await self._in_step(lambda conn, step=step: self._apply_step(conn, step)):
                 done.steps.append(step.version)
@@ -451,12 +439,8 @@ class PgDatabase:
         """SchemaBehind unless every step and procrastinate migration of this release is
         recorded (a newer schema is fine: steps only add, so a rollout may run both)."""
         version, missing = await self.schema_version(), await self.missing_migrations()
-        if version >= schema.SCHEMA_VERSION and not missing:
-            return
-        needed, missing_count = schema.SCHEMA_VERSION, len(missing)
-        raise SchemaBehind(
-            _said("schema_behind", version=version, needed=needed, missing=missing_count)
-        )
+        if (problem := schema.behind(version, missing=len(missing), on_start=True)) is not None:
+            raise problem
 
     # -- work -----------------------------------------------------------------------
 

@@ -1,10 +1,13 @@
 """The schema: its versioned steps (`STEPS`), the same on both backends. SQLite applies them
-at every start (idempotently: one process owns the file), Postgres through `cockpit migrate`
-(see `bot.records.postgres`, which translates them)."""
+at every start (idempotently, in one exclusive transaction), Postgres through `cockpit migrate`
+(see `bot.records.postgres`, which translates them); what a migration did (`Migrated`) and a
+schema that is behind (`SchemaBehind`) are said the same way for both."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from bot.texts import catalogue
 
 # Step 1 of the schema (below): the tables as the last release without versioned steps made
 # them, with its columns added later (ADDED_COLUMNS) and what came after them (AFTER_COLUMNS).
@@ -387,3 +390,36 @@ CREATE TABLE IF NOT EXISTS schema_versions (
     applied_at REAL NOT NULL
 );
 """
+
+
+class SchemaBehind(RuntimeError):
+    """The database's schema is older than this release's (the message says what to run)."""
+
+
+def behind(version: int, *, missing: int = 0, on_start: bool = False) -> SchemaBehind | None:
+    """SchemaBehind when a database at `version` (and `missing` procrastinate migrations)
+    lacks what this release needs; None when it has it (a newer schema is fine: steps only
+    add, so a rollout may run both). `on_start`: COCKPIT_MIGRATE_ON_START would apply it."""
+    if version >= SCHEMA_VERSION and not missing:
+        return None
+    said = catalogue(
+        "cli/messages.txt.j2",
+        "schema_behind",
+        version=version,
+        needed=SCHEMA_VERSION,
+        missing=missing,
+        on_start=on_start,
+    )
+    return SchemaBehind(said)
+
+
+@dataclass
+class Migrated:
+    """What a migration did: the schema's version before and after it, our steps recorded
+    now, and (Postgres) procrastinate's migrations applied now."""
+
+    before: int
+    version: int = 0
+    steps: list[int] = field(default_factory=list)
+    procrastinate: list[str] = field(default_factory=list)
+    procrastinate_schema: str = ""  # "created" (a new database) or "recorded" (an older one)

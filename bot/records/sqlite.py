@@ -1,5 +1,6 @@
-"""SQLite storage (aiosqlite, WAL): one process owns the file and applies every schema step
-at every start."""
+"""SQLite storage (aiosqlite, WAL): one server process owns the file and applies every
+schema step at every start, in one exclusive transaction (so processes opening a new file at
+once take turns); a reporting command opens it without changing the schema."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import aiosqlite
 
 from bot.records.jobs import REPAIR_LINES
-from bot.records.schema import STEPS, VERSIONS
+from bot.records.schema import STEPS, VERSIONS, Migrated, behind
 
 BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
@@ -25,6 +26,7 @@ class Database:
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
+        self.migrated: Migrated | None = None  # what opening it applied (None: opened as is)
         self._lock = asyncio.Lock()
         self._held: dict[str, asyncio.Lock] = {}
 
@@ -36,20 +38,33 @@ class Database:
             yield
 
     @classmethod
-    async def open(cls, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Database:
-        """Open (and create) the database. WAL with `synchronous=NORMAL` survives a killed
-        process; the inbox commits deliveries on its own connection at `synchronous=FULL`."""
-        if str(path) != ":memory:":
+    async def open(
+        cls, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, migrate: bool = True
+    ) -> Database:
+        """Open the database. `migrate`: create it if need be and apply the schema's steps
+        (`migrated` says what that did); else open an existing file as it is. WAL with
+        `synchronous=NORMAL` survives a killed process; the inbox commits deliveries on its
+        own connection at `synchronous=FULL`."""
+        if str(path) == ":memory:":
+            target, uri = ":memory:", False
+        elif migrate:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = await aiosqlite.connect(str(path), isolation_level=None)
+            target, uri = str(path), False
+        else:  # never create it
+            target, uri = Path(path).absolute().as_uri() + "?mode=rw", True
+        conn = await aiosqlite.connect(target, isolation_level=None, uri=uri)
         conn.row_factory = sqlite3.Row
         db = cls(conn)
         try:
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await conn.execute("PRAGMA synchronous=NORMAL")
+            # First: another process may be making the file (its journal mode, its schema).
             await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             await conn.execute("PRAGMA foreign_keys=ON")
-            await db.migrate()
+            if migrate:
+                await conn.execute("PRAGMA journal_mode=WAL")
+                await conn.execute("PRAGMA synchronous=NORMAL")
+                db.migrated = await db.migrate()
+            else:
+                await db.schema_version()  # a file that is no database says so here
         except BaseException:
             await conn.close()  # its thread would keep the process alive
             raise
@@ -58,33 +73,67 @@ class Database:
     async def close(self) -> None:
         await self.conn.close()
 
-    async def migrate(self) -> list[int]:
-        """Apply every step (each is idempotent: one process owns the file, so every start
-        runs them all) and record the new ones; returns the versions recorded now."""
+    async def migrate(self) -> Migrated:
+        """Apply every step (each is idempotent, so every start runs them all) and record the
+        new ones, in one exclusive transaction: a second process opening a new file at the
+        same time waits for it, then finds everything there."""
         async with self._lock:
-            await self.conn.executescript(VERSIONS)
-            for step in STEPS:
-                await self.conn.executescript(step.schema)
-                for table, column, declaration in step.columns:
-                    present = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
-                    if column not in {row["name"] for row in present}:
-                        await self.conn.execute(
-                            f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
-                        )
-                await self.conn.executescript(step.after)
-            await self.conn.executescript(REPAIR_LINES)
-            recorded = await self.conn.execute_fetchall(
-                "INSERT INTO schema_versions (version, name, applied_at) VALUES "
-                + ", ".join("(?, ?, ?)" for _ in STEPS)
-                + " ON CONFLICT (version) DO NOTHING RETURNING version",
-                [value for step in STEPS for value in (step.version, step.name, time.time())],
-            )
-        return sorted(row[0] for row in recorded)
+            await self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                done = Migrated(before=await self._recorded_version())
+                for statement in _statements(VERSIONS):
+                    await self.conn.execute(statement)
+                for step in STEPS:
+                    await self._apply(step.schema)
+                    for table, column, declaration in step.columns:
+                        present = await self.conn.execute_fetchall(f"PRAGMA table_info({table})")
+                        if column not in {row["name"] for row in present}:
+                            await self.conn.execute(
+                                f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+                            )
+                    await self._apply(step.after)
+                await self._apply(REPAIR_LINES)
+                recorded = await self.conn.execute_fetchall(
+                    "INSERT INTO schema_versions (version, name, applied_at) VALUES "
+                    + ", ".join("(?, ?, ?)" for _ in STEPS)
+                    + " ON CONFLICT (version) DO NOTHING RETURNING version",
+                    [value for step in STEPS for value in (step.version, step.name, time.time())],
+                )
+                done.steps = sorted(row[0] for row in recorded)
+                done.version = await self._recorded_version()
+            except BaseException:
+                await self.conn.execute("ROLLBACK")
+                raise
+            await self.conn.execute("COMMIT")
+        return done
+
+    async def _apply(self, script: str) -> None:
+        for statement in _statements(script):
+            await self.conn.execute(statement)
+
+    async def _recorded_version(self) -> int:
+        rows = await self.conn.execute_fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_versions'"
+        )
+        if not rows:
+            return 0
+        rows = await self.conn.execute_fetchall("SELECT MAX(version) FROM schema_versions")
+        return int(rows[0][0] or 0)
 
     async def schema_version(self) -> int:
-        """The newest step recorded (0: none)."""
-        row = await self.fetchone("SELECT MAX(version) FROM schema_versions")
-        return int(row[0] or 0) if row else 0
+        """The newest step recorded (0: none, or no record at all)."""
+        async with self._lock:
+            return await self._recorded_version()
+
+    async def empty(self) -> bool:
+        """Nothing made yet: not a table (a file another process is only starting to make)."""
+        row = await self.fetchone("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
+        return not (row and row[0])
+
+    async def check_schema(self) -> None:
+        """SchemaBehind unless every step of this release is recorded."""
+        if (problem := behind(await self.schema_version())) is not None:
+            raise problem
 
     @contextlib.asynccontextmanager
     async def transaction(self, lock: str | None = None) -> AsyncIterator[aiosqlite.Connection]:
@@ -120,3 +169,15 @@ class Database:
         except (sqlite3.Error, ValueError):
             return False
         return True
+
+
+def _statements(script: str) -> list[str]:
+    """A script's statements one by one (a trigger's body is part of its statement):
+    `executescript` would commit the transaction they must run in."""
+    found, pending = [], ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            found.append(pending.strip())
+            pending = ""
+    return [statement for statement in found if statement.strip("; \n")]
