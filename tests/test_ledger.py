@@ -372,50 +372,91 @@ class CountingSha256:
         return self.real(*args)
 
 
-def big_file(lines: int) -> str:
-    return "".join(f"value_{n} = compute({n}, 'padding padding padding')\n" for n in range(lines))
+EARLIER = "e" * 40  # the head the ledger's findings were drafted at
 
 
-def entries_in(text: str, count: int) -> list[ledger.Item]:
-    """`count` open findings spread over the file, spans of 1 to 3 lines; every fourth one's
-    code is gone (so its search covers the whole file)."""
-    lines = text.splitlines()
+def versions(lines: int, count: int) -> tuple[str, str, list[ledger.Item]]:
+    """A file at the earlier head with `count` open findings spread over it (spans of 1 to 3
+    lines, some with a blank line), and the file at the new head: 5 lines pushed on top, and
+    every fourth finding's code edited."""
+    earlier = [
+        f"value_{n} = compute({n}, 'padding padding padding')" if n % 9 != 4 else ""
+        for n in range(lines)
+    ]
+    now = list(earlier)
     items = []
     for n in range(count):
-        line = 1 + n * (len(lines) // count)
-        end = line + n % 3 if n % 3 else None
-        code = ledger.code_key(ledger.pointed_lines(text, line, end))
+        line, span = 1 + n * (lines // count), n % 3
+        code = ledger.code_key(earlier[line - 1 : line + span])
+        assert code
         if n % 4 == 3:
-            code = ledger.code_key([f"removed code {n}"])
-        finding = replace(stored(line, end=end), ordinal=n + 1)
+            now[line - 1 : line + span] = [f"edited {n}.{k}" for k in range(span + 1)]
+        finding = replace(stored(line, end=line + span if span else None), ordinal=n + 1)
         items.append(ledger.Item(n + 1, ledger.Key("calc.py", code, "t"), ledger.OPEN, finding))
-    return items
+    pushed = [f"# pushed {k}" for k in range(5)]
+    return "\n".join(earlier) + "\n", "\n".join(pushed + now) + "\n", items
 
 
-def moved_on_work(monkeypatch, lines: int, count: int) -> tuple[int, set[int]]:
+def matching(monkeypatch, lines: int, count: int, *, earlier_known: bool):
+    """What the bookkeeping of a push finds of `count` findings in a file of `lines` lines,
+    and how many hashes it made: (hashes, moved numbers, where each carried one is now)."""
+    earlier, now, items = versions(lines, count)
+    read = {("calc.py", "RIGHT"): now}
+    if earlier_known:  # the head the findings were drafted at is read (as in a review job)
+        read[("calc.py", EARLIER)] = earlier
+        items = [replace(i, head=EARLIER) for i in items]
+    texts = ledger.Texts(None, read)
     counting = CountingSha256(ledger.hashlib.sha256)
-    text = big_file(lines)
-    items = entries_in(text, count)
-    texts = ledger.Texts(None, {("calc.py", "RIGHT"): text})
     monkeypatch.setattr(ledger.hashlib, "sha256", counting)
     moved = texts.moved(items)
-    for item in items:
-        ledger.carry(item, texts.index("calc.py", "RIGHT"))
+    carried = {i.ordinal: ledger.carry(i, texts.start(i)).line for i in items}
     monkeypatch.undo()
-    return counting.made, moved
+    return counting.made, moved, carried
 
 
+@pytest.mark.parametrize("earlier_known", [True, False])
 def test_matching_findings_in_a_large_file_is_linear_in_its_size_not_per_finding(
-    monkeypatch,
+    monkeypatch, earlier_known
 ):
     lines = 4_000
-    one, _ = moved_on_work(monkeypatch, lines, 1)
-    forty, moved = moved_on_work(monkeypatch, lines, 40)
-    ten_times, _ = moved_on_work(monkeypatch, 10 * lines, 40)
-    assert moved == {n for n in range(1, 41) if n % 4 == 0}  # the ones whose code is gone
-    assert forty <= 3 * lines + 200  # each window size hashed once for all findings
-    assert ten_times <= 10 * forty + 200
+    one, _, _ = matching(monkeypatch, lines, 1, earlier_known=earlier_known)
+    forty, moved, carried = matching(monkeypatch, lines, 40, earlier_known=earlier_known)
+    ten_times, _, _ = matching(monkeypatch, 10 * lines, 40, earlier_known=earlier_known)
+    gone = {n for n in range(1, 41) if n % 4 == 0}
+    assert moved == gone
+    assert carried == {  # moved down by the 5 lines pushed on top, or left where they were
+        n: 1 + (n - 1) * 100 + (0 if n in gone else 5) for n in range(1, 41)
+    }
+    if earlier_known:  # each finding's code read as it was: its key checked, nothing hashed
+        assert forty <= 2 * 40 and ten_times == forty
+    else:  # each window size (here 3) hashed once over the file, for all findings
+        assert forty <= 3 * (lines + 5) + 200
+        assert ten_times <= 10 * forty + 200
     assert one <= forty
+
+
+_code_lines = st.lists(st.sampled_from(["a", "b", "", "  a  b", "c"]), min_size=1, max_size=30)
+
+
+@given(_code_lines, st.integers(min_value=1, max_value=30), st.integers(0, 4))
+def test_finding_code_by_its_lines_finds_the_first_window_the_key_finds(lines, start, span):
+    index = ledger.CodeIndex("\n".join(lines))
+    code = index.window(start, span)
+    if not code:
+        return
+    by_key = index.find(stored(start, end=start + span), ledger.code_key(code))
+    assert index.find_lines(code, span) == by_key
+    assert by_key is not None and by_key <= start
+
+
+def test_code_whose_lines_are_everywhere_is_found_by_its_key():
+    text = "x = 1\ny = 2\n" * (ledger.ANCHORS + 1)
+    code = ["x = 1", "y = 2"]
+    item = ledger.Item(1, ledger.Key("calc.py", ledger.code_key(code), "t"), ledger.OPEN,
+                       stored(3, end=4), head=EARLIER)  # fmt: skip
+    texts = ledger.Texts(None, {("calc.py", "RIGHT"): text, ("calc.py", EARLIER): "\n\n" + text})
+    assert texts.index("calc.py", "RIGHT").find_lines(code, 1) is ...
+    assert texts.start(item) == 1
 
 
 # -- fingerprints -----------------------------------------------------------------------------

@@ -162,16 +162,28 @@ def _span(finding: Finding) -> int:
     return min((finding.end_line or finding.line or 0) - (finding.line or 0), CODE_LINES - 1)
 
 
+ANCHORS = 64  # past this many places of a code's rarest line, its size's windows are hashed
+
+
 class CodeIndex:
-    """A file's text, indexed once for finding code in it: for each window size asked for,
-    every window of that many lines hashed once (`code_key`) into the first line where each
-    hash starts. Finding n findings in a file of N lines costs N hashes per window size (at
-    most CODE_LINES sizes), not N for each finding."""
+    """A file's text, indexed once for finding code in it. Code whose lines are known (read
+    at the head a finding was drafted at) is looked for where its rarest line is (`find_lines`,
+    from one map of the file's lines); code known only by its key is looked for among the
+    windows of its size, each hashed once for all findings of that size (`find`). Either way
+    finding n findings in a file of N lines is linear in N, not n passes over the file."""
 
     def __init__(self, text: str) -> None:
         self.lines = text.splitlines()
         self._collapsed: list[str] | None = None
+        self._places: dict[str, list[int]] | None = None  # a collapsed line → its indexes
         self._starts: dict[int, dict[str, int]] = {}  # span → code key → first line (1-based)
+
+    @property
+    def collapsed(self) -> list[str]:
+        """Each line with its whitespace collapsed ('' for a blank one), as `code_key` sees it."""
+        if self._collapsed is None:
+            self._collapsed = [" ".join(line.split()) for line in self.lines]
+        return self._collapsed
 
     def key(self, line: int | None, end_line: int | None) -> str:
         """The code key of lines `line`…`end_line` (see `pointed_lines`)."""
@@ -179,19 +191,66 @@ class CodeIndex:
             return ""
         return code_key(self.lines[line - 1 : min(end_line or line, line + CODE_LINES - 1)])
 
+    def window(self, start: int, span: int) -> list[str] | None:
+        """The code of the window of span + 1 lines from line `start` (1-based) as `code_key`
+        hashes it (blank lines left out); None when the window is not wholly in the file."""
+        if start < 1 or start + span > len(self.lines):
+            return None
+        if self._collapsed is None:  # an earlier head's file: only these lines are wanted
+            lines = [" ".join(line.split()) for line in self.lines[start - 1 : start + span]]
+        else:
+            lines = self._collapsed[start - 1 : start + span]
+        return [line for line in lines if line]
+
     def find(self, finding: Finding, code: str) -> int | None:
-        """The line where the code `code` names starts, in a window of the finding's size."""
+        """The first line of a window of the finding's size whose code key is `code`."""
         if not (code and finding.line):
             return None
         return self._windows(_span(finding)).get(code)
+
+    def find_lines(self, code: list[str], span: int) -> int | None:
+        """The first line of a window of span + 1 lines whose code (`window`) is `code`;
+        None when there is none, Ellipsis when its rarest line is in too many places to
+        look at each (then `find` by key)."""
+        places = self._line_places()
+        anchor = min(range(len(code)), key=lambda k: len(places.get(code[k], ())))
+        found = places.get(code[anchor], [])
+        if len(found) > ANCHORS:
+            return ...
+        collapsed = self.collapsed
+        for at in found:  # in file order, so the first window found is the first there is
+            first, before = at, anchor  # back to where the code's first line would be
+            while before and first > 0 and at - first <= span:
+                first -= 1
+                before -= 1 if collapsed[first] else 0
+            if before or at - first > span:
+                continue
+            start = first
+            while start > 0 and first - start < span and not collapsed[start - 1]:
+                start -= 1  # a window may begin with blank lines
+            for begin in range(start, first + 1):
+                if self.window(begin + 1, span) == code:
+                    return begin + 1
+        return None
+
+    def _line_places(self) -> dict[str, list[int]]:
+        if self._places is None:
+            places: dict[str, list[int]] = {}
+            for n, line in enumerate(self.collapsed):
+                found = places.get(line)
+                if found is None:
+                    places[line] = [n]
+                else:
+                    found.append(n)
+            places.pop("", None)
+            self._places = places
+        return self._places
 
     def _windows(self, span: int) -> dict[str, int]:
         starts = self._starts.get(span)
         if starts is None:
             starts = self._starts[span] = {}
-            if self._collapsed is None:
-                self._collapsed = [" ".join(line.split()) for line in self.lines]
-            collapsed, sha256 = self._collapsed, hashlib.sha256
+            collapsed, sha256 = self.collapsed, hashlib.sha256
             for start in range(len(collapsed) - span):  # windows wholly in the file
                 kept = [line for line in collapsed[start : start + span + 1] if line]
                 if kept:  # as code_key, without walking the lines again
@@ -214,13 +273,16 @@ class Item:
     why: str | None = None  # a person's reason for the drop
     fixed_in: str | None = None
     published: bool = False  # went out on GitHub (it may have been fixed since)
+    head: str | None = None  # the head sha `last` was drafted at
 
 
 def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) -> list[Item]:
     """The ledger's items from its entries and the PR's findings (oldest review first)."""
     by_number: dict[int, list[tuple[str, Finding]]] = {}
-    for review_state, _head, finding in history:
+    heads: dict[int, str] = {}  # each number's newest finding's head
+    for review_state, head, finding in history:
         by_number.setdefault(finding.ordinal, []).append((review_state, finding))
+        heads[finding.ordinal] = head
     items = []
     for entry in entries:
         seen = by_number.get(entry.ordinal)
@@ -243,7 +305,18 @@ def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) ->
         else:
             status = OPEN
         why = dropped[-1].why if dropped else None
-        items.append(Item(entry.ordinal, key, status, last, why, entry.fixed_in, published))
+        items.append(
+            Item(
+                entry.ordinal,
+                key,
+                status,
+                last,
+                why,
+                entry.fixed_in,
+                published,
+                heads.get(entry.ordinal),
+            )
+        )
     return items
 
 
@@ -425,12 +498,11 @@ def _match(
     return None
 
 
-def carry(item: Item, index: CodeIndex | None) -> DraftFinding:
-    """An open finding the push did not touch, as the new draft holds it (moved to where its
-    code is now in the file's `index`, keeping its verdict only while that code is as it was;
-    the caller places it on the new diff)."""
+def carry(item: Item, start: int | None) -> DraftFinding:
+    """An open finding the push did not touch, as the new draft holds it (moved to `start`,
+    where its code is now, keeping its verdict only while that code is as it was — None: it
+    is not; the caller places it on the new diff)."""
     f = item.last
-    start = index.find(f, item.key.code) if index else None
     same = start is not None  # its code is as it was: the verify pass's verdict still holds
     line, end_line = _at(f, start)
     return DraftFinding(
@@ -452,37 +524,52 @@ def carry(item: Item, index: CodeIndex | None) -> DraftFinding:
 
 @dataclass
 class Texts:
-    """Files' texts on a side of the PR (head for RIGHT, merge base for LEFT), each read once
-    from git's objects (never the file system: a symlink in a PR reads nothing outside), and
-    indexed once for the code findings point at. Reading is async (git); keys and matching
-    (`key`, `moved`) are pure work on what was read, done in a worker thread."""
+    """Files' texts read once from git's objects (never the file system: a symlink in a PR
+    reads nothing outside): on a side of the PR (head for RIGHT, merge base for LEFT), and at
+    the earlier heads the ledger's findings were drafted at, where their code is read as it
+    was. Reading is async (git); keys and matching (`key`, `start`, `moved`) are pure work on
+    what was read, done in a worker thread."""
 
     tree: Worktree
+    # (path, side or commit sha) → the text, None when there is none
     read: dict[tuple[str, str], str | None] = field(default_factory=dict)
     indexes: dict[tuple[str, str], CodeIndex | None] = field(default_factory=dict, repr=False)
+    starts: dict[int, int | None] = field(default_factory=dict, repr=False)  # by F number
 
     async def of(self, path: str, side: str | None) -> str | None:
         where = (path, side or "RIGHT")
         if where not in self.read:
             commit = self.tree.merge_base if where[1] == "LEFT" else self.tree.head_sha
-            out = await self.tree.git(
-                "show", f"{commit}:{path}", check=False, limit=2 * 1024 * 1024
-            )
-            self.read[where] = out.decode("utf-8", errors="replace") if out else None
+            self.read[where] = await self._show(commit, path)
         return self.read[where]
 
-    async def load(self, findings: Iterable[DraftFinding | Finding]) -> None:
-        """Read the files these findings are on (each once)."""
+    async def _show(self, commit: str, path: str) -> str | None:
+        out = await self.tree.git("show", f"{commit}:{path}", check=False, limit=2 * 1024 * 1024)
+        return out.decode("utf-8", errors="replace") if out else None
+
+    async def load(self, findings: Iterable[DraftFinding], items: Iterable[Item] = ()) -> None:
+        """Read the files these findings and ledger items are on, and each item's file at
+        the head it was drafted at (each once)."""
         for finding in findings:
             await self.of(finding.path, finding.side)
+        for item in items:
+            f = item.last
+            if item.status == FIXED:
+                continue
+            text = await self.of(f.path, f.side)
+            if f.side == "LEFT" or not (item.head and _SHA.fullmatch(item.head)):
+                continue
+            if (f.path, item.head) not in self.read:
+                same = item.head == self.tree.head_sha
+                self.read[f.path, item.head] = text if same else await self._show(item.head, f.path)
 
-    def index(self, path: str, side: str | None) -> CodeIndex | None:
-        """The file's index (None: no text), once `load` read it."""
-        where = (path, side or "RIGHT")
-        if where not in self.indexes:
-            text = self.read[where]
-            self.indexes[where] = CodeIndex(text) if text else None
-        return self.indexes[where]
+    def index(self, path: str, where: str | None) -> CodeIndex | None:
+        """The file's index on a side (or at a commit) once `load` read it (None: no text)."""
+        at = (path, where or "RIGHT")
+        if at not in self.indexes:
+            text = self.read.get(at)
+            self.indexes[at] = CodeIndex(text) if text else None
+        return self.indexes[at]
 
     def key(self, finding: DraftFinding | Finding) -> Key:
         """`key_of` the finding, from its file's index."""
@@ -490,15 +577,40 @@ class Texts:
         code = index.key(finding.line, finding.end_line) if index else ""
         return Key(finding.path, code, title_key(finding.title))
 
+    def start(self, item: Item) -> int | None:
+        """The line where the item's code starts at the head; None when its code is not there
+        as it was (edited, or gone)."""
+        if item.ordinal not in self.starts:
+            self.starts[item.ordinal] = self._start(item)
+        return self.starts[item.ordinal]
+
+    def _start(self, item: Item) -> int | None:
+        f = item.last
+        index = self.index(f.path, f.side)
+        if index is None or not (item.key.code and f.line):
+            return None
+        code = self._code(item)
+        if code is not None:
+            found = index.find_lines(code, _span(f))
+            if found is not ...:
+                return found
+        return index.find(f, item.key.code)
+
+    def _code(self, item: Item) -> list[str] | None:
+        """The item's code as the head it was drafted at shows it at its lines, when that is
+        the code its key names (else the key alone tells it)."""
+        f = item.last
+        earlier = self.index(f.path, item.head) if item.head and f.side != "LEFT" else None
+        code = earlier.window(f.line or 0, _span(f)) if earlier else None
+        return code if code and code_key(code) == item.key.code else None
+
     def moved(self, items: list[Item]) -> set[int]:
         """The numbers whose code is not at the head as it was (edited, or gone)."""
-        gone = set()
-        for item in items:
-            if item.key.code and item.status != FIXED:
-                index = self.index(item.last.path, item.last.side)
-                if index is None or index.find(item.last, item.key.code) is None:
-                    gone.add(item.ordinal)
-        return gone
+        return {
+            item.ordinal
+            for item in items
+            if item.key.code and item.status != FIXED and self.start(item) is None
+        }
 
 
 # -- a review job's use of it -----------------------------------------------------------
@@ -529,7 +641,7 @@ async def numbered(
     the ledger, and the note the status comment shows. The files are read here; the
     bookkeeping (`_reconciled`) runs in a worker thread."""
     texts = Texts(tree)
-    await texts.load([*draft.findings, *(i.last for i in items if i.status != FIXED)])
+    await texts.load(draft.findings, items)
     next_ordinal = await sql.next_ordinal(db, pull_id)
     outcome = await asyncio.to_thread(_reconciled, texts, items, draft, since, next_ordinal)
     if outcome.unconfirmed or outcome.not_open:
@@ -555,7 +667,7 @@ def _reconciled(
         moved=texts.moved(items),
     )
     for item in outcome.carried:
-        found = carry(item, texts.index(item.last.path, item.last.side))
+        found = carry(item, texts.start(item))
         outcome.numbered.append((item.ordinal, placed(found, draft.diff) if draft.diff else found))
     outcome.numbered.sort(key=lambda pair: pair[0])
     return outcome
@@ -577,7 +689,7 @@ async def without_repeats(
         if i.status == DROPPED and i.last.review_id != review.id
     ]
     texts = Texts(tree)
-    await texts.load([*findings, *(i.last for i in dropped)])
+    await texts.load(findings, dropped)
     return await asyncio.to_thread(_repeats_left_out, texts, dropped, findings)
 
 
