@@ -9,9 +9,11 @@ push fixed is marked fixed in that push — only when the code it points at chan
 the reviewer's word alone (which a prompt injection in the PR can steer) fixes nothing — and
 open ones the reviewer did not touch stay open.
 
-Finding a finding's code again in a file indexes the file once per window size (`CodeIndex`),
-whatever the number of findings, and the bookkeeping of a push runs in a worker thread: a
-large file must not hold the event loop that acknowledges webhooks.
+Finding a finding's code again costs one pass over the file whatever the number of findings
+(`CodeIndex`: by its lines, read at the head it was drafted at, where its rarest line is; by
+its key alone among the windows of its size, hashed once for all findings of that size), and
+the bookkeeping of a push runs in a worker thread: a large file must not hold the event loop
+that acknowledges webhooks.
 
 What people did with a number (published it, dropped it and why) is read from the findings of
 the PR's reviews (`bot.review.state` owns those); the ledger table adds only identity, fixes
@@ -27,6 +29,7 @@ import re
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from bot.records import ledger as sql
@@ -208,7 +211,7 @@ class CodeIndex:
             return None
         return self._windows(_span(finding)).get(code)
 
-    def find_lines(self, code: list[str], span: int) -> int | None:
+    def find_lines(self, code: list[str], span: int) -> int | EllipsisType | None:
         """The first line of a window of span + 1 lines whose code (`window`) is `code`;
         None when there is none, Ellipsis when its rarest line is in too many places to
         look at each (then `find` by key)."""
