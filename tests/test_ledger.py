@@ -5,7 +5,11 @@ published finding is marked and its thread resolved, a force-push gets a whole r
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,11 +18,13 @@ from hypothesis import strategies as st
 from bot.records.types import Finding
 from bot.review import ledger
 from bot.server import make_app
+from bot.standin.models import Action
+from bot.standin.scripted import scripted_reviewer
 from bot.texts import render
 from handlers import router
 from tests.conftest import wait_for
 from tests.test_instructions import hostile
-from tests.world import NOTHING_FOLDED, build_world, comment_payload
+from tests.world import HEAD, NOTHING_FOLDED, build_world, comment_payload
 
 pytestmark = pytest.mark.backends
 
@@ -214,6 +220,245 @@ async def test_a_force_push_gets_a_whole_review_and_keeps_the_numbers(world):
     assert "(whole PR reviewed)" in world.status_body()
 
 
+def claiming(*numbers: int, report: bool = True):
+    """The scripted reviewer, but its every `submit_review` also says these findings are fixed,
+    whatever the code shows (and, without `report`, raises nothing): what a prompt injection
+    in the PR's code or in a reply in a finding's thread can make a model say."""
+
+    def policy(conversation) -> Action:
+        action = scripted_reviewer(conversation)
+        claim = {"resolved": [f"F{n}" for n in numbers]} | ({} if report else {"findings": []})
+        return replace(
+            action,
+            tools=[
+                (name, {**args, **claim} if name == "submit_review" else args)
+                for name, args in action.tools
+            ],
+        )
+
+    return policy
+
+
+async def fixed_in(world, ordinal: int) -> str | None:
+    row = await world.ctx.db.fetchone("SELECT fixed_in FROM ledger WHERE ordinal = ?", (ordinal,))
+    return row["fixed_in"]
+
+
+async def test_a_fixed_claim_counts_only_when_the_push_changed_the_findings_code(world):
+    world.model.policy = claiming(1)
+    # The push adds a comment at the end of the file: F1's line is as it was.
+    second = await pushed(world, {"calc.py": HEAD["calc.py"] + "# the end\n"})
+    assert await findings_of(world, second["id"]) == [
+        (1, "eval() runs untrusted input", "kept"),  # carried: still in the draft
+        (2, "Compare with None using `is`", "kept"),
+    ]
+    assert await fixed_in(world, 1) is None
+    status = world.status_body()
+    assert "still open F1, F2 · fixed none" in status
+    assert "The reviewer said F1 is fixed, but the code it points at is as it was" in status
+    assert [n for n, _f in await carried_lines(world, second["id"])] == [1, 2]
+
+    # The next push changes F1's line: the claim counts.
+    third = await pushed(world, {"calc.py": FIXED + "# the end\n"})
+    assert await findings_of(world, third["id"]) == [(2, "Compare with None using `is`", "kept")]
+    assert await fixed_in(world, 1) == third["head_sha"]
+    status = world.status_body()
+    assert f"fixed F1 (in `{third['head_sha'][:7]}`)" in status
+    assert "The reviewer said" not in status
+
+
+async def carried_lines(world, review_id: int) -> list[tuple[int, int]]:
+    rows = await world.ctx.db.fetchall(
+        "SELECT ordinal, line FROM findings WHERE review_id = ? ORDER BY ordinal", (review_id,)
+    )
+    return [(r["ordinal"], r["line"]) for r in rows]
+
+
+async def test_a_fixed_claim_in_a_review_of_the_same_head_is_ignored(world):
+    world.model.policy = claiming(1, 2, 9, report=False)
+    first = (await world.review_rows())[-1]
+    await world.send("issue_comment", comment_payload(world, "/cockpit review"))
+    again = await world.wait_review("draft", index=1)
+    assert again["head_sha"] == first["head_sha"]
+    assert await findings_of(world, again["id"]) == [
+        (1, "eval() runs untrusted input", "kept"),
+        (2, "Compare with None using `is`", "kept"),
+    ]
+    rows = await world.ctx.db.fetchall("SELECT fixed_in FROM ledger")
+    assert [r["fixed_in"] for r in rows] == [None, None]
+    status = world.status_body()
+    assert "The reviewer said F1, F2 are fixed, but the code they point at is as it was" in status
+    assert "F9 is not an open finding" in status
+
+
+async def test_only_the_apps_own_threads_of_a_fixed_finding_are_resolved(world):
+    world.github.app_permissions["contents"] = "write"
+    await approve_all(world)
+    pull = world.github.pulls[(world.full_name, world.pr.number)]
+    body = "**F1 · critical** · eval() runs untrusted input"
+    # A person whose login is the App's slug (not its bot account), and another App's bot,
+    # start threads on F1's line that read like the App's.
+    person = world.github.add_review_thread(
+        pull, path="calc.py", line=2, body=body, user=world.github.slug
+    )
+    other_bot = world.github.add_review_thread(
+        pull, path="calc.py", line=2, body=body, user="other-app[bot]"
+    )
+    second = await pushed(world, {"calc.py": FIXED})
+    assert await fixed_in(world, 1) == second["head_sha"]
+    threads = world.github.review_threads
+    assert threads[person["thread_id"]]["resolved_by"] is None
+    assert threads[other_bot["thread_id"]]["resolved_by"] is None
+    [ours] = [
+        t
+        for t in threads.values()
+        if world.github.review_comments[t["comment_ids"][0]]["user"] == world.github.bot_login
+        and world.github.review_comments[t["comment_ids"][0]]["body"].startswith("**F1 ")
+    ]
+    assert ours["resolved_by"] == world.github.bot_login
+
+
+class Watching(ThreadPoolExecutor):
+    """The loop's default executor, noting the ledger's work it is given and whether the loop
+    ran a callback while that work waited in its thread (it cannot while the loop is busy)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(max_workers=4)
+        self.loop = loop
+        self.ledger_work: list[str] = []
+        self.loop_ran: list[bool] = []
+
+    def submit(self, fn, /, *args, **kwargs):
+        inner = getattr(fn, "args", (None,))[0] if hasattr(fn, "args") else fn
+        name = getattr(inner, "__qualname__", "")
+        if getattr(inner, "__module__", "") != "bot.review.ledger":
+            return super().submit(fn, *args, **kwargs)
+        self.ledger_work.append(name)
+
+        def run():
+            ticked = threading.Event()
+            self.loop.call_soon_threadsafe(ticked.set)
+            self.loop_ran.append(ticked.wait(60))  # a bound against a hang, not a measure
+            return fn(*args, **kwargs)
+
+        return super().submit(run)
+
+
+async def test_the_ledgers_bookkeeping_runs_off_the_event_loop(world):
+    loop = asyncio.get_running_loop()
+    watching = Watching(loop)
+    loop.set_default_executor(watching)
+    second = await pushed(world, {"calc.py": 'API_KEY = "sk-live-1234"\n' + HEAD["calc.py"]})
+    assert await findings_of(world, second["id"]) == [
+        (1, "eval() runs untrusted input", "kept"),
+        (2, "Compare with None using `is`", "kept"),
+        (3, "Hard-coded credential", "kept"),
+    ]
+    assert watching.ledger_work  # the reconciliation, fingerprints and matching
+    assert all(watching.loop_ran)
+
+
+# -- matching a finding's code in a large file ---------------------------------------------------
+
+
+class CountingSha256:
+    """hashlib.sha256 that counts the hashes made (the work of matching)."""
+
+    def __init__(self, real) -> None:
+        self.real, self.made = real, 0
+
+    def __call__(self, *args):
+        self.made += 1
+        return self.real(*args)
+
+
+EARLIER = "e" * 40  # the head the ledger's findings were drafted at
+
+
+def versions(lines: int, count: int) -> tuple[str, str, list[ledger.Item]]:
+    """A file at the earlier head with `count` open findings spread over it (spans of 1 to 3
+    lines, some with a blank line), and the file at the new head: 5 lines pushed on top, and
+    every fourth finding's code edited."""
+    earlier = [
+        f"value_{n} = compute({n}, 'padding padding padding')" if n % 9 != 4 else ""
+        for n in range(lines)
+    ]
+    now = list(earlier)
+    items = []
+    for n in range(count):
+        line, span = 1 + n * (lines // count), n % 3
+        code = ledger.code_key(earlier[line - 1 : line + span])
+        assert code
+        if n % 4 == 3:
+            now[line - 1 : line + span] = [f"edited {n}.{k}" for k in range(span + 1)]
+        finding = replace(stored(line, end=line + span if span else None), ordinal=n + 1)
+        items.append(ledger.Item(n + 1, ledger.Key("calc.py", code, "t"), ledger.OPEN, finding))
+    pushed = [f"# pushed {k}" for k in range(5)]
+    return "\n".join(earlier) + "\n", "\n".join(pushed + now) + "\n", items
+
+
+def matching(monkeypatch, lines: int, count: int, *, earlier_known: bool):
+    """What the bookkeeping of a push finds of `count` findings in a file of `lines` lines,
+    and how many hashes it made: (hashes, moved numbers, where each carried one is now)."""
+    earlier, now, items = versions(lines, count)
+    read = {("calc.py", "RIGHT"): now}
+    if earlier_known:  # the head the findings were drafted at is read (as in a review job)
+        read[("calc.py", EARLIER)] = earlier
+        items = [replace(i, head=EARLIER) for i in items]
+    texts = ledger.Texts(None, read)
+    counting = CountingSha256(ledger.hashlib.sha256)
+    monkeypatch.setattr(ledger.hashlib, "sha256", counting)
+    moved = texts.moved(items)
+    carried = {i.ordinal: ledger.carry(i, texts.start(i)).line for i in items}
+    monkeypatch.undo()
+    return counting.made, moved, carried
+
+
+@pytest.mark.parametrize("earlier_known", [True, False])
+def test_matching_findings_in_a_large_file_is_linear_in_its_size_not_per_finding(
+    monkeypatch, earlier_known
+):
+    lines = 4_000
+    one, _, _ = matching(monkeypatch, lines, 1, earlier_known=earlier_known)
+    forty, moved, carried = matching(monkeypatch, lines, 40, earlier_known=earlier_known)
+    ten_times, _, _ = matching(monkeypatch, 10 * lines, 40, earlier_known=earlier_known)
+    gone = {n for n in range(1, 41) if n % 4 == 0}
+    assert moved == gone
+    assert carried == {  # moved down by the 5 lines pushed on top, or left where they were
+        n: 1 + (n - 1) * 100 + (0 if n in gone else 5) for n in range(1, 41)
+    }
+    if earlier_known:  # each finding's code read as it was: its key checked, nothing hashed
+        assert forty <= 2 * 40 and ten_times == forty
+    else:  # each window size (here 3) hashed once over the file, for all findings
+        assert forty <= 3 * (lines + 5) + 200
+        assert ten_times <= 10 * forty + 200
+    assert one <= forty
+
+
+_code_lines = st.lists(st.sampled_from(["a", "b", "", "  a  b", "c"]), min_size=1, max_size=30)
+
+
+@given(_code_lines, st.integers(min_value=1, max_value=30), st.integers(0, 4))
+def test_finding_code_by_its_lines_finds_the_first_window_the_key_finds(lines, start, span):
+    index = ledger.CodeIndex("\n".join(lines))
+    code = index.window(start, span)
+    if not code:
+        return
+    by_key = index.find(stored(start, end=start + span), ledger.code_key(code))
+    assert index.find_lines(code, span) == by_key
+    assert by_key is not None and by_key <= start
+
+
+def test_code_whose_lines_are_everywhere_is_found_by_its_key():
+    text = "x = 1\ny = 2\n" * (ledger.ANCHORS + 1)
+    code = ["x = 1", "y = 2"]
+    item = ledger.Item(1, ledger.Key("calc.py", ledger.code_key(code), "t"), ledger.OPEN,
+                       stored(3, end=4), head=EARLIER)  # fmt: skip
+    texts = ledger.Texts(None, {("calc.py", "RIGHT"): text, ("calc.py", EARLIER): "\n\n" + text})
+    assert texts.index("calc.py", "RIGHT").find_lines(code, 1) is ...
+    assert texts.start(item) == 1
+
+
 # -- fingerprints -----------------------------------------------------------------------------
 
 
@@ -262,6 +507,36 @@ def test_exact_pairs_come_first_and_a_second_occurrence_is_a_new_number():
     assert not outcome.suppressed  # F2's code still stands: line 40 is not its repeat
     outcome = ledger.reconcile(items, draft, resolved=(), changed=None, next_ordinal=3, moved={2})
     assert outcome.suppressed == {2: 1} and [n for n, _ in outcome.numbered] == [1]
+
+
+def claimed(status: str, *, code: str = "c", side: str = "RIGHT", path: str = "calc.py"):
+    finding = replace(stored(2), side=side, path=path)
+    return ledger.Item(1, ledger.Key(path, code, "t"), status, finding)
+
+
+@pytest.mark.parametrize(
+    ("item", "moved", "changed", "fixed"),
+    [
+        (claimed(ledger.OPEN), {1}, {"calc.py"}, True),  # its code was edited or is gone
+        (claimed(ledger.PUBLISHED), {1}, None, True),  # … also seen by a whole review
+        (claimed(ledger.OPEN), set(), {"calc.py"}, False),  # its file changed, its code did not
+        (claimed(ledger.PUBLISHED), set(), None, False),  # the same head again
+        (claimed(ledger.OPEN, code=""), set(), {"calc.py"}, True),  # no code: its file changed
+        (claimed(ledger.OPEN, code=""), set(), {"other.py"}, False),
+        (claimed(ledger.OPEN, code=""), set(), None, False),  # … a whole review cannot tell
+        (claimed(ledger.OPEN, side="LEFT"), {1}, None, False),  # removed code, at the base
+        (claimed(ledger.OPEN, side="LEFT"), set(), {"calc.py"}, True),
+    ],
+)
+def test_a_claimed_fix_counts_when_the_head_shows_it(item, moved, changed, fixed):
+    outcome = ledger.reconcile(
+        [item], [], resolved=[1, 7], changed=changed, next_ordinal=8, moved=moved
+    )
+    assert [i.ordinal for i in outcome.fixed] == ([1] if fixed else [])
+    assert outcome.unconfirmed == ([] if fixed else [1])
+    assert outcome.not_open == [7]
+    kept = outcome.carried if item.status == ledger.OPEN else outcome.still_published
+    assert [getattr(i, "ordinal", i) for i in kept] == ([] if fixed else [1])
 
 
 def test_relocate_finds_the_code_where_it_moved_or_keeps_the_old_lines():

@@ -112,6 +112,10 @@ def status(text: dict[str, str], state: str) -> str:
             "fixed_published_refs": "F4",
             "dropped_refs": "F5",
             "suppressed": 1,
+            "unconfirmed": [1],  # fixes the reviewer claimed that the code does not show
+            "unconfirmed_refs": "F1",
+            "not_open": [9],
+            "not_open_refs": "F9",
             "resolve_error": text["error"],
         },
         verify_provider="codex",

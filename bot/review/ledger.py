@@ -5,7 +5,15 @@ Every finding gets a fingerprint that survives line shifts — its path, the cod
 from the push that raised it to the last one. A new head's draft is reconciled with the ledger
 (`reconcile`): a finding a person dropped is never raised again (a repeat, exact or near, is
 suppressed and counted), one already published is not posted twice, one the reviewer says a
-push fixed is marked fixed in that push, and open ones the reviewer did not touch stay open.
+push fixed is marked fixed in that push — only when the code it points at changed or is gone:
+the reviewer's word alone (which a prompt injection in the PR can steer) fixes nothing — and
+open ones the reviewer did not touch stay open.
+
+Finding a finding's code again costs one pass over the file whatever the number of findings
+(`CodeIndex`: by its lines, read at the head it was drafted at, where its rarest line is; by
+its key alone among the windows of its size, hashed once for all findings of that size), and
+the bookkeeping of a push runs in a worker thread: a large file must not hold the event loop
+that acknowledges webhooks.
 
 What people did with a number (published it, dropped it and why) is read from the findings of
 the PR's reviews (`bot.review.state` owns those); the ledger table adds only identity, fixes
@@ -14,11 +22,14 @@ and suppressed repeats (its SQL: `bot.records.ledger`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from bot.records import ledger as sql
@@ -30,6 +41,8 @@ if TYPE_CHECKING:
     from bot.records.database import Database
     from bot.review.pipeline import Draft
     from bot.worktrees import Worktree
+
+log = logging.getLogger(__name__)
 
 OPEN, PUBLISHED, DROPPED, WITHDRAWN, FIXED = "open", "published", "dropped", "withdrawn", "fixed"
 CODE_LINES = 20  # at most this many lines of code identify a finding
@@ -138,7 +151,7 @@ def key_of(finding: DraftFinding | Finding, text: str | None) -> Key:
 def relocate(finding: Finding, code: str, text: str | None) -> tuple[int | None, int | None]:
     """Where the code a carried finding points at is now (its lines shift when code above
     them changes): (line, end_line), or its old ones when the code is not found as it was."""
-    return _at(finding, _find(finding, code, text))
+    return _at(finding, CodeIndex(text).find(finding, code) if text else None)
 
 
 def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
@@ -152,16 +165,101 @@ def _span(finding: Finding) -> int:
     return min((finding.end_line or finding.line or 0) - (finding.line or 0), CODE_LINES - 1)
 
 
-def _find(finding: Finding, code: str, text: str | None) -> int | None:
-    """The line where the code the finding's key names starts in `text`, if it is there."""
-    if not (text and code and finding.line):
+ANCHORS = 64  # past this many places of a code's rarest line, its size's windows are hashed
+
+
+class CodeIndex:
+    """A file's text, indexed once for finding code in it. Code whose lines are known (read
+    at the head a finding was drafted at) is looked for where its rarest line is (`find_lines`,
+    from one map of the file's lines); code known only by its key is looked for among the
+    windows of its size, each hashed once for all findings of that size (`find`). Either way
+    finding n findings in a file of N lines is linear in N, not n passes over the file."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self._collapsed: list[str] | None = None
+        self._places: dict[str, list[int]] | None = None  # a collapsed line → its indexes
+        self._starts: dict[int, dict[str, int]] = {}  # span → code key → first line (1-based)
+
+    @property
+    def collapsed(self) -> list[str]:
+        """Each line with its whitespace collapsed ('' for a blank one), as `code_key` sees it."""
+        if self._collapsed is None:
+            self._collapsed = [" ".join(line.split()) for line in self.lines]
+        return self._collapsed
+
+    def key(self, line: int | None, end_line: int | None) -> str:
+        """The code key of lines `line`…`end_line` (see `pointed_lines`)."""
+        if not line:
+            return ""
+        return code_key(self.lines[line - 1 : min(end_line or line, line + CODE_LINES - 1)])
+
+    def window(self, start: int, span: int) -> list[str] | None:
+        """The code of the window of span + 1 lines from line `start` (1-based) as `code_key`
+        hashes it (blank lines left out); None when the window is not wholly in the file."""
+        if start < 1 or start + span > len(self.lines):
+            return None
+        if self._collapsed is None:  # an earlier head's file: only these lines are wanted
+            lines = [" ".join(line.split()) for line in self.lines[start - 1 : start + span]]
+        else:
+            lines = self._collapsed[start - 1 : start + span]
+        return [line for line in lines if line]
+
+    def find(self, finding: Finding, code: str) -> int | None:
+        """The first line of a window of the finding's size whose code key is `code`."""
+        if not (code and finding.line):
+            return None
+        return self._windows(_span(finding)).get(code)
+
+    def find_lines(self, code: list[str], span: int) -> int | EllipsisType | None:
+        """The first line of a window of span + 1 lines whose code (`window`) is `code`;
+        None when there is none, Ellipsis when its rarest line is in too many places to
+        look at each (then `find` by key)."""
+        places = self._line_places()
+        anchor = min(range(len(code)), key=lambda k: len(places.get(code[k], ())))
+        found = places.get(code[anchor], [])
+        if len(found) > ANCHORS:
+            return ...
+        collapsed = self.collapsed
+        for at in found:  # in file order, so the first window found is the first there is
+            first, before = at, anchor  # back to where the code's first line would be
+            while before and first > 0 and at - first <= span:
+                first -= 1
+                before -= 1 if collapsed[first] else 0
+            if before or at - first > span:
+                continue
+            start = first
+            while start > 0 and first - start < span and not collapsed[start - 1]:
+                start -= 1  # a window may begin with blank lines
+            for begin in range(start, first + 1):
+                if self.window(begin + 1, span) == code:
+                    return begin + 1
         return None
-    span = _span(finding)
-    lines = text.splitlines()
-    for start in range(len(lines) - span):
-        if code_key(lines[start : start + span + 1]) == code:
-            return start + 1
-    return None
+
+    def _line_places(self) -> dict[str, list[int]]:
+        if self._places is None:
+            places: dict[str, list[int]] = {}
+            for n, line in enumerate(self.collapsed):
+                found = places.get(line)
+                if found is None:
+                    places[line] = [n]
+                else:
+                    found.append(n)
+            places.pop("", None)
+            self._places = places
+        return self._places
+
+    def _windows(self, span: int) -> dict[str, int]:
+        starts = self._starts.get(span)
+        if starts is None:
+            starts = self._starts[span] = {}
+            collapsed, sha256 = self.collapsed, hashlib.sha256
+            for start in range(len(collapsed) - span):  # windows wholly in the file
+                kept = [line for line in collapsed[start : start + span + 1] if line]
+                if kept:  # as code_key, without walking the lines again
+                    code = sha256("\n".join(kept).encode()).hexdigest()[:16]
+                    starts.setdefault(code, start + 1)
+        return starts
 
 
 # -- the ledger as it stands ----------------------------------------------------------------
@@ -178,13 +276,16 @@ class Item:
     why: str | None = None  # a person's reason for the drop
     fixed_in: str | None = None
     published: bool = False  # went out on GitHub (it may have been fixed since)
+    head: str | None = None  # the head sha `last` was drafted at
 
 
 def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) -> list[Item]:
     """The ledger's items from its entries and the PR's findings (oldest review first)."""
     by_number: dict[int, list[tuple[str, Finding]]] = {}
-    for review_state, _head, finding in history:
+    heads: dict[int, str] = {}  # each number's newest finding's head
+    for review_state, head, finding in history:
         by_number.setdefault(finding.ordinal, []).append((review_state, finding))
+        heads[finding.ordinal] = head
     items = []
     for entry in entries:
         seen = by_number.get(entry.ordinal)
@@ -207,7 +308,18 @@ def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) ->
         else:
             status = OPEN
         why = dropped[-1].why if dropped else None
-        items.append(Item(entry.ordinal, key, status, last, why, entry.fixed_in, published))
+        items.append(
+            Item(
+                entry.ordinal,
+                key,
+                status,
+                last,
+                why,
+                entry.fixed_in,
+                published,
+                heads.get(entry.ordinal),
+            )
+        )
     return items
 
 
@@ -258,6 +370,10 @@ class Reconciled:
     still_published: list[int] = field(default_factory=list)  # on GitHub already, still open
     fixed: list[Item] = field(default_factory=list)
     suppressed: Counter[int] = field(default_factory=Counter)  # dropped number → repeats
+    # Fixes the reviewer claimed and the head does not show (its code is as it was), and
+    # claimed numbers that name no open or published finding: both ignored, and said.
+    unconfirmed: list[int] = field(default_factory=list)
+    not_open: list[int] = field(default_factory=list)
 
     def writes(self, pull_id: int, review_id: int, head_sha: str) -> LedgerWrites:
         return LedgerWrites(
@@ -285,6 +401,8 @@ class Reconciled:
             "fixed_published": [i.ordinal for i in self.fixed if i.published],
             "dropped": [i.ordinal for i in items if i.status == DROPPED],
             "suppressed": sum(self.suppressed.values()),
+            "unconfirmed": sorted(self.unconfirmed),
+            "not_open": self.not_open,
         }
 
 
@@ -300,10 +418,12 @@ def reconcile(
     """The reviewer's findings for a new head (`found`, each with its key) against the ledger: a
     repeat of a dropped finding is suppressed; one the ledger knows keeps its number (one
     already published is not drafted again); the rest get new numbers. Open and published
-    numbers the reviewer `resolved` are fixed — in a delta review only those on a path the
-    push `changed` (None: a full review) — and the open ones it did not touch stay in the
-    draft. `moved`: numbers whose code is not at the new head as it was. Same fingerprints are
-    paired first, near ones after, so an exact pair is never taken by a look-alike."""
+    numbers the reviewer `resolved` are fixed when the head shows it (`_changed`: their code
+    is among the `moved`, or for one without code, its path among those the push `changed`;
+    None: a full review), the other claims are noted and ignored, and the open ones it did not
+    touch stay in the draft. `moved`: numbers whose code is not at the new head as it was.
+    Same fingerprints are paired first, near ones after, so an exact pair is never taken by a
+    look-alike."""
     out = Reconciled()
     dropped = [i for i in items if i.status == DROPPED]
     active = [i for i in items if i.status in (OPEN, PUBLISHED, WITHDRAWN)]
@@ -342,14 +462,31 @@ def reconcile(
     for item in active:
         if item.ordinal in taken or item.status == WITHDRAWN:
             continue
-        if item.ordinal in wanted and (changed is None or item.key.path in changed):
+        claimed = item.ordinal in wanted
+        if claimed and _changed(item, moved, changed):
             out.fixed.append(item)
-        elif item.status == PUBLISHED:
+            continue
+        if claimed:
+            out.unconfirmed.append(item.ordinal)
+        if item.status == PUBLISHED:
             out.still_published.append(item.ordinal)
         else:
             out.carried.append(item)
+    open_now = {i.ordinal for i in active if i.status != WITHDRAWN}
+    out.not_open = sorted(wanted - open_now)
     out.still_published.sort()
     return out
+
+
+def _changed(item: Item, moved: Collection[int], changed: set[str] | None) -> bool:
+    """Whether the head shows the fix a reviewer claimed: the code the finding points at is
+    not there as it was (edited or gone). A finding with no code of the head to compare (no
+    line, or on removed code, side LEFT, read at the merge base) counts as changed only when
+    this push changed its file (`changed`: a delta review's paths; None, a whole review of
+    the same head or a force-push, shows no change)."""
+    if item.key.code and item.last.side != "LEFT":
+        return item.ordinal in moved
+    return changed is not None and item.key.path in changed
 
 
 def _match(
@@ -364,12 +501,11 @@ def _match(
     return None
 
 
-def carry(item: Item, text: str | None) -> DraftFinding:
-    """An open finding the push did not touch, as the new draft holds it (moved to where its
-    code is now, keeping its verdict only while that code is as it was; the caller places it
-    on the new diff)."""
+def carry(item: Item, start: int | None) -> DraftFinding:
+    """An open finding the push did not touch, as the new draft holds it (moved to `start`,
+    where its code is now, keeping its verdict only while that code is as it was — None: it
+    is not; the caller places it on the new diff)."""
     f = item.last
-    start = _find(f, item.key.code, text)
     same = start is not None  # its code is as it was: the verify pass's verdict still holds
     line, end_line = _at(f, start)
     return DraftFinding(
@@ -391,34 +527,92 @@ def carry(item: Item, text: str | None) -> DraftFinding:
 
 @dataclass
 class Texts:
-    """Files' texts on a side of the PR (head for RIGHT, merge base for LEFT), each read once
-    from git's objects (never the file system: a symlink in a PR reads nothing outside)."""
+    """Files' texts read once from git's objects (never the file system: a symlink in a PR
+    reads nothing outside): on a side of the PR (head for RIGHT, merge base for LEFT), and at
+    the earlier heads the ledger's findings were drafted at, where their code is read as it
+    was. Reading is async (git); keys and matching (`key`, `start`, `moved`) are pure work on
+    what was read, done in a worker thread."""
 
     tree: Worktree
+    # (path, side or commit sha) → the text, None when there is none
     read: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    indexes: dict[tuple[str, str], CodeIndex | None] = field(default_factory=dict, repr=False)
+    starts: dict[int, int | None] = field(default_factory=dict, repr=False)  # by F number
 
     async def of(self, path: str, side: str | None) -> str | None:
         where = (path, side or "RIGHT")
         if where not in self.read:
             commit = self.tree.merge_base if where[1] == "LEFT" else self.tree.head_sha
-            out = await self.tree.git(
-                "show", f"{commit}:{path}", check=False, limit=2 * 1024 * 1024
-            )
-            self.read[where] = out.decode("utf-8", errors="replace") if out else None
+            self.read[where] = await self._show(commit, path)
         return self.read[where]
 
-    async def keys(self, findings: Iterable[DraftFinding]) -> list[Key]:
-        return [key_of(f, await self.of(f.path, f.side)) for f in findings]
+    async def _show(self, commit: str, path: str) -> str | None:
+        out = await self.tree.git("show", f"{commit}:{path}", check=False, limit=2 * 1024 * 1024)
+        return out.decode("utf-8", errors="replace") if out else None
 
-    async def moved_on(self, items: list[Item]) -> set[int]:
+    async def load(self, findings: Iterable[DraftFinding], items: Iterable[Item] = ()) -> None:
+        """Read the files these findings and ledger items are on, and each item's file at
+        the head it was drafted at (each once)."""
+        for finding in findings:
+            await self.of(finding.path, finding.side)
+        for item in items:
+            f = item.last
+            if item.status == FIXED:
+                continue
+            text = await self.of(f.path, f.side)
+            if f.side == "LEFT" or not (item.head and _SHA.fullmatch(item.head)):
+                continue
+            if (f.path, item.head) not in self.read:
+                same = item.head == self.tree.head_sha
+                self.read[f.path, item.head] = text if same else await self._show(item.head, f.path)
+
+    def index(self, path: str, where: str | None) -> CodeIndex | None:
+        """The file's index on a side (or at a commit) once `load` read it (None: no text)."""
+        at = (path, where or "RIGHT")
+        if at not in self.indexes:
+            text = self.read.get(at)
+            self.indexes[at] = CodeIndex(text) if text else None
+        return self.indexes[at]
+
+    def key(self, finding: DraftFinding | Finding) -> Key:
+        """`key_of` the finding, from its file's index."""
+        index = self.index(finding.path, finding.side)
+        code = index.key(finding.line, finding.end_line) if index else ""
+        return Key(finding.path, code, title_key(finding.title))
+
+    def start(self, item: Item) -> int | None:
+        """The line where the item's code starts at the head; None when its code is not there
+        as it was (edited, or gone)."""
+        if item.ordinal not in self.starts:
+            self.starts[item.ordinal] = self._start(item)
+        return self.starts[item.ordinal]
+
+    def _start(self, item: Item) -> int | None:
+        f = item.last
+        index = self.index(f.path, f.side)
+        if index is None or not (item.key.code and f.line):
+            return None
+        code = self._code(item)
+        if code is not None:
+            found = index.find_lines(code, _span(f))
+            if found is not ...:
+                return found
+        return index.find(f, item.key.code)
+
+    def _code(self, item: Item) -> list[str] | None:
+        """The item's code as the head it was drafted at shows it at its lines, when that is
+        the code its key names (else the key alone tells it)."""
+        f = item.last
+        earlier = self.index(f.path, item.head) if item.head and f.side != "LEFT" else None
+        code = earlier.window(f.line or 0, _span(f)) if earlier else None
+        return code if code and code_key(code) == item.key.code else None
+
+    def moved(self, items: list[Item]) -> set[int]:
         """The numbers whose code is not at the head as it was (edited, or gone)."""
         return {
             item.ordinal
             for item in items
-            if item.key.code
-            and item.status != FIXED
-            and _find(item.last, item.key.code, await self.of(item.last.path, item.last.side))
-            is None
+            if item.key.code and item.status != FIXED and self.start(item) is None
         }
 
 
@@ -447,23 +641,39 @@ async def numbered(
 ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any]]:
     """A new head's draft against the PR's ledger: its findings under their numbers (open ones
     the push did not touch carried over, moved to where their code is now), what to write to
-    the ledger, and the note the status comment shows."""
+    the ledger, and the note the status comment shows. The files are read here; the
+    bookkeeping (`_reconciled`) runs in a worker thread."""
     texts = Texts(tree)
-    keys = await texts.keys(draft.findings)
+    await texts.load(draft.findings, items)
+    next_ordinal = await sql.next_ordinal(db, pull_id)
+    outcome = await asyncio.to_thread(_reconciled, texts, items, draft, since, next_ordinal)
+    if outcome.unconfirmed or outcome.not_open:
+        log.warning(
+            "fixes the reviewer claimed were not taken",
+            extra={"fields": {"unchanged": outcome.unconfirmed, "not_open": outcome.not_open}},
+        )
+    note = outcome.note(items, since=since, head_sha=tree.head_sha)
+    return outcome.numbered, outcome.writes(pull_id, review_id, tree.head_sha), note
+
+
+def _reconciled(
+    texts: Texts, items: list[Item], draft: Draft, since: str | None, next_ordinal: int
+) -> Reconciled:
+    """`numbered`'s pure part, on the files `texts` read."""
+    keys = [texts.key(f) for f in draft.findings]
     outcome = reconcile(
         items,
         list(zip(draft.findings, keys, strict=True)),
         resolved=draft.resolved,
         changed=set(draft.changed) if since else None,
-        next_ordinal=await sql.next_ordinal(db, pull_id),
-        moved=await texts.moved_on(items),
+        next_ordinal=next_ordinal,
+        moved=texts.moved(items),
     )
     for item in outcome.carried:
-        found = carry(item, await texts.of(item.last.path, item.last.side))
+        found = carry(item, texts.start(item))
         outcome.numbered.append((item.ordinal, placed(found, draft.diff) if draft.diff else found))
     outcome.numbered.sort(key=lambda pair: pair[0])
-    note = outcome.note(items, since=since, head_sha=tree.head_sha)
-    return outcome.numbered, outcome.writes(pull_id, review_id, tree.head_sha), note
+    return outcome
 
 
 async def next_number(db: Database, pull_id: int) -> int:
@@ -482,9 +692,18 @@ async def without_repeats(
         if i.status == DROPPED and i.last.review_id != review.id
     ]
     texts = Texts(tree)
-    moved = await texts.moved_on(dropped)
+    await texts.load(findings, dropped)
+    return await asyncio.to_thread(_repeats_left_out, texts, dropped, findings)
+
+
+def _repeats_left_out(
+    texts: Texts, dropped: list[Item], findings: list[DraftFinding]
+) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
+    """`without_repeats`'s pure part, on the files `texts` read."""
+    moved = texts.moved(dropped)
     kept, keys, repeats = [], {}, Counter[int]()
-    for finding, key in zip(findings, await texts.keys(findings), strict=True):
+    for finding in findings:
+        key = texts.key(finding)
         repeat = _match(key, dropped, set(), moved, exact=True) or _match(
             key, dropped, set(), moved, exact=False
         )

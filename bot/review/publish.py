@@ -68,8 +68,11 @@ def ledger_note(stored: str | None) -> dict[str, Any] | None:
     if not stored:
         return None
     note = json.loads(stored)
-    lists = ("new", "open", "published", "fixed", "dropped", "fixed_published")
-    return {"resolve_error": None, **note, **{f"{k}_refs": refs(note.get(k, [])) for k in lists}}
+    lists = (
+        "new", "open", "published", "fixed", "dropped", "fixed_published", "unconfirmed", "not_open"
+    )  # fmt: skip
+    older = {"resolve_error": None, "unconfirmed": [], "not_open": []}  # notes stored before
+    return {**older, **note, **{f"{k}_refs": refs(note.get(k, [])) for k in lists}}
 
 
 # A PR's review threads with their first comments (a page of 100 threads).
@@ -79,7 +82,7 @@ query($owner: String!, $name: String!, $number: Int!, $after: String) {
     pullRequest(number: $number) {
       reviewThreads(first: 100, after: $after) {
         pageInfo { hasNextPage endCursor }
-        nodes { id isResolved comments(first: 20) { nodes { body author { login } } } }
+        nodes { id isResolved comments(first: 20) { nodes { body author { __typename login } } } }
       }
     }
   }
@@ -88,6 +91,13 @@ RESOLVE_MUTATION = """
 mutation($id: ID!) { resolveReviewThread(input: {threadId: $id}) { thread { id isResolved } } }"""
 THREAD_PAGES = 10
 _INLINE_NUMBER = re.compile(r"\*\*F(\d+) ·")  # how templates/inline_comment.md.j2 begins
+
+
+def _account(author: dict[str, Any] | None) -> tuple[str, str] | None:
+    """A GraphQL author as (`__typename`, login); None for a deleted account."""
+    if not author:
+        return None
+    return author.get("__typename") or "", author.get("login") or ""
 
 
 def _now() -> str:
@@ -231,10 +241,17 @@ class Publisher:
 
     # -- review threads ------------------------------------------------------------
 
+    async def _app_account(self) -> tuple[str, str]:
+        """The App's bot account as GraphQL names an author: (`__typename`, login). REST's
+        `<slug>[bot]` is GraphQL's `Bot` of login `<slug>`; a person, or another App, whose
+        login reads the same is another account."""
+        return "Bot", (await self.ctx.github.bot_login()).removesuffix("[bot]")
+
     async def _finding_threads(self, wanted: set[int]) -> list[tuple[int, dict]]:
         """The bot's review threads of these findings: (F number, thread), the thread with
-        its first comments as GraphQL gives them."""
-        login = (await self.ctx.github.bot_login()).removesuffix("[bot]")
+        its first comments as GraphQL gives them. Only a thread the App's bot account started
+        is its own: one a person (or another bot) started with the same words is not."""
+        app = await self._app_account()
         owner, name = self.pull.repo.split("/", 1)
         found, after = [], None
         for _page in range(THREAD_PAGES):
@@ -246,7 +263,7 @@ class Publisher:
                 first = (thread["comments"]["nodes"] or [{}])[0]
                 number = _INLINE_NUMBER.match(first.get("body") or "")
                 if (
-                    (first.get("author") or {}).get("login") == login
+                    _account(first.get("author")) == app
                     and number is not None
                     and int(number.group(1)) in wanted
                 ):
@@ -261,7 +278,7 @@ class Publisher:
         first, for the reviewer's ledger; nothing when GitHub does not tell (logged)."""
         if not ordinals:
             return {}
-        login = (await self.ctx.github.bot_login()).removesuffix("[bot]")
+        app = await self._app_account()
         try:
             threads = await self._finding_threads(set(ordinals))
         except Exception as exc:
@@ -273,7 +290,7 @@ class Publisher:
         for number, thread in threads:
             for comment in thread["comments"]["nodes"][1:]:
                 author = (comment.get("author") or {}).get("login")
-                if author and author != login and comment.get("body"):
+                if author and _account(comment.get("author")) != app and comment.get("body"):
                     replies.setdefault(number, []).append(f"{author}: {comment['body']}")
         return replies
 
