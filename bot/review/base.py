@@ -50,15 +50,16 @@ async def _steering_files(
     The folders they would sit in are read whole, as tree objects, by one `git cat-file
     --batch` that takes their names on stdin: a PR of thousands of files in folders of their
     own asks after tens of thousands of places, far more than one command line can name."""
-    folders = sorted({path.rpartition("/")[0] for path in wanted})
+    # a folder whose name holds a newline cannot be named on cat-file's stdin (`-z` needs
+    # git 2.38): steering files there are not found
+    folders = sorted({p.rpartition("/")[0] for p in wanted if "\n" not in p})
     # `<commit>:` is the root's tree; `<commit>:a/b/` only ever names a folder (a file or a
     # link there is "missing": its blob is never read, nor fetched by a partial mirror)
     names = [f"{commit}:{folder}/" if folder else f"{commit}:" for folder in folders]
     out = await tree.git(
         "cat-file",
         "--batch",
-        "-z",
-        stdin=b"".join(name.encode() + b"\x00" for name in names),
+        stdin="".join(name + "\n" for name in names).encode(),
         timeout=GIT_TIMEOUT,
         limit=LIST_BYTES,
     )
@@ -69,13 +70,13 @@ async def _steering_files(
         if out.startswith(missing, at):
             at += len(missing)
             continue
-        header, _, rest = out[at:].partition(b"\n")
-        fields = header.split()
-        if len(fields) != 3 or len(rest) < int(fields[2]) + 1:
+        end = out.find(b"\n", at)
+        fields = out[at:end].split() if end >= 0 else []
+        if len(fields) != 3 or end + 1 + int(fields[2]) >= len(out):
             break  # git was stopped at LIST_BYTES: what came before stands
         oid, kind, size = fields[0], fields[1], int(fields[2])
-        body = rest[:size]
-        at += len(header) + 1 + size + 1
+        body = out[end + 1 : end + 1 + size]
+        at = end + 1 + size + 1  # the object, then a newline
         if kind != b"tree":
             continue
         for mode, entry, blob in _tree_entries(body, len(oid) // 2):
