@@ -136,16 +136,21 @@ async def run_git(
     `truncated`), so a 64 MiB commit subject or a 50 MB blob never lands in memory whole.
     stderr keeps its first STDERR_LIMIT bytes; the rest is read and dropped. `stdin`, when
     given, is written to git while its output is read. Once git is stopped (cap or timeout)
-    its pipes are closed, unread: see `_stop`."""
-    proc = await asyncio.create_subprocess_exec(
-        "git",
-        *args,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    its pipes are closed, unread: see `_stop`. A git that cannot start (a command line over
+    the kernel's limit, no memory or processes left) is a GitError too, never an OSError."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "git",
+            *args,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        error = exc.strerror or exc.__class__.__name__  # never the command line: it may be long
+        raise GitError(message("git_not_started", command=args[0], error=error)) from None
     assert proc.stdout is not None and proc.stderr is not None
 
     async def write_in() -> None:

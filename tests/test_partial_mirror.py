@@ -158,6 +158,38 @@ async def test_a_search_limited_to_a_folder_fetches_only_that_folder(
     assert blobs(mirror) == {blob_of(served.path, served.head_sha, "lib/part4/module4.py")}
 
 
+async def test_a_diff_leaving_files_out_fetches_only_the_files_it_shows(https_github, tmp_path):
+    """`git_diff` without the left-out files (a tree built from the head's, see
+    `Toolbox._shown_tree`) fetches the shown files' blobs in one request, and never the
+    left-out ones'."""
+    pr = make_pr(
+        tmp_path / "origin",
+        base={**BASE, **LIBRARY},
+        head={**HEAD, "vendor/lib.py": "x = eval(y)\n", "lib/part1/module1.py": "LIMIT_1 = 2\n"},
+    )
+    repo = https_github.add_generated_pr(
+        OWNER, NAME, pr, installation_id=INSTALLATION, permissions={"octocat": "admin"}
+    )
+    url = https_github.serve_git(repo, pr.path / ".git", private=True)
+    token = installation_token(https_github)
+
+    async def token_source() -> str:
+        return token
+
+    mirrors = Mirrors(tmp_path / "data")
+    mirror = await mirrors.sync(REPO, url, ["refs/heads/main", "refs/pull/1/head"], token=token)
+    tree = await mirrors.add_worktree(
+        REPO, name="r", head_sha=pr.head_sha, base_ref="refs/heads/main", token=token_source
+    )
+    left_out = {"vendor/lib.py": "vendored", "lib/part1/module1.py": "generated"}
+    before = len(upload_packs(https_github))
+    diff = await Toolbox(tree, left_out=left_out).call("git_diff", {})
+    assert "+    return eval(text)" in diff and "vendor/" not in diff and "LIMIT" not in diff
+    assert len(upload_packs(https_github)) == before + 1
+    shown = {blob_of(pr.path, rev, "calc.py") for rev in (pr.base_sha, pr.head_sha)}
+    assert blobs(mirror) == shown
+
+
 async def test_without_the_token_a_private_blob_cannot_be_read(https_github, served, tmp_path):
     token = installation_token(https_github)
     mirrors = Mirrors(tmp_path / "data")

@@ -792,3 +792,22 @@ async def test_a_revision_never_puts_a_finding_on_a_file_left_out_as_noise(open_
     assert review["revision"] == 2
     assert [title for _, title, _ in (await findings_of(world)).values()] == [EVAL, IS_NONE]
     assert "1 finding(s) the reviewer placed on them were dropped" in world.status_body()
+
+
+async def test_a_revision_never_puts_a_finding_on_a_file_an_ignore_glob_matches(open_world):
+    world = await open_world(
+        head={**HEAD, "docs/design.md": "# Design\n"},
+        files={".github/cockpit.toml": 'min_severity = "nit"\nignore = ["docs/**"]\n'},
+    )
+    world.anthropic.policy = revising(
+        lambda first: [*first, finding("docs/design.md", 1, "Design drift")]
+    )
+    await say_on_pr(world, "/cockpit codex-review")
+    await say_on_pr(world, "/cockpit send-back")
+    [review] = await world.review_rows()
+    assert review["revision"] == 2
+    assert [title for _, title, _ in (await findings_of(world)).values()] == [EVAL, IS_NONE]
+    status = world.status_body()
+    assert "1 finding(s) the reviewer placed on files matching an `ignore` glob were dropped" in (
+        status
+    )

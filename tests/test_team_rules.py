@@ -195,6 +195,58 @@ async def test_generated_and_vendored_files_are_skipped_counted_and_never_get_fi
     assert {c["path"] for c in pending["comments"]} == {"calc.py"}
 
 
+IGNORED = "docs/design.md"
+
+
+def on_an_ignored_file(conversation):
+    """Reads the whole diff, asks for the ignored file's diff and content, then submits the
+    scripted findings plus one on the ignored file."""
+    asked = [args for name, args in conversation.tool_calls]
+    if not asked:
+        return call("git_diff")
+    if len(asked) == 1:
+        return call("git_diff", path=IGNORED)
+    if len(asked) == 2:
+        return call("read_file", path=IGNORED)
+    extra = {"path": IGNORED, "line": 1, "severity": "critical", "title": "eval in the design",
+             "body": "b"}  # fmt: skip
+    findings = [*scan_diff(conversation.tool_results[0]), extra]
+    return call("submit_review", summary="s", verdict="request_changes", findings=findings)
+
+
+async def test_files_matching_an_ignore_glob_are_out_of_the_diff_and_never_get_findings(
+    start, anthropic_standin
+):
+    anthropic_standin.policy = on_an_ignored_file
+    world = await start(
+        base={**BASE, IGNORED: "# Design\n"},
+        head={IGNORED: "# Design\nx = eval(input())\n", "src/app.py": "y = eval(input())\n"},
+        files={CONFIG: 'ignore = ["docs/**"]\n'},
+    )
+    final = world.model.normalise(world.model.requests[-1])
+    whole, one, read = final.tool_results[:3]
+    assert "src/app.py" in whole and IGNORED not in whole
+    assert "1 changed file(s) left out of this diff" in whole
+    assert one == f"{IGNORED} is left out of this review (matches an `ignore` glob)"
+    # read_file still reads it (context), saying it is not part of the review
+    assert read.startswith(f"[{IGNORED} is left out of this review (matches an `ignore` glob)")
+    assert "2| x = eval(input())" in read
+    stored = await world.ctx.db.fetchall("SELECT path FROM findings")
+    assert {f["path"] for f in stored} == {"src/app.py"}
+    [check] = world.github.check_runs.values()
+    assert {a["path"] for a in check["annotations"]} == {"src/app.py"}
+    [pending] = world.pending_reviews()
+    assert {c["path"] for c in pending["comments"]} == {"src/app.py"}
+    assert IGNORED not in pending["body"]
+    status = world.status_body()
+    assert f"`{IGNORED}` — matches an `ignore` glob" in status
+    assert "1 finding(s) the reviewer placed on files matching an `ignore` glob were dropped" in (
+        status
+    )
+    [review] = await world.review_rows()
+    assert IGNORED not in (review["summary"] or "")
+
+
 # -- min_severity and max_findings -----------------------------------------------------------
 
 SEVERITIES = ["critical"] * 3 + ["major"] * 3 + ["minor"] * 3 + ["nit"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import tracemalloc
 
@@ -243,16 +244,40 @@ async def test_every_git_call_has_a_byte_cap(toolbox):
 
 
 async def test_git_diff_leaves_out_the_files_a_review_leaves_out(toolbox):
-    changed = ["src/app.py", "long.txt", "with space.txt"]
-    box = Toolbox(toolbox.tree, left_out={"long.txt": "generated"}, changed=changed)
+    box = Toolbox(toolbox.tree, left_out={"long.txt": "generated", "big.txt": "matches a glob"})
     whole = await box.call("git_diff", {})
     assert "+++ b/src/app.py" in whole and "+++ b/with space.txt" in whole
-    assert "long.txt" not in whole and "big.txt" not in whole  # only the files it may show
-    assert whole.endswith("[1 changed file(s) left out of this diff: generated, vendored, lock "
-                          "or minified files are not reviewed]")  # fmt: skip
+    assert "long.txt" not in whole and "big.txt" not in whole
+    assert whole.startswith("[2 changed file(s) left out of this diff: files matching an `ignore` "
+                          "glob and generated, vendored, lock or minified files are not "
+                          "reviewed]")  # fmt: skip
     assert await box.call("git_diff", {"path": "long.txt"}) == (
         "long.txt is left out of this review (generated)"
     )
-    only_hidden = Toolbox(toolbox.tree, left_out={"src/app.py": "vendored"}, changed=changed)
+    only_hidden = Toolbox(toolbox.tree, left_out={"src/app.py": "vendored"})
     answer = await only_hidden.call("git_diff", {"path": "src"})
     assert "+++" not in answer and answer.startswith("[1 changed file(s) left out")
+    # the rest of the PR is as ever: the same diff as without anything left out
+    assert (await only_hidden.call("git_diff", {"path": "with space.txt"})) == (
+        await Toolbox(toolbox.tree).call("git_diff", {"path": "with space.txt"})
+    )
+
+
+async def test_a_git_that_cannot_start_is_an_answer_to_the_model_never_a_crash(toolbox, tmp_path):
+    """An OSError from starting git (here: no git on PATH; at 30,000 files it was a command
+    line over the kernel's limit) comes back as the tool's answer."""
+    broken = dataclasses.replace(toolbox.tree, env={**toolbox.tree.env, "PATH": str(tmp_path)})
+    for tool, arguments in (("git_diff", {}), ("read_file", {"path": "src/app.py"})):
+        answer = await Toolbox(broken, left_out={"long.txt": "generated"}).call(tool, arguments)
+        assert answer.startswith("error: git ") and "could not start" in answer
+
+
+async def test_a_file_left_out_can_be_read_and_says_it_is_not_reviewed(toolbox):
+    box = Toolbox(toolbox.tree, left_out={"src/app.py": "matches an `ignore` glob"})
+    answer = await box.call("read_file", {"path": "src/app.py"})
+    note, _, content = answer.partition("\n")
+    assert note == (
+        "[src/app.py is left out of this review (matches an `ignore` glob): read it for "
+        "context only; findings on it are dropped]"
+    )
+    assert content == await Toolbox(toolbox.tree).call("read_file", {"path": "src/app.py"})

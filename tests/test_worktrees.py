@@ -254,3 +254,15 @@ async def test_processes_sharing_a_data_dir_take_turns_on_a_mirror(tmp_path, pr)
         )
         assert done == [pr.base_sha] * len(processes)
         await processes[0].remove_repo("octo/widgets")
+
+
+async def test_a_git_that_cannot_start_is_a_git_error_never_an_os_error(tmp_path):
+    """One argument over the kernel's 128 KiB per argument (E2BIG, whatever `ulimit -s`
+    says), or no git on PATH: a GitError that says so, never the command line itself."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    with pytest.raises(GitError) as raised:
+        await run_git(["log", "--", "x" * 200_000], cwd=tmp_path, env=env)
+    assert str(raised.value) == "git log could not start: Argument list too long"
+    with pytest.raises(GitError) as raised:
+        await run_git(["log"], cwd=tmp_path, env={**env, "PATH": str(tmp_path)})
+    assert str(raised.value) == "git log could not start: No such file or directory"

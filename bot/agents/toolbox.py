@@ -8,13 +8,14 @@ as links (never followed), and nothing from the PR is executed or checked out.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bot.texts import message
-from bot.worktrees import GitError, Worktree, truncated
+from bot.worktrees import GIT_TIMEOUT, GitError, Worktree, truncated
 
 MAX_READ_BYTES = 256 * 1024  # read at most this much of a blob
 MAX_OUTPUT_CHARS = 24_000  # any one tool answer
@@ -23,6 +24,7 @@ MAX_LIST_ENTRIES = 500
 MAX_PATTERN_CHARS = 300
 SEARCH_TIMEOUT = 5.0
 MAX_GIT_BYTES = MAX_OUTPUT_CHARS * 2  # git stops after this much (the answer is cut further)
+RAW_DIFF_BYTES = 64 << 20  # `git diff --raw` of a PR (about 130 bytes a file)
 
 
 def said(why: str, **context: Any) -> str:
@@ -150,18 +152,17 @@ class Toolbox:
         *,
         on_call: Callable[[str], Awaitable[None]] | None = None,
         left_out: Mapping[str, str] | None = None,
-        changed: Collection[str] = (),
         since: str | None = None,
     ) -> None:
-        """`left_out`: changed files `git_diff` does not show (path → why: generated,
-        vendored …), `changed` then every path the PR's diff touches (old paths of renames
-        too); `since`: a re-review's last reviewed commit, where `git_diff` starts."""
+        """`left_out`: changed files the review leaves out (path → why: an `ignore` glob,
+        generated, vendored …): `git_diff` does not show them, `read_file` says so; `since`:
+        a re-review's last reviewed commit, where `git_diff` starts."""
         self.tree = tree
         self.on_call = on_call
         self.left_out = dict(left_out or {})
-        self.shown = sorted(p for p in changed if p not in self.left_out)
         self.calls = 0
         self.since = since  # a re-review: `git_diff` shows what changed since this commit
+        self._shown: str | None = None  # the tree `git_diff` compares with (see `_shown_tree`)
 
     definitions = TOOL_DEFINITIONS
 
@@ -194,7 +195,15 @@ class Toolbox:
     async def _tool_read_file(
         self, path: Any = None, start_line: Any = None, end_line: Any = None
     ) -> str:
+        """A file the review leaves out can still be read (what it says may explain the
+        code under review); the answer starts by saying it is not part of the review."""
         path = clean_path(path)
+        answer = await self._read_file(path, start_line, end_line)
+        if path not in self.left_out:
+            return answer
+        return said("left_out_read", path=path, reason=self.left_out[path]) + "\n" + answer
+
+    async def _read_file(self, path: str, start_line: Any, end_line: Any) -> str:
         entry = await self._entry(path)
         if entry is None:
             return said("missing", path=path)
@@ -294,28 +303,65 @@ class Toolbox:
 
     async def _tool_git_diff(self, path: Any = None) -> str:
         path = clean_path(path, allow_root=True)
-        spec = [path] if path else []
-        hidden = [p for p in self.left_out if _under(p, path)]
-        if hidden:
-            if path in self.left_out:
-                return said("left_out_path", path=path, reason=self.left_out[path])
-            spec = [p for p in self.shown if _under(p, path)]
-            if not spec:
-                return said("left_out", count=len(hidden))
+        if path in self.left_out:
+            return said("left_out_path", path=path, reason=self.left_out[path])
+        hidden = sum(1 for p in self.left_out if _under(p, path))
         out = await self.tree.git(
             "diff",
             "--no-color",
             "--no-ext-diff",
             "--no-textconv",
             "-M",
-            self.since or self.tree.merge_base,
-            self.tree.head_sha,
+            self._start,
+            await self._shown_tree() if hidden else self.tree.head_sha,
             "--",
-            *spec,
+            *([path] if path else []),
             limit=MAX_GIT_BYTES,
         )
-        text = _text(out) or said("no_changes")
-        return text + "\n" + said("left_out", count=len(hidden)) if hidden else text
+        text = _text(out)
+        if not hidden:
+            return text or said("no_changes")
+        note = said("left_out", count=hidden)  # first: a long diff is cut at its end
+        return note + "\n" + text if text else note
+
+    @property
+    def _start(self) -> str:
+        return self.since or self.tree.merge_base
+
+    async def _shown_tree(self) -> str:
+        """The head's tree with every left-out file as `git_diff`'s start has it: diffed
+        with the start, it is the PR without them, in one `git diff` whatever the PR's size
+        (a list of the files to show would not fit on a command line). Built once, in a
+        scratch index (`--index-info` on stdin); its few new tree objects are unreachable,
+        and the mirror's garbage collection drops them."""
+        if self._shown is None:
+            raw = await self.tree.git(
+                "diff",
+                "--raw",
+                "-z",
+                "--no-renames",
+                "--no-abbrev",
+                self._start,
+                self.tree.head_sha,
+                timeout=GIT_TIMEOUT,
+                limit=RAW_DIFF_BYTES,
+            )
+            fields = raw.split(b"\x00")  # `:<modes> <ids> <status>`, then the path
+            restore = b"".join(
+                _as_at_start(meta, name)
+                for meta, name in zip(fields[0::2], fields[1::2], strict=False)
+                if meta.startswith(b":") and name.decode(errors="replace") in self.left_out
+            )
+            with tempfile.TemporaryDirectory(prefix="cockpit-diff-") as scratch:
+                index = Path(scratch) / "index"
+                head = self.tree.head_sha
+                await self.tree.git("read-tree", head, index=index, timeout=GIT_TIMEOUT)
+                await self.tree.git(
+                    "update-index", "-z", "--index-info", stdin=restore, index=index
+                )
+                tree = await self.tree.git("write-tree", "--missing-ok", index=index)
+            self._shown = tree.decode().strip()
+        return self._shown
 
     async def _tool_git_log(self, path: Any = None, max_count: Any = None) -> str:
         path = clean_path(path, allow_root=True)
@@ -344,6 +390,15 @@ def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
         return text
     note = "\n" + said("git_truncated", limit=limit)
     return text[: MAX_OUTPUT_CHARS - len(note)] + note
+
+
+def _as_at_start(meta: bytes, name: bytes) -> bytes:
+    """The `update-index --index-info` record putting `name` back as a `git diff --raw`
+    record says the diff's start had it (mode 0 removes a file the start did not have)."""
+    mode, _mode, oid = meta[1:].split(b" ")[:3]
+    if not int(mode, 8):
+        mode = b"0"
+    return mode + b" " + oid + b"\t" + name + b"\x00"
 
 
 def _under(path: str, folder: str) -> bool:

@@ -215,6 +215,7 @@ async def review_worktree(
         min_severity=request.config.min_severity,
         max_findings=request.config.max_findings,
         noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
+        ignored=plan.ignored,
     )
     if not plan.reviewed:
         nothing = message("nothing_to_review")
@@ -248,15 +249,21 @@ async def review_worktree(
         since=request.since,
         ledger=request.ledger,
     )
-    toolbox = Toolbox(
-        tree, on_call=on_tool_call, left_out=noise, changed=touched, since=request.since
-    )
+    toolbox = Toolbox(tree, on_call=on_tool_call, left_out=plan.left_out, since=request.since)
     draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
-    kept = [f for f in draft.findings if f.path not in noise]
+    # nothing on a file left out: not drafted, annotated or stored (ignored files are counted
+    # apart from the noise, and a file that is both counts as ignored, as the plan lists it)
+    kept = [f for f in draft.findings if f.path not in plan.left_out]
+    ignored = set(plan.ignored)
+    on_ignored = sum(1 for f in draft.findings if f.path in ignored)
     return replace(
         draft,
         findings=kept,
-        rules=replace(rules, noise_dropped=len(draft.findings) - len(kept)),
+        rules=replace(
+            rules,
+            noise_dropped=len(draft.findings) - len(kept) - on_ignored,
+            ignored_dropped=on_ignored,
+        ),
         changed=changed,
         diff=diff,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from bot.diff import DiffModel
 from bot.records.types import DraftFinding
@@ -19,6 +19,10 @@ _DOCS = re.compile(r"\.(md|rst|txt|adoc)$|(^|/)docs?/")
 class FilePlan:
     reviewed: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...]  # (path, why), shown on the PR
+    ignored: tuple[str, ...] = ()  # matched by an `ignore` glob
+    # path → why: the changed files the reviewer's diff leaves out and no finding may be on
+    # (those matching an `ignore` glob, and the noise)
+    left_out: Mapping[str, str] = field(default_factory=dict)
 
 
 def _priority(path: str) -> int:
@@ -32,12 +36,16 @@ def _priority(path: str) -> int:
 def plan_files(diff: DiffModel, config: RepoConfig, noise: Mapping[str, str]) -> FilePlan:
     """Source first, then tests, then docs; ignored, binary and removed files and the `noise`
     (path → why: generated, vendored, lock and minified files, see `bot.review.noise`) are
-    skipped; the rest is cut at `max_files` / `max_diff_bytes`, and every skip says why."""
+    skipped; the rest is cut at `max_files` / `max_diff_bytes`, and every skip says why. The
+    ignored files and the noise are `left_out`: the reviewer's diff does not show them, and
+    findings on them are dropped (`bot.review.pipeline`)."""
     skipped: list[tuple[str, str]] = []
     candidates = []
+    ignored, matched = [], message("skipped", why="ignored")
     for path, file in diff.files.items():
         if config.ignores(path):
-            skipped.append((path, message("skipped", why="ignored")))
+            ignored.append(path)
+            skipped.append((path, matched))
         elif file.status == "binary":
             skipped.append((path, message("skipped", why="binary")))
         elif file.status == "removed":
@@ -58,7 +66,8 @@ def plan_files(diff: DiffModel, config: RepoConfig, noise: Mapping[str, str]) ->
         else:
             reviewed.append(path)
             total += size
-    return FilePlan(tuple(reviewed), tuple(sorted(skipped)))
+    left_out = {**noise, **dict.fromkeys(ignored, matched)}
+    return FilePlan(tuple(reviewed), tuple(sorted(skipped)), tuple(sorted(ignored)), left_out)
 
 
 def placed(found: DraftFinding, diff: DiffModel) -> DraftFinding:

@@ -235,12 +235,20 @@ async def apply_revision(
 
 
 def _without_noise(draft: Draft, rules: DraftRules) -> tuple[Draft, dict[str, object]]:
-    """A revision never puts findings on the files its review left out as noise: they are
-    dropped and counted (the review's new `rules` when there were any)."""
-    kept = [f for f in draft.findings if f.path not in rules.noise]
-    if len(kept) == len(draft.findings):
+    """A revision never puts findings on the files its review left out (noise, or matching
+    an `ignore` glob): they are dropped and counted (the review's new `rules` when there were
+    any)."""
+    noise, ignored = set(rules.noise), set(rules.ignored)
+    on_noise = sum(1 for f in draft.findings if f.path in noise)
+    on_ignored = sum(1 for f in draft.findings if f.path in ignored)
+    if not on_noise and not on_ignored:
         return draft, {}
-    counted = replace(rules, noise_dropped=rules.noise_dropped + len(draft.findings) - len(kept))
+    kept = [f for f in draft.findings if f.path not in noise and f.path not in ignored]
+    counted = replace(
+        rules,
+        noise_dropped=rules.noise_dropped + on_noise,
+        ignored_dropped=rules.ignored_dropped + on_ignored,
+    )
     return replace(draft, findings=kept), {"rules": counted.to_json()}
 
 

@@ -1,7 +1,7 @@
 """The rules a draft was made under, stored with it (`reviews.rules`, JSON) so that its
 pending review, `approve` and the status comment apply the same ones whatever the config says
 later: the team's instructions it used (and what was cut), the steering files the PR edits,
-the severity gate and inline cap, and the noise left out of it."""
+the severity gate and inline cap, and the files left out of it (noise, `ignore` globs)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ class DraftRules:
     max_findings: int | None = None
     noise: tuple[str, ...] = ()  # changed files left out as noise
     noise_dropped: int = 0  # findings the reviewer placed on them, dropped
+    ignored: tuple[str, ...] = ()  # changed files matching an `ignore` glob
+    ignored_dropped: int = 0  # findings the reviewer placed on them, dropped
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -50,6 +52,8 @@ class DraftRules:
             max_findings=data.get("max_findings"),
             noise=tuple(data.get("noise", ())),
             noise_dropped=int(data.get("noise_dropped", 0)),
+            ignored=tuple(data.get("ignored", ())),
+            ignored_dropped=int(data.get("ignored_dropped", 0)),
         )
 
     def approvable(self, findings: list[Finding]) -> list[Finding]:
