@@ -29,6 +29,7 @@ from bot.config import (
     check_settings,
     missing_model_key,
 )
+from bot.redaction import redact, register_all
 from bot.texts import catalogue
 
 EXIT_CONFIG, EXIT_RUNTIME = 2, 1
@@ -37,7 +38,8 @@ PROBE_WAIT = 15.0  # seconds for a model endpoint or GitHub to answer a check
 
 
 def say(kind: str, **context: object) -> str:
-    return catalogue("cli/messages.txt.j2", kind, **context)
+    """What an operator reads (templates/cli/messages.txt.j2), fit to print."""
+    return redact(catalogue("cli/messages.txt.j2", kind, **context))
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Check:
     def line(self) -> str:
         mark = "✗" if self.problem else "!" if self.warning else "✓"
         fix = f" → {self.fix}" if self.fix else ""
-        return f"{mark} {self.name}: {self.text}{fix}"
+        return redact(f"{mark} {self.name}: {self.text}{fix}")
 
 
 def ok(name: str, text: str) -> Check:
@@ -69,12 +71,6 @@ def exit_code(checks: list[Check]) -> int:
     """0 when nothing is wrong; 2 when any problem is a setting to change; else 1."""
     codes = {c.code for c in checks if c.problem}
     return EXIT_CONFIG if EXIT_CONFIG in codes else max(codes, default=0)
-
-
-def _redact(text: str, settings: Settings | None) -> str:
-    for secret in sorted(settings.secrets() if settings else [], key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 # -- offline -------------------------------------------------------------------------------
@@ -183,7 +179,7 @@ async def database_check(settings: Settings) -> Check:
             name, say("pg_timeout", url=shown, wait=PG_WAIT), say("pg_fix"), EXIT_RUNTIME
         )
     if found.error is not None:
-        reason = _redact(found.error, settings)
+        reason = found.error
         return problem(
             name,
             say("pg_failed", url=shown, reason=reason[:300]),
@@ -346,6 +342,7 @@ async def check_everything(env: Mapping[str, str], *, offline: bool) -> list[Che
         settings = load_settings(env, github=False)
     except ConfigError:
         return found  # the general settings themselves are broken: nothing more to check
+    register_all(settings.secrets())
     found += model_key_checks(settings, env)
     if offline:
         return found
