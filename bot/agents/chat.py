@@ -50,7 +50,9 @@ from bot.agents.base import (
     Transient,
     Usage,
     arguments_problem,
+    quoted,
     sdk_transient,
+    server_said,
 )
 from bot.config import ChatSettings
 from bot.texts import render
@@ -62,7 +64,6 @@ REQUEST_TIMEOUT = 300.0  # local models are slow
 ASCII_PER_TOKEN = 2.5  # tokenizers average 3 to 4.5 ASCII characters a token on code and prose
 MESSAGE_TOKENS = 8  # a message's role markers and separators (chat templates differ)
 MIN_CLIPPED_CHARS = 1_000  # a tool result is never cut shorter than this
-SAID_CHARS = 240  # how much of a server's error message is quoted
 _THINK = re.compile(r"\A\s*<think>.*?</think>\s*", re.S)
 _CONTEXT_WORDS = (
     "context length",
@@ -234,7 +235,9 @@ class ChatProvider:
                 explained = explain(exc.status_code, said, self.model)
                 log.warning(
                     "chat server refused the request",
-                    extra={"fields": {"status": exc.status_code, "server_said": said[:1000]}},
+                    extra={
+                        "fields": {"status": exc.status_code, "server_said": quoted(said, 1000)}
+                    },
                 )
                 raise AgentError(explained) from exc
 
@@ -498,23 +501,10 @@ def _joined(
 # -- what a refusal means -----------------------------------------------------------------------
 
 
-def server_said(body: Any) -> str:
-    """A server's error message, from whichever shape it answers in (OpenAI's and vLLM's
-    `{"error": {"message"}}`, an older vLLM's `{"message"}`, Ollama's `{"error": "…"}`)."""
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict):
-            return str(inner.get("message") or inner.get("detail") or json.dumps(inner))
-        return str(inner)
-    return "" if body is None else str(body)
-
-
 def explain(status: int, said: str, model: str) -> str:
     """What the operator (and the PR) is told when the server refuses a request: what is
     wrong and what to change."""
-    quoted = " ".join(said.split())
-    if len(quoted) > SAID_CHARS:
-        quoted = quoted[:SAID_CHARS] + "…"
+    shown = quoted(said)
     low = said.lower()
     if status in (401, 403):  # not quoted: a server may echo (part of) the key it refused
         why = "key"
@@ -528,5 +518,5 @@ def explain(status: int, said: str, model: str) -> str:
         why = "context"
     else:
         why = "model" if status == 404 else "other"
-    quote = f'{status}: "{quoted}"' if quoted else str(status)
+    quote = f'{status}: "{shown}"' if shown else str(status)
     return texts.message("chat_refused", why=why, status=status, quote=quote, model=model)

@@ -31,6 +31,7 @@ from bot.records.reviews import (
 from bot.records.runs import review_costs
 from bot.records.sessions import has_active_cross_review
 from bot.records.types import Finding, Pull, Review
+from bot.redaction import redact
 from bot.review import state
 from bot.review.rules import DraftRules
 from bot.texts import STATUS_MARKER, fit, message, neutralise_mentions, render, repo_url_of, usd
@@ -115,7 +116,7 @@ class Publisher:
         created = await self.gh.post(
             "/repos/{owner}/{repo}/issues/{number}/comments",
             self.owner_repo,
-            data={"body": fit(body)},
+            data={"body": fit(redact(body))},
         )
         return int(created["id"])
 
@@ -128,7 +129,7 @@ class Publisher:
 
     async def status(self, review: Review) -> int:
         """Create or edit the PR's one status comment to show this review's state."""
-        body = fit(await self.render_status(review))
+        body = fit(redact(await self.render_status(review)))
         comment_id = review.status_comment_id or await self._find_status_comment()
         if comment_id:
             try:
@@ -344,17 +345,19 @@ class Publisher:
             [_annotation(f, verifier) for f in findings if f.line] if with_annotations else []
         )
         summary = fit(
-            render(
-                "check_run.md.j2",
-                stopped=stopped,
-                error=error,
-                verdict=review.verdict,
-                summary=review.summary,
-                findings=findings,
-                stale=bool(review.stale),
-                repo_url=self.repo_url,
-                verifier=verifier,
-                verify_error=review.verify_error,
+            redact(
+                render(
+                    "check_run.md.j2",
+                    stopped=stopped,
+                    error=error,
+                    verdict=review.verdict,
+                    summary=review.summary,
+                    findings=findings,
+                    stale=bool(review.stale),
+                    repo_url=self.repo_url,
+                    verifier=verifier,
+                    verify_error=review.verify_error,
+                )
             ),
             65_000,
         )
@@ -512,8 +515,8 @@ def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
         "start_line": finding.line,
         "end_line": finding.end_line or finding.line,
         "annotation_level": LEVELS.get(finding.severity, "notice"),
-        "title": neutralise_mentions(title)[:255],
-        "message": neutralise_mentions(message.strip() or finding.title)[:64_000],
+        "title": neutralise_mentions(redact(title))[:255],
+        "message": neutralise_mentions(redact(message.strip() or finding.title))[:64_000],
     }
 
 
