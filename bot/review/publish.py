@@ -232,9 +232,8 @@ class Publisher:
 
     # -- review threads ------------------------------------------------------------
 
-    async def _finding_threads(self, wanted: set[int]) -> list[tuple[int, dict]]:
-        """The bot's review threads of these findings: (F number, thread), the thread with
-        its first comments as GraphQL gives them."""
+    async def _finding_threads(self, wanted: set[int]) -> list[tuple[int, Thread]]:
+        """The bot's review threads of these findings: (F number, thread)."""
         login = (await self.ctx.github.bot_login()).removesuffix("[bot]")
         owner, name = self.pull.repo.split("/", 1)
         found, after = [], None
@@ -242,19 +241,14 @@ class Publisher:
             data = await self.gh.graphql(
                 THREADS_QUERY, owner=owner, name=name, number=self.pull.number, after=after
             )
-            threads = data["repository"]["pullRequest"]["reviewThreads"]
-            for thread in threads["nodes"]:
-                first = (thread["comments"]["nodes"] or [{}])[0]
-                number = _INLINE_NUMBER.match(first.get("body") or "")
-                if (
-                    (first.get("author") or {}).get("login") == login
-                    and number is not None
-                    and int(number.group(1)) in wanted
-                ):
+            threads, after = threads_page(data)
+            for thread in threads:
+                author, body = thread.comments[0] if thread.comments else (None, "")
+                number = _INLINE_NUMBER.match(body)
+                if author == login and number is not None and int(number.group(1)) in wanted:
                     found.append((int(number.group(1)), thread))
-            if not threads["pageInfo"]["hasNextPage"]:
+            if after is None:
                 break
-            after = threads["pageInfo"]["endCursor"]
         return found
 
     async def thread_replies(self, ordinals: list[int]) -> dict[int, list[str]]:
@@ -272,10 +266,9 @@ class Publisher:
             return {}
         replies: dict[int, list[str]] = {}
         for number, thread in threads:
-            for comment in thread["comments"]["nodes"][1:]:
-                author = (comment.get("author") or {}).get("login")
-                if author and author != login and comment.get("body"):
-                    replies.setdefault(number, []).append(f"{author}: {comment['body']}")
+            for author, body in thread.comments[1:]:
+                if author and author != login and body:
+                    replies.setdefault(number, []).append(f"{author}: {body}")
         return replies
 
     async def resolve_threads(self, ordinals: list[int]) -> str | None:
@@ -284,13 +277,14 @@ class Publisher:
         try:
             threads = await self._finding_threads(set(ordinals))
             for _number, thread in threads:
-                if not thread["isResolved"]:
-                    await self.gh.graphql(RESOLVE_MUTATION, id=thread["id"])
+                if not thread.resolved:
+                    await self.gh.graphql(RESOLVE_MUTATION, id=thread.id)
         except Exception as exc:
             if not _github_said_no(exc):
                 raise
             log.warning("review threads not resolved", extra={"fields": {"error": str(exc)}})
-            return message("resolve_refused", error=str(exc)[:200] or exc.__class__.__name__)
+            said = redact(str(exc))[:200] or exc.__class__.__name__
+            return message("resolve_refused", error=said)
         return None
 
     # -- check run ----------------------------------------------------------------
@@ -490,12 +484,61 @@ class Publisher:
         return comment
 
 
+class UnexpectedAnswer(Exception):
+    """GitHub answered, but without what was asked for (a GraphQL answer whose pull request
+    is null: the App no longer sees it)."""
+
+
+@dataclass(frozen=True)
+class Thread:
+    """A review thread as GitHub answered it: its first comments, (author login, body) each."""
+
+    id: str
+    resolved: bool
+    comments: list[tuple[str | None, str]]
+
+
+def threads_page(data: Any) -> tuple[list[Thread], str | None]:
+    """A page of THREADS_QUERY's answer: its threads, and the cursor of the next page (None:
+    the last). UnexpectedAnswer when the answer lacks what the query asked for."""
+    threads = _field(data, "repository", "pullRequest", "reviewThreads")
+    nodes, info = _field(threads, "nodes"), _field(threads, "pageInfo")
+    if not isinstance(nodes, list):
+        raise UnexpectedAnswer("reviewThreads.nodes is not a list")
+    found = []
+    for node in nodes:
+        comments = _field(node, "comments", "nodes")
+        if not isinstance(comments, list) or not all(isinstance(c, dict) for c in comments):
+            raise UnexpectedAnswer("a review thread's comments are not a list")
+        found.append(
+            Thread(
+                str(_field(node, "id")),
+                bool(_field(node, "isResolved")),
+                [(_login(c.get("author")), str(c.get("body") or "")) for c in comments],
+            )
+        )
+    after = _field(info, "endCursor") if _field(info, "hasNextPage") else None
+    return found, None if after is None else str(after)
+
+
+def _field(data: Any, *path: str) -> Any:
+    for name in path:
+        if not isinstance(data, dict) or name not in data:
+            raise UnexpectedAnswer(f"GitHub's answer has no {name}")
+        data = data[name]
+    return data
+
+
+def _login(author: Any) -> str | None:
+    """A comment's author login (None: a deleted account, GitHub's `ghost`)."""
+    login = author.get("login") if isinstance(author, dict) else None
+    return login if isinstance(login, str) else None
+
+
 def _github_said_no(exc: BaseException) -> bool:
-    """GitHub refused, did not answer, or answered in a shape we did not expect (a GraphQL
-    answer without the fields asked for): the draft stands, and the PR is told."""
-    return github_transient(exc) or isinstance(
-        exc, gidgethub.GitHubException | KeyError | TypeError | IndexError
-    )
+    """GitHub refused, did not answer, or answered without what was asked for: the draft
+    stands, and the PR is told. Anything else is a bug of ours, and fails visibly."""
+    return github_transient(exc) or isinstance(exc, gidgethub.GitHubException | UnexpectedAnswer)
 
 
 def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
