@@ -182,7 +182,7 @@ async def test_a_postgres_schema_behind_is_named_and_a_current_one_passes(
     code, out, _ = await cockpit(
         "check-config", env={**env, "COCKPIT_DATABASE_URL": fresh}, cwd=tmp_path
     )
-    assert code == 2
+    assert code == 2, out
     assert "has no recorded schema version" in out and "run `cockpit migrate` first" in out
     told = {**env, "COCKPIT_DATABASE_URL": fresh, "COCKPIT_MIGRATE_ON_START": "1"}
     code, out, _ = await cockpit("check-config", env=told, cwd=tmp_path)
