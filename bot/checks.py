@@ -38,6 +38,7 @@ from bot.config import (
     missing_model_key,
 )
 from bot.records.schema import SCHEMA_VERSION
+from bot.redaction import redact, register_all
 from bot.texts import catalogue
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ PROBE_WAIT = 15.0  # seconds for a model endpoint or GitHub to answer a check
 
 
 def say(kind: str, **context: object) -> str:
-    return catalogue("cli/messages.txt.j2", kind, **context)
+    """What an operator reads (templates/cli/messages.txt.j2), fit to print."""
+    return redact(catalogue("cli/messages.txt.j2", kind, **context))
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class Check:
     def line(self) -> str:
         mark = "✗" if self.problem else "!" if self.warning else "✓"
         fix = f" → {self.fix}" if self.fix else ""
-        return f"{mark} {self.name}: {self.text}{fix}"
+        return redact(f"{mark} {self.name}: {self.text}{fix}")
 
 
 def ok(name: str, text: str) -> Check:
@@ -92,12 +94,6 @@ def exit_code(checks: list[Check]) -> int:
     else 1."""
     codes = {c.code for c in checks if c.problem}
     return EXIT_CONFIG if EXIT_CONFIG in codes else max(codes, default=0)
-
-
-def _redact(text: str, settings: Settings | None) -> str:
-    for secret in sorted(settings.secrets() if settings else [], key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 # -- offline -------------------------------------------------------------------------------
@@ -212,7 +208,7 @@ def database_verdict(settings: Settings, found: Reach, purpose: str = "serve") -
         text = say(kind, path=path, reason=found.error)
         return problem(name, text, say("sqlite_fix")) if found.refused else unanswered(name, text)
     if found.error is not None:
-        reason = _redact(found.error, settings)
+        reason = found.error
         text = say("pg_failed", url=label, reason=reason[:300])
         if found.refused:
             return problem(name, text, say("pg_auth_fix"))
@@ -376,6 +372,7 @@ async def check_everything(env: Mapping[str, str], *, offline: bool) -> list[Che
         settings = load_settings(env, github=False)
     except ConfigError:
         return found  # the general settings themselves are broken: nothing more to check
+    register_all(settings.secrets())
     found += model_key_checks(settings, env)
     if offline:
         return found

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from bot.config import (
     load_settings,
     missing_model_key,
 )
+from bot.redaction import environment_secrets, redact, register_all
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
 STARTED = time.monotonic()  # before the heavy imports: what `demo` measures from
@@ -121,7 +123,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = general = None
     with contextlib.suppress(ConfigError):  # the App's settings need the general ones
         general = load_settings(env, github=False)
-        settings = general = load_settings(env)  # every secret known, to redact
+        settings = general = load_settings(env)
+        register_all(settings.secrets())  # the private key read from its file too
     host = port = None
     if general is not None:
         try:
@@ -738,6 +741,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_env_file(None if early.env_file is None else Path(early.env_file))
     except ConfigError as exc:
         return _fail(exc)
+    register_all(environment_secrets(os.environ))  # masked in whatever is printed or logged
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -750,8 +754,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        from bot.logs import redact
-
         error = redact(f"{exc.__class__.__name__}: {exc}")[:300]
         print(say("unexpected", command=args.command, error=error), file=sys.stderr)
         return EXIT_RUNTIME

@@ -15,6 +15,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
+from bot.redaction import mask, url_passwords
 from bot.texts import catalogue
 
 DEFAULT_API_URL = "https://api.github.com"
@@ -112,25 +113,20 @@ class Settings:
         return self.data_dir / "cockpit.sqlite3"
 
     def secrets(self) -> list[str]:
-        """Every secret value this process knows, for log redaction (the database URL's
+        """Every secret value these settings hold, for `bot.redaction` (the database URL's
         password too, wherever it appears)."""
         secrets = [self.private_key, self.webhook_secret, self.database_url]
         urls = [self.database_url.reveal()] if self.database_url is not None else []
         if self.chat is not None:
             secrets.append(self.chat.api_key)
             urls.append(self.chat.base_url)  # a gateway's credentials in the URL
-        passwords = [urllib.parse.urlsplit(url).password for url in urls]
-        return [s.reveal() for s in secrets if s is not None] + [p for p in passwords if p]
+        passwords = [part for url in urls for part in url_passwords(url)]
+        return [s.reveal() for s in secrets if s is not None] + passwords
 
 
 def shown_url(url: str) -> str:
-    """A URL fit to print: its password (if any) replaced by `***`."""
-    parts = urllib.parse.urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+    """A URL fit to print: its user-info (if any) replaced by `***`."""
+    return mask(url, [])
 
 
 def _private_key(env: Mapping[str, str]) -> Secret:

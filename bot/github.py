@@ -18,8 +18,8 @@ import gidgethub.aiohttp
 from gidgethub import apps
 
 from bot.config import Secret, Settings
-from bot.logs import register_secret
 from bot.metrics import Metrics
+from bot.redaction import redact, register
 from bot.texts import message
 
 log = logging.getLogger(__name__)
@@ -281,7 +281,7 @@ class GitHubApp:
         )
         expires_at = dt.datetime.fromisoformat(response["expires_at"]).timestamp()
         token = InstallationToken(token=response["token"], expires_at=expires_at)
-        register_secret(token.token)
+        register(token.token)
         self._tokens[installation_id] = token
         return token
 
@@ -319,12 +319,12 @@ class GitHubApp:
 
 
 def describe_failure(exc: Exception) -> str:
-    """A failure as people on the PR are told it (no internals)."""
+    """A failure as people on the PR are told it (no internals, no secrets)."""
     if isinstance(exc, gidgethub.HTTPException):
-        return message("github_answered", status=int(exc.status_code), error=str(exc))
+        return redact(message("github_answered", status=int(exc.status_code), error=str(exc)))
     if isinstance(exc, OSError):
         return message("local_error", error_class=exc.__class__.__name__)
-    return str(exc)
+    return redact(str(exc))
 
 
 def permits(level: str, required: str = "write") -> bool:

@@ -41,6 +41,7 @@ from bot.config import (
     load_settings,
     missing_model_key,
 )
+from bot.redaction import redact
 from bot.texts import catalogue, render, usd
 from bot.worktrees import GitError, Mirrors, Worktree, run_git
 
@@ -116,7 +117,8 @@ class LocalReview:
 
 
 def say(kind: str, **context: Any) -> str:
-    return catalogue("local/messages.txt.j2", kind, **context)
+    """What `review-local` prints (templates/local/messages.txt.j2), fit to print."""
+    return redact(catalogue("local/messages.txt.j2", kind, **context))
 
 
 def plain(text: str | None) -> str:

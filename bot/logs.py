@@ -6,41 +6,16 @@ import contextlib
 import contextvars
 import json
 import logging
-import re
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from bot.redaction import redact
+
 _context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "log_context", default=None
 )
-
-# Token shapes that must never reach a log line even if nobody registered them:
-# GitHub tokens (ghs_, ghp_, gho_, ghu_, ghr_, github_pat_), OpenAI/Anthropic keys,
-# bearer/token authorisation headers and PEM blocks.
-_TOKEN_PATTERNS = re.compile(
-    r"(gh[psour]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_\-]{16,}"
-    r"|(?i:(?:bearer|token|basic)\s+)[A-Za-z0-9._\-+/=]{16,}"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----)"
-)
-_known_secrets: set[str] = set()
-
-
-def register_secret(value: str | None) -> None:
-    """Remember a secret value so it is replaced in every log line, also as JSON writes it
-    (a `"`, `\\`, newline or non-ASCII letter is escaped in the line we emit)."""
-    if value and len(value) >= 6:
-        _known_secrets.add(value)
-        for ascii_only in (True, False):
-            _known_secrets.add(json.dumps(value, ensure_ascii=ascii_only)[1:-1])
-
-
-def redact(text: str) -> str:
-    for secret in sorted(_known_secrets, key=len, reverse=True):  # longest form first
-        if secret in text:
-            text = text.replace(secret, "***")
-    return _TOKEN_PATTERNS.sub("***", text)
 
 
 @contextlib.contextmanager
@@ -68,7 +43,19 @@ class JsonFormatter(logging.Formatter):
         entry.update(getattr(record, "fields", {}))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return redact(json.dumps(entry, default=str))
+        # Each text before JSON escapes it (a short secret right after a newline would follow
+        # the `n` of its escape), then the line (what `str` wrote).
+        return redact(json.dumps(_redacted(entry), default=str))
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(item) for item in value]
+    return value
 
 
 def setup_logging(level: str = "INFO") -> None:

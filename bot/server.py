@@ -7,6 +7,7 @@ import functools
 import gc
 import hmac
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,10 +31,11 @@ from bot.inbox import (
     delivery_gave_up,
     process_delivery,
 )
-from bot.logs import log_context, register_secret
+from bot.logs import log_context
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS
 from bot.records.stats import model_figures
+from bot.redaction import environment_secrets, register_all
 from bot.stats import gauges, summarise
 from bot.texts import message
 from bot.worktrees import Mirrors, disk
@@ -287,8 +289,7 @@ async def stop_gracefully(app: web.Application) -> None:
 async def _lifecycle(
     settings: Settings, router: routing.Router, setup: Setup, app: web.Application
 ) -> AsyncIterator[None]:
-    for secret in settings.secrets():
-        register_secret(secret)
+    register_all([*settings.secrets(), *environment_secrets(os.environ)])
     metrics = app[METRICS]
     role = app[ROLE]
     backend = await open_backend(settings)

@@ -7,13 +7,14 @@ repository's config choose a provider."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
 
 from bot.config import Secret
 from bot.server import make_app
-from bot.standin.models import VLLM_AUTO_TOOLS
+from bot.standin.models import VLLM_AUTO_TOOLS, broken
 from handlers import router
 from tests.models import chat_settings
 from tests.test_sessions import answers, bodies, rows, say_on_pr
@@ -170,3 +171,56 @@ async def test_a_repository_may_choose_chat_as_its_reviewer(
     await say_on_pr(world, "/cockpit codex-review")  # the other provider of a chat draft
     [link] = await rows(world, "SELECT child_adapter FROM session_reviews")
     assert link["child_adapter"] == "claude"
+
+
+def _answer(message: dict, **rest) -> str:
+    return json.dumps({"choices": [{"index": 0, "message": message}], **rest})
+
+
+MALFORMED = {
+    "plain text": (
+        broken("upstream connect error or disconnect/reset before headers", "text/plain"),
+        'it sent text/plain, not JSON: "upstream connect error or disconnect/reset before',
+    ),
+    "a stream": (
+        broken(
+            'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n',
+            "text/event-stream",
+        ),
+        'it sent an event stream, though none was asked for: "data: {',
+    ),
+    "a choice without a message": (
+        broken('{"choices":[{}]}'),
+        'its first choice has no message: "{"choices":[{}]}"',
+    ),
+    "a numeric content": (
+        broken(_answer({"role": "assistant", "content": 42})),
+        "the message's content is a number (42), not text",
+    ),
+    "a text token count": (
+        broken(
+            _answer(
+                {"role": "assistant", "content": "done"},
+                usage={"prompt_tokens": "1200", "completion_tokens": 30},
+            )
+        ),
+        'usage.prompt_tokens is text ("1200"), not a count of tokens',
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+async def test_a_malformed_answer_fails_the_review_saying_what_the_server_sent(
+    github, settings, tmp_path, aiohttp_client, chat_standin, no_hosted_keys, kind
+):
+    answer, said = MALFORMED[kind]
+    chat_standin.policy = lambda conversation: answer
+    world = await chat_world(github, settings, tmp_path, aiohttp_client, chat_standin)
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("failed")
+    error = review["error"]
+    assert error.startswith("the chat server's answer is not a Chat Completions answer: ")
+    assert said in error and "\n" not in error
+    assert not re.search(r"object has no attribute|Error\b|Traceback", error)
+    assert said in world.status_body().replace("\u2060", "")
+    assert len(world.chat.requests) == 1  # not retried: the server answers the same again

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.agents.base import AgentError, arguments_problem
+from bot.agents.base import AgentError, Usage, arguments_problem
 from bot.agents.chat import (
     estimate_tokens,
     explain,
@@ -18,6 +18,7 @@ from bot.agents.chat import (
     fold_system,
     join_user_turns,
     outgoing,
+    read_completion,
     request_tokens,
     server_said,
 )
@@ -279,3 +280,81 @@ def test_the_draft_is_found_in_a_chat_submit_review_call():
     broken = json.loads(json.dumps(message))
     broken["tool_calls"][0]["function"]["arguments"] = "{"
     assert tool_call(broken, "submit_review") is None
+
+
+# -- what a server answers ----------------------------------------------------------------------
+
+
+def _choice(message, **rest) -> str:
+    return json.dumps({"choices": [{"index": 0, "message": message}], **rest})
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "text", "calls", "usage"),
+    [
+        ("application/json", _choice({"content": "ok"}), "ok", 0, None),
+        ("application/json; charset=utf-8", _choice({"content": None}), "", 0, None),
+        (  # content parts (some servers), a call with its arguments as an object
+            "application/json",
+            _choice(
+                {
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                    "tool_calls": [{"id": 7, "function": {"name": "x", "arguments": {}}}],
+                }
+            ),
+            "ab",
+            1,
+            None,
+        ),
+        (  # whole numbers written as floats; cached tokens counted apart
+            "application/json",
+            _choice(
+                {"content": "ok"},
+                usage={
+                    "prompt_tokens": 1000.0,
+                    "completion_tokens": 20,
+                    "prompt_tokens_details": {"cached_tokens": 800},
+                },
+            ),
+            "ok",
+            0,
+            Usage(input_tokens=200, output_tokens=20, cache_read_tokens=800),
+        ),
+        ("", _choice({"content": "ok"}, usage={"prompt_tokens": 0}), "ok", 0, None),
+    ],
+)
+def test_an_answer_is_read(content_type, body, text, calls, usage):
+    answer = read_completion(content_type, body)
+    assert (answer.text, len(answer.calls), answer.usage) == (text, calls, usage)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "said"),
+    [
+        ("text/html", "<html>502 Bad Gateway</html>", 'it sent text/html, not JSON: "<html>'),
+        ("", "Bad Gateway", "it sent a body without a content type, not JSON"),
+        ("application/json", "[1, 2]", 'it sent a list, not an object: "[1, 2]"'),
+        ("application/json", '{"choices": []}', "it has no choices"),
+        ("application/json", '{"choices": ["x"]}', "its first choice has no message"),
+        ("application/json", _choice({"content": {"a": 1}}), 'content is an object ({"a": 1})'),
+        ("application/json", _choice({"tool_calls": "x"}), 'tool_calls is text ("x")'),
+        ("application/json", _choice({"tool_calls": [3]}), "a tool call is a number (3)"),
+        ("application/json", _choice({}, usage=[1]), "usage is a list ([1])"),
+        (
+            "application/json",
+            _choice({}, usage={"prompt_tokens": 5, "completion_tokens": -1}),
+            "usage.completion_tokens is a number (-1), not a count of tokens",
+        ),
+        (
+            "application/json",
+            _choice({}, usage={"prompt_tokens": True}),
+            "usage.prompt_tokens is true or false (true)",
+        ),
+    ],
+)
+def test_an_answer_that_is_not_one_says_what_was_sent(content_type, body, said):
+    with pytest.raises(AgentError) as caught:
+        read_completion(content_type, body)
+    text = str(caught.value)
+    assert text.startswith("the chat server's answer is not a Chat Completions answer: ")
+    assert said in text and "\n" not in text

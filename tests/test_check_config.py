@@ -163,7 +163,7 @@ async def test_postgres_that_does_not_answer_is_one_line(github, tmp_path, anthr
     assert code == 1
     [line] = [line for line in out.splitlines() if line.startswith("✗ database")]
     assert line.startswith(
-        f"✗ database: cannot connect to postgresql://cockpit:***@127.0.0.1:{url.rsplit(':', 1)[1]}"
+        f"✗ database: cannot connect to postgresql://***@127.0.0.1:{url.rsplit(':', 1)[1]}"
     )
     assert line.endswith(
         "→ is Postgres running and reachable from here? check the host and port"
@@ -182,7 +182,7 @@ async def test_a_postgres_schema_behind_is_named_and_a_current_one_passes(
     code, out, _ = await cockpit(
         "check-config", env={**env, "COCKPIT_DATABASE_URL": fresh}, cwd=tmp_path
     )
-    assert code == 2
+    assert code == 2, out
     assert "has no recorded schema version" in out and "run `cockpit migrate` first" in out
     told = {**env, "COCKPIT_DATABASE_URL": fresh, "COCKPIT_MIGRATE_ON_START": "1"}
     code, out, _ = await cockpit("check-config", env=told, cwd=tmp_path)
@@ -305,3 +305,43 @@ async def test_the_start_line_names_a_chat_reviewers_model(github, tmp_path):
     server.terminate()
     log = (tmp_path / "serve.log").read_text()
     assert "· reviewer chat (qwen2.5-coder:32b) ·" in log
+
+
+async def test_passwords_in_the_sdk_urls_are_not_printed_and_words_keep_a_short_key(tmp_path):
+    """The SDKs' base URLs were printed with their password; a short key (`erv`) was masked
+    inside ordinary words (`server` → `s***er`)."""
+    port = free_port()
+    github = GitHubStandin()  # its key and id; nothing listens at the port
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    env = {
+        **app_env(github, tmp_path),
+        "GITHUB_API_URL": f"http://127.0.0.1:{port}",
+        "ANTHROPIC_API_KEY": "ant-key-0123456789",
+        "ANTHROPIC_BASE_URL": f"http://alice:Gw-Pass-0042@127.0.0.1:{port}",
+        "OPENAI_API_KEY": "oa-key-0123456789",
+        "OPENAI_BASE_URL": f"http://alice:Gw-Pass-0042@127.0.0.1:{port}/v1",
+        "COCKPIT_CHAT_BASE_URL": f"http://127.0.0.1:{port}/v1",
+        "COCKPIT_CHAT_MODEL": "local-llama",
+        "COCKPIT_CHAT_API_KEY": "erv",
+        "COCKPIT_DATABASE_URL": f"postgresql://cockpit:pg-pass-42@127.0.0.1:{port}/cockpit",
+    }
+    code, out, err = await cockpit("check-config", env=env, cwd=folder)
+    assert code != 0, out + err
+    lines = out.splitlines()
+    for provider, url, variable in (
+        ("claude", f"http://***@127.0.0.1:{port}", "ANTHROPIC_BASE_URL"),
+        ("codex", f"http://***@127.0.0.1:{port}/v1", "OPENAI_BASE_URL"),
+    ):
+        said = f"✗ {provider}: cannot reach {url} → check the network, or {variable} if you set it"
+        assert said in lines
+    [database] = [line for line in lines if line.startswith("✗ database")]
+    assert database.startswith(f"✗ database: cannot connect to postgresql://***@127.0.0.1:{port}")
+    assert 'connection to server at "127.0.0.1"' in database  # `erv` is a word of its own only
+    assert any(line.startswith("✗ chat: COCKPIT_CHAT_BASE_URL: the chat server") for line in lines)
+
+    serve = await cockpit("serve", env=env, cwd=folder)
+    assert serve[0] != 0
+    assert 'connection to server at "127.0.0.1"' in serve[2]
+    for said in (out, err, *serve[1:]):
+        assert "Gw-Pass-0042" not in said and "pg-pass-42" not in said and "***er" not in said

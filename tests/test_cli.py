@@ -212,10 +212,11 @@ def test_a_base_url_the_sdk_would_get_wrong_is_refused_with_the_fix(
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("postgresql://u:pw@db:5432/x", "postgresql://u:***@db:5432/x"),
-        ("postgresql://u@db/x", "postgresql://u@db/x"),
+        ("postgresql://u:pw@db:5432/x", "postgresql://***@db:5432/x"),
+        ("postgresql://u@db/x", "postgresql://***@db/x"),
         ("postgresql://db/x", "postgresql://db/x"),
-        ("postgresql://u:p%40ss@db/x?sslmode=require", "postgresql://u:***@db/x?sslmode=require"),
+        ("postgresql://u:p%40ss@db/x?sslmode=require", "postgresql://***@db/x?sslmode=require"),
+        ("postgresql://u:p@ss@db/x", "postgresql://***@db/x"),
     ],
 )
 def test_a_shown_url_has_no_password(url, shown):

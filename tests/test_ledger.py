@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 from bot.records.types import Finding
 from bot.review import ledger
+from bot.review.publish import Thread, UnexpectedAnswer, threads_page
 from bot.server import make_app
 from bot.standin.models import Action
 from bot.standin.scripted import scripted_reviewer
-from bot.texts import render
+from bot.texts import message, render
 from handlers import router
 from tests.conftest import wait_for
 from tests.test_instructions import hostile
@@ -193,6 +194,84 @@ async def test_without_the_contents_permission_the_status_comment_says_so_and_go
     status = world.status_body()
     assert "Resource not accessible by integration" in status
     assert 'Contents permission set to "Read and write"' in status
+
+
+async def test_an_answer_of_github_without_the_threads_leaves_the_re_review_standing(world):
+    await approve_all(world)
+    world.github.fail_next(  # the PR as GraphQL sees it: gone (e.g. the App lost access)
+        "POST", r"/graphql$", 200, body={"data": {"repository": {"pullRequest": None}}}
+    )
+    second = await pushed(world, {"README.md": "# widgets\n\nMore words.\n"})
+    assert second["state"] == "draft"
+
+
+async def test_a_bug_while_reading_review_threads_fails_the_review_as_an_internal_error(
+    world, monkeypatch, caplog
+):
+    """Before, any KeyError, TypeError or IndexError there counted as "GitHub refused"."""
+    await approve_all(world)
+    installation_api = world.ctx.github.installation_api
+
+    async def slip(query, **variables):
+        raise KeyError("reviewThreads")  # a slip of our own code, not an answer of GitHub's
+
+    def with_a_slip(installation_id):
+        gh = installation_api(installation_id)
+        gh.graphql = slip
+        return gh
+
+    monkeypatch.setattr(world.ctx.github, "installation_api", with_a_slip)
+    head = world.push({"README.md": "# widgets\n\nMore words.\n"})
+    await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=head))
+    second = await world.wait_review("failed", index=1)
+    assert second["error"] == message("internal_error")
+    assert "an internal error occurred" in world.status_body()
+    [crash] = [r for r in caplog.records if r.getMessage() == "review crashed"]
+    assert crash.exc_info is not None and crash.exc_info[0] is KeyError
+
+
+def _page(nodes, more=False):
+    info = {"hasNextPage": more, "endCursor": "c2" if more else None}
+    return {"repository": {"pullRequest": {"reviewThreads": {"pageInfo": info, "nodes": nodes}}}}
+
+
+THREAD = {
+    "id": "T1",
+    "isResolved": False,
+    "comments": {"nodes": [{"body": "**F1 · x", "author": {"__typename": "Bot", "login": "bot"}}]},
+}
+
+
+@pytest.mark.parametrize(
+    ("data", "threads", "after"),
+    [
+        (_page([THREAD]), [Thread("T1", False, [(("Bot", "bot"), "**F1 · x")])], None),
+        (_page([], more=True), [], "c2"),
+        (  # a deleted account's comment: GitHub's ghost has no author
+            _page([{**THREAD, "comments": {"nodes": [{"body": None, "author": None}]}}]),
+            [Thread("T1", False, [(None, "")])],
+            None,
+        ),
+    ],
+)
+def test_a_page_of_review_threads_is_read(data, threads, after):
+    assert threads_page(data) == (threads, after)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"repository": {"pullRequest": None}},
+        {"repository": None},
+        {},
+        _page("not a list"),
+        _page([{**THREAD, "comments": {"nodes": None}}]),
+        _page([{"id": "T1", "isResolved": False}]),
+    ],
+)
+def test_an_answer_without_the_threads_is_githubs_not_a_bug(data):
+    with pytest.raises(UnexpectedAnswer):
+        threads_page(data)
 
 
 async def test_a_force_push_gets_a_whole_review_and_keeps_the_numbers(world):

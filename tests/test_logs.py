@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from bot.logs import JsonFormatter, log_context, redact, register_secret
+from bot.logs import JsonFormatter, log_context
+from bot.redaction import redact, register
 
 
 @pytest.mark.parametrize(
@@ -28,7 +29,7 @@ def test_token_shapes_are_redacted(secret_text):
 
 
 def test_registered_secret_is_redacted_from_formatted_records():
-    register_secret("plain-webhook-secret")
+    register("plain-webhook-secret")
     record = logging.LogRecord(
         "x", logging.INFO, __file__, 1, "secret is %s", ("plain-webhook-secret",), None
     )
@@ -42,9 +43,17 @@ def test_registered_secret_is_redacted_from_formatted_records():
     "secret", ['pa"ss-word-123', "back\\slash-secret", "wörd-sécret-123", "line\nbreak-secret"]
 )
 def test_registered_secrets_are_redacted_after_json_escaping(secret):
-    register_secret(secret)
+    register(secret)
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "got %s", (secret,), None)
     line = JsonFormatter().format(record)
     assert json.loads(line)["msg"] == "got ***"
     for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]):
         assert form not in line
+
+
+def test_a_short_secret_after_a_newline_is_redacted_from_log_lines():
+    """JSON writes a newline as `\\n`: the secret would follow a letter there."""
+    register("erv")
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "server said\nerv", (), None)
+    line = JsonFormatter().format(record)
+    assert json.loads(line)["msg"] == "server said\n***"

@@ -166,7 +166,7 @@ async def test_model_failure_fails_the_check_run_with_a_reason(world):
     world.model.policy = Scripted(fail(400, "invalid_request_error"))
     await world.send("pull_request", world.pull_request_payload("opened"))
     review = await world.wait_review("failed")
-    assert "rejected the request (400)" in review["error"]
+    assert 'rejected the request (400: "stand-in error")' in review["error"]
     [check] = world.github.check_runs.values()
     assert check["conclusion"] == "failure"
     status = world.status_body()

@@ -387,7 +387,8 @@ async def test_a_provider_failure_ends_the_child_with_the_reason_on_the_pr(world
     world.openai.policy = lambda conversation: fail(400, "invalid_request_error")
     await say_on_pr(world, "/cockpit codex-review")
     assert any(
-        "Codex could not answer, so its session ended" in b and "rejected the request (400)" in b
+        "Codex could not answer, so its session ended" in b
+        and 'rejected the request (400: "stand-in error")' in b
         for b in bodies(world)
     )
     [child] = await rows(world, "SELECT status, error FROM sessions WHERE role = 'child'")

@@ -260,11 +260,11 @@ async def test_a_failed_verify_pass_leaves_the_draft_standing_and_says_why(world
     world.codex.policy = lambda conversation: fail(400, "invalid_request_error")
     await world.send("pull_request", world.pull_request_payload("opened"))
     review = await world.wait_review("draft")
-    assert review["verify_error"] == "codex rejected the request (400)"
+    assert review["verify_error"] == 'codex rejected the request (400: "stand-in error")'
     findings = await world.ctx.db.fetchall("SELECT verify_status FROM findings")
     assert len(findings) == 2 and {f["verify_status"] for f in findings} == {None}
     status = world.status_body()
-    assert "The verify pass (codex) did not run: codex rejected the request (400)" in status
+    assert "The verify pass (codex) did not run: codex rejected the request (400" in status
     assert "Draft ready" in status
     [pending] = world.pending_reviews()
     assert len(pending["comments"]) == 2

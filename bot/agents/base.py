@@ -10,13 +10,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from bot.redaction import redact
 from bot.texts import message
 
 RATES_FILE = Path(__file__).with_name("rates.json")
+SAID_CHARS = 240  # how much of what a server said is quoted
 
 
 class AgentError(Exception):
-    """A model run failed; the message is clear and safe to show on the PR."""
+    """A model run failed; the message is clear and safe to show on the PR: what a server
+    said in it is redacted as it is made."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(redact(text))
 
 
 class BudgetExceeded(AgentError):
@@ -138,6 +144,24 @@ class ModelReply:
     usage: Usage
     items: list[dict[str, Any]]
     model: str = ""
+
+
+def server_said(body: Any) -> str:
+    """A server's error message, from whichever shape it answers in (OpenAI's and vLLM's
+    `{"error": {"message"}}`, an older vLLM's `{"message"}`, Ollama's `{"error": "…"}`)."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict):
+            return str(inner.get("message") or inner.get("detail") or json.dumps(inner))
+        return str(inner)
+    return "" if body is None else str(body)
+
+
+def quoted(said: str, limit: int = SAID_CHARS) -> str:
+    """What a server said, fit to quote on one line: secrets masked before it is cut (half a
+    key is no longer recognised as one)."""
+    text = " ".join(redact(said).split())
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 @dataclass

@@ -35,7 +35,7 @@ import logging
 import math
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,9 @@ from bot.agents.base import (
     Transient,
     Usage,
     arguments_problem,
+    quoted,
     sdk_transient,
+    server_said,
 )
 from bot.config import ChatSettings
 from bot.texts import render
@@ -62,7 +64,6 @@ REQUEST_TIMEOUT = 300.0  # local models are slow
 ASCII_PER_TOKEN = 2.5  # tokenizers average 3 to 4.5 ASCII characters a token on code and prose
 MESSAGE_TOKENS = 8  # a message's role markers and separators (chat templates differ)
 MIN_CLIPPED_CHARS = 1_000  # a tool result is never cut shorter than this
-SAID_CHARS = 240  # how much of a server's error message is quoted
 _THINK = re.compile(r"\A\s*<think>.*?</think>\s*", re.S)
 _CONTEXT_WORDS = (
     "context length",
@@ -167,12 +168,9 @@ class ChatProvider:
                 )
             messages = fitted.messages
         messages = join_user_turns(messages)
-        response = await self._create(messages, tools)
-        if not response.choices:
-            raise AgentError(texts.message("chat_no_choices"))
-        message = response.choices[0].message
-        text = _THINK.sub("", message.content or "").strip()
-        calls = _calls(message.tool_calls or [])
+        answer = await self._create(messages, tools)
+        text = _THINK.sub("", answer.text).strip()
+        calls = _calls(answer.calls)
         stored: dict[str, Any] = {"role": "assistant", "content": text or None}
         if calls:
             stored["tool_calls"] = [
@@ -186,7 +184,7 @@ class ChatProvider:
         return ModelReply(
             text=text,
             tool_calls=calls,
-            usage=self._usage(response.usage, messages, tools, text, calls),
+            usage=self._usage(answer.usage, messages, tools, text, calls),
             # An empty answer is not stored: the API refuses an assistant message with neither.
             items=[stored] if text or calls else [],
             # Recorded under the configured name (an Azure deployment, an Ollama tag): servers
@@ -194,7 +192,9 @@ class ChatProvider:
             model=self.model,
         )
 
-    async def _create(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+    async def _create(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> Completion:
         while True:
             sent = fold_system(messages) if self.model in self.endpoint.no_system else messages
             params: dict[str, Any] = {"model": self.model, "messages": sent}
@@ -203,11 +203,14 @@ class ChatProvider:
             if self.output_tokens is not None:
                 params[self.endpoint.output_param] = self.output_tokens
             try:
-                return await self.endpoint.client.chat.completions.create(
+                # Read as sent, not as the SDK guesses it (a text body came back as a `str`).
+                raw = await self.endpoint.client.chat.completions.with_raw_response.create(
                     **params,
                     timeout=self.timeout or REQUEST_TIMEOUT,
                     extra_headers=self.endpoint.headers,
                 )
+                answer = raw.http_response
+                return read_completion(answer.headers.get("content-type", ""), answer.text)
             except openai.APIStatusError as exc:
                 said = server_said(exc.body)
                 if (
@@ -234,31 +237,27 @@ class ChatProvider:
                 explained = explain(exc.status_code, said, self.model)
                 log.warning(
                     "chat server refused the request",
-                    extra={"fields": {"status": exc.status_code, "server_said": said[:1000]}},
+                    extra={
+                        "fields": {"status": exc.status_code, "server_said": quoted(said, 1000)}
+                    },
                 )
                 raise AgentError(explained) from exc
 
     def _usage(
         self,
-        usage: Any,
+        usage: Usage | None,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         text: str,
         calls: list[ToolCall],
     ) -> Usage:
         estimated = request_tokens(messages, tools)
-        if usage is not None and usage.prompt_tokens:
-            reported = usage.prompt_tokens
+        if usage is not None:
+            reported = usage.input_tokens + usage.cache_read_tokens
             scale = self.endpoint.scale.get(self.model, 1.0)
             if reported > estimated * scale:  # the estimate fell short: trim earlier from now
                 self.endpoint.scale[self.model] = reported / estimated * 1.05
-            details = usage.prompt_tokens_details
-            cached = (details.cached_tokens or 0) if details is not None else 0
-            return Usage(
-                input_tokens=reported - cached,
-                output_tokens=usage.completion_tokens or 0,
-                cache_read_tokens=cached,
-            )
+            return usage
         if self.endpoint.once(f"no-usage:{self.model}"):
             log.warning(
                 "chat server sent no usage; recording estimated tokens",
@@ -308,24 +307,121 @@ class ChatProvider:
         return closed
 
 
-def _calls(raw: Sequence[Any]) -> list[ToolCall]:
-    """The reply's function calls, each with an id unique in the reply (a server may send
-    none, or repeat one): a made-up id is 9 letters and digits, as Mistral's templates need."""
+def _calls(raw: Sequence[dict[str, Any]]) -> list[ToolCall]:
+    """The reply's function calls (as `read_completion` checked them), each with an id unique
+    in the reply (a server may send none, or repeat one): a made-up id is 9 letters and
+    digits, as Mistral's templates need."""
     calls: list[ToolCall] = []
     seen: set[str] = set()
     for item in raw:
-        function = getattr(item, "function", None)
+        function = item.get("function")
         if function is None:
             continue
-        call_id = item.id or ""
+        call_id = str(item.get("id") or "")
         if not call_id or call_id in seen:
             call_id = secrets.token_hex(5)[:9]
         seen.add(call_id)
-        arguments = function.arguments
+        arguments = function.get("arguments")
         if not isinstance(arguments, str):  # a server that sends an object, not its JSON text
             arguments = json.dumps(arguments)
-        calls.append(ToolCall(call_id, function.name or "", arguments))
+        calls.append(ToolCall(call_id, str(function.get("name") or ""), arguments))
     return calls
+
+
+# -- what is answered: read and checked -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A Chat Completions answer: its first choice's message, and the usage when sent."""
+
+    text: str
+    calls: list[dict[str, Any]]  # the message's `tool_calls`, each a dict
+    usage: Usage | None
+
+
+def read_completion(content_type: str, body: str) -> Completion:
+    """A server's answer, checked as far as it is used; AgentError saying, on one line, what
+    the server sent instead of a Chat Completions answer."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+
+    def wrong(why: str, value: Any = None, **context: Any) -> AgentError:
+        shown = quoted(json.dumps(value, ensure_ascii=False), 80)
+        what = _what(value)
+        said = texts.message(
+            "chat_malformed", why=why, sent=quoted(body, 120), what=what, value=shown, **context
+        )
+        return AgentError(said)
+
+    if kind == "text/event-stream" or body.lstrip().startswith("data:"):
+        raise wrong("stream")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise wrong("not_json", content_type=kind or "a body without a content type") from None
+    if not isinstance(data, dict):
+        raise wrong("not_object", data)
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise wrong("no_choices")
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        raise wrong("no_message")
+    content = message.get("content")
+    if isinstance(content, list):  # content parts, as some servers answer
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        content = "".join(p for p in parts if isinstance(p, str))
+    if content is not None and not isinstance(content, str):
+        raise wrong("content", content)
+    calls = message.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        raise wrong("tool_calls", calls)
+    for call in calls or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(call, dict) or not isinstance(function, dict | None):
+            raise wrong("tool_call", call)
+    return Completion(content or "", calls or [], _reported_usage(data.get("usage"), wrong))
+
+
+def _reported_usage(usage: Any, wrong: Callable[..., AgentError]) -> Usage | None:
+    """The usage a server reported (None: none, or no prompt tokens counted)."""
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise wrong("usage", usage)
+
+    def count(field: str, value: Any) -> int:
+        if value is None:
+            return 0
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise wrong("count", value, field=field)
+        return value
+
+    prompt = count("usage.prompt_tokens", usage.get("prompt_tokens"))
+    details = usage.get("prompt_tokens_details")
+    cached = 0
+    if isinstance(details, dict):
+        cached = count("usage.prompt_tokens_details.cached_tokens", details.get("cached_tokens"))
+    completion = count("usage.completion_tokens", usage.get("completion_tokens"))
+    if not prompt:
+        return None
+    cached = min(cached, prompt)
+    return Usage(input_tokens=prompt - cached, output_tokens=completion, cache_read_tokens=cached)
+
+
+def _what(value: Any) -> str:
+    """A JSON value's kind, as a person names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    return "a list" if isinstance(value, list) else "an object"
 
 
 # -- what is sent: pure functions of the stored conversation ----------------------------------
@@ -498,23 +594,10 @@ def _joined(
 # -- what a refusal means -----------------------------------------------------------------------
 
 
-def server_said(body: Any) -> str:
-    """A server's error message, from whichever shape it answers in (OpenAI's and vLLM's
-    `{"error": {"message"}}`, an older vLLM's `{"message"}`, Ollama's `{"error": "…"}`)."""
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict):
-            return str(inner.get("message") or inner.get("detail") or json.dumps(inner))
-        return str(inner)
-    return "" if body is None else str(body)
-
-
 def explain(status: int, said: str, model: str) -> str:
     """What the operator (and the PR) is told when the server refuses a request: what is
     wrong and what to change."""
-    quoted = " ".join(said.split())
-    if len(quoted) > SAID_CHARS:
-        quoted = quoted[:SAID_CHARS] + "…"
+    shown = quoted(said)
     low = said.lower()
     if status in (401, 403):  # not quoted: a server may echo (part of) the key it refused
         why = "key"
@@ -528,5 +611,5 @@ def explain(status: int, said: str, model: str) -> str:
         why = "context"
     else:
         why = "model" if status == 404 else "other"
-    quote = f'{status}: "{quoted}"' if quoted else str(status)
+    quote = f'{status}: "{shown}"' if shown else str(status)
     return texts.message("chat_refused", why=why, status=status, quote=quote, model=model)

@@ -25,6 +25,8 @@ from bot.agents.base import (
     Usage,
     arguments_problem,
     cost_usd,
+    quoted,
+    server_said,
 )
 from bot.agents.budget import admission, day_start
 from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
@@ -35,6 +37,7 @@ from bot.records.database import Database
 from bot.records.messages import append_messages, load_messages
 from bot.records.runs import finish_run, start_run
 from bot.records.types import Session
+from bot.redaction import redact
 from bot.skills import prompt_text
 from bot.texts import message, render
 
@@ -116,9 +119,8 @@ class AgentRun:
             await self._finish(run_id, usage, "failed", str(exc), self.toolbox.calls)
             raise
         except Exception as exc:
-            await self._finish(
-                run_id, usage, "failed", f"{exc.__class__.__name__}: {exc}", self.toolbox.calls
-            )
+            error = redact(f"{exc.__class__.__name__}: {exc}")
+            await self._finish(run_id, usage, "failed", error, self.toolbox.calls)
             raise AgentError(message("run_failed", error_class=exc.__class__.__name__)) from exc
         result.cost_usd = await self._finish(run_id, usage, "done", None, calls)
         result.usage = usage
@@ -368,7 +370,14 @@ def _as_dict(arguments: Any) -> Any:
 
 
 def _describe(provider: str, exc: Exception) -> str:
+    """An SDK's error as the PR is told it: the status, and what the server said (redacted;
+    never after 401 or 403, whose message may hold part of the key it refused)."""
     status = getattr(exc, "status_code", None)
+    said = quoted(server_said(getattr(exc, "body", None))) if status not in (401, 403) else ""
     return message(
-        "provider_error", provider=provider, status=status, error_class=exc.__class__.__name__
+        "provider_error",
+        provider=provider,
+        status=status,
+        said=said,
+        error_class=exc.__class__.__name__,
     )

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 import anthropic
 import openai
 
-from bot.agents.base import AgentError, Provider, chat_rate
-from bot.agents.chat import ChatEndpoint, ChatProvider, server_said
+from bot.agents.base import AgentError, Provider, chat_rate, quoted, server_said
+from bot.agents.chat import ChatEndpoint, ChatProvider
 from bot.agents.claude import ClaudeProvider
 from bot.agents.codex import CodexProvider
 from bot.config import PROVIDERS, ConfigError, Settings, in_words
+from bot.redaction import register_all, url_passwords
 from bot.texts import message
 
 PROBE_TIMEOUT = 15.0
@@ -43,6 +45,7 @@ class ModelClients:
                     self._anthropic = anthropic.AsyncAnthropic(max_retries=0)
                 except anthropic.AnthropicError as exc:
                     raise _not_configured("claude", "ANTHROPIC_API_KEY") from exc
+                _known(self._anthropic.api_key, self._anthropic.auth_token, self._anthropic)
             return ClaudeProvider(
                 self._anthropic,
                 model or self.settings.claude_model,
@@ -54,6 +57,7 @@ class ModelClients:
                     self._openai = openai.AsyncOpenAI(max_retries=0)
                 except openai.OpenAIError as exc:
                     raise _not_configured("codex", "OPENAI_API_KEY") from exc
+                _known(self._openai.api_key, None, self._openai)
             return CodexProvider(
                 self._openai,
                 model or self.settings.codex_model,
@@ -94,6 +98,12 @@ class ModelClients:
         for client in (self._anthropic, self._openai, self._chat and self._chat.client):
             if client is not None:
                 await client.close()
+
+
+def _known(key: str | None, token: str | None, client: Any) -> None:
+    """What an SDK client sends, masked wherever it could be shown: its key and its base
+    URL's password (each SDK read them from its own variables)."""
+    register_all([key or "", token or "", *url_passwords(str(client.base_url))])
 
 
 def other_provider(reviewer: str, available: Collection[str]) -> str:
@@ -147,7 +157,7 @@ async def _probe_chat(clients: ModelClients, model: str) -> list[str]:
     except openai.APIConnectionError as exc:
         return [Unanswered(_problem("COCKPIT_CHAT_BASE_URL", "chat_silent", reason=in_words(exc)))]
     except openai.APIStatusError as exc:
-        said = " ".join(server_said(exc.body).split())[:200]
+        said = quoted(server_said(exc.body), 200)
         if exc.status_code in (401, 403):
             keyless, status = endpoint.keyless, exc.status_code
             return [_problem("COCKPIT_CHAT_API_KEY", "chat_key", keyless=keyless, status=status)]

@@ -8,6 +8,7 @@ from typing import Any
 import gidgethub
 
 from bot.commands.pr import PullRequest
+from bot.redaction import redact
 from bot.texts import render, repo_url_of
 
 log = logging.getLogger(__name__)
@@ -19,8 +20,11 @@ def text(pr: PullRequest, kind: str, **context: Any) -> str:
 
 
 async def post(pr: PullRequest, body: str) -> None:
+    """A comment on the PR; what it quotes (a failure's reason) never shows a secret."""
     await pr.gh.post(
-        "/repos/{owner}/{repo}/issues/{number}/comments", pr.owner_repo, data={"body": body}
+        "/repos/{owner}/{repo}/issues/{number}/comments",
+        pr.owner_repo,
+        data={"body": redact(body)},
     )
 
 

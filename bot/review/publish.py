@@ -31,6 +31,7 @@ from bot.records.reviews import (
 from bot.records.runs import review_costs
 from bot.records.sessions import has_active_cross_review
 from bot.records.types import Finding, Pull, Review
+from bot.redaction import redact
 from bot.review import state
 from bot.review.rules import DraftRules
 from bot.texts import STATUS_MARKER, fit, message, neutralise_mentions, render, repo_url_of, usd
@@ -93,11 +94,11 @@ THREAD_PAGES = 10
 _INLINE_NUMBER = re.compile(r"\*\*F(\d+) ·")  # how templates/inline_comment.md.j2 begins
 
 
-def _account(author: dict[str, Any] | None) -> tuple[str, str] | None:
-    """A GraphQL author as (`__typename`, login); None for a deleted account."""
-    if not author:
+def _account(author: Any) -> tuple[str, str] | None:
+    """A GraphQL author as (`__typename`, login); None for a deleted account (`ghost`)."""
+    if not isinstance(author, dict) or not isinstance(author.get("login"), str):
         return None
-    return author.get("__typename") or "", author.get("login") or ""
+    return str(author.get("__typename") or ""), author["login"]
 
 
 def _now() -> str:
@@ -125,7 +126,7 @@ class Publisher:
         created = await self.gh.post(
             "/repos/{owner}/{repo}/issues/{number}/comments",
             self.owner_repo,
-            data={"body": fit(body)},
+            data={"body": fit(redact(body))},
         )
         return int(created["id"])
 
@@ -138,7 +139,7 @@ class Publisher:
 
     async def status(self, review: Review) -> int:
         """Create or edit the PR's one status comment to show this review's state."""
-        body = fit(await self.render_status(review))
+        body = fit(redact(await self.render_status(review)))
         comment_id = review.status_comment_id or await self._find_status_comment()
         if comment_id:
             try:
@@ -247,10 +248,10 @@ class Publisher:
         login reads the same is another account."""
         return "Bot", (await self.ctx.github.bot_login()).removesuffix("[bot]")
 
-    async def _finding_threads(self, wanted: set[int]) -> list[tuple[int, dict]]:
-        """The bot's review threads of these findings: (F number, thread), the thread with
-        its first comments as GraphQL gives them. Only a thread the App's bot account started
-        is its own: one a person (or another bot) started with the same words is not."""
+    async def _finding_threads(self, wanted: set[int]) -> list[tuple[int, Thread]]:
+        """The bot's review threads of these findings: (F number, thread). Only a thread the
+        App's bot account started is its own: one a person (or another bot) started with the
+        same words is not."""
         app = await self._app_account()
         owner, name = self.pull.repo.split("/", 1)
         found, after = [], None
@@ -258,19 +259,14 @@ class Publisher:
             data = await self.gh.graphql(
                 THREADS_QUERY, owner=owner, name=name, number=self.pull.number, after=after
             )
-            threads = data["repository"]["pullRequest"]["reviewThreads"]
-            for thread in threads["nodes"]:
-                first = (thread["comments"]["nodes"] or [{}])[0]
-                number = _INLINE_NUMBER.match(first.get("body") or "")
-                if (
-                    _account(first.get("author")) == app
-                    and number is not None
-                    and int(number.group(1)) in wanted
-                ):
+            threads, after = threads_page(data)
+            for thread in threads:
+                account, body = thread.comments[0] if thread.comments else (None, "")
+                number = _INLINE_NUMBER.match(body)
+                if account == app and number is not None and int(number.group(1)) in wanted:
                     found.append((int(number.group(1)), thread))
-            if not threads["pageInfo"]["hasNextPage"]:
+            if after is None:
                 break
-            after = threads["pageInfo"]["endCursor"]
         return found
 
     async def thread_replies(self, ordinals: list[int]) -> dict[int, list[str]]:
@@ -288,10 +284,9 @@ class Publisher:
             return {}
         replies: dict[int, list[str]] = {}
         for number, thread in threads:
-            for comment in thread["comments"]["nodes"][1:]:
-                author = (comment.get("author") or {}).get("login")
-                if author and _account(comment.get("author")) != app and comment.get("body"):
-                    replies.setdefault(number, []).append(f"{author}: {comment['body']}")
+            for account, body in thread.comments[1:]:
+                if account and account != app and body:
+                    replies.setdefault(number, []).append(f"{account[1]}: {body}")
         return replies
 
     async def resolve_threads(self, ordinals: list[int]) -> str | None:
@@ -300,13 +295,14 @@ class Publisher:
         try:
             threads = await self._finding_threads(set(ordinals))
             for _number, thread in threads:
-                if not thread["isResolved"]:
-                    await self.gh.graphql(RESOLVE_MUTATION, id=thread["id"])
+                if not thread.resolved:
+                    await self.gh.graphql(RESOLVE_MUTATION, id=thread.id)
         except Exception as exc:
             if not _github_said_no(exc):
                 raise
             log.warning("review threads not resolved", extra={"fields": {"error": str(exc)}})
-            return message("resolve_refused", error=str(exc)[:200] or exc.__class__.__name__)
+            said = redact(str(exc))[:200] or exc.__class__.__name__
+            return message("resolve_refused", error=said)
         return None
 
     # -- check run ----------------------------------------------------------------
@@ -361,17 +357,19 @@ class Publisher:
             [_annotation(f, verifier) for f in findings if f.line] if with_annotations else []
         )
         summary = fit(
-            render(
-                "check_run.md.j2",
-                stopped=stopped,
-                error=error,
-                verdict=review.verdict,
-                summary=review.summary,
-                findings=findings,
-                stale=bool(review.stale),
-                repo_url=self.repo_url,
-                verifier=verifier,
-                verify_error=review.verify_error,
+            redact(
+                render(
+                    "check_run.md.j2",
+                    stopped=stopped,
+                    error=error,
+                    verdict=review.verdict,
+                    summary=review.summary,
+                    findings=findings,
+                    stale=bool(review.stale),
+                    repo_url=self.repo_url,
+                    verifier=verifier,
+                    verify_error=review.verify_error,
+                )
             ),
             65_000,
         )
@@ -504,12 +502,56 @@ class Publisher:
         return comment
 
 
+class UnexpectedAnswer(Exception):
+    """GitHub answered, but without what was asked for (a GraphQL answer whose pull request
+    is null: the App no longer sees it)."""
+
+
+@dataclass(frozen=True)
+class Thread:
+    """A review thread as GitHub answered it: its first comments, (author, body) each; the
+    author as (`__typename`, login), None for a deleted account."""
+
+    id: str
+    resolved: bool
+    comments: list[tuple[tuple[str, str] | None, str]]
+
+
+def threads_page(data: Any) -> tuple[list[Thread], str | None]:
+    """A page of THREADS_QUERY's answer: its threads, and the cursor of the next page (None:
+    the last). UnexpectedAnswer when the answer lacks what the query asked for."""
+    threads = _field(data, "repository", "pullRequest", "reviewThreads")
+    nodes, info = _field(threads, "nodes"), _field(threads, "pageInfo")
+    if not isinstance(nodes, list):
+        raise UnexpectedAnswer("reviewThreads.nodes is not a list")
+    found = []
+    for node in nodes:
+        comments = _field(node, "comments", "nodes")
+        if not isinstance(comments, list) or not all(isinstance(c, dict) for c in comments):
+            raise UnexpectedAnswer("a review thread's comments are not a list")
+        found.append(
+            Thread(
+                str(_field(node, "id")),
+                bool(_field(node, "isResolved")),
+                [(_account(c.get("author")), str(c.get("body") or "")) for c in comments],
+            )
+        )
+    after = _field(info, "endCursor") if _field(info, "hasNextPage") else None
+    return found, None if after is None else str(after)
+
+
+def _field(data: Any, *path: str) -> Any:
+    for name in path:
+        if not isinstance(data, dict) or name not in data:
+            raise UnexpectedAnswer(f"GitHub's answer has no {name}")
+        data = data[name]
+    return data
+
+
 def _github_said_no(exc: BaseException) -> bool:
-    """GitHub refused, did not answer, or answered in a shape we did not expect (a GraphQL
-    answer without the fields asked for): the draft stands, and the PR is told."""
-    return github_transient(exc) or isinstance(
-        exc, gidgethub.GitHubException | KeyError | TypeError | IndexError
-    )
+    """GitHub refused, did not answer, or answered without what was asked for: the draft
+    stands, and the PR is told. Anything else is a bug of ours, and fails visibly."""
+    return github_transient(exc) or isinstance(exc, gidgethub.GitHubException | UnexpectedAnswer)
 
 
 def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
@@ -529,8 +571,8 @@ def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
         "start_line": finding.line,
         "end_line": finding.end_line or finding.line,
         "annotation_level": LEVELS.get(finding.severity, "notice"),
-        "title": neutralise_mentions(title)[:255],
-        "message": neutralise_mentions(message.strip() or finding.title)[:64_000],
+        "title": neutralise_mentions(redact(title))[:255],
+        "message": neutralise_mentions(redact(message.strip() or finding.title))[:64_000],
     }
 
 

@@ -61,8 +61,11 @@ class Conversation:
 
 @dataclass
 class Action:
-    """`tool` calls (name, args) pairs; `text` answers in prose; `error` sends an HTTP error;
-    `delay` holds the answer that long (a slow or hanging model)."""
+    """`tool` calls (name, args) pairs; `text` answers in prose; a `status` other than 200
+    sends an HTTP error in the API's shape, saying `error_message` (`{key}` in it: the key the
+    request carried, as some gateways echo it); `raw` answers with that body and content type
+    instead of the API's answer (a proxy's page, a stream nobody asked for); `delay` holds
+    the answer that long (a slow or hanging model)."""
 
     tools: list[tuple[str, dict]] = field(default_factory=list)
     text: str = ""
@@ -71,6 +74,8 @@ class Action:
     headers: dict[str, str] = field(default_factory=dict)
     usage: tuple[int, int] = (1200, 300)
     delay: float = 0.0
+    error_message: str = "stand-in error"
+    raw: tuple[str, str] | None = None
 
 
 Policy = Callable[[Conversation], Action]
@@ -90,9 +95,19 @@ def hang(seconds: float, then: Action | None = None) -> Action:
 
 
 def fail(
-    status: int, error_type: str = "overloaded_error", headers: dict[str, str] | None = None
+    status: int,
+    error_type: str = "overloaded_error",
+    headers: dict[str, str] | None = None,
+    message: str = "stand-in error",
 ) -> Action:
-    return Action(status=status, error_type=error_type, headers=headers or {})
+    return Action(
+        status=status, error_type=error_type, headers=headers or {}, error_message=message
+    )
+
+
+def broken(body: str, content_type: str = "application/json") -> Action:
+    """A 200 answer that is not the API's: `body` as it is, with this content type."""
+    return Action(raw=(body, content_type))
 
 
 @dataclass(frozen=True)
@@ -475,6 +490,12 @@ def _chat_tool_message(
     return None
 
 
+def _key_of(request: web.Request) -> str:
+    """The key a request carried (`X-Api-Key`, or a bearer token)."""
+    bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    return request.headers.get("X-Api-Key") or bearer
+
+
 class _Standin(abc.ABC):
     path = ""
 
@@ -528,7 +549,11 @@ class _Standin(abc.ABC):
         if action.delay:
             await asyncio.sleep(action.delay)
         if action.status != 200:
-            return self._error(action.status, action.error_type, action.headers)
+            said = action.error_message.replace("{key}", _key_of(request))
+            return self._error(action.status, action.error_type, action.headers, said)
+        if action.raw is not None:
+            text, content_type = action.raw
+            return web.Response(text=text, content_type=content_type)
         return web.json_response(self.render(body, action))
 
     def authorized(self, authorization: str) -> bool:
@@ -556,7 +581,9 @@ class _Standin(abc.ABC):
         """Provider-specific."""
 
     @abc.abstractmethod
-    def _error(self, status: int, error_type: str, headers: dict[str, str]) -> web.Response:
+    def _error(
+        self, status: int, error_type: str, headers: dict[str, str], said: str = "stand-in error"
+    ) -> web.Response:
         """Provider-specific."""
 
 
@@ -638,9 +665,11 @@ class AnthropicStandin(_Standin):
             },
         }
 
-    def _error(self, status: int, error_type: str, headers: dict[str, str]) -> web.Response:
+    def _error(
+        self, status: int, error_type: str, headers: dict[str, str], said: str = "stand-in error"
+    ) -> web.Response:
         return web.json_response(
-            {"type": "error", "error": {"type": error_type, "message": "stand-in error"}},
+            {"type": "error", "error": {"type": error_type, "message": said}},
             status=status,
             headers=headers,
         )
@@ -735,11 +764,13 @@ class OpenAIStandin(_Standin):
             },
         }
 
-    def _error(self, status: int, error_type: str, headers: dict[str, str]) -> web.Response:
+    def _error(
+        self, status: int, error_type: str, headers: dict[str, str], said: str = "stand-in error"
+    ) -> web.Response:
         return web.json_response(
             {
                 "error": {
-                    "message": "stand-in error",
+                    "message": said,
                     "type": error_type,
                     "param": None,
                     "code": error_type,
@@ -987,11 +1018,13 @@ class ChatStandin(_Standin):
             }
         return response
 
-    def _error(self, status: int, error_type: str, headers: dict[str, str]) -> web.Response:
+    def _error(
+        self, status: int, error_type: str, headers: dict[str, str], said: str = "stand-in error"
+    ) -> web.Response:
         return web.json_response(
             {
                 "error": {
-                    "message": "stand-in error",
+                    "message": said,
                     "type": error_type,
                     "param": None,
                     "code": error_type,

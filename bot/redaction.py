@@ -1,0 +1,134 @@
+"""What must never be shown: every secret this process knows and the user-info of any URL,
+masked by one function (`redact`) before a text is logged, shown on GitHub or printed.
+
+A secret is masked as a whole: one shorter than `ANYWHERE` characters only where it is not
+part of a longer word (a letter, digit or `_` right before or after it continues the word),
+so a short key such as `erv` leaves `server` alone; a longer one wherever it appears (a random
+string that long inside a word is the secret itself). Values shorter than `SHORTEST` are not
+masked at all: masking every `a` would destroy every text and hide nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+
+MASK = "***"
+SHORTEST = 3
+ANYWHERE = 12
+
+# The environment's secrets, known by their names' endings: those this release reads (the
+# SDKs read the model keys themselves) and those a later one adds alike. And the URLs, whose
+# user-info may hold a password.
+_SECRET_NAME = re.compile(r"(?:COCKPIT|GITHUB|ANTHROPIC|OPENAI)_\w*(?:KEY|SECRET|TOKEN|PASSWORD)")
+_URL_NAME = re.compile(r"(?:COCKPIT|GITHUB|ANTHROPIC|OPENAI)_\w*URL")
+
+# Token shapes masked even when nobody registered them: GitHub tokens (ghs_, ghp_, gho_, ghu_,
+# ghr_, github_pat_), OpenAI/Anthropic keys, bearer/token/basic authorisation values and PEM
+# blocks; each starts where a word starts (`task-management` holds no `sk-` key).
+_SHAPES = (
+    r"(?<![A-Za-z0-9_])(?:gh[psour]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|sk-[A-Za-z0-9_\-]{16,}|(?i:(?:bearer|token|basic)\s+)[A-Za-z0-9._\-+/=]{16,})"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
+)
+# `scheme://user:password@host` (or `scheme://token@host`): everything before the last `@` of
+# the authority.
+_USER_INFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#\"'<>\\]+@")
+
+
+class _Registry:
+    """The secrets this process knows (its configuration, each installation token as it is
+    fetched), with their pattern made again when one is added."""
+
+    def __init__(self) -> None:
+        self.secrets: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+
+    def add(self, value: str) -> None:
+        forms = {value} | {json.dumps(value, ensure_ascii=a)[1:-1] for a in (True, False)}
+        if not forms <= self.secrets:
+            self.secrets = self.secrets | forms  # a new set: a thread's log line may be reading it
+            self._pattern = None
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        if self._pattern is None:
+            self._pattern = _pattern(frozenset(self.secrets))
+        return self._pattern
+
+
+_registry = _Registry()
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each of `secrets` (as the module docstring says), URL user-info and the
+    known token shapes replaced by `MASK`."""
+    return _masked(text, _pattern(frozenset(s for s in secrets if _maskable(s))))
+
+
+def redact(text: str) -> str:
+    """`text` fit to log, show on GitHub or print: every registered secret masked."""
+    return _masked(text, _registry.pattern)
+
+
+def register(value: str | None) -> None:
+    """Remember a secret, also as JSON writes it (a `"`, `\\`, newline or non-ASCII letter is
+    escaped in a log line)."""
+    if value and _maskable(value):
+        _registry.add(value)
+
+
+def register_all(values: Iterable[str]) -> None:
+    for value in values:
+        register(value)
+
+
+def environment_secrets(env: Mapping[str, str]) -> list[str]:
+    """The secrets set in `env`: each variable named as a key, secret, token or password
+    holds one (ANTHROPIC_API_KEY, GITHUB_WEBHOOK_SECRET, …), and each URL its password."""
+    found = [v.strip() for name, v in env.items() if _SECRET_NAME.fullmatch(name) and v.strip()]
+    urls = [url for name, url in env.items() if _URL_NAME.fullmatch(name)]
+    return found + [part for url in urls for part in url_passwords(url)]
+
+
+def url_passwords(url: str) -> list[str]:
+    """The password of `url` as written and percent-decoded. Not its user name: that is often
+    a word (`postgresql://cockpit@db/…`), and the whole user-info is masked in any URL."""
+    try:
+        password = urllib.parse.urlsplit(url.strip()).password
+    except ValueError:
+        return []
+    return sorted({password, urllib.parse.unquote(password)}) if password else []
+
+
+def _masked(text: str, pattern: re.Pattern[str]) -> str:
+    """Until nothing is left to mask (a mask next to what is left may complete a secret that
+    holds `*`)."""
+    while True:
+        masked = _USER_INFO.sub(rf"\1{MASK}@", pattern.sub(MASK, text))
+        if masked == text:
+            return text
+        text = masked
+
+
+def _maskable(value: str) -> bool:
+    return len(value) >= SHORTEST and value.strip("*") != ""
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(secrets: frozenset[str]) -> re.Pattern[str]:
+    """One alternation, longest secret first (so a secret holding another goes as a whole)."""
+    alternatives = [_alternative(s) for s in sorted(secrets, key=lambda s: (-len(s), s))]
+    return re.compile("|".join([*alternatives, _SHAPES]))
+
+
+def _alternative(secret: str) -> str:
+    escaped = re.escape(secret)
+    if len(secret) >= ANYWHERE:
+        return escaped
+    before = r"(?<!\w)" if re.match(r"\w", secret[0]) else ""
+    after = r"(?!\w)" if re.match(r"\w", secret[-1]) else ""
+    return f"{before}{escaped}{after}"
