@@ -57,15 +57,25 @@ def test_version(tmp_path):
     assert (result.returncode, result.stdout) == (0, f"cockpit {__version__}\n")
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+EVAL_COMMANDS = ("eval run", "eval golden-from-reviews", "eval import-martian")
+
+
+@pytest.mark.parametrize("command", COMMANDS + EVAL_COMMANDS)
 def test_every_command_has_a_description_examples_and_defaults(command, tmp_path):
-    result = cli(command, "--help", cwd=tmp_path)
+    result = cli(*command.split(), "--help", cwd=tmp_path)
     assert result.returncode == 0
     usage, description = result.stdout.split("\n\n", 2)[:2]
     assert usage.startswith(f"usage: cockpit {command}")
     assert len(description.split()) > 10  # a sentence or more, not a bare title
     examples = result.stdout.split("examples:\n", 1)[1]
     assert examples.startswith("  $ ") and f"cockpit {command}" in examples
+
+
+def test_review_local_help_names_every_providers_settings(tmp_path):
+    result = cli("review-local", "--help", cwd=tmp_path)
+    for variable in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "COCKPIT_CHAT_BASE_URL"):
+        assert variable in result.stdout
+    assert "COCKPIT_CHAT_MODEL" in result.stdout and "--provider chat" in result.stdout
 
 
 def test_options_name_their_defaults_and_variables():
@@ -90,6 +100,14 @@ def test_help_environment_lists_every_variable(tmp_path):
     assert "default: 8080" not in result.stdout and "default: 0.0.0.0, 8080" in result.stdout
     markdown = cli("help", "environment", "--markdown", cwd=tmp_path)
     assert markdown.stdout.strip() == environment_markdown()
+
+
+def test_help_environment_prints_no_markdown(tmp_path):
+    """The terminal gets words, not `[text](#anchor)`: a README section is named as such."""
+    shown = cli("help", "environment", cwd=tmp_path).stdout
+    assert "](" not in shown and "`" not in shown
+    assert "](#" in environment_markdown()  # the README's table keeps its link
+    assert 'see the README\'s "Any model"' in " ".join(shown.split())
 
 
 def readme_environment_table() -> str:
