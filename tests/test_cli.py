@@ -307,3 +307,56 @@ def test_an_unexpected_error_is_one_line_unless_debug(tmp_path):
     assert line.startswith("cockpit eval: unexpected error (") and "--debug" in line
     debug = cli("eval", "golden-from-reviews", "--repo", "o/r", "--debug", env=env, cwd=tmp_path)
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+
+
+# -- the README's commands ---------------------------------------------------------------------
+
+
+def readme_sh_blocks() -> list[tuple[str, str]]:
+    """(section title, block) for every ```sh block of the README."""
+    blocks, section = [], ""
+    for part in re.split(r"^(#{2,3} .+)$", (ROOT / "README.md").read_text(), flags=re.M):
+        if part.startswith("#"):
+            section = part.lstrip("#").strip()
+            continue
+        blocks += [(section, b) for b in re.findall(r"```sh\n(.*?)```", part, re.S)]
+    return blocks
+
+
+def test_the_quick_start_leaves_cockpit_on_path_and_the_readme_says_cockpit_throughout():
+    """After the Quick start the README (and the demo's "Next") says `cockpit …`: the Quick
+    start activates the venv, so that is what the user types."""
+    quick = [b for section, b in readme_sh_blocks() if section == "Quick start"]
+    steps = [step.strip() for step in quick[0].strip().split("&&")]
+    assert steps[0] == "python3 -m venv .venv" and steps[-1] == "cockpit demo"
+    assert steps.index(". .venv/bin/activate") < steps.index("cockpit demo")
+    assert "bin/cockpit" not in (ROOT / "README.md").read_text()
+    from bot.texts import catalogue
+
+    done = catalogue("demo/messages.txt.j2", "done", seconds=1.0, calls=3)
+    named = re.findall(r"`(cockpit [a-z-]+)", done.split("Next:", 1)[1])
+    readme = (ROOT / "README.md").read_text()
+    assert named and all(re.search(rf"(^|`){c}\b", readme, re.M) for c in named), named
+
+
+def test_activating_the_venv_as_the_readme_says_puts_cockpit_on_path(tmp_path):
+    """`. .venv/bin/activate` in POSIX sh (Debian's dash), from another folder, with a bare
+    PATH: `cockpit` runs by name."""
+    venv = Path(sys.prefix)
+    if venv == Path(sys.base_prefix):
+        pytest.skip("the tests run outside a venv")
+    done = subprocess.run(
+        ["/bin/sh", "-c", f". {venv}/bin/activate && cockpit --version"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("cockpit ")
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    [tests] = [b.strip() for section, b in readme_sh_blocks() if "pytest" in b]
+    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
