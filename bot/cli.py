@@ -66,12 +66,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bot.checks import Check, exit_code, model_key_checks, settings_checks
 
     env = os.environ
-    checks: list[Check] = settings_checks(env)
+    checks: list[Check] = settings_checks(env, role=args.role)
     app_missing = any(c.name in ("GITHUB_APP_ID", "GITHUB_PRIVATE_KEY") for c in checks)
     settings = general = None
     with contextlib.suppress(ConfigError):  # the App's settings need the general ones
         general = load_settings(env, github=False)
-        settings = general = load_settings(env)  # every secret known, to redact
+        # What this role reads (web: not the App's key; worker: not the webhook secret),
+        # every secret of it known, to redact.
+        settings = general = load_settings(env, role=args.role)
     host = port = None
     if general is not None:
         try:
