@@ -31,7 +31,8 @@ COMMANDS = (
         "drop",
         "F2 [F5 …] [why]",
         "remove findings from the draft (pending review, check run and status follow); the"
-        " reason is kept, and a dropped finding is never raised again on this PR",
+        " reason and who dropped them are kept, and a dropped finding is never raised again on"
+        " this PR (needs `approve_permission`, like `approve`)",
     ),
     Spec(
         "approve",

@@ -99,8 +99,12 @@ def exit_code(checks: list[Check]) -> int:
 # -- offline -------------------------------------------------------------------------------
 
 
-def settings_checks(env: Mapping[str, str], *, github: bool = True) -> list[Check]:
-    return [problem(exc.variable, exc.problem) for exc in check_settings(env, github=github)]
+def settings_checks(
+    env: Mapping[str, str], *, github: bool = True, role: str = "all"
+) -> list[Check]:
+    return [
+        problem(exc.variable, exc.problem) for exc in check_settings(env, github=github, role=role)
+    ]
 
 
 def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:

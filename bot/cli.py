@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -118,13 +119,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from bot.checks import Check, exit_code, model_key_checks, settings_checks
 
     env = os.environ
-    checks: list[Check] = settings_checks(env)
+    checks: list[Check] = settings_checks(env, role=args.role)
     app_missing = any(c.name in ("GITHUB_APP_ID", "GITHUB_PRIVATE_KEY") for c in checks)
     settings = general = None
     with contextlib.suppress(ConfigError):  # the App's settings need the general ones
         general = load_settings(env, github=False)
-        settings = general = load_settings(env)
-        register_all(settings.secrets())  # the private key read from its file too
+        # What this role reads (web: not the App's key; worker: not the webhook secret),
+        # every secret of it known, to redact (the private key read from its file too).
+        settings = general = load_settings(env, role=args.role)
+        register_all(settings.secrets())
     host = port = None
     if general is not None:
         try:
@@ -398,11 +401,19 @@ def environment_markdown() -> str:
     return "\n".join(rows)
 
 
+MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+
+
 def environment_text(width: int = 100) -> str:
     """`cockpit help environment`: each variable, its meaning and its default."""
     import textwrap
 
     def plain(text: str) -> str:
+        """Markdown as a terminal shows it: a README section named, a web link spelled out."""
+        text = MARKDOWN_LINK.sub(
+            lambda m: f'the README\'s "{m[1]}"' if m[2].startswith("#") else f"{m[1]} ({m[2]})",
+            text,
+        )
         return text.replace("`", "").replace("*", "")
 
     wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
@@ -483,15 +494,21 @@ def _common(*, top: bool) -> argparse.ArgumentParser:
 
 
 def _command(
-    sub: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], int]
+    sub: argparse._SubParsersAction,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    *,
+    parent: str = "",
 ) -> argparse.ArgumentParser:
-    """The parser of `cockpit NAME`, its texts from templates/cli/commands.toml; `func` runs it."""
-    text = _texts()[name]
+    """The parser of `cockpit NAME` (`cockpit PARENT NAME`), its texts from
+    templates/cli/commands.toml; `func` runs it."""
+    full = f"{parent} {name}".strip()
+    text = _texts()[full]
     command = sub.add_parser(
         name,
         help=text["summary"],
         description=text["description"].strip(),
-        epilog=_epilog(name),
+        epilog=_epilog(full),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common(top=False)],
     )
@@ -564,7 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--provider",
         choices=PROVIDERS,
         help="the reviewer (default: $COCKPIT_PROVIDER, else claude; the model:"
-        " $COCKPIT_CLAUDE_MODEL / $COCKPIT_CODEX_MODEL)",
+        " $COCKPIT_CLAUDE_MODEL / $COCKPIT_CODEX_MODEL / $COCKPIT_CHAT_MODEL)",
     )
     local.add_argument(
         "--verify",
@@ -654,15 +671,8 @@ def _eval_keys(args: argparse.Namespace) -> int | None:
 def add_eval_parser(sub: argparse._SubParsersAction) -> None:
     evals = _command(sub, "eval", cmd_eval)
     commands = evals.add_subparsers(dest="eval_command", required=True, metavar="COMMAND")
-    common = [_common(top=False)]
 
-    run = commands.add_parser(
-        "run",
-        help="review golden cases and score them",
-        description="Review each golden case at its head sha with the production engine and"
-        " score the findings against the labels.",
-        parents=common,
-    )
+    run = _command(commands, "run", cmd_eval, parent="eval")
     run.add_argument("--golden", nargs="+", metavar="FILE", help="golden file(s)")
     run.add_argument(
         "--provider",
@@ -694,28 +704,19 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="where the report goes (default: eval/reports)",
     )
+    # Not for people: the command the resume hints name, when another program runs this one
+    # (scripts/eval_offline.py: its stand-in models are needed to finish a run it started).
+    run.add_argument("--resume-with", metavar="COMMAND", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_eval, eval_func="cmd_eval_run")
 
-    history = commands.add_parser(
-        "golden-from-reviews",
-        help="a golden file from this installation's published reviews",
-        description="Bootstrap a golden file from findings people approved or published"
-        " (read from this installation's database).",
-        parents=common,
-    )
+    history = _command(commands, "golden-from-reviews", cmd_eval, parent="eval")
     history.add_argument("--repo", required=True, metavar="OWNER/NAME")
     history.add_argument(
         "--out", metavar="FILE", help="default: eval/golden/OWNER-NAME-from-reviews.json"
     )
     history.set_defaults(func=cmd_eval, eval_func="cmd_golden_from_reviews")
 
-    martian = commands.add_parser(
-        "import-martian",
-        help="convert the Martian Code Review Bench golden comments",
-        description="Convert the Martian Code Review Bench's offline golden comments into a"
-        " golden file.",
-        parents=common,
-    )
+    martian = _command(commands, "import-martian", cmd_eval, parent="eval")
     martian.add_argument("dir", metavar="DIR", help="folder with the benchmark's *.json files")
     martian.add_argument(
         "--out",

@@ -159,10 +159,19 @@ def _app_id(env: Mapping[str, str]) -> str:
     return app_id
 
 
+# Webhook secrets written as placeholders in examples (deploy/kubernetes/secret.yaml ships
+# `change-me`): a server started with one accepts deliveries anyone could sign.
+PLACEHOLDER_SECRETS = frozenset(
+    {"change-me", "changeme", "change_me", "replace-me", "secret", "your-secret", "…", "..."}
+)
+
+
 def _webhook_secret(env: Mapping[str, str]) -> Secret:
     secret = env.get("GITHUB_WEBHOOK_SECRET")
     if not secret:
         raise ConfigError("GITHUB_WEBHOOK_SECRET", "webhook_secret_unset")
+    if secret.strip().casefold() in PLACEHOLDER_SECRETS:
+        raise ConfigError("GITHUB_WEBHOOK_SECRET", "webhook_secret_placeholder")
     return Secret(secret)
 
 
@@ -344,6 +353,19 @@ _GENERAL = {
     "migrate_on_start": lambda env: bool(_int(env, "COCKPIT_MIGRATE_ON_START", 0, low=0, high=1)),
 }
 _GITHUB = {"app_id": _app_id, "private_key": _private_key, "webhook_secret": _webhook_secret}
+# The App's credentials each `serve --role` reads: `web` verifies and stores deliveries (the
+# webhook secret), a `worker` calls GitHub as the App (its id and key), `all` does both.
+ROLE_GITHUB = {
+    "all": tuple(_GITHUB),
+    "web": ("webhook_secret",),
+    "worker": ("app_id", "private_key"),
+}
+
+
+def _parsers(github: bool, role: str) -> dict:
+    if not github:
+        return _GENERAL
+    return _GENERAL | {name: _GITHUB[name] for name in ROLE_GITHUB[role]}
 
 
 # Values no setting holds (the SDKs read them) but a slip in which fails fast all the same.
@@ -353,25 +375,28 @@ _CHECKED = (
 )
 
 
-def load_settings(env: Mapping[str, str] | None = None, *, github: bool = True) -> Settings:
+def load_settings(
+    env: Mapping[str, str] | None = None, *, github: bool = True, role: str = "all"
+) -> Settings:
     """Read settings; raise ConfigError on the first bad value.
 
-    `github=False` skips the App credentials (for commands that never talk to GitHub).
+    `github=False` skips the App credentials (for commands that never talk to GitHub);
+    `role` reads only those a `serve --role` process uses (`ROLE_GITHUB`).
     """
     env = os.environ if env is None else env
     for check in _CHECKED:
         check(env)
-    parsers = _GENERAL | _GITHUB if github else _GENERAL
+    parsers = _parsers(github, role)
     return Settings(**{name: parse(env) for name, parse in parsers.items()})
 
 
 def check_settings(
-    env: Mapping[str, str] | None = None, *, github: bool = True
+    env: Mapping[str, str] | None = None, *, github: bool = True, role: str = "all"
 ) -> list[ConfigError]:
     """Every problem with the environment, not just the first (for `cockpit check-config`)."""
     env = os.environ if env is None else env
     problems: list[ConfigError] = []
-    parsers = _GENERAL | _GITHUB if github else _GENERAL
+    parsers = _parsers(github, role)
     for parse in (*_CHECKED, *parsers.values()):
         try:
             parse(env)

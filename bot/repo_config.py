@@ -108,7 +108,10 @@ class RepoConfig:
     )
     max_diff_bytes: int = key(400_000, INTEGER, "diff bytes reviewed per PR", minimum=1)
     approve_permission: str = key(
-        "write", CHOICE, "who may publish a draft", choices=COMMAND_LEVELS
+        "write",
+        CHOICE,
+        "who may publish a draft or drop its findings (`approve`, `drop`)",
+        choices=COMMAND_LEVELS,
     )
     outside_prs: str = key(
         "review",

@@ -8,15 +8,20 @@ set when no golden file is given), in the folder it was started from: relative p
 provider's model id is `scripted-reviewer` (its rate is zero: the run costs $0);
 `--provider chat` reviews through the chat provider.
 
+The runs are kept in `eval/offline-data` of that folder (COCKPIT_DATA_DIR, when set), apart
+from a server's database, so `--resume RUN` through this script finishes or re-scores one,
+as the report and the run's first line say.
+
     python scripts/eval_offline.py [--verify] [--jobs 4] [--json results.json] [...]
+    python scripts/eval_offline.py --resume 2
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +54,14 @@ from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin  # n
 from bot.standin.scripted import MODEL, scripted_reviewer  # noqa: E402
 
 PLANTED = ROOT / "eval" / "golden" / "planted" / "planted.json"
+DATA = Path("eval") / "offline-data"  # in the folder it runs in, beside eval/reports
+
+
+def this_command() -> str:
+    """How the user runs this script again from here (the resume hints name it)."""
+    script = Path(__file__).resolve()
+    shown = script.relative_to(Path.cwd()) if script.is_relative_to(Path.cwd()) else script
+    return f"python3 {shlex.quote(str(shown))}"
 
 
 async def main(argv: list[str]) -> int:
@@ -58,29 +71,28 @@ async def main(argv: list[str]) -> int:
     await codex.start()
     await chat.start()
     try:
-        with tempfile.TemporaryDirectory(prefix="cockpit-eval-") as data:
-            env = {
-                **os.environ,
-                "ANTHROPIC_BASE_URL": claude.url,
-                "ANTHROPIC_API_KEY": "sk-ant-offline-standin",
-                "OPENAI_BASE_URL": f"{codex.url}/v1",
-                "OPENAI_API_KEY": "sk-offline-standin",
-                "COCKPIT_DATA_DIR": os.environ.get("COCKPIT_DATA_DIR", data),
-                "COCKPIT_CLAUDE_MODEL": MODEL,
-                "COCKPIT_CODEX_MODEL": MODEL,
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
-                ),
-                "COCKPIT_CHAT_BASE_URL": f"{chat.url}/v1",
-                "COCKPIT_CHAT_MODEL": MODEL,
-            }
-            args = list(argv)
-            if "--golden" not in args and "--resume" not in args:
-                args = ["--golden", str(PLANTED), *args]
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot", "eval", "run", *args, env=env
-            )
-            return await proc.wait()
+        env = {
+            **os.environ,
+            "ANTHROPIC_BASE_URL": claude.url,
+            "ANTHROPIC_API_KEY": "sk-ant-offline-standin",
+            "OPENAI_BASE_URL": f"{codex.url}/v1",
+            "OPENAI_API_KEY": "sk-offline-standin",
+            "COCKPIT_DATA_DIR": os.environ.get("COCKPIT_DATA_DIR") or str(DATA.resolve()),
+            "COCKPIT_CLAUDE_MODEL": MODEL,
+            "COCKPIT_CODEX_MODEL": MODEL,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
+            "COCKPIT_CHAT_BASE_URL": f"{chat.url}/v1",
+            "COCKPIT_CHAT_MODEL": MODEL,
+        }
+        args = ["--resume-with", this_command(), *argv]
+        if "--golden" not in argv and "--resume" not in argv:
+            args = ["--golden", str(PLANTED), *args]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "eval", "run", *args, env=env
+        )
+        return await proc.wait()
     finally:
         await claude.stop()
         await codex.stop()

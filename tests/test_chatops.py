@@ -124,10 +124,47 @@ async def test_drop_then_approve(world):
     await comment(world, "/cockpit drop F2")
     [pending] = world.pending_reviews()
     assert len(pending["comments"]) == 1
-    assert "~~Compare with None using `is`~~ (dropped)" in world.status_body()
+    assert "~~Compare with None using `is`~~ (dropped by octocat)" in world.status_body()
     await comment(world, "/cockpit approve", comment_id=9003)
     [published] = world.github.reviews.values()
     assert len(published["comments"]) == 1 and published["state"] != "PENDING"
+
+
+async def findings_as_stored(world) -> list[tuple]:
+    rows = await world.ctx.db.fetchall(
+        "SELECT ordinal, state, checked_by, dropped_by, why FROM findings ORDER BY ordinal"
+    )
+    return [tuple(row) for row in rows]
+
+
+async def test_drop_needs_the_approve_permission_and_records_who_dropped(world):
+    """Dropping decides what is published (a dropped finding is suppressed for the rest of
+    the PR): with `approve_permission = "maintain"` a writer may run commands but neither
+    approve nor drop; a maintainer's drop keeps their login and reason."""
+    config = 'min_severity = "nit"\napprove_permission = "maintain"\n'
+    world.github.repos[world.full_name].files[".github/cockpit.toml"] = config
+    before = await findings_as_stored(world)
+    assert [row[1:4] for row in before] == [("kept", "auto", None)] * 2
+
+    await comment(world, "/cockpit drop F1 it is only a fixture", user="writer")
+    assert reactions(world, 9001) == ["eyes", "confused"]
+    refused = [b for b in replies(world) if "/cockpit drop` did not work" in b]
+    assert len(refused) == 1 and "needs `maintain` permission" in refused[0]
+    assert await findings_as_stored(world) == before  # nothing dropped
+    [pending] = world.pending_reviews()
+    assert len(pending["comments"]) == 2
+
+    await comment(world, "/cockpit approve", user="writer", comment_id=9002)
+    assert reactions(world, 9002) == ["eyes", "confused"] and submits(world) == []
+
+    await comment(world, "/cockpit drop F1 it is only a fixture", user="maint", comment_id=9003)
+    assert reactions(world, 9003) == ["eyes", "rocket"]
+    dropped, kept = await findings_as_stored(world)
+    assert dropped == (1, "dropped", "human", "maint", "it is only a fixture")
+    assert kept == before[1]
+    [pending] = world.pending_reviews()
+    assert len(pending["comments"]) == 1
+    assert "(dropped by maint)" in world.status_body()
 
 
 async def test_approve_of_a_stale_draft_is_refused(world, github):

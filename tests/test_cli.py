@@ -58,15 +58,25 @@ def test_version(tmp_path):
     assert result.stdout.startswith(f"cockpit {__version__} (schema version ")
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+EVAL_COMMANDS = ("eval run", "eval golden-from-reviews", "eval import-martian")
+
+
+@pytest.mark.parametrize("command", COMMANDS + EVAL_COMMANDS)
 def test_every_command_has_a_description_examples_and_defaults(command, tmp_path):
-    result = cli(command, "--help", cwd=tmp_path)
+    result = cli(*command.split(), "--help", cwd=tmp_path)
     assert result.returncode == 0
     usage, description = result.stdout.split("\n\n", 2)[:2]
     assert usage.startswith(f"usage: cockpit {command}")
     assert len(description.split()) > 10  # a sentence or more, not a bare title
     examples = result.stdout.split("examples:\n", 1)[1]
     assert examples.startswith("  $ ") and f"cockpit {command}" in examples
+
+
+def test_review_local_help_names_every_providers_settings(tmp_path):
+    result = cli("review-local", "--help", cwd=tmp_path)
+    for variable in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "COCKPIT_CHAT_BASE_URL"):
+        assert variable in result.stdout
+    assert "COCKPIT_CHAT_MODEL" in result.stdout and "--provider chat" in result.stdout
 
 
 def test_options_name_their_defaults_and_variables():
@@ -91,6 +101,14 @@ def test_help_environment_lists_every_variable(tmp_path):
     assert "default: 8080" not in result.stdout and "default: 0.0.0.0, 8080" in result.stdout
     markdown = cli("help", "environment", "--markdown", cwd=tmp_path)
     assert markdown.stdout.strip() == environment_markdown()
+
+
+def test_help_environment_prints_no_markdown(tmp_path):
+    """The terminal gets words, not `[text](#anchor)`: a README section is named as such."""
+    shown = cli("help", "environment", cwd=tmp_path).stdout
+    assert "](" not in shown and "`" not in shown
+    assert "](#" in environment_markdown()  # the README's table keeps its link
+    assert 'see the README\'s "Any model"' in " ".join(shown.split())
 
 
 def readme_environment_table() -> str:
@@ -291,3 +309,58 @@ def test_an_unexpected_error_is_one_line_unless_debug(tmp_path):
     assert line.startswith("cockpit eval: unexpected error (") and "--debug" in line
     debug = cli("eval", "golden-from-reviews", "--repo", "o/r", "--debug", env=env, cwd=tmp_path)
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+
+
+# -- the README's commands ---------------------------------------------------------------------
+
+
+def readme_sh_blocks() -> list[tuple[str, str]]:
+    """(section title, block) for every ```sh block of the README."""
+    blocks, section = [], ""
+    for part in re.split(r"^(#{2,3} .+)$", (ROOT / "README.md").read_text(), flags=re.M):
+        if part.startswith("#"):
+            section = part.lstrip("#").strip()
+            continue
+        blocks += [(section, b) for b in re.findall(r"```sh\n(.*?)```", part, re.S)]
+    return blocks
+
+
+def test_the_quick_start_leaves_cockpit_on_path_and_the_readme_says_cockpit_throughout():
+    """After the Quick start the README (and the demo's "Next") says `cockpit …`: the Quick
+    start activates the venv, so that is what the user types."""
+    quick = [b for section, b in readme_sh_blocks() if section == "Quick start"]
+    steps = [step.strip() for step in quick[0].strip().split("&&")]
+    assert steps[0] == "python3 -m venv .venv" and steps[-1] == "cockpit demo"
+    assert steps.index(". .venv/bin/activate") < steps.index("cockpit demo")
+    readme = (ROOT / "README.md").read_text()
+    assert "bin/cockpit" not in readme
+    for install in re.findall(r"python3 -m venv \.venv && [^`\n]+", readme):
+        assert ". .venv/bin/activate" in install or install.endswith("pytest -q"), install
+    from bot.texts import catalogue
+
+    done = catalogue("demo/messages.txt.j2", "done", seconds=1.0, calls=3)
+    named = re.findall(r"`(cockpit [a-z-]+)", done.split("Next:", 1)[1])
+    assert named and all(re.search(rf"(^|`){c}\b", readme, re.M) for c in named), named
+
+
+def test_activating_the_venv_as_the_readme_says_puts_cockpit_on_path(tmp_path):
+    """`. .venv/bin/activate` in POSIX sh (Debian's dash), from another folder, with a bare
+    PATH: `cockpit` runs by name."""
+    venv = Path(sys.prefix)
+    if venv == Path(sys.base_prefix):
+        pytest.skip("the tests run outside a venv")
+    done = subprocess.run(
+        ["/bin/sh", "-c", f". {venv}/bin/activate && cockpit --version"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("cockpit ")
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    [tests] = [b.strip() for section, b in readme_sh_blocks() if "pytest" in b]
+    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()

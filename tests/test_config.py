@@ -139,6 +139,45 @@ def test_serve_refuses_to_start_without_webhook_secret(tmp_path):
     assert lines[-1].startswith("cockpit serve: not started: 1 problem(s) above.")
 
 
+def shipped_webhook_secrets() -> set[str]:
+    """The webhook secrets the project's examples ship (deploy/kubernetes, compose.yaml)."""
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    found = set()
+    for path in [*sorted((root / "deploy").rglob("*.yaml")), root / "compose.yaml"]:
+        for doc in yaml.safe_load_all(path.read_text()):
+            values = (doc or {}).get("stringData") or {}
+            for service in ((doc or {}).get("services") or {}).values():
+                environment = service.get("environment") or {}
+                values = {**values, **(environment if isinstance(environment, dict) else {})}
+            if values.get("GITHUB_WEBHOOK_SECRET"):
+                found.add(values["GITHUB_WEBHOOK_SECRET"])
+    return found
+
+
+@pytest.mark.parametrize("placeholder", sorted(shipped_webhook_secrets() | {"change-me"}))
+def test_serve_refuses_a_shipped_placeholder_as_the_webhook_secret(tmp_path, placeholder):
+    """deploy/kubernetes/secret.yaml ships `change-me`: a server left with it would take
+    deliveries anyone who read the example can sign."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        **GOOD,
+        "GITHUB_WEBHOOK_SECRET": placeholder,
+        "COCKPIT_DATA_DIR": str(tmp_path),
+        "COCKPIT_PORT": "0",
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+    }
+    result = run_cli("serve", env=env)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("✗ GITHUB_WEBHOOK_SECRET: is a placeholder from an example")
+    assert lines[-1].startswith("cockpit serve: not started: 1 problem(s) above.")
+    assert placeholder not in result.stderr  # a secret's value is never shown
+    checked = run_cli("check-config", "--offline", env=env)
+    assert checked.returncode == 2 and "GITHUB_WEBHOOK_SECRET: is a placeholder" in checked.stdout
+
+
 def test_check_config_exit_codes(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "COCKPIT_DATA_DIR": str(tmp_path), "ANTHROPIC_API_KEY": "k"}
     bad = run_cli("check-config", "--offline", env=env)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 
@@ -14,6 +13,16 @@ from tests.conftest import WEBHOOK_SECRET, wait_for
 from tests.serverproc import ServerProcess
 
 DELIVERIES = 12
+# Delivery jobs still to run: once none is left and every delivery is done, nothing can
+# process a delivery (and add a review job) again.
+UNFINISHED_JOBS = (
+    "SELECT COUNT(*) FROM jobs WHERE kind = 'delivery' AND state IN ('queued', 'running',"
+    " 'waiting')"
+)
+PG_UNFINISHED_JOBS = (
+    "SELECT COUNT(*) FROM procrastinate_jobs WHERE args->>'kind' = 'delivery'"
+    " AND status IN ('todo', 'doing')"
+)
 
 
 def server_env(github) -> dict[str, str]:
@@ -78,14 +87,16 @@ async def test_acknowledged_deliveries_are_processed_once_after_sigkill(tmp_path
     restarted = ServerProcess(server_env(github), data_dir, tmp_path / "server.log")
     await restarted.start()
     try:
+        # Settled, not only done once: every delivery processed and no delivery job left to
+        # run (a duplicate would be one still queued or running when the deliveries are done).
         await wait_for(
             lambda: (
                 rows(db_path, "SELECT COUNT(*) FROM deliveries WHERE status = 'done'")[0][0]
                 == DELIVERIES
+                and rows(db_path, UNFINISHED_JOBS)[0][0] == 0
             ),
             timeout=30,
         )
-        await asyncio.sleep(0.3)  # give any duplicate processing a chance to show itself
     finally:
         restarted.terminate()
 
@@ -149,8 +160,13 @@ async def test_a_killed_worker_loses_nothing_when_web_and_workers_are_separate(
         replacement = ServerProcess(env, tmp_path / "w2", tmp_path / "w2.log", role="worker")
         await replacement.start()
         try:
-            await wait_for(lambda: pg_rows(database_url, done)[0][0] == DELIVERIES, timeout=60)
-            await asyncio.sleep(0.3)  # give any duplicate processing a chance to show itself
+            await wait_for(  # settled: every delivery done and no delivery job left to run
+                lambda: (
+                    pg_rows(database_url, done)[0][0] == DELIVERIES
+                    and pg_rows(database_url, PG_UNFINISHED_JOBS)[0][0] == 0
+                ),
+                timeout=60,
+            )
         finally:
             replacement.terminate()
     finally:

@@ -138,7 +138,7 @@ async def test_only_a_persons_drop_is_a_known_false_positive(db):
     review_id = await h.draft(
         pull_id, "a", list(enumerate(found, 1)), provider="claude", model="claude-x"
     )
-    assert await state.drop_findings(db, review_id, (2,), "intended")
+    assert await state.drop_findings(db, review_id, (2,), "intended", by="maint")
     kept = [(1, found[0]), (4, found[3])]
     assert await state.begin_revision(db, review_id, kept, [3], by="claude", texts={"summary": "s"})
     assert await state.end_revision(db, review_id)

@@ -417,6 +417,7 @@ async def test_the_printed_resume_command_finds_the_run_from_another_folder(
     [report_file] = (tmp_path / "work" / "eval" / "reports").glob("eval-*-run1.md")
     report = report_file.read_text()
     assert f"`{hint.group(1)}`" in report
+    assert re.fullmatch(readme_report_name(run=1), report_file.name), report_file.name
 
     requests = len(anthropic_standin.requests)
     (tmp_path / "elsewhere").mkdir()
@@ -429,6 +430,22 @@ async def test_the_printed_resume_command_finds_the_run_from_another_folder(
     assert code == 0, out
     assert "eval run 1 (resumed)" in out
     assert len(anthropic_standin.requests) == requests  # found, not reviewed again
+
+
+def readme_report_name(run: int) -> str:
+    """The report's name as the README describes it (Evaluate, Commands), as a pattern."""
+    readme = (ROOT / "README.md").read_text()
+    described = re.search(r"It writes `eval/reports/([^`]+)`", readme)
+    assert described, "the README names the report file"
+    pattern = re.escape(described.group(1))
+    for placeholder, value in (
+        ("<UTC date>", r"\d{8}"),
+        ("<UTC time>", r"\d{6}"),
+        ("<RUN>", str(run)),
+    ):
+        pattern = pattern.replace(re.escape(placeholder), value)
+    assert "<" not in pattern, f"an unknown placeholder in {described.group(1)}"
+    return pattern
 
 
 # -- the chart: the tables' scale, every point named, a sane range -------------------------------

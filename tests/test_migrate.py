@@ -200,6 +200,34 @@ async def test_sqlite_applies_its_steps_at_start_and_records_them(tmp_path):
         await db.close()
 
 
+async def test_sqlite_upgrade_adds_who_dropped_and_keeps_earlier_drops(tmp_path):
+    """A database of the release before `findings.dropped_by`: the step adds the column;
+    a finding dropped before it keeps its reason, with no login (none was recorded)."""
+    [step] = [s for s in schema.STEPS if ("findings", "dropped_by", "TEXT") in s.columns]
+    path = tmp_path / "before.sqlite3"
+    with sqlite3.connect(path) as old:
+        old.executescript(schema.VERSIONS)
+        for earlier in schema.STEPS[: schema.STEPS.index(step)]:
+            old.executescript(earlier.schema)
+            for table, column, declaration in earlier.columns:
+                old.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            old.executescript(earlier.after)
+            old.execute(
+                "INSERT INTO schema_versions VALUES (?, ?, 0)", (earlier.version, earlier.name)
+            )
+        old.execute(
+            "INSERT INTO findings (review_id, ordinal, path, severity, title, state,"
+            " checked_by, why) VALUES (1, 1, 'a.py', 'minor', 't', 'dropped', 'human', 'noise')"
+        )
+    db = await Database.open(path)
+    try:
+        assert await db.schema_version() == schema.SCHEMA_VERSION
+        row = await db.fetchone("SELECT state, why, dropped_by FROM findings")
+        assert tuple(row) == ("dropped", "noise", None)
+    finally:
+        await db.close()
+
+
 def test_migrate_on_sqlite_reports_the_version(tmp_path):
     done = cockpit("migrate", env={"COCKPIT_DATA_DIR": str(tmp_path / "d")}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -43,28 +43,43 @@ async def test_one_running_job_per_key_in_order(jobs):
         await release.wait()
         order.append(f"end {job.payload['n']}")
 
-    jobs.handlers["w"] = work
+    async def other(job):
+        order.append("other key")
+
+    jobs.handlers.update(w=work, other=other)
     for n in range(3):
         await jobs.enqueue("w", "pr-1", {"n": n}, queue="q")
     jobs.start({"q": 3})
     await wait_for(lambda: order == ["start 0"])
-    await asyncio.sleep(0.3)
-    assert order == ["start 0"]  # the same key waits even with idle workers
+    await jobs.enqueue("other", "pr-2", {}, queue="q")  # an idle worker takes it at once
+
+    async def other_done():
+        return await jobs.states("other") == ["done"]
+
+    await wait_for(other_done)
+    # Idle workers looked for work (they took pr-2's job, queued after pr-1's next ones) and
+    # left pr-1's next ones waiting.
+    assert order == ["start 0", "other key"]
     release.set()
-    await wait_for(lambda: len(order) == 6)
-    assert order == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+
+    async def all_done():
+        return await jobs.states("w") == ["done"] * 3
+
+    await wait_for(all_done)
+    assert order[1:] == ["other key", "end 0", "start 1", "end 1", "start 2", "end 2"]
 
 
 async def test_different_keys_run_concurrently_up_to_the_pool_size(jobs):
     running: set[str] = set()
     peak = 0
     done = []
+    release = asyncio.Event()
 
     async def work(job):
         nonlocal peak
         running.add(job.key)
         peak = max(peak, len(running))
-        await asyncio.sleep(0.2)
+        await release.wait()  # each holds its worker until the test lets go
         running.discard(job.key)
         done.append(job.key)
 
@@ -72,8 +87,14 @@ async def test_different_keys_run_concurrently_up_to_the_pool_size(jobs):
     for n in range(4):
         await jobs.enqueue("w", f"pr-{n}", {}, queue="q")
     jobs.start({"q": 2})
-    await wait_for(lambda: len(done) == 4)
-    assert peak == 2
+    await wait_for(lambda: len(running) == 2)  # two keys at once, whatever the machine's load
+    release.set()
+
+    async def all_done():
+        return await jobs.states("w") == ["done"] * 4
+
+    await wait_for(all_done)
+    assert peak == 2 and sorted(done) == [f"pr-{n}" for n in range(4)]
 
 
 async def test_supersede_cancels_queued_and_running_older_jobs(jobs):
@@ -114,19 +135,25 @@ async def test_failures_retry_then_fail_and_permanent_errors_do_not(jobs):
         attempts["refuse"].append(job.attempts)
         raise PermanentError("bad input")
 
+    async def report(job, why):
+        gave_up.append((job.kind, why))
+
     jobs.handlers.update(flaky=flaky, refuse=refuse)
-    jobs.on_gave_up = getattr(jobs, "on_gave_up", {})
-    jobs.on_gave_up["refuse"] = lambda job, why: gave_up.append(why) or asyncio.sleep(0)
+    jobs.on_gave_up.update(flaky=report, refuse=report)
     await jobs.enqueue("flaky", "k1", {}, queue="q", max_attempts=2)
     await jobs.enqueue("refuse", "k2", {}, queue="q", max_attempts=5)
     jobs.start({"q": 2})
-    await wait_for(lambda: attempts["flaky"] == [1, 2], timeout=15)  # one backoff of 2 s
-    await wait_for(lambda: attempts["refuse"] == [1])
 
-    async def failed():
-        return await jobs.states() == ["failed", "failed"]
+    async def failed():  # both for good: the end state, not a passing moment on the way
+        return await jobs.states() == ["failed", "failed"] and len(gave_up) == 2
 
-    await wait_for(failed)
+    await wait_for(failed, timeout=15)  # one backoff of 2 s
+    assert attempts == {"flaky": [1, 2], "refuse": [1]}  # no attempt after the last, none more
+    assert sorted(gave_up) == [
+        ("flaky", "RuntimeError: boom"),
+        ("refuse", "PermanentError: bad input"),
+    ]
+    assert await jobs.pending() == 0
 
 
 async def test_cancel_reaches_a_running_job_and_drops_the_ones_behind(jobs):
@@ -244,7 +271,12 @@ async def test_jobs_of_a_dead_worker_run_again_elsewhere_with_the_attempt_counte
     try:
         assert await survivor.recover() == 1
         survivor.start({"q": 1})
-        await wait_for(lambda: ran == [2])  # the lost attempt counts
+
+        async def done():
+            return await survivor.states("w") == ["done"]
+
+        await wait_for(done)
+        assert ran == [2]  # run once more, the lost attempt counted
     finally:
         await survivor.stop()
         await survivor.close()

@@ -390,7 +390,7 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
         ),
     )
     await state.end_run(db, review_id, "job:1", state.DRAFT, progress="draft ready")
-    assert await state.drop_findings(db, review_id, (2,))
+    assert await state.drop_findings(db, review_id, (2,), by="octocat")
     [row] = await db.fetchall(
         "SELECT * FROM findings WHERE review_id = ? AND ordinal = 1", (review_id,)
     )
@@ -421,7 +421,8 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
         4: (40, "kept", None),
         5: (7, "kept", None),
     }
-    assert not await state.drop_findings(db, review_id, (1,))  # revising: not a draft now
+    # revising: not a draft now
+    assert not await state.drop_findings(db, review_id, (1,), by="octocat")
     assert await state.end_revision(db, review_id)
 
 

@@ -117,7 +117,7 @@ async def make_history(db: Database) -> None:
     r1 = await h.draft(
         widgets, "a", list(enumerate(first, 1)), provider="claude", model="claude-x", usd=[0.3]
     )
-    assert await state.drop_findings(db, r1, (2,), "a style choice")
+    assert await state.drop_findings(db, r1, (2,), "a style choice", by="maint")
     kept = [(n, first[n - 1]) for n in (1, 4, 5)]
     assert await state.begin_revision(db, r1, kept, [3], by="claude", texts={"summary": "s"})
     assert await state.end_revision(db, r1)

@@ -31,8 +31,8 @@ SQL = "INSERT INTO skill_versions (name, sha256, body, created_at) VALUES ('s', 
 async def test_writes_wait_for_a_lock_held_elsewhere_then_go_through(sqlite_db, tmp_path, how):
     db = sqlite_db
     other = hold_write_lock(tmp_path / "s.sqlite3")
+    started = time.monotonic()  # before the release is scheduled: it comes 0.2 s later or more
     asyncio.get_running_loop().call_later(0.2, other.execute, "COMMIT")
-    started = time.monotonic()
     if how == "execute":
         await db.execute(SQL, (how,))
     elif how == "fetchall":

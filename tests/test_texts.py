@@ -61,6 +61,7 @@ def status(text: dict[str, str], state: str) -> str:
             "title": text["title"],
             "state": finding_state,
             "checked_by": text["path"],
+            "dropped_by": text["title"],
             "verify_status": verify,
             "verify_note": text["verify"],
             "verifier": "codex",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -147,3 +148,36 @@ async def test_eval_offline_as_the_readme_writes_it_runs_with_a_python_outside_t
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, out.decode()
     assert out.decode().startswith("usage: cockpit eval run")
+
+
+async def run_shell(command: str, cwd: Path) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    proc = await asyncio.create_subprocess_shell(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 300)
+    return proc.returncode or 0, out.decode()
+
+
+async def test_the_offline_eval_keeps_its_runs_and_resumes_as_its_report_says(folder):
+    """The offline script used to review into a temporary folder it deleted at the end, while
+    its report said to `--resume` against that folder (with `cockpit eval run`, which has no
+    stand-in models). Its runs are kept, and the command the report names works as printed."""
+    script = ROOT / "scripts" / "eval_offline.py"
+    code, out = await run_shell(f"{sys.executable} {script}", folder)
+    assert code == 0, out
+    [report] = (folder / "eval" / "reports").glob("eval-*-run1.md")
+    hint = re.search(r"run again or re-score with `([^`]+)`", report.read_text())
+    assert hint, report.read_text()[:600]
+    data = folder / "eval" / "offline-data"
+    assert hint.group(1) == f"COCKPIT_DATA_DIR={data} python3 {script} --resume 1"
+    assert (data / "cockpit.sqlite3").is_file()  # kept: the hint finds the run
+    assert f"Resume with: {hint.group(1)}" in out  # the run's first line says the same
+    code, again = await run_shell(hint.group(1), folder)
+    assert code == 0, again
+    assert "eval run 1 (resumed)" in again and "FAILED" not in again
+    assert len(list((folder / "eval" / "reports").glob("eval-*-run1*.md"))) == 2

@@ -6,10 +6,8 @@ from bot.commands import gate
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
-from bot.github import permits
 from bot.records.reviews import get_review, latest_draft, load_findings
 from bot.records.types import Finding, Review
-from bot.repo_config import fetch_repo_config
 from bot.review import state
 from bot.review.approve import PublishFailed, approve, publishing_key, select_findings
 from bot.review.lifecycle import queue_status_refresh
@@ -44,12 +42,13 @@ async def cmd_drop(pr: PullRequest, cmd: Command) -> str | None:
         raise _not_a_draft(review)
     if not cmd.findings:
         raise CommandFailed(message("which_to_drop"))
+    await gate.may_decide(pr, "drop")  # a dropped finding is never published on this PR
     db, review_id = pr.ctx.db, review.id
     _check_refs(cmd, await load_findings(db, review_id))
     publisher = pr.publisher()
     async with db.hold(publishing_key(review_id)):  # a revision or an approve may be writing
         why = " ".join(cmd.words)[:500] or None  # `drop F2 it is a fixture`: the reason
-        if not await state.drop_findings(db, review_id, cmd.findings, why):
+        if not await state.drop_findings(db, review_id, cmd.findings, why, by=pr.actor):
             raise _not_a_draft(await get_review(db, review_id))
         await publisher.pending_review(await get_review(db, review_id))
         await publisher.new_check(review_id)  # its annotations show the draft without them
@@ -79,9 +78,7 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
         review = await get_review(pr.ctx.db, review.id)
     if review.stale:
         raise CommandFailed(message("stale_draft", prefix=pr.prefix))
-    config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
-    if not permits(await gate.permission(pr), config.approve_permission):
-        raise CommandFailed(message("needs_permission", permission=config.approve_permission))
+    await gate.may_decide(pr, "approve")
     findings = await load_findings(pr.ctx.db, review.id)
     _check_refs(cmd, findings)
     gone = [

@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 from bot.catalog import BY_NAME
-from bot.commands.pr import PullRequest
+from bot.commands.pr import CommandFailed, PullRequest
 from bot.github import permits
 from bot.records import notices
+from bot.repo_config import fetch_repo_config
+from bot.texts import message
 
 
 async def permission(pr: PullRequest) -> str:
@@ -16,6 +18,17 @@ async def permission(pr: PullRequest) -> str:
 
 async def may_run(pr: PullRequest, required: str = "write") -> bool:
     return permits(await permission(pr), required)
+
+
+async def may_decide(pr: PullRequest, command: str) -> None:
+    """`approve` and `drop` decide what is published: they need the repository's
+    `approve_permission` (read from the default branch), not only the write access every
+    command needs. CommandFailed, saying which permission, when the person lacks it."""
+    config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
+    if not permits(await permission(pr), config.approve_permission):
+        raise CommandFailed(
+            message("needs_permission", command=command, permission=config.approve_permission)
+        )
 
 
 NOT_ALLOWED_EVERY = 3600.0  # one "not allowed" answer per person per PR in this time

@@ -30,11 +30,13 @@ def _error(message: str) -> int:
 def cmd_eval_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from bot.evals.progress import ConsoleProgress
 
-    progress = ConsoleProgress(out, tty=out.isatty())
+    progress = ConsoleProgress(out, tty=out.isatty(), runner=args.resume_with)
     try:
         return asyncio.run(eval_run(args, out, progress))
     except KeyboardInterrupt:
-        resume = resume_hint(progress.batch or "RUN", progress.data_dir or Path("data"))
+        resume = resume_hint(
+            progress.batch or "RUN", progress.data_dir or Path("data"), runner=args.resume_with
+        )
         out.write(say("interrupted", resume=resume) + "\n")
         return 130
 
@@ -80,7 +82,7 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
 def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: Path) -> int:
     from bot.evals.report import CHART_EXTRA, pct, run_entries, write_json, write_report
 
-    resume = resume_hint(result.batch, data_dir)
+    resume = resume_hint(result.batch, data_dir, runner=args.resume_with)
     entries = [entry for run in result.runs for entry in run_entries(result, run)]
     out.write(say("summary", entries=entries, pct=pct) + "\n")
     failed = sum(len(run.failed) for run in result.runs)

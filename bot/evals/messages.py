@@ -24,12 +24,18 @@ class Resume:
     temporary: bool  # the data directory is in the system's temporary folder
 
 
-def resume_hint(batch: int | str, data_dir: Path, cwd: Path | None = None) -> Resume:
+RUNNER = "cockpit eval run"  # what runs an eval (scripts/eval_offline.py names itself)
+
+
+def resume_hint(
+    batch: int | str, data_dir: Path, cwd: Path | None = None, runner: str | None = None
+) -> Resume:
     """The command that finds run `batch` again: its results are in `data_dir`, so the command
-    names it unless it is the default (`./data`) of the folder the command runs in."""
+    names it unless it is the default (`./data`) of the folder the command runs in; `runner`
+    is the command that ran it (default `cockpit eval run`)."""
     where = Path(data_dir).expanduser().resolve()
     here = (cwd or Path.cwd()).resolve()
-    command = f"cockpit eval run --resume {batch}"
+    command = f"{runner or RUNNER} --resume {batch}"
     if where != here / "data":
         command = f"COCKPIT_DATA_DIR={shlex.quote(str(where))} {command}"
     temporary = where.is_relative_to(Path(tempfile.gettempdir()).resolve())

@@ -32,6 +32,7 @@ class ConsoleProgress(Progress):
     started: float = field(default_factory=time.monotonic)
     batch: int | None = None
     data_dir: Path | None = None  # where the run's results are stored (to resume it)
+    runner: str | None = None  # the command that resumes it (default: `cockpit eval run`)
     _drawn: bool = False
 
     def start(self, result: EvalResult, total: int, resumed: bool) -> None:
@@ -47,7 +48,7 @@ class ConsoleProgress(Progress):
                 verify=result.options.verify,
                 verifier=result.runs[0].verify_provider if result.runs else None,
                 judge=result.judge,
-                resume=resume_hint(result.batch, self.data_dir or Path("data")),
+                resume=resume_hint(result.batch, self.data_dir or Path("data"), runner=self.runner),
             )
             + "\n"
         )

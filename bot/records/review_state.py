@@ -105,15 +105,16 @@ async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
 
 
 async def drop_findings(
-    db: Database, review_id: int, ordinals: tuple[int, ...], why: str | None = None
+    db: Database, review_id: int, ordinals: tuple[int, ...], why: str | None = None, *, by: str
 ) -> bool:
-    """A person drops findings from the draft (`why`: their reason): only while it is a draft
-    (not being revised or published). False, and nothing changed, when it is not."""
+    """A person (`by`: their login) drops findings from the draft (`why`: their reason): only
+    while it is a draft (not being revised or published). False, and nothing changed, when it
+    is not."""
     changed = await db.execute(
-        "UPDATE findings SET state = 'dropped', checked_by = 'human', why = ?"
+        "UPDATE findings SET state = 'dropped', checked_by = 'human', dropped_by = ?, why = ?"
         f" WHERE review_id = ? AND ordinal IN ({_marks(ordinals)})"
         " AND EXISTS (SELECT 1 FROM reviews WHERE id = ? AND state = 'draft')",
-        (why, review_id, *ordinals, review_id),
+        (by, why, review_id, *ordinals, review_id),
     )
     return changed > 0
 

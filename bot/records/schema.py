@@ -380,6 +380,11 @@ CREATE TABLE IF NOT EXISTS ledger (
             ("reviews", "suppressed", "INTEGER NOT NULL DEFAULT 0"),  # repeats of dropped ones
         ),
     ),
+    Step(
+        5,
+        "who dropped a finding (the person's login, kept with their reason)",
+        columns=(("findings", "dropped_by", "TEXT"),),
+    ),
 )
 SCHEMA_VERSION = STEPS[-1].version
 # Which steps a database has, and when they came (both backends).

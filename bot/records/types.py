@@ -126,6 +126,7 @@ class Finding(Record):
     state: str  # kept | dropped | skipped | withdrawn (see bot.review.state)
     checked_by: str | None  # human, auto, or the provider that withdrew it
     why: str | None = None  # a person's reason for dropping it (`drop F2 <why>`)
+    dropped_by: str | None = None  # the login of the person who dropped it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -235,6 +235,7 @@ class Publisher:
             "title": finding.title,
             "state": finding.state,
             "checked_by": finding.checked_by,
+            "dropped_by": finding.dropped_by,
             "verify_status": finding.verify_status,
             "verify_note": finding.verify_note,
             "verifier": review.verify_provider,
