@@ -19,7 +19,7 @@ from gidgethub import routing
 
 from bot.agents.providers import ModelClients
 from bot.backend import open_backend
-from bot.config import Settings
+from bot.config import Secret, Settings
 from bot.context import Context
 from bot.github import GitHubApp
 from bot.inbox import (
@@ -205,9 +205,25 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response(body, status=200 if healthy else 503)
 
 
+def metrics_allowed(request: web.Request, token: Secret | None) -> bool:
+    """No token set: anyone may scrape. Set: `Authorization: Bearer <token>`, compared in
+    constant time."""
+    if token is None:
+        return True
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    expected = token.reveal().encode()
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+
+
 async def metrics_view(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
     metrics = request.app[METRICS]
+    if not metrics_allowed(request, ctx.settings.metrics_token):
+        return web.Response(
+            status=401,
+            text=message("metrics_unauthorized"),
+            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+        )
     if await ctx.db.ping():
         metrics.set_job_counts(await ctx.jobs.counts())
         await _review_figures(ctx, metrics)

@@ -1,4 +1,4 @@
-"""`/metrics` as an operator exposes it: a scrape whose work does
+"""`/metrics` as an operator exposes it: a bearer token when one is set, a scrape whose work does
 not grow with the history, statements stopped at their deadline, and review gauges that stay
 what a count from scratch says (on both backends)."""
 
@@ -10,11 +10,12 @@ import dataclasses
 import sqlite3
 from collections.abc import AsyncIterator
 
+import aiohttp
 import psycopg
 import pytest
 
 from bot.backend import open_database
-from bot.config import Secret
+from bot.config import ConfigError, Secret, load_settings
 from bot.records import ledger, schema
 from bot.records.database import Database, Interrupted
 from bot.records.postgres import (
@@ -30,11 +31,13 @@ from bot.records.stats import model_figures, totals
 from bot.review import state
 from bot.server import CONTEXT, make_app
 from handlers import router
-from tests.conftest import wait_for
+from tests.conftest import WEBHOOK_SECRET, wait_for
+from tests.serverproc import ServerProcess
 from tests.test_stats import History, entries, finding
 
 pytestmark = pytest.mark.backends
 
+TOKEN = "metrics-token-5f2c9a81d04e"
 # Never ends by itself on either backend (a recursive count with no bound).
 FOREVER = (
     "WITH RECURSIVE n(i) AS (SELECT CAST(1 AS BIGINT) UNION ALL SELECT i + 1 FROM n)"
@@ -48,6 +51,62 @@ def pg_cluster_if_postgres(backend, request) -> str | None:
     if backend != "postgres":
         return None
     return request.getfixturevalue("pg_cluster").create_database()
+
+
+# -- the token ---------------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite_only("the token is the server's, whatever the database")
+async def test_a_set_token_is_needed_to_scrape_and_never_logged(tmp_path, github, backend):
+    env = {
+        "GITHUB_APP_ID": github.app_id,
+        "GITHUB_PRIVATE_KEY": github.private_key_pem,
+        "GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "GITHUB_API_URL": github.url,
+        "GITHUB_APP_SLUG": github.slug,
+        "COCKPIT_METRICS_TOKEN": TOKEN,
+    }
+    log = tmp_path / "serve.log"
+    server = ServerProcess(env, tmp_path / "data", log)
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            for headers in (
+                {},
+                {"Authorization": "Bearer wrong-token-0000000000"},
+                {"Authorization": f"Bearer {TOKEN}x"},
+                {"Authorization": f"Basic {TOKEN}"},
+                {"Authorization": TOKEN},
+            ):
+                async with session.get(f"{server.url}/metrics", headers=headers) as response:
+                    assert response.status == 401, headers
+                    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+                    assert "cockpit_jobs" not in await response.text()
+            good = {"Authorization": f"Bearer {TOKEN}"}
+            async with session.get(f"{server.url}/metrics", headers=good) as response:
+                assert response.status == 200
+                assert "cockpit_jobs{" in await response.text()
+            async with session.get(f"{server.url}/healthz") as response:
+                assert response.status == 200  # probes need no token
+    finally:
+        server.terminate()
+    lines = log.read_text().splitlines()
+    assert lines  # the server did log
+    assert not [line for line in lines if TOKEN in line]
+
+
+@pytest.mark.parametrize("value", ["short", "sixteen chars\x00!", "n\u00f6t-ascii-but-long-enough"])
+def test_a_token_too_short_or_unprintable_is_refused_naming_only_the_variable(value):
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"COCKPIT_METRICS_TOKEN": value}, github=False)
+    assert caught.value.variable == "COCKPIT_METRICS_TOKEN"
+    assert value not in str(caught.value)
+
+
+def test_the_token_is_a_secret():
+    settings = load_settings({"COCKPIT_METRICS_TOKEN": TOKEN}, github=False)
+    assert TOKEN in settings.secrets()  # redacted from every log line
+    assert TOKEN not in repr(settings)
 
 
 # -- what a scrape costs -------------------------------------------------------------------------
