@@ -76,12 +76,11 @@ async def tend_disk(ctx: Context, job: Job) -> None:
 
 
 async def count_figures(ctx: Context, job: Job) -> None:
-    """At start-up: the reviews whose figures were never counted (a database from before they
-    were kept: `cockpit stats` and /metrics count them from then on) and changes not counted
-    yet; /metrics counts a few at each scrape, this all of them."""
-    marked = await mark_uncounted(ctx.db)
+    """Queued at start-up when reviews were found whose figures were never counted (a
+    database from before they were kept): count them and whatever else is waiting, at once
+    rather than a few at each scrape."""
     counted = await recount_stale(ctx.db)
-    log.info("review figures counted", extra={"fields": {"pulls": marked, "changes": counted}})
+    log.info("review figures counted", extra={"fields": {"changes": counted}})
 
 
 async def maintenance(ctx: Context, job: Job) -> None:
@@ -135,7 +134,8 @@ async def setup_workers(ctx: Context) -> None:
     await ctx.jobs.every(
         "maintenance", cron=MAINTENANCE_CRON, seconds=MAINTENANCE_EVERY, queue=REVIEWS
     )
-    await ctx.jobs.enqueue("count_figures", "count_figures", {}, queue=REVIEWS, supersede=True)
+    if await mark_uncounted(ctx.db):
+        await ctx.jobs.enqueue("count_figures", "count_figures", {}, queue=REVIEWS, supersede=True)
     # Approves left `posting`: a recovery waits for the publishing lock, which a live process
     # holds until it is done, and a dead one no longer holds.
     await queue_interrupted(ctx)
