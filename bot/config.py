@@ -35,6 +35,7 @@ DEFAULT_DAILY_MAX_RUNS = 200
 DEFAULT_MIN_FREE_MB = 1024
 DEFAULT_SHUTDOWN_GRACE = 20.0
 NO_LIMIT = ("none", "off")  # spelled out to switch a money limit off
+MIN_METRICS_TOKEN = 16  # characters: register_secret redacts from 6, and 16 is not guessed
 
 
 class ConfigError(Exception):
@@ -107,6 +108,7 @@ class Settings:
     database_url: Secret | None = field(default=None, repr=False)  # Postgres; None: SQLite
     worker_timeout: float = 20.0  # Postgres: a worker silent this long is dead
     migrate_on_start: bool = False  # Postgres: `serve` applies missing schema steps itself
+    metrics_token: Secret | None = field(default=None, repr=False)  # None: /metrics is open
 
     @property
     def db_path(self) -> Path:
@@ -115,7 +117,7 @@ class Settings:
     def secrets(self) -> list[str]:
         """Every secret value these settings hold, for `bot.redaction` (the database URL's
         password too, wherever it appears)."""
-        secrets = [self.private_key, self.webhook_secret, self.database_url]
+        secrets = [self.private_key, self.webhook_secret, self.database_url, self.metrics_token]
         urls = [self.database_url.reveal()] if self.database_url is not None else []
         if self.chat is not None:
             secrets.append(self.chat.api_key)
@@ -322,6 +324,16 @@ def _database_url(env: Mapping[str, str]) -> Secret | None:
     return Secret(url)
 
 
+def _metrics_token(env: Mapping[str, str]) -> Secret | None:
+    token = (env.get("COCKPIT_METRICS_TOKEN") or "").strip()
+    if not token:
+        return None
+    if len(token) < MIN_METRICS_TOKEN or not token.isascii() or not token.isprintable():
+        # A short token is guessed; it is a secret all the same: name the variable only.
+        raise ConfigError("COCKPIT_METRICS_TOKEN", "metrics_token", least=MIN_METRICS_TOKEN)
+    return Secret(token)
+
+
 _GENERAL = {
     "data_dir": lambda env: _directory(env, "COCKPIT_DATA_DIR", "./data"),
     "host": lambda env: env.get("COCKPIT_HOST") or "0.0.0.0",  # noqa: S104
@@ -351,6 +363,7 @@ _GENERAL = {
     "database_url": _database_url,
     "worker_timeout": lambda env: float(_int(env, "COCKPIT_WORKER_TIMEOUT", 20, low=2, high=3600)),
     "migrate_on_start": lambda env: bool(_int(env, "COCKPIT_MIGRATE_ON_START", 0, low=0, high=1)),
+    "metrics_token": _metrics_token,
 }
 _GITHUB = {"app_id": _app_id, "private_key": _private_key, "webhook_secret": _webhook_secret}
 # The App's credentials each `serve --role` reads: `web` verifies and stores deliveries (the

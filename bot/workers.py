@@ -13,8 +13,9 @@ from bot.records.database import Database
 from bot.records.notices import forget_command_uses, forget_notices
 from bot.records.pulls import closed_pull_refs
 from bot.records.reviews import prune_closed_reviews
-from bot.records.runs import close_interrupted_runs
+from bot.records.runs import close_interrupted_runs, prune_runs
 from bot.records.sessions import prune_closed_sessions, reconcile
+from bot.records.stats import mark_uncounted, recount_stale
 from bot.review import state
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.checkout import cleanup_pull_job
@@ -29,6 +30,10 @@ WORKTREE_TTL = 7 * 86400
 # last 3 days (7 on GitHub Enterprise Server), so a repeated delivery id still acts once.
 HISTORY_TTL = 30 * 86400
 CONVERSATION_TTL = 30 * 86400  # sessions, messages, reviews of PRs closed this long ago
+# Runs (and their per-model usage) older than this go once nothing shows them any more (their
+# review and session pruned): the daily budget reads today's, `cockpit stats` and /metrics
+# the review figures that outlive them. A quarter stays to audit spend by installation.
+RUN_TTL = 90 * 86400
 MAINTENANCE_EVERY = 86400
 MAINTENANCE_CRON = "17 3 * * *"  # daily, for procrastinate's periodic tasks (UTC)
 PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against the inbox
@@ -44,8 +49,11 @@ async def prune_history(db: Database, jobs: JobQueue, older_than: float) -> tupl
 
 async def prune_closed_conversations(db: Database, older_than: float) -> int:
     """Forget what was said about PRs closed before `older_than`: sessions and messages
-    (their store), reviews and findings (theirs). The cost ledger (`runs`, `run_usage`)
-    stays."""
+    (their store), reviews and findings (theirs), once their review figures are counted (a
+    PR still to count waits for the next time). The cost ledger (`runs`, `run_usage`) stays
+    for `prune_runs`."""
+    await mark_uncounted(db)
+    await recount_stale(db)
     sessions = await prune_closed_sessions(db, older_than, PRUNE_CHUNK)
     return sessions + await prune_closed_reviews(db, older_than, PRUNE_CHUNK)
 
@@ -67,16 +75,31 @@ async def tend_disk(ctx: Context, job: Job) -> None:
     log.info("disk tended", extra={"fields": found})
 
 
+async def count_figures(ctx: Context, job: Job) -> None:
+    """Queued at start-up when reviews were found whose figures were never counted (a
+    database from before they were kept): count them and whatever else is waiting, at once
+    rather than a few at each scrape."""
+    counted = await recount_stale(ctx.db)
+    log.info("review figures counted", extra={"fields": {"changes": counted}})
+
+
 async def maintenance(ctx: Context, job: Job) -> None:
     """The database's housekeeping at start-up and then daily (one job whichever workers
     run; the queue brings it back: `JobQueue.every`): old history, conversations of
-    long-closed PRs, old notices and command uses."""
+    long-closed PRs (their review figures counted first), old runs, old notices and command
+    uses."""
     now = time.time()
     deliveries, jobs = await prune_history(ctx.db, ctx.jobs, now - HISTORY_TTL)
     conversations = await prune_closed_conversations(ctx.db, now - CONVERSATION_TTL)
+    runs = await prune_runs(ctx.db, now - RUN_TTL, PRUNE_CHUNK)
     await forget_notices(ctx.db, now - 86400)
     await forget_command_uses(ctx.db, now - 86400)
-    found = {"deliveries": deliveries, "jobs": jobs, "conversation_rows": conversations}
+    found = {
+        "deliveries": deliveries,
+        "jobs": jobs,
+        "conversation_rows": conversations,
+        "run_rows": runs,
+    }
     log.info("maintenance done", extra={"fields": found})
 
 
@@ -99,6 +122,7 @@ async def setup_workers(ctx: Context) -> None:
         "cleanup_pull": cleanup_pull_job,
         "cleanup_installation": cleanup_installation,
         "maintenance": maintenance,
+        "count_figures": count_figures,
         "tend_disk": tend_disk,
         "recover_posting": recover_posting_job,
         "report_failure": report_failure_job,
@@ -110,6 +134,8 @@ async def setup_workers(ctx: Context) -> None:
     await ctx.jobs.every(
         "maintenance", cron=MAINTENANCE_CRON, seconds=MAINTENANCE_EVERY, queue=REVIEWS
     )
+    if await mark_uncounted(ctx.db):
+        await ctx.jobs.enqueue("count_figures", "count_figures", {}, queue=REVIEWS, supersede=True)
     # Approves left `posting`: a recovery waits for the publishing lock, which a live process
     # holds until it is done, and a dead one no longer holds.
     await queue_interrupted(ctx)

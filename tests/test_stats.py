@@ -311,7 +311,7 @@ async def test_metrics_show_the_figures_and_survive_a_database_that_cannot_count
     assert 'cockpit_reviews{model="gpt-y",provider="codex"} 2.0' in text
     assert 'cockpit_review_usd_per_accepted_finding{model="gpt-y",provider="codex"} 0.25' in text
 
-    await db.execute("DROP TABLE ledger")
+    await db.execute("DROP TABLE figure_totals")
     response = await client.get("/metrics")
     assert response.status == 200
     text = await response.text()

@@ -4,9 +4,15 @@ the records floor runs statements; code above it calls the floor's functions."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
+
+
+class Interrupted(sqlite3.OperationalError):
+    """A statement ran past its deadline and the database stopped it (SQLite: `interrupt`,
+    Postgres: `statement_timeout`); its transaction was rolled back."""
 
 
 class Cursor(Protocol):
@@ -33,8 +39,13 @@ class Database(Protocol):
     built from them by `from_row`), a lock across whatever processes share the database, and
     the schema's steps."""
 
-    def transaction(self, lock: str | None = None) -> AbstractAsyncContextManager[Any]:
-        """One transaction; `lock` names what other processes must not change meanwhile."""
+    def transaction(
+        self, lock: str | None = None, *, timeout: float | None = None
+    ) -> AbstractAsyncContextManager[Any]:
+        """One transaction; `lock` names what other processes must not change meanwhile.
+        With `timeout`, a statement still running that many seconds after the transaction
+        began is stopped (`Interrupted`), and so is one whose caller is cancelled: the
+        connection is free again at once, not when the statement would have ended."""
         ...
 
     def hold(self, key: str) -> AbstractAsyncContextManager[None]:

@@ -24,6 +24,7 @@ import psycopg_pool
 from psycopg_pool import AsyncConnectionPool
 
 from bot.records import schema
+from bot.records.database import Interrupted
 from bot.records.schema import Migrated
 from bot.records.schema import SchemaBehind as SchemaBehind  # where callers long found it
 from bot.texts import catalogue
@@ -113,6 +114,59 @@ CREATE TRIGGER runs_charge_installation BEFORE INSERT ON runs
     FOR EACH ROW EXECUTE FUNCTION runs_charge_installation();
 """,
 }
+# What marks a PR's review figures stale (bot.records.schema.FIGURE_TRIGGERS): a row of the
+# PR itself, or of one of its reviews.
+_FIGURES_STALE = """
+CREATE OR REPLACE FUNCTION figures_stale_by_pull() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO figures_stale (pull_id) VALUES (NEW.pull_id);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE FUNCTION figures_stale_by_review() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+"""
+
+
+def _figures_trigger(name: str, event: str, table: str, by: str, when: str = "") -> str:
+    return (
+        f"{_FIGURES_STALE}DROP TRIGGER IF EXISTS {name} ON {table};\n"
+        f"CREATE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW {when}"
+        f" EXECUTE FUNCTION figures_stale_by_{by}();\n"
+    )
+
+
+_WITH_REVIEW = "WHEN (NEW.review_id IS NOT NULL)"
+_TRIGGERS.update(
+    {
+        "figures_of_review": _figures_trigger(
+            "figures_of_review",
+            "UPDATE OF state, suppressed, provider, created_at",
+            "reviews",
+            "pull",
+        ),
+        "figures_of_new_finding": _figures_trigger(
+            "figures_of_new_finding", "INSERT", "findings", "review"
+        ),
+        "figures_of_finding": _figures_trigger(
+            "figures_of_finding", "UPDATE OF state, checked_by, verify_status", "findings", "review"
+        ),
+        "figures_of_fix": _figures_trigger(
+            "figures_of_fix", "UPDATE OF fixed_in", "ledger", "pull"
+        ),
+        "figures_of_new_run": _figures_trigger(
+            "figures_of_new_run", "INSERT", "runs", "review", _WITH_REVIEW
+        ),
+        "figures_of_run": _figures_trigger(
+            "figures_of_run", "UPDATE OF cost_usd", "runs", "review", _WITH_REVIEW
+        ),
+        "figures_of_session": _figures_trigger(
+            "figures_of_session", "INSERT", "sessions", "review", _WITH_REVIEW
+        ),
+    }
+)
 _TRIGGER_NAME = re.compile(r"CREATE TRIGGER IF NOT EXISTS (\w+)")
 
 
@@ -255,19 +309,26 @@ def _errors():
         yield
     except psycopg.errors.IntegrityError as exc:
         raise IntegrityError(str(exc)) from exc
+    except psycopg.errors.QueryCanceled as exc:  # statement_timeout (asyncio cancels raise)
+        raise Interrupted(str(exc)) from exc
     except psycopg.OperationalError as exc:
         raise OperationalError(str(exc)) from exc
 
 
 class Connection:
-    """One pooled connection inside a transaction, spoken to like the aiosqlite one."""
+    """One pooled connection inside a transaction, spoken to like the aiosqlite one (with a
+    `deadline` on the event loop's clock, each statement may run only until then)."""
 
-    def __init__(self, conn: psycopg.AsyncConnection) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection, deadline: float | None = None) -> None:
         self.raw = conn
+        self.deadline = deadline
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
         text, wants_id = translate(sql)
         with _errors():
+            if self.deadline is not None:
+                left = self.deadline - asyncio.get_running_loop().time()
+                await self.raw.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
             cursor = await self.raw.execute(text, tuple(args))
             rows = await cursor.fetchall() if cursor.description is not None else []
         lastrowid = rows[-1][0] if wants_id and rows else None
@@ -465,12 +526,18 @@ class PgDatabase:
                         await conn.close()
 
     @contextlib.asynccontextmanager
-    async def transaction(self, lock: str | None = None) -> AsyncIterator[Connection]:
+    async def transaction(
+        self, lock: str | None = None, *, timeout: float | None = None
+    ) -> AsyncIterator[Connection]:
+        """With `timeout`, each statement gets what is left of it as its `statement_timeout`
+        (a cancelled caller's statement is cancelled by psycopg)."""
         with _errors():  # also waiting for a connection (PoolTimeout)
             async with self.pool.connection() as conn, conn.transaction():
+                now = asyncio.get_running_loop().time()
+                bounded = Connection(conn, None if timeout is None else now + timeout)
                 if lock is not None:
-                    await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
-                yield Connection(conn)
+                    await bounded.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (lock,))
+                yield bounded
 
     async def _statement(self, sql: str, args: Sequence[Any]) -> Cursor:
         with _errors():  # also waiting for a connection (PoolTimeout)

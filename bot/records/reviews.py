@@ -125,8 +125,11 @@ async def load_findings(db: Database, review_id: int) -> list[Finding]:
 
 async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> int:
     """Delete the reviews, findings and ledgers of PRs closed before `older_than`, `chunk` rows at a
-    time; their runs stay in the cost ledger."""
-    closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
+    time; what they counted for stays in `review_figures`, their runs until `prune_runs`."""
+    closed = (  # a PR whose figures are still to be counted waits (bot.records.stats)
+        "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
+        " AND id NOT IN (SELECT pull_id FROM figures_stale)"
+    )
     statements = (
         "DELETE FROM findings WHERE id IN (SELECT f.id FROM findings f JOIN reviews r"
         f" ON r.id = f.review_id WHERE r.pull_id IN ({closed}) LIMIT ?)",

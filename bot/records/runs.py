@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bot.records.database import Database
+from bot.records.database import Database, delete_in_chunks
 
 # Run starts take this lock (Postgres: a transaction advisory lock; SQLite's BEGIN IMMEDIATE
 # already excludes every other writer), so two runs cannot both take an installation's last
@@ -143,3 +143,22 @@ async def session_spend(
         (session_id, session_id),
     )
     return [(row["subkind"], int(row["tokens"]), row["cost_usd"]) for row in rows]
+
+
+async def prune_runs(db: Database, older_than: float, chunk: int) -> int:
+    """Delete the runs started before `older_than` whose review and session are gone
+    (retention pruned them; their figures stay in `review_figures`), and their usage, `chunk`
+    rows at a time. A run something still shows (a review's or a session's cost) stays."""
+    gone = (
+        "SELECT u.id FROM runs u WHERE u.started_at < ?"
+        " AND NOT EXISTS (SELECT 1 FROM reviews r WHERE r.id = u.review_id)"
+        " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = u.session_id)"
+    )
+    return await delete_in_chunks(
+        db,
+        older_than,
+        chunk,
+        f"DELETE FROM run_usage WHERE run_id IN ({gone}"
+        " AND u.id IN (SELECT run_id FROM run_usage) LIMIT ?)",
+        f"DELETE FROM runs WHERE id IN ({gone} LIMIT ?)",
+    )

@@ -311,6 +311,45 @@ CREATE TABLE IF NOT EXISTS notices (
 );
 """
 
+# Every write a review's figures depend on marks its PR stale (bot.records.stats counts them
+# again): its state, suppressed repeats, provider and day; its findings' states and verdicts;
+# the ledger's fixes; its runs and their cost; its primary session (the model).
+FIGURE_TRIGGERS = """
+CREATE TRIGGER IF NOT EXISTS figures_of_review
+AFTER UPDATE OF state, suppressed, provider, created_at ON reviews
+BEGIN
+    INSERT INTO figures_stale (pull_id) VALUES (NEW.pull_id);
+END;
+CREATE TRIGGER IF NOT EXISTS figures_of_new_finding AFTER INSERT ON findings
+BEGIN
+    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
+END;
+CREATE TRIGGER IF NOT EXISTS figures_of_finding
+AFTER UPDATE OF state, checked_by, verify_status ON findings
+BEGIN
+    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
+END;
+CREATE TRIGGER IF NOT EXISTS figures_of_fix AFTER UPDATE OF fixed_in ON ledger
+BEGIN
+    INSERT INTO figures_stale (pull_id) VALUES (NEW.pull_id);
+END;
+CREATE TRIGGER IF NOT EXISTS figures_of_new_run AFTER INSERT ON runs
+WHEN NEW.review_id IS NOT NULL
+BEGIN
+    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
+END;
+CREATE TRIGGER IF NOT EXISTS figures_of_run AFTER UPDATE OF cost_usd ON runs
+WHEN NEW.review_id IS NOT NULL
+BEGIN
+    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
+END;
+CREATE TRIGGER IF NOT EXISTS figures_of_session AFTER INSERT ON sessions
+WHEN NEW.review_id IS NOT NULL
+BEGIN
+    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
+END;
+"""
+
 
 @dataclass(frozen=True)
 class Step:
@@ -384,6 +423,64 @@ CREATE TABLE IF NOT EXISTS ledger (
         5,
         "who dropped a finding (the person's login, kept with their reason)",
         columns=(("findings", "dropped_by", "TEXT"),),
+    ),
+    Step(
+        6,
+        "review figures kept as reviews change; indexes of runs and sessions by review",
+        schema="""
+-- What each review that made a draft counts for in `cockpit stats` and /metrics (see
+-- bot.records.stats), kept after the review itself is pruned: the figures outlive the
+-- conversation.
+CREATE TABLE IF NOT EXISTS review_figures (
+    review_id INTEGER PRIMARY KEY,
+    pull_id INTEGER NOT NULL,
+    repo TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    findings INTEGER NOT NULL,
+    published INTEGER NOT NULL,
+    dropped_by_people INTEGER NOT NULL,
+    refuted INTEGER NOT NULL,
+    withdrawn INTEGER NOT NULL,
+    suppressed INTEGER NOT NULL,
+    fixed_after_publishing INTEGER NOT NULL,
+    usd REAL,
+    priced_runs INTEGER NOT NULL,
+    unpriced_runs INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS review_figures_pull ON review_figures(pull_id);
+-- Their sums per provider and model (USD in nano-dollars: sums taken back stay exact), so a
+-- scrape reads a row per model whatever the history.
+CREATE TABLE IF NOT EXISTS figure_totals (
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    reviews INTEGER NOT NULL DEFAULT 0,
+    findings INTEGER NOT NULL DEFAULT 0,
+    published INTEGER NOT NULL DEFAULT 0,
+    dropped_by_people INTEGER NOT NULL DEFAULT 0,
+    refuted INTEGER NOT NULL DEFAULT 0,
+    withdrawn INTEGER NOT NULL DEFAULT 0,
+    suppressed INTEGER NOT NULL DEFAULT 0,
+    fixed_after_publishing INTEGER NOT NULL DEFAULT 0,
+    usd_nanos INTEGER NOT NULL DEFAULT 0,
+    priced_runs INTEGER NOT NULL DEFAULT 0,
+    unpriced_runs INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (provider, model)
+);
+-- PRs whose reviews' figures must be counted again: the triggers below add one row per
+-- change (never one per PR, so a change made while its PR is being counted is not lost).
+CREATE TABLE IF NOT EXISTS figures_stale (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    pull_id INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS figures_stale_pull ON figures_stale(pull_id);
+CREATE INDEX IF NOT EXISTS runs_review ON runs(review_id);
+CREATE INDEX IF NOT EXISTS runs_session ON runs(session_id);
+CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at);
+CREATE INDEX IF NOT EXISTS sessions_review ON sessions(review_id, role, id);
+""",
+        after=FIGURE_TRIGGERS,
     ),
 )
 SCHEMA_VERSION = STEPS[-1].version

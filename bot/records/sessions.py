@@ -267,7 +267,10 @@ async def delete_installation_sessions(db: Database, installation_id: int) -> No
 async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> int:
     """Delete the conversations of PRs closed before `older_than`, `chunk` rows at a time
     (the write lock is never held long)."""
-    closed = "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
+    closed = (  # a PR whose figures are still to be counted waits (bot.records.stats)
+        "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
+        " AND id NOT IN (SELECT pull_id FROM figures_stale)"
+    )
     statements = (
         # By session (messages have no single-column key on Postgres), a few at a time.
         "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions"

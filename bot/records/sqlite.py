@@ -14,6 +14,7 @@ from typing import Any
 
 import aiosqlite
 
+from bot.records.database import Interrupted
 from bot.records.jobs import REPAIR_LINES
 from bot.records.schema import STEPS, VERSIONS, Migrated, behind
 
@@ -136,16 +137,47 @@ class Database:
             raise problem
 
     @contextlib.asynccontextmanager
-    async def transaction(self, lock: str | None = None) -> AsyncIterator[aiosqlite.Connection]:
+    async def transaction(
+        self, lock: str | None = None, *, timeout: float | None = None
+    ) -> AsyncIterator[aiosqlite.Connection]:
         """`lock` needs nothing here: BEGIN IMMEDIATE already excludes every writer."""
         async with self._lock:
             await self.conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self.conn
+                async with self._deadline(timeout):
+                    yield self.conn
             except BaseException:
-                await self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:  # an interrupted write rolled it back already
+                    await self.conn.execute("ROLLBACK")
                 raise
             await self.conn.execute("COMMIT")
+
+    @contextlib.asynccontextmanager
+    async def _deadline(self, seconds: float | None) -> AsyncIterator[None]:
+        """Interrupt the connection's statement `seconds` from now or when the caller is
+        cancelled: otherwise the statement runs on in aiosqlite's thread and everything queued
+        behind it (every job: one connection) waits for it, whoever stopped waiting."""
+        if seconds is None:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        interrupts: list[asyncio.Task] = []
+        timer = loop.call_later(
+            seconds, lambda: interrupts.append(loop.create_task(self.conn.interrupt()))
+        )
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if interrupts and "interrupted" in str(exc):
+                raise Interrupted(f"stopped after {seconds} s") from exc
+            raise
+        except asyncio.CancelledError:
+            await self.conn.interrupt()
+            raise
+        finally:
+            timer.cancel()
+            for task in interrupts:  # done before the connection is anyone else's
+                await task
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
         async with self._lock:
