@@ -390,7 +390,7 @@ async def test_an_upgraded_database_counts_the_reviews_it_already_had(
         with sqlite3.connect(settings.db_path) as conn:  # written by the release before
             for sql in HISTORY:
                 conn.execute(sql, (1, 30))
-        db: Database = await SqliteDatabase.open(settings.db_path)  # applies step 5
+        db: Database = await SqliteDatabase.open(settings.db_path)  # applies the figures step (6)
     else:
         db = await PgDatabase.open(url)
         await add_history(db, 1, 30)
