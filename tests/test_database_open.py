@@ -169,7 +169,7 @@ async def test_migrate_and_stats_with_postgres_down_say_what_serve_says(tmp_path
     )
     assert serve[0] == 1, serve
     [line] = [line for line in said(serve[2]) if line.startswith("✗ database:")]
-    assert line.startswith("✗ database: cannot connect to postgresql://cockpit:***@127.0.0.1:")
+    assert line.startswith("✗ database: cannot connect to postgresql://***@127.0.0.1:")
     for code, out, err in (migrate, stats):
         assert (code, out, said(err)) == (1, "", [line])
         assert "pg-pass-42" not in err

@@ -65,6 +65,7 @@ async def test_a_set_token_is_needed_to_scrape_and_never_logged(tmp_path, github
         "GITHUB_API_URL": github.url,
         "GITHUB_APP_SLUG": github.slug,
         "COCKPIT_METRICS_TOKEN": TOKEN,
+        "ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789",  # the reviewer's (never called)
     }
     log = tmp_path / "serve.log"
     server = ServerProcess(env, tmp_path / "data", log)
@@ -313,7 +314,7 @@ async def test_the_kept_sums_are_what_a_count_from_scratch_says_after_every_chan
         widgets, "a", list(enumerate(first, 1)), provider="claude", model="claude-x", usd=[0.3]
     )
     await same()
-    assert await state.drop_findings(db, r1, (2,), "a style choice")
+    assert await state.drop_findings(db, r1, (2,), "a style choice", by="maint")
     await same()
     kept = [(n, first[n - 1]) for n in (1, 4)]
     assert await state.begin_revision(db, r1, kept, [3], by="claude", texts={"summary": "s"})
