@@ -143,6 +143,7 @@ async def start(size: int, tmp: Path, key: str) -> dict:
         "GITHUB_WEBHOOK_SECRET": "bench-secret",
         "GITHUB_API_URL": "http://127.0.0.1:9",  # never reached
         "GITHUB_APP_SLUG": "bench",
+        "ANTHROPIC_API_KEY": "sk-ant-bench-0123456789",  # the reviewer's (never called)
     }
     server = ServerProcess(env, data_dir, tmp / f"n{size}.log")
     await server.start()
