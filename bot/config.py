@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import socket
@@ -124,6 +125,18 @@ class Settings:
             urls.append(self.chat.base_url)  # a gateway's credentials in the URL
         passwords = [part for url in urls for part in url_passwords(url)]
         return [s.reveal() for s in secrets if s is not None] + passwords
+
+
+def settings_secrets(env: Mapping[str, str]) -> list[str]:
+    """Every secret the settings in `env` hold (`Settings.secrets`: the App's key read from
+    its file too), each setting read on its own: a bad value, or an App key a command never
+    reads, hides none of the others."""
+    parsers = _GENERAL | _GITHUB
+    read = {}
+    for name in ("private_key", "webhook_secret", "database_url", "metrics_token", "chat"):
+        with contextlib.suppress(ConfigError):
+            read[name] = parsers[name](env)
+    return Settings(data_dir=Path(), **read).secrets()
 
 
 def shown_url(url: str) -> str:

@@ -204,3 +204,29 @@ def test_version_names_the_release_the_schema_and_the_checkouts_commit(tmp_path)
         0,
         f"cockpit {__version__} (schema version {SCHEMA_VERSION})\n",
     )
+
+
+# -- passwords holding `/`, `?` or `#` --------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["migrate", "stats", "check-config"])
+def test_a_database_password_with_a_slash_is_never_printed(tmp_path, command):
+    """Before: the user-info rule stopped at the `/` and the password was not found in the
+    URL, so `migrate` and `stats` printed `postgresql://cockpit:q8/Zx+Yw3k@…` in clear."""
+    url = f"postgresql://cockpit:q8/Zx+Yw3k@127.0.0.1:{free_port()}/cockpit"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = cli(command, env=app_env(tmp_path, COCKPIT_DATABASE_URL=url), cwd=elsewhere)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "✗ database:" in said, said
+    assert "q8/Zx" not in said and "Yw3k" not in said and "cockpit://" not in said
+    assert "postgresql://***@127.0.0.1:" in said
+
+
+@pytest.mark.parametrize("password", ["Sekr/etPw99", "Sekr?etPw99", "Sekr#etPw99"])
+def test_a_base_url_password_with_a_slash_is_never_echoed(tmp_path, password):
+    url = f"htp://alice:{password}@host/v1"
+    done = cli("check-config", "--offline", env={"OPENAI_BASE_URL": url}, cwd=tmp_path)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2 and "✗ OPENAI_BASE_URL: expected an http(s) URL" in said, said
+    assert "etPw99" not in said and "Sekr" not in said
