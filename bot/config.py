@@ -258,9 +258,12 @@ def _base_url(env: Mapping[str, str], name: str) -> None:
     url = (env.get(name) or "").strip()
     if not url:
         return
+    if url.partition("://")[0].lower() not in ("http", "https"):
+        raise ConfigError(name, "not_url", url=repr(shown_url(url)))
+    _readable(name, url)
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(name, "not_url", url=repr(url))
+    if not parts.netloc:
+        raise ConfigError(name, "not_url", url=repr(shown_url(url)))
     segments = [s for s in parts.path.split("/") if s]
     if name == "OPENAI_BASE_URL" and "v1" not in segments:
         fixed = url.rstrip("/") + "/v1"
@@ -268,6 +271,20 @@ def _base_url(env: Mapping[str, str], name: str) -> None:
     if name == "ANTHROPIC_BASE_URL" and segments[-1:] == ["v1"]:
         fixed = url.rstrip("/").removesuffix("/v1")
         raise ConfigError(name, "v1_extra", fixed=fixed)
+
+
+def _readable(name: str, url: str) -> None:
+    """`url` as the SDKs' HTTP client reads it (a `/` in a password ends the host there, and
+    what follows the `:` is no port), refused naming `name` only: the URL may hold a
+    password, and the client's own words quote part of it."""
+    import httpx2  # the anthropic and openai SDKs' client; imported only when a URL is set
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+        httpx2.URL(url)
+    except (ValueError, httpx2.InvalidURL):
+        raise ConfigError(name, "url_unreadable") from None
 
 
 def missing_model_key(provider: str, env: Mapping[str, str] | None = None) -> ConfigError | None:
@@ -298,6 +315,7 @@ def _chat(env: Mapping[str, str]) -> ChatSettings | None:
     if not base_url.startswith(("https://", "http://")):
         # The value may hold credentials (user:password@host): name the variable only.
         raise ConfigError("COCKPIT_CHAT_BASE_URL", "chat_not_url")
+    _readable("COCKPIT_CHAT_BASE_URL", base_url)
     if not model:
         raise ConfigError("COCKPIT_CHAT_MODEL", "chat_model_unset")
     key = (env.get("COCKPIT_CHAT_API_KEY") or "").strip()

@@ -230,3 +230,30 @@ def test_a_base_url_password_with_a_slash_is_never_echoed(tmp_path, password):
     said = done.stdout + done.stderr
     assert done.returncode == 2 and "✗ OPENAI_BASE_URL: expected an http(s) URL" in said, said
     assert "etPw99" not in said and "Sekr" not in said
+
+
+@pytest.mark.parametrize("variable", ["OPENAI_BASE_URL", "COCKPIT_CHAT_BASE_URL"])
+def test_a_base_url_the_http_client_cannot_read_is_a_setting_to_change(tmp_path, variable):
+    """Before: `check-config` stopped at `unexpected error (InvalidURL: Invalid port: 'Gw')`
+    (a piece of the password) and `serve` started anyway."""
+    url = "http://alice:Gw/Pass-0042@127.0.0.1:1/v1"
+    expected = (
+        f"✗ {variable}: not a URL the HTTP client can read (a port that is not a number, or a"
+        " /, ? or # in the user name or password: write those %2F, %3F and %23)"
+    )
+    with socket.socket() as busy:  # serve stops before it listens either way
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        chat = {"COCKPIT_CHAT_MODEL": "qwen3:32b"} if variable.startswith("COCKPIT") else {}
+        env = app_env(
+            tmp_path,
+            **{variable: url, "OPENAI_API_KEY": "oa-key-0123456789", **chat},
+            COCKPIT_HOST="127.0.0.1",
+            COCKPIT_PORT=str(busy.getsockname()[1]),
+        )
+        check = cli("check-config", env=env, cwd=tmp_path)
+        serve = cli("serve", env=env, cwd=tmp_path)
+    assert check.returncode == 2 and expected in marked(check.stdout), check.stdout + check.stderr
+    assert serve.returncode == 2 and expected in marked(serve.stderr), serve.stderr
+    for said in (check.stdout, check.stderr, serve.stdout, serve.stderr):
+        assert "Gw" not in said and "Pass-0042" not in said and "unexpected" not in said
