@@ -161,8 +161,13 @@ def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
     return start, (start + _span(finding)) if finding.end_line else None
 
 
-def _span(finding: Finding) -> int:
-    return min((finding.end_line or finding.line or 0) - (finding.line or 0), CODE_LINES - 1)
+def _span(finding: Finding, length: int | None = None) -> int:
+    """How many lines the finding's code runs past its first (at most CODE_LINES - 1): to
+    the file's end (`length` lines) at most, as its key was made (`pointed_lines`)."""
+    end = finding.end_line or finding.line or 0
+    if length is not None:
+        end = min(end, length)
+    return max(0, min(end - (finding.line or 0), CODE_LINES - 1))
 
 
 ANCHORS = 64  # past this many places of a code's rarest line, its size's windows are hashed
@@ -205,11 +210,13 @@ class CodeIndex:
             lines = self._collapsed[start - 1 : start + span]
         return [line for line in lines if line]
 
-    def find(self, finding: Finding, code: str) -> int | None:
-        """The first line of a window of the finding's size whose code key is `code`."""
+    def find(self, finding: Finding, code: str, length: int | None = None) -> int | None:
+        """The first line of a window of the finding's size whose code key is `code` (its
+        lines up to the end of the file it was keyed in, `length` lines; unknown: this one)."""
         if not (code and finding.line):
             return None
-        return self._windows(_span(finding)).get(code)
+        span = _span(finding, len(self.lines) if length is None else length)
+        return self._windows(span).get(code)
 
     def find_lines(self, code: list[str], span: int) -> int | EllipsisType | None:
         """The first line of a window of span + 1 lines whose code (`window`) is `code`;
@@ -592,19 +599,21 @@ class Texts:
         index = self.index(f.path, f.side)
         if index is None or not (item.key.code and f.line):
             return None
-        code = self._code(item)
+        earlier = self.index(f.path, item.head) if item.head and f.side != "LEFT" else None
+        # Its key was made of its lines up to the end of the file it was drafted on.
+        length = len(earlier.lines) if earlier else None
+        code = self._code(item, earlier)
         if code is not None:
-            found = index.find_lines(code, _span(f))
+            found = index.find_lines(code, _span(f, length))
             if found is not ...:
                 return found
-        return index.find(f, item.key.code)
+        return index.find(f, item.key.code, length)
 
-    def _code(self, item: Item) -> list[str] | None:
-        """The item's code as the head it was drafted at shows it at its lines, when that is
-        the code its key names (else the key alone tells it)."""
+    def _code(self, item: Item, earlier: CodeIndex | None) -> list[str] | None:
+        """The item's code as the head it was drafted at (`earlier`) shows it at its lines,
+        when that is the code its key names (else the key alone tells it)."""
         f = item.last
-        earlier = self.index(f.path, item.head) if item.head and f.side != "LEFT" else None
-        code = earlier.window(f.line or 0, _span(f)) if earlier else None
+        code = earlier.window(f.line or 0, _span(f, len(earlier.lines))) if earlier else None
         return code if code and code_key(code) == item.key.code else None
 
     def moved(self, items: list[Item]) -> set[int]:
