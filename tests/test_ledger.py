@@ -680,7 +680,7 @@ PAST_THE_END = {
 
 
 def also_past_the_end(conversation) -> Action:
-    """The scripted reviewer, whose first review also flags lines 10–15 of a 12-line file."""
+    """The scripted reviewer, whose first review also flags lines 10 to 15 of a 12-line file."""
     action = scripted_reviewer(conversation)
     first = conversation.user_texts[0] if conversation.user_texts else ""
     if "re-review after a push" in first:
