@@ -34,6 +34,7 @@ from bot.config import (
     ConfigError,
     Settings,
     check_settings,
+    env_file_named,
     in_words,
     missing_model_key,
 )
@@ -118,7 +119,8 @@ def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
             continue
         if provider == settings.provider:
             text = say("key_missing", variable=missing.variable, provider=provider)
-            found.append(problem(provider, text, say("key_fix", variable=missing.variable)))
+            fix = say("key_fix", variable=missing.variable, env_file=env_file_named())
+            found.append(problem(provider, text, fix))
         else:
             text = say("other_key_missing", variables=MODEL_KEYS[provider], provider=provider)
             found.append(warning(provider, text))
@@ -270,7 +272,8 @@ async def _probe_sdk(settings: Settings, provider: str) -> str:
         await client.models.retrieve(model)
     except sdk.AuthenticationError:
         raise ProbeFailed(
-            say("key_refused", where=where), say("key_fix", variable=key_variable)
+            say("key_refused", where=where),
+            say("key_fix", variable=key_variable, env_file=env_file_named()),
         ) from None
     except sdk.NotFoundError:
         raise ProbeFailed(

@@ -464,13 +464,16 @@ def read_env_file(path: Path) -> dict[str, str]:
         raise ConfigError(str(path), "env_file_not_text", line=line) from None
     values = {}
     for binding in parse_stream(io.StringIO(text)):
-        if binding.error:
+        if binding.error or (binding.key is not None and binding.value is None):  # a bare KEY
             said = binding.original.string
             line = binding.original.line + said[: len(said) - len(said.lstrip())].count("\n")
             raise ConfigError(str(path), "env_file_syntax", line=line)
         if binding.key is not None and binding.value is not None:
             values[binding.key] = binding.value
     return values
+
+
+_env_file_read: Path | None = None  # what `load_env_file` read (one file per process)
 
 
 def load_env_file(
@@ -492,7 +495,17 @@ def load_env_file(
         raise ConfigError(str(path), "env_file_unreadable", reason=in_words(exc)) from None
     for key, value in values.items():
         environ.setdefault(key, value)
+    global _env_file_read
+    _env_file_read = path
     return path
+
+
+def env_file_named() -> str:
+    """The env file a fix tells the user to set a variable in: the one read, else the
+    default one."""
+    if _env_file_read is None or _env_file_read == Path(ENV_FILE):
+        return f"./{ENV_FILE}"
+    return str(_env_file_read)
 
 
 def in_words(exc: BaseException) -> str:

@@ -78,6 +78,33 @@ def test_a_malformed_env_file_names_the_file_and_line_and_stops(tmp_path):
     assert "s3cret-value" not in done.stderr and "dotenv" not in done.stderr
 
 
+def test_a_bare_key_in_the_env_file_is_named_with_its_line(tmp_path):
+    """Before: the line was skipped without a word, then `GITHUB_WEBHOOK_SECRET: not set`."""
+    (tmp_path / "cockpit.env").write_text("GITHUB_APP_ID=12\n\nGITHUB_WEBHOOK_SECRET\n")
+    done = cli("check-config", "--offline", env={}, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "cockpit: configuration error: cockpit.env: line 3 is not KEY=value (a value with"
+        ' spaces or # is quoted: KEY="a value")\n'
+    )
+
+
+def test_the_fix_for_a_missing_key_names_the_env_file_in_use(tmp_path):
+    """Before: `./cockpit.env` whatever `--env-file` said."""
+    (tmp_path / "t.env").write_text("COCKPIT_PROVIDER=codex\n")
+    done = cli("--env-file", "t.env", "check-config", "--offline", env={}, cwd=tmp_path)
+    assert done.returncode == 2
+    fix = (
+        "✗ codex: OPENAI_API_KEY is not set (COCKPIT_PROVIDER=codex reviews with it) → set"
+        " OPENAI_API_KEY in the environment or in t.env"
+    )
+    assert fix in marked(done.stdout)
+    done = cli("check-config", "--offline", env={}, cwd=tmp_path)
+    assert any(
+        line.endswith("in the environment or in ./cockpit.env") for line in marked(done.stdout)
+    )
+
+
 def test_an_env_file_that_is_not_text_is_named_in_words(tmp_path):
     (tmp_path / "cockpit.env").write_bytes(b"GITHUB_APP_ID=12\nKEY=\xff\xfe\n")
     done = cli("check-config", "--offline", env={}, cwd=tmp_path)
