@@ -812,3 +812,56 @@ async def test_a_revision_never_puts_a_finding_on_a_file_an_ignore_glob_matches(
     assert "1 finding(s) the reviewer placed on files matching an `ignore` glob were dropped" in (
         status
     )
+
+
+def diffing_each_turn(conversation: Conversation):
+    """The scripted reviewer and verifier, looking at the PR's diff again at the start of
+    every turn: a review, the verify pass, a critique, a revision."""
+    if _after_user(conversation):
+        return call("git_diff")
+    return scripted_reviewer(conversation)
+
+
+def diffs_shown(*standins) -> list[str]:
+    """Every answer of `git_diff` the models were given."""
+    shown = []
+    for standin in standins:
+        for request in standin.requests:
+            conversation = standin.normalise(request)
+            pairs = zip(conversation.tool_calls, conversation.tool_results, strict=False)
+            shown += [result for (name, _args), result in pairs if name == "git_diff"]
+    return shown
+
+
+async def test_no_later_turn_shows_the_model_a_file_the_review_left_out(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    """Before: only the first review's diff left them out; the verify pass, a critique and a
+    revision were shown the ignored and the noise files."""
+    anthropic_standin.policy = openai_standin.policy = diffing_each_turn
+    config = 'verify = true\nmin_severity = "nit"\nignore = ["docs/**"]\n'
+    world = await start_world(
+        github,
+        settings,
+        tmp_path,
+        aiohttp_client,
+        anthropic_standin,
+        openai_standin,
+        head={**HEAD, "docs/design.md": "# Design\n", "yarn.lock": "# yarn lockfile v1\n"},
+        files={".github/cockpit.toml": config},
+    )
+    await say_on_pr(world, "/cockpit codex-review")
+    await say_on_pr(world, "/cockpit send-back")
+    [review] = await world.review_rows()
+    assert review["revision"] == 2
+    kinds = await rows(world, "SELECT kind, subkind FROM runs ORDER BY id")
+    assert {(r["kind"], r["subkind"]) for r in kinds} >= {
+        ("review", None),
+        ("review", "verify"),
+        ("session", "critique"),
+        ("review", "revision"),
+    }
+    shown = diffs_shown(anthropic_standin, openai_standin)
+    assert len(shown) >= 5 and all("calc.py" in diff for diff in shown)
+    for diff in shown:
+        assert "docs/design.md" not in diff and "yarn.lock" not in diff
