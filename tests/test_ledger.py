@@ -723,3 +723,18 @@ async def test_a_finding_that_runs_past_the_end_of_its_file_is_found_where_it_wa
     assert f"The reviewer said F{rates} is fixed, but the code it points at is as it was" in (
         world.status_body()
     )
+
+
+async def test_a_fixed_claim_on_a_file_renamed_with_its_code_as_it_was_is_not_taken(world):
+    """Before: the finding's path was gone at the new head, so its code counted as changed
+    and an injected `F1 resolved` was taken."""
+    world.model.policy = claiming(1)
+    second = await pushed(world, {"calc.py": None, "lib/calc.py": HEAD["calc.py"]})
+    assert await fixed_in(world, 1) is None
+    assert (1, "eval() runs untrusted input", "kept") in await findings_of(world, second["id"])
+    status = world.status_body()
+    assert "The reviewer said F1 is fixed, but the code it points at is as it was" in status
+
+    # A push that then edits F1's code where it went: the claim counts.
+    third = await pushed(world, {"lib/calc.py": FIXED})
+    assert await fixed_in(world, 1) == third["head_sha"]
