@@ -36,7 +36,7 @@ DEFAULT_DAILY_MAX_RUNS = 200
 DEFAULT_MIN_FREE_MB = 1024
 DEFAULT_SHUTDOWN_GRACE = 20.0
 NO_LIMIT = ("none", "off")  # spelled out to switch a money limit off
-MIN_METRICS_TOKEN = 16  # characters: register_secret redacts from 6, and 16 is not guessed
+MIN_METRICS_TOKEN = 16  # characters: not guessed (and long enough to be redacted anywhere)
 
 
 class ConfigError(Exception):
@@ -155,7 +155,10 @@ def _private_key(env: Mapping[str, str]) -> Secret:
         try:
             text = Path(path).expanduser().read_text()
         except (OSError, UnicodeDecodeError) as exc:
-            reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else in_words(exc)
+            if isinstance(exc, UnicodeDecodeError):
+                reason = catalogue("cli/config.txt.j2", "reason", why="not_text")
+            else:
+                reason = in_words(exc)
             raise ConfigError(variable, "unreadable", path=repr(path), reason=reason) from None
     text = text.replace("\\n", "\n").strip() + "\n"
     try:
@@ -521,9 +524,9 @@ def in_words(exc: BaseException) -> str:
         if isinstance(error, OSError) and error.errno and error.errno > 0:
             return os.strerror(error.errno)
         if isinstance(error, TimeoutError):
-            return "no answer in time"
+            return catalogue("cli/config.txt.j2", "reason", why="timeout")
         error = _cause(error)
-    return " ".join(str(exc).split()) or "it failed"
+    return " ".join(str(exc).split()) or catalogue("cli/config.txt.j2", "reason", why="failed")
 
 
 def _cause(error: BaseException) -> BaseException | None:

@@ -205,6 +205,27 @@ async def test_an_answer_of_github_without_the_threads_leaves_the_re_review_stan
     assert second["state"] == "draft"
 
 
+async def test_threads_github_answers_without_are_said_as_such_not_as_a_permission(world):
+    """Before: the status comment blamed the Contents permission for an answer without the
+    pull request (the App no longer sees it), which no permission changes."""
+    await approve_all(world)
+    world.github.fail_next(  # every GraphQL answer of the re-review
+        "POST",
+        r"/graphql$",
+        200,
+        times=10,
+        body={"data": {"repository": {"pullRequest": None}}},
+    )
+    second = await pushed(world, {"calc.py": FIXED})
+    assert await fixed_in(world, 1) == second["head_sha"]
+    status = world.status_body()
+    assert (
+        "Fixed findings' review threads were not resolved: GitHub's answer about them had no"
+        " `repository.pullRequest.reviewThreads` (the App may no longer see this pull request)"
+    ) in status.replace("\u2060", "")
+    assert "Contents permission" not in status
+
+
 async def test_a_bug_while_reading_review_threads_fails_the_review_as_an_internal_error(
     world, monkeypatch, caplog
 ):

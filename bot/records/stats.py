@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from bot.records.database import Database
+from bot.records.database import marks as _marks
 from bot.records.ledger import DRAFTED
 
 FIGURES_LOCK = "review-figures"  # one recount at a time: the sums move by differences
@@ -112,10 +113,6 @@ _COUNTS = [field.name for field in fields(ModelFigures) if field.type == "int"]
 # The sums `figure_totals` keeps per provider and model (`usd_nanos` and `priced_runs` give
 # ModelFigures.usd).
 _TOTALS = (*_COUNTS, "usd_nanos", "priced_runs")
-
-
-def _marks(values: Sequence[Any]) -> str:
-    return ", ".join("?" for _ in values)
 
 
 def _per_review(where: str) -> str:
