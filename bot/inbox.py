@@ -27,7 +27,7 @@ from bot.queue import EVENTS, Job, JobQueue
 from bot.records import deliveries
 from bot.records.sqlite import BUSY_TIMEOUT_MS
 from bot.records.types import StoredDelivery
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -96,13 +96,13 @@ class Delivery:
             body.decode("utf-8")  # JSON is UTF-8 (RFC 8259), also in strings nobody reads
             envelope = _ENVELOPE.decode(body)
         except UnicodeDecodeError:
-            raise MalformedBody(message("malformed_body", why="utf8")) from None
+            raise MalformedBody(say(PEOPLE, "malformed_body", why="utf8")) from None
         except RecursionError:
-            raise MalformedBody(message("malformed_body", why="deep")) from None
+            raise MalformedBody(say(PEOPLE, "malformed_body", why="deep")) from None
         except msgspec.ValidationError as exc:
-            raise MalformedBody(message("malformed_body", why="shape", error=exc)) from None
+            raise MalformedBody(say(PEOPLE, "malformed_body", why="shape", error=exc)) from None
         except msgspec.DecodeError:
-            raise MalformedBody(message("malformed_body", why="json")) from None
+            raise MalformedBody(say(PEOPLE, "malformed_body", why="json")) from None
         holders = (envelope.pull_request, envelope.issue)
         number = next((h.number for h in holders if h and h.number is not None), None)
         return cls(

@@ -41,8 +41,7 @@ from bot.config import (
     load_settings,
     missing_model_key,
 )
-from bot.redaction import redact
-from bot.texts import catalogue, render, usd
+from bot.texts import OPERATOR, render, say, usd
 from bot.worktrees import GitError, Mirrors, Worktree, run_git
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
@@ -116,11 +115,6 @@ class LocalReview:
     notes: list[str] = field(default_factory=list)
 
 
-def say(kind: str, **context: Any) -> str:
-    """What `review-local` prints (templates/local/messages.txt.j2), fit to print."""
-    return redact(catalogue("local/messages.txt.j2", kind, **context))
-
-
 def plain(text: str | None) -> str:
     """Untrusted text (model output, commit messages, file lines) made safe for a terminal:
     control characters other than newline and tab are shown as `?`."""
@@ -159,7 +153,7 @@ async def _default_branch(repo: Path, env: dict[str, str]) -> tuple[str, str]:
             target = await _git(repo, env, "symbolic-ref", "--quiet", "--short", ref, check=False)
             name = target or name
         return name, sha
-    raise LocalError(say("no_default_branch"))
+    raise LocalError(say(OPERATOR, "local.no_default_branch"))
 
 
 def mirror_key(top: Path) -> str:
@@ -172,11 +166,11 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     env = mirrors.env()
     path = Path(options.path).expanduser()
     if not path.is_dir():
-        raise LocalError(say("no_folder", path=options.path))
+        raise LocalError(say(OPERATOR, "local.no_folder", path=options.path))
     try:
         bare = await _git(path, env, "rev-parse", "--is-bare-repository")
     except GitError:
-        raise LocalError(say("not_a_repository", path=options.path)) from None
+        raise LocalError(say(OPERATOR, "local.not_a_repository", path=options.path)) from None
     asked = ["--show-object-format", "--path-format=absolute", "--git-common-dir"]
     found = await _git(
         path, env, "rev-parse", *asked, "--git-path", "objects", "--git-path", "index"
@@ -186,12 +180,14 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     top = git_dir if bare == "true" else Path(await _git(path, env, "rev-parse", "--show-toplevel"))
     head_sha = await _commit(path, env, options.head)
     if head_sha is None:
-        raise LocalError(say("no_commit", flag="head", ref=options.head, top=top))
+        raise LocalError(say(OPERATOR, "local.no_commit", flag="head", ref=options.head, top=top))
     if options.base is not None:
         base_ref = options.base
         base_sha = await _commit(path, env, options.base)
         if base_sha is None:
-            raise LocalError(say("no_commit", flag="base", ref=options.base, top=top))
+            raise LocalError(
+                say(OPERATOR, "local.no_commit", flag="base", ref=options.base, top=top)
+            )
     else:
         base_ref, base_sha = await _default_branch(path, env)
     uncommitted = 0
@@ -446,9 +442,9 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
         verify_with = choose_provider(provider, config.verify_provider, available)
     notes = []
     if config.error:
-        notes.append(say("config_error", error=config.error))
+        notes.append(say(OPERATOR, "local.config_error", error=config.error))
     if revisions.uncommitted:
-        notes.append(say("uncommitted", count=revisions.uncommitted))
+        notes.append(say(OPERATOR, "local.uncommitted", count=revisions.uncommitted))
     tree = await mirror_of(mirrors, revisions)
     db = await Database.open(work / "cockpit.sqlite3")
     models = ModelClients(settings)
@@ -458,7 +454,10 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
         review.notes = notes
         if tree.merge_base == tree.head_sha:
             review.summary = say(
-                "nothing_to_review", head=revisions.head_ref, base=revisions.base_ref
+                OPERATOR,
+                "local.nothing_to_review",
+                head=revisions.head_ref,
+                base=revisions.base_ref,
             )
             return review
         request = ReviewRequest(
@@ -473,7 +472,8 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
             config=config,
         )
         progress = say(
-            "reviewing",
+            OPERATOR,
+            "local.reviewing",
             revisions=revisions,
             merge_base=tree.merge_base,
             provider=provider,
@@ -504,7 +504,8 @@ def _require_key(provider: str, chosen: bool) -> None:
     others = [(p, MODEL_KEYS[p][0]) for p in PROVIDERS if p != provider]
     raise LocalError(
         say(
-            "missing_key",
+            OPERATOR,
+            "local.missing_key",
             variable=missing.variable,
             provider=provider,
             chosen=chosen,
@@ -594,22 +595,22 @@ def run_review_local(options: LocalOptions) -> int:
     try:
         settings = load_settings(github=False)
     except ConfigError as exc:
-        print(say("config_failed", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "local.config_failed", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     try:
         _require_key(options.provider or settings.provider, options.provider is not None)
     except LocalError as exc:  # before any work: nothing read, nothing written
-        print(say("failed", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "local.failed", error=exc), file=sys.stderr)
         return exc.code
     work = Path(tempfile.mkdtemp(prefix="cockpit-review-local-"))
     try:
         settings = dataclasses.replace(settings, data_dir=work)
         review = asyncio.run(review_local(options, settings, work))
     except LocalError as exc:
-        print(say("failed", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "local.failed", error=exc), file=sys.stderr)
         return exc.code
     except (AgentError, GitError) as exc:
-        print(say("review_failed", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "local.review_failed", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     finally:
         shutil.rmtree(work, ignore_errors=True)

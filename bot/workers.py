@@ -9,6 +9,7 @@ import time
 from bot.context import Context
 from bot.queue import REVIEWS, Job, JobQueue
 from bot.records import deliveries as delivery_rows
+from bot.records import review_state
 from bot.records.database import Database
 from bot.records.notices import forget_command_uses, forget_notices
 from bot.records.pulls import closed_pull_refs
@@ -16,7 +17,6 @@ from bot.records.reviews import prune_closed_reviews
 from bot.records.runs import close_interrupted_runs, prune_runs
 from bot.records.sessions import prune_closed_sessions, reconcile
 from bot.records.stats import mark_uncounted, recount_stale
-from bot.review import state
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.checkout import cleanup_pull_job
 from bot.review.job import review_gave_up, run_review_job
@@ -107,7 +107,7 @@ async def finish_leftovers(ctx: Context) -> None:
     """What a dead process left mid-way outside the queue: a revision being written (its
     draft is approvable again), runs left `running` (failed, cost unknown), busy sessions
     (active again, or ended with their closed PR)."""
-    await state.recover_revisions(ctx.db)
+    await review_state.recover_revisions(ctx.db)
     await close_interrupted_runs(ctx.db)
     ended = await reconcile(ctx.db)
     if ended:

@@ -21,7 +21,7 @@ from bot.review.publish import Thread, UnexpectedAnswer, threads_page
 from bot.server import make_app
 from bot.standin.models import Action
 from bot.standin.scripted import scripted_reviewer
-from bot.texts import message, render
+from bot.texts import PEOPLE, render, say
 from handlers import router
 from tests.conftest import wait_for
 from tests.test_instructions import hostile
@@ -224,7 +224,7 @@ async def test_a_bug_while_reading_review_threads_fails_the_review_as_an_interna
     head = world.push({"README.md": "# widgets\n\nMore words.\n"})
     await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=head))
     second = await world.wait_review("failed", index=1)
-    assert second["error"] == message("internal_error")
+    assert second["error"] == say(PEOPLE, "internal_error")
     assert "an internal error occurred" in world.status_body()
     [crash] = [r for r in caplog.records if r.getMessage() == "review crashed"]
     assert crash.exc_info is not None and crash.exc_info[0] is KeyError

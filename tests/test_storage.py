@@ -129,8 +129,8 @@ async def test_a_violated_constraint_is_an_integrity_error_and_rolls_back(db, ba
 @pytest.mark.postgres_only("one process owns a SQLite file")
 async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend, database_url):
     """Two processes (two pools) approve the same draft at once: one claim wins."""
+    from bot.records import review_state
     from bot.records.postgres import PgDatabase
-    from bot.review import state
 
     other = await PgDatabase.open(database_url)
     try:
@@ -142,7 +142,7 @@ async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend,
             )
             won = await asyncio.gather(
                 *(
-                    state.claim_posting(d, review_id, who, "COMMENT", [])
+                    review_state.claim_posting(d, review_id, who, "COMMENT", [])
                     for d, who in ((db, "a"), (other, "b"), (db, "c"), (other, "d"))
                 )
             )

@@ -348,8 +348,14 @@ def read_completion(content_type: str, body: str) -> Completion:
     def wrong(why: str, value: Any = None, **context: Any) -> AgentError:
         shown = quoted(json.dumps(value, ensure_ascii=False), 80)
         what = _what(value)
-        said = texts.message(
-            "chat_malformed", why=why, sent=quoted(body, 120), what=what, value=shown, **context
+        said = texts.say(
+            texts.PEOPLE,
+            "chat_malformed",
+            why=why,
+            sent=quoted(body, 120),
+            what=what,
+            value=shown,
+            **context,
         )
         return AgentError(said)
 
@@ -558,7 +564,7 @@ def fit(
         clipped += 1
     tokens = size(candidate)
     if tokens > budget:
-        raise AgentError(texts.message("chat_context_full", tokens=tokens, budget=budget))
+        raise AgentError(texts.say(texts.PEOPLE, "chat_context_full", tokens=tokens, budget=budget))
     return Fitted(candidate, tokens, dropped, clipped)
 
 
@@ -612,4 +618,4 @@ def explain(status: int, said: str, model: str) -> str:
     else:
         why = "model" if status == 404 else "other"
     quote = f'{status}: "{shown}"' if shown else str(status)
-    return texts.message("chat_refused", why=why, status=status, quote=quote, model=model)
+    return texts.say(texts.PEOPLE, "chat_refused", why=why, status=status, quote=quote, model=model)

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from bot.evals.messages import resume_hint, say
+from bot.evals.messages import resume_hint
 from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, Progress, add_usd
+from bot.texts import OPERATOR, say
 
 BAR_WIDTH = 24
 
@@ -39,7 +40,8 @@ class ConsoleProgress(Progress):
         self.total, self.started, self.batch = total, time.monotonic(), result.batch
         self.stream.write(
             say(
-                "started",
+                OPERATOR,
+                "eval.started",
                 batch=result.batch,
                 resumed=resumed,
                 models=[run.model for run in result.runs],
@@ -62,7 +64,8 @@ class ConsoleProgress(Progress):
         if self.tty:
             filled = round(BAR_WIDTH * self.done / max(self.total, 1))
             line = say(
-                "bar",
+                OPERATOR,
+                "eval.bar",
                 bar="█" * filled + "░" * (BAR_WIDTH - filled),
                 done=self.done,
                 total=self.total,
@@ -77,7 +80,8 @@ class ConsoleProgress(Progress):
         else:
             self.stream.write(
                 say(
-                    "case",
+                    OPERATOR,
+                    "eval.case",
                     done=self.done,
                     total=self.total,
                     model=run.model,

@@ -20,7 +20,6 @@ from bot.agents.providers import ModelClients
 from bot.config import PROVIDERS, Settings
 from bot.evals.golden import Case, Golden, load_golden
 from bot.evals.judges import EvalFinding, Judge, make_judge
-from bot.evals.messages import say
 from bot.evals.scoring import Counts, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
 from bot.records import evals
@@ -29,6 +28,7 @@ from bot.records.sessions import end_session, prune_detached_sessions
 from bot.records.sqlite import Database
 from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
 from bot.review.verify import apply_verification, choose_provider, verify_draft
+from bot.texts import OPERATOR, say
 from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
 from bot.worktrees import GitError
 
@@ -216,7 +216,7 @@ class Runner:
                 number=case.pr or 0,
                 title=case.title,
                 body=case.body,
-                base_ref=case.base_ref or say("default_branch"),
+                base_ref=case.base_ref or say(OPERATOR, "eval.default_branch"),
                 provider=run.provider,
                 config=await self.sources.repo_config(prepared.key),
                 model=run.model,
@@ -335,7 +335,7 @@ class Runner:
                     try:
                         await self.score(result)
                     except AgentError as exc:
-                        result.error = say("judging_failed", error=exc)
+                        result.error = say(OPERATOR, "eval.judging_failed", error=exc)
                 await self.store_case(run, result)
                 self.progress.case_done(run, result)
                 return result
@@ -367,10 +367,10 @@ class Runner:
 
 def resolve_models(settings: Settings, provider: str, models: Sequence[str]) -> tuple[str, ...]:
     if provider not in PROVIDERS:
-        raise EvalError(say("bad_option", why="provider", choices=PROVIDERS))
+        raise EvalError(say(OPERATOR, "eval.bad_option", why="provider", choices=PROVIDERS))
     chosen = tuple(m.strip() for m in models if m.strip()) or (default_model(settings, provider),)
     if len(set(chosen)) != len(chosen):
-        raise EvalError(say("bad_option", why="model_twice"))
+        raise EvalError(say(OPERATOR, "eval.bad_option", why="model_twice"))
     return chosen
 
 
@@ -380,7 +380,7 @@ def default_model(settings: Settings, provider: str) -> str:
     if provider == "codex":
         return settings.codex_model
     if settings.chat is None:
-        raise EvalError(say("bad_option", why="chat"))
+        raise EvalError(say(OPERATOR, "eval.bad_option", why="chat"))
     return settings.chat.model
 
 
@@ -411,7 +411,7 @@ async def _create_batch(
 async def _load_batch(db: Database, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
     found = await evals.resume_batch(db, batch)
     if not found:
-        raise EvalError(say("bad_option", why="no_run", batch=batch))
+        raise EvalError(say(OPERATOR, "eval.bad_option", why="no_run", batch=batch))
     options = EvalOptions.from_json(found[0].options)
     runs = [ModelRun(r.id, r.provider, r.model, r.verify, r.verify_provider) for r in found]
     return options, runs
@@ -435,7 +435,7 @@ async def run_eval(
         if resume is not None:
             options, runs = await _load_batch(db, resume)
         elif options is None:
-            raise EvalError(say("bad_option", why="nothing"))
+            raise EvalError(say(OPERATOR, "eval.bad_option", why="nothing"))
         try:
             goldens = [load_golden(path, repository=options.repo) for path in options.goldens]
             judge = make_judge(options.judge, db, models, options.judge_model)

@@ -23,7 +23,7 @@ from bot.queue import NewJob, PermanentError, Workers, backoff_seconds, job_log
 from bot.records import jobs as rows
 from bot.records.database import Database
 from bot.records.types import Job
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_j
 
 def _lost(job: Job) -> str:
     """Why a job that ran past its attempts when its process died failed for good."""
-    return message("job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts)
+    return say(PEOPLE, "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts)
 
 
 class Jobs(Workers):
@@ -226,7 +226,9 @@ class Jobs(Workers):
         with job_log(job):
             if handler is None:
                 log.error("no handler for job kind")
-                await self._finish(job, "failed", message("no_handler", job_kind=repr(job.kind)))
+                await self._finish(
+                    job, "failed", say(PEOPLE, "no_handler", job_kind=repr(job.kind))
+                )
                 return
             _CURRENT.set(job.id)
             task = asyncio.create_task(handler(job))  # runs with this job as its current one

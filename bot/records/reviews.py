@@ -1,6 +1,6 @@
 """Reviews and their findings as records: reads, the details a review carries (progress, the
 ids of its GitHub objects, its texts) and their cost. Their state changes only through
-`bot.review.state` (its SQL is in `bot.records.review_state`)."""
+`bot.records.review_state`."""
 
 from __future__ import annotations
 
@@ -105,8 +105,8 @@ async def conversations_of(db: Database, pull_id: int) -> list[tuple[int, int | 
 
 async def update_review(db: Database, review_id: int, **fields: Any) -> Review | None:
     """Write a review's details (progress, ids of its GitHub objects, …) and hand back the
-    review as it is now; its state and staleness change only through `bot.review.state`."""
-    assert not {"state", "stale"} & fields.keys(), "use bot.review.state"
+    review as it is now; its state and staleness change only through `bot.records.review_state`."""
+    assert not {"state", "stale"} & fields.keys(), "use bot.records.review_state"
     fields["updated_at"] = time.time()
     row = await db.fetchone(
         f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ? RETURNING *",

@@ -49,7 +49,7 @@ class Pull(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Review(Record):
-    """One review of a PR head: its state (see bot.review.state), its draft's texts, and the
+    """One review of a PR head: its state (see bot.records.review_state), its draft's texts, and the
     GitHub objects that show it."""
 
     id: int
@@ -123,7 +123,7 @@ class Finding(Record):
     in_diff: bool  # on a line of the diff: an inline comment, else in the review body
     verify_status: str | None  # confirmed | refuted | uncertain; None: not verified
     verify_note: str | None
-    state: str  # kept | dropped | skipped | withdrawn (see bot.review.state)
+    state: str  # kept | dropped | skipped | withdrawn (see bot.records.review_state)
     checked_by: str | None  # human, auto, or the provider that withdrew it
     why: str | None = None  # a person's reason for dropping it (`drop F2 <why>`)
     dropped_by: str | None = None  # the login of the person who dropped it

@@ -16,7 +16,7 @@ the bookkeeping of a push runs in a worker thread: a large file must not hold th
 that acknowledges webhooks.
 
 What people did with a number (published it, dropped it and why) is read from the findings of
-the PR's reviews (`bot.review.state` owns those); the ledger table adds only identity, fixes
+the PR's reviews (`bot.records.review_state` owns those); the ledger table adds only identity, fixes
 and suppressed repeats (its SQL: `bot.records.ledger`).
 """
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from bot.agents.submit import SEVERITIES
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 GENERATED_ATTR, VENDORED_ATTR = "linguist-generated", "linguist-vendored"
 ATTRIBUTES = (GENERATED_ATTR, VENDORED_ATTR)  # read from the base's `.gitattributes`
@@ -62,17 +62,17 @@ def file_noise(path: str, attributes: Mapping[str, str] | None = None) -> str | 
     generated = _marked(attributes.get(GENERATED_ATTR))
     vendored = _marked(attributes.get(VENDORED_ATTR))
     if generated or vendored:
-        return message("noise", why="generated" if generated else "vendored", marked=True)
+        return say(PEOPLE, "noise", why="generated" if generated else "vendored", marked=True)
     name = path.rsplit("/", 1)[-1]
     if generated is None:
         if name in LOCKFILES:
-            return message("noise", why="lock", marked=False)
+            return say(PEOPLE, "noise", why="lock", marked=False)
         if _MINIFIED.search(name):
-            return message("noise", why="minified", marked=False)
+            return say(PEOPLE, "noise", why="minified", marked=False)
         if _GENERATED.search(path):
-            return message("noise", why="generated", marked=False)
+            return say(PEOPLE, "noise", why="generated", marked=False)
     if vendored is None and _VENDORED.search(path):
-        return message("noise", why="vendored", marked=False)
+        return say(PEOPLE, "noise", why="vendored", marked=False)
     return None
 
 

@@ -29,7 +29,7 @@ from bot.review.noise import noise_files
 from bot.review.plan import placed, plan_files
 from bot.review.rules import DraftRules, UsedSource
 from bot.skills import load_skill
-from bot.texts import message, render
+from bot.texts import PEOPLE, render, say
 from bot.worktrees import Worktree
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ async def review_worktree(
         ignored=plan.ignored,
     )
     if not plan.reviewed:
-        nothing = message("nothing_to_review")
+        nothing = say(PEOPLE, "nothing_to_review")
         return Draft(nothing, "comment", [], plan.skipped, rules=rules, changed=changed, diff=diff)
     provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bot.records.types import Finding
-from bot.review import state
+from bot.records.vocab import FindingState
 from bot.review.noise import folded, over_cap
 
 
@@ -62,7 +62,7 @@ class DraftRules:
         return [
             f
             for f in findings
-            if f.state == state.KEPT and f.verify_status != "refuted" and not self.folds(f)
+            if f.state == FindingState.KEPT and f.verify_status != "refuted" and not self.folds(f)
         ]
 
     def folds(self, finding: Finding) -> bool:

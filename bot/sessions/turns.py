@@ -30,7 +30,7 @@ from bot.records import messages, sessions
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings
 from bot.records.types import Message, Pull, Review, Session
-from bot.review import state
+from bot.records.vocab import FindingState
 from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
 from bot.review.publish import Publisher, refs, where
@@ -83,7 +83,7 @@ async def cross_review_context(
             "body": f.body,
         }
         for f in await load_findings(ctx.db, review.id)
-        if f.state == state.KEPT
+        if f.state == FindingState.KEPT
     ]
     return render_text(
         "prompts/cross_review.md.j2",
@@ -173,7 +173,7 @@ class Turn:
             raise  # the job is retried; what was stored is resumed, not paid for again
         except Exception:
             log.exception("session turn crashed")
-            await self._failed(texts.message("internal_error"))
+            await self._failed(texts.say(texts.PEOPLE, "internal_error"))
         finally:
             await sessions.mark_idle(db, self.session.id)
 
@@ -233,7 +233,7 @@ class Turn:
 
     async def _revise(self, tree: Worktree, done: list[Message] | None) -> None:
         ctx = self.ctx
-        child = str(self.payload.get("child") or texts.message("other_reviewer"))
+        child = str(self.payload.get("child") or texts.say(texts.PEOPLE, "other_reviewer"))
         submitted = next(
             (
                 call
@@ -283,8 +283,8 @@ class Turn:
         """What the reviser must know besides the feedback: the findings people dropped and
         those it withdrew itself (so it neither brings them back nor rewords them in)."""
         findings = await load_findings(self.ctx.db, self.review.id)
-        dropped = [f for f in findings if f.state == state.DROPPED]
-        withdrawn = [f for f in findings if f.state == state.WITHDRAWN]
+        dropped = [f for f in findings if f.state == FindingState.DROPPED]
+        withdrawn = [f for f in findings if f.state == FindingState.WITHDRAWN]
         if not dropped and not withdrawn:
             return ""
         return "\n\n" + render_text(
