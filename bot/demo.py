@@ -34,6 +34,7 @@ from aiohttp import web
 from bot.checks import git_check
 from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL, ChatSettings
 from bot.records.reviews import newest_state
+from bot.records.vocab import ReviewState
 from bot.repo_config import CONFIG_PATH
 from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
@@ -225,7 +226,7 @@ async def demo(
             await deliver("pull_request", _pull_request_opened(pr), "pull_request.opened")
             _section(say(OPERATOR, "demo.section", part="status"))
             print(_status(github))
-            if await _review_state(app) != "draft":
+            if await _review_state(app) != ReviewState.DRAFT:
                 return 1
             print(say(OPERATOR, "demo.verify_column", verifier=verifier))
 
@@ -244,7 +245,7 @@ async def demo(
             print(_status(github))
 
             await command("/cockpit approve")
-            if await _review_state(app) != "posted":
+            if await _review_state(app) != ReviewState.POSTED:
                 print(_latest_reply(github))
                 return 1
         _section(say(OPERATOR, "demo.section", part="published"))

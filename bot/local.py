@@ -41,6 +41,7 @@ from bot.config import (
     load_settings,
     missing_model_key,
 )
+from bot.records.vocab import Verdict
 from bot.texts import OPERATOR, render, say, usd
 from bot.worktrees import GitError, Mirrors, Worktree, run_git
 
@@ -450,7 +451,9 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
     models = ModelClients(settings)
     try:
         model = models.provider(provider).model
-        review = LocalReview(revisions, tree.merge_base, provider, model, "comment", "", [], {}, ())
+        review = LocalReview(
+            revisions, tree.merge_base, provider, model, Verdict.COMMENT, "", [], {}, ()
+        )
         review.notes = notes
         if tree.merge_base == tree.head_sha:
             review.summary = say(

@@ -23,9 +23,9 @@ from typing import Any
 import gidgethub
 import pathspec
 
-from bot.agents.submit import SEVERITIES
 from bot.config import PROVIDERS
 from bot.github import PERMISSIONS
+from bot.records.vocab import Severity
 from bot.texts import PEOPLE, say
 
 CONFIG_PATH = ".github/cockpit.toml"
@@ -134,13 +134,13 @@ class RepoConfig:
         "it matches (given only when the PR changes such files, naming them)",
     )
     min_severity: str = key(
-        "minor",
+        Severity.MINOR,
         CHOICE,
         'findings below it are folded: listed in the status comment\'s "minor" section and '
         "left out of the pending review unless listed at `approve`. The default folds nits: "
         "style remarks are the noise people complain about most, and folded they stay one "
         "click away",
-        choices=SEVERITIES,
+        choices=tuple(Severity),
     )
     max_findings: int | None = key(
         10,

@@ -35,6 +35,7 @@ from bot.logs import log_context
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS
 from bot.records.stats import totals
+from bot.records.vocab import JobState
 from bot.redaction import environment_secrets, register_all
 from bot.stats import gauges, summarise
 from bot.texts import PEOPLE, say
@@ -201,8 +202,8 @@ async def healthz(request: web.Request) -> web.Response:
         "reasons": reasons,
         "db": db_ok,
         "inbox": inbox_ok,
-        "queue_depth": counts.get("queued", 0) + counts.get("waiting", 0),
-        "running": counts.get("running", 0),
+        "queue_depth": counts.get(JobState.QUEUED, 0) + counts.get(JobState.WAITING, 0),
+        "running": counts.get(JobState.RUNNING, 0),
         "workers": {
             "alive": ctx.jobs.workers_alive,
             "total": ctx.jobs.workers_total,

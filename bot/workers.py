@@ -7,7 +7,7 @@ import logging
 import time
 
 from bot.context import Context
-from bot.queue import REVIEWS, Job, JobQueue
+from bot.queue import REVIEWS, JobQueue
 from bot.records import deliveries as delivery_rows
 from bot.records import review_state
 from bot.records.database import Database
@@ -17,6 +17,7 @@ from bot.records.reviews import prune_closed_reviews
 from bot.records.runs import close_interrupted_runs, prune_runs
 from bot.records.sessions import prune_closed_sessions, reconcile
 from bot.records.stats import mark_uncounted, recount_stale
+from bot.records.types import Job
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.checkout import cleanup_pull_job
 from bot.review.job import review_gave_up, run_review_job

@@ -37,6 +37,7 @@ from bot.records.database import Database
 from bot.records.messages import append_messages, load_messages
 from bot.records.runs import finish_run, start_run
 from bot.records.types import Session
+from bot.records.vocab import RunStatus
 from bot.redaction import redact
 from bot.skills import prompt_text
 from bot.texts import PEOPLE, render, say
@@ -113,16 +114,16 @@ class AgentRun:
             result = await self._loop(run_id, user_text, (comment_id, source), usage, started)
             calls = result.tool_calls
         except asyncio.CancelledError:
-            await self._finish(run_id, usage, "cancelled", "cancelled", calls)
+            await self._finish(run_id, usage, RunStatus.CANCELLED, "cancelled", calls)
             raise
         except AgentError as exc:
-            await self._finish(run_id, usage, "failed", str(exc), self.toolbox.calls)
+            await self._finish(run_id, usage, RunStatus.FAILED, str(exc), self.toolbox.calls)
             raise
         except Exception as exc:
             error = redact(f"{exc.__class__.__name__}: {exc}")
-            await self._finish(run_id, usage, "failed", error, self.toolbox.calls)
+            await self._finish(run_id, usage, RunStatus.FAILED, error, self.toolbox.calls)
             raise AgentError(say(PEOPLE, "run_failed", error_class=exc.__class__.__name__)) from exc
-        result.cost_usd = await self._finish(run_id, usage, "done", None, calls)
+        result.cost_usd = await self._finish(run_id, usage, RunStatus.DONE, None, calls)
         result.usage = usage
         return result
 

@@ -6,16 +6,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bot.records.vocab import Severity, Verdict
 from bot.texts import MODEL, say
-
-SEVERITIES = ("critical", "major", "minor", "nit")
-VERDICTS = ("comment", "request_changes")
 
 SUBMIT_REVIEW_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "summary": {"type": "string", "description": "Markdown overview of the change and risks"},
-        "verdict": {"type": "string", "enum": list(VERDICTS)},
+        "verdict": {"type": "string", "enum": list(Verdict)},
         "findings": {
             "type": "array",
             "items": {
@@ -25,7 +23,7 @@ SUBMIT_REVIEW_SCHEMA: dict[str, Any] = {
                     "line": {"type": "integer", "minimum": 1},
                     "end_line": {"type": "integer", "minimum": 1},
                     "side": {"type": "string", "enum": ["LEFT", "RIGHT"]},
-                    "severity": {"type": "string", "enum": list(SEVERITIES)},
+                    "severity": {"type": "string", "enum": list(Severity)},
                     "title": {"type": "string"},
                     "body": {"type": "string"},
                     "suggestion": {"type": "string"},
@@ -95,8 +93,8 @@ def _problems(data: Any) -> list[str]:
         problems.append(say(MODEL, "invalid_answer", why="unexpected", keys=sorted(extra)))
     if "summary" in data and not isinstance(data["summary"], str):
         problems.append(say(MODEL, "invalid_answer", why="summary"))
-    if "verdict" in data and data["verdict"] not in VERDICTS:
-        problems.append(say(MODEL, "invalid_answer", why="verdict", choices=VERDICTS))
+    if "verdict" in data and data["verdict"] not in tuple(Verdict):
+        problems.append(say(MODEL, "invalid_answer", why="verdict", choices=tuple(Verdict)))
     resolved = data.get("resolved", [])
     if not isinstance(resolved, list) or not all(
         isinstance(r, str) and _RESOLVED.fullmatch(r) for r in resolved
@@ -115,14 +113,14 @@ def _problems(data: Any) -> list[str]:
                 problems.append(
                     say(MODEL, "invalid_answer", why="non_empty", where=f"{where}.{key}")
                 )
-        if item.get("severity") not in SEVERITIES:
+        if item.get("severity") not in tuple(Severity):
             problems.append(
                 say(
                     MODEL,
                     "invalid_answer",
                     why="one_of",
                     where=f"{where}.severity",
-                    choices=SEVERITIES,
+                    choices=tuple(Severity),
                 )
             )
         for key in ("line", "end_line"):
@@ -183,11 +181,11 @@ def parse_submission(data: Any) -> ReviewDraft:
 
 def dedupe(findings: list[Finding]) -> list[Finding]:
     """Merge findings on the same place with the same title, keeping the most severe."""
-    rank = {s: n for n, s in enumerate(SEVERITIES)}
+    rank = Severity.rank
     kept: dict[tuple, Finding] = {}
     for finding in findings:
         key = (finding.path, finding.line, finding.side, finding.title.casefold())
         other = kept.get(key)
-        if other is None or rank[finding.severity] < rank[other.severity]:
+        if other is None or rank(finding.severity) < rank(other.severity):
             kept[key] = finding
-    return sorted(kept.values(), key=lambda f: (rank[f.severity], f.path, f.line or 0))
+    return sorted(kept.values(), key=lambda f: (rank(f.severity), f.path, f.line or 0))

@@ -9,7 +9,7 @@ from bot.commands.reply import text
 from bot.records import review_state
 from bot.records.reviews import get_review, latest_draft, load_findings
 from bot.records.types import Finding, Review
-from bot.records.vocab import FindingState, ReviewState
+from bot.records.vocab import FindingState, ReviewState, Verdict
 from bot.review.approve import PublishFailed, approve, publishing_key, select_findings
 from bot.review.lifecycle import queue_status_refresh
 from bot.review.rules import DraftRules
@@ -62,7 +62,7 @@ def _event(cmd: Command, verdict: str | None) -> str:
         return "REQUEST_CHANGES"
     if cmd.flag("comment"):
         return "COMMENT"
-    return "REQUEST_CHANGES" if verdict == "request_changes" else "COMMENT"
+    return "REQUEST_CHANGES" if verdict == Verdict.REQUEST_CHANGES else "COMMENT"
 
 
 async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:

@@ -19,7 +19,7 @@ from bot.records import messages, sessions
 from bot.records.reviews import latest_review
 from bot.records.runs import session_cost
 from bot.records.types import CrossReview, Review, Session
-from bot.records.vocab import ACTIVE, ReviewState
+from bot.records.vocab import ACTIVE, OPEN_SESSION, ReviewState
 from bot.sessions.turns import ASK, CRITIQUE, REVISE, draft_message_id, queue_turn
 from bot.texts import PEOPLE, say
 
@@ -37,7 +37,7 @@ async def _draft_and_reviewer(pr: PullRequest) -> tuple[Review, Session]:
     parent = await sessions.primary_of_review(pr.ctx.db, review.id)
     if parent is None:
         raise CommandFailed(say(PEOPLE, "no_conversation", prefix=pr.prefix))
-    if parent.status not in sessions.OPEN:
+    if parent.status not in OPEN_SESSION:
         raise CommandFailed(say(PEOPLE, "conversation_ended", prefix=pr.prefix))
     return review, parent
 

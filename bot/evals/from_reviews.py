@@ -20,7 +20,6 @@ from bot.records.types import Finding
 from bot.records.vocab import FindingState, ReviewState
 from bot.texts import OPERATOR, say
 
-HUMAN = "human"  # findings.checked_by of a person's decision
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
@@ -32,11 +31,6 @@ def _label(finding: Finding) -> dict[str, Any]:
     label["problem"] = finding.body or finding.title
     label["severity"] = finding.severity
     return label
-
-
-def dropped_by_a_person(finding: Finding) -> bool:
-    """A person's no (`drop F2`), not a revision's withdrawal or a verify refutation."""
-    return finding.state == FindingState.DROPPED and finding.checked_by == HUMAN
 
 
 def check_repo(repo: str) -> None:
@@ -57,7 +51,7 @@ async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
     for review, pull in await evals.posted_reviews(db, repo, ReviewState.POSTED):
         findings = await load_findings(db, review.id)
         published = [f for f in findings if f.state == FindingState.KEPT]
-        declined = [f for f in findings if dropped_by_a_person(f)]
+        declined = [f for f in findings if f.dropped_by_person]
         clone_url = clone_url or pull.clone_url
         case: dict[str, Any] = {
             "id": f"pr-{pull.number}-r{review.id}",

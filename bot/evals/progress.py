@@ -10,6 +10,7 @@ from typing import TextIO
 
 from bot.evals.messages import resume_hint
 from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, Progress, add_usd
+from bot.records.vocab import VerifyStatus
 from bot.texts import OPERATOR, say
 
 BAR_WIDTH = 24
@@ -87,7 +88,9 @@ class ConsoleProgress(Progress):
                     model=run.model,
                     result=result,
                     counts=counts,
-                    refuted=sum(1 for f in result.findings if f.verify_status == "refuted"),
+                    refuted=sum(
+                        1 for f in result.findings if f.verify_status == VerifyStatus.REFUTED
+                    ),
                     usd=add_usd(result.review_usd, result.verify_usd),
                 )
                 + "\n"

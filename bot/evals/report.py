@@ -11,6 +11,7 @@ from typing import Any
 
 from bot.evals.messages import Resume
 from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, add_usd, variant_spend
+from bot.records.vocab import VerifyStatus
 from bot.texts import OPERATOR, render, say
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def _case_entry(case: CaseResult, variant: str, verify: bool) -> dict[str, Any]:
         notes=list(case.notes),
     )
     if verify:
-        entry["refuted"] = sum(1 for f in case.findings if f.verify_status == "refuted")
+        entry["refuted"] = sum(1 for f in case.findings if f.verify_status == VerifyStatus.REFUTED)
         entry["verify_error"] = case.verify_error
     return entry
 
@@ -254,7 +255,9 @@ def _lift(result: EvalResult, run: ModelRun) -> dict[str, Any]:
         "verifier": run.verify_provider,
         "without": without,
         "with": with_verify,
-        "refuted": sum(1 for c in done for f in c.findings if f.verify_status == "refuted"),
+        "refuted": sum(
+            1 for c in done for f in c.findings if f.verify_status == VerifyStatus.REFUTED
+        ),
         "lost": sum(max(c.counts[ALL].tp - c.counts[VERIFIED].tp, 0) for c in done),
         "extra_tokens": with_verify["tokens"] - without["tokens"],
         "extra_usd": extra_usd,
@@ -285,7 +288,7 @@ def _model_view(run: ModelRun) -> dict[str, Any]:
             {
                 "result": case,
                 "counts": counts,
-                "refuted": sum(1 for f in case.findings if f.verify_status == "refuted"),
+                "refuted": sum(1 for f in case.findings if f.verify_status == VerifyStatus.REFUTED),
                 "tokens": case.review_tokens + case.verify_tokens,
                 "usd": add_usd(case.review_usd, case.verify_usd),
                 "rows": rows,

@@ -26,6 +26,7 @@ from bot.records import evals
 from bot.records.runs import session_spend as ledger_spend
 from bot.records.sessions import end_session, prune_detached_sessions
 from bot.records.sqlite import Database
+from bot.records.vocab import RunStatus, VerifyStatus
 from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
 from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.texts import OPERATOR, say
@@ -255,7 +256,7 @@ class Runner:
             known = [any(s > 0 for s in row) for row in fp_scores]
         result.counts[ALL], result.pairs = score_case(scores, len(case.labels), known_fp=known)
         if any(f.verify_status for f in result.findings) or result.verify_error is not None:
-            kept = [f.verify_status != "refuted" for f in result.findings]
+            kept = [f.verify_status != VerifyStatus.REFUTED for f in result.findings]
             result.counts[VERIFIED], result.pairs = score_case(
                 scores, len(case.labels), kept=kept, known_fp=known
             )
@@ -268,7 +269,7 @@ class Runner:
         case = {
             "pr": result.case.pr or 0,
             "head_sha": result.head_sha,
-            "status": "failed" if result.error else "done",
+            "status": RunStatus.FAILED if result.error else RunStatus.DONE,
             "true_positives": strict["tp"],
             "false_positives": strict["fp"],
             "false_negatives": strict["fn"],
@@ -354,7 +355,7 @@ class Runner:
         await evals.finish_run(
             self.db,
             run.id,
-            status="failed" if run.failed else "done",
+            status=RunStatus.FAILED if run.failed else RunStatus.DONE,
             precision=strict["precision"],
             recall=strict["recall"],
             f1=strict["f1"],

@@ -31,7 +31,7 @@ from procrastinate import job_context, retry
 from procrastinate import jobs as pjobs
 from procrastinate.worker import Worker
 
-from bot.queue import Job, NewJob, PermanentError, Workers, backoff_seconds, job_log
+from bot.queue import NewJob, PermanentError, Workers, backoff_seconds, job_log
 from bot.records import pgjobs
 from bot.records.postgres import (
     CONNECT_TIMEOUT,
@@ -40,6 +40,7 @@ from bot.records.postgres import (
     Connection,
     PgDatabase,
 )
+from bot.records.types import Job
 from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)

@@ -23,6 +23,7 @@ from bot.queue import NewJob, PermanentError, Workers, backoff_seconds, job_log
 from bot.records import jobs as rows
 from bot.records.database import Database
 from bot.records.types import Job
+from bot.records.vocab import JobState
 from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
@@ -103,12 +104,12 @@ class Jobs(Workers):
         now = self.clock()
         return await rows.claim(self.db, queue, now, now + LEASE_SECONDS)
 
-    async def _finish(self, job: Job, state: str, error: str | None = None) -> None:
+    async def _finish(self, job: Job, state: JobState, error: str | None = None) -> None:
         await rows.finish(self.db, job.id, state, error, self.clock())
 
     async def _retry_or_fail(self, job: Job, error: str, *, permanent: bool) -> str:
         if permanent or job.attempts >= job.max_attempts:
-            await self._finish(job, "failed", error)
+            await self._finish(job, JobState.FAILED, error)
             await self._gave_up(job, error)
             return "failed"
         await rows.retry_at(self.db, job.id, error, self.clock() + backoff_seconds(job.attempts))
@@ -227,7 +228,7 @@ class Jobs(Workers):
             if handler is None:
                 log.error("no handler for job kind")
                 await self._finish(
-                    job, "failed", say(PEOPLE, "no_handler", job_kind=repr(job.kind))
+                    job, JobState.FAILED, say(PEOPLE, "no_handler", job_kind=repr(job.kind))
                 )
                 return
             _CURRENT.set(job.id)
@@ -237,7 +238,7 @@ class Jobs(Workers):
             try:
                 await asyncio.shield(task)
                 outcome = "done"
-                await self._finish(job, "done")
+                await self._finish(job, JobState.DONE)
             except asyncio.CancelledError:
                 if not task.done():  # the worker itself is being cancelled
                     task.cancel()
@@ -250,7 +251,7 @@ class Jobs(Workers):
                     await self._requeue_uncounted(job)
                 else:
                     outcome = "cancelled"
-                    await self._finish(job, "cancelled", "cancelled")
+                    await self._finish(job, JobState.CANCELLED, "cancelled")
             except Exception as exc:
                 error = f"{exc.__class__.__name__}: {exc}"[:2000]
                 log.warning("job raised", exc_info=True)

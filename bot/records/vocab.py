@@ -47,15 +47,11 @@ class Severity(StrEnum):
     MINOR = "minor"
     NIT = "nit"
 
-    @property
-    def rank(self) -> int:
-        """critical = 0 … nit = 3."""
-        return list(Severity).index(self)
-
-    @property
-    def annotation_level(self) -> str:
-        """A check run annotation's level."""
-        return {"critical": "failure", "major": "warning"}.get(self.value, "notice")
+    @classmethod
+    def rank(cls, value: str) -> int:
+        """critical = 0 … nit = 3; anything else after nit."""
+        order = list(cls)
+        return order.index(value) if value in order else len(order)
 
 
 class Verdict(StrEnum):

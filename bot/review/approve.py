@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import gidgethub
 
 from bot.github import github_transient
-from bot.queue import REVIEWS, Job
+from bot.queue import REVIEWS
 from bot.records import review_state
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings, mid_publish, update_review
-from bot.records.types import Finding
+from bot.records.types import Finding, Job
 from bot.records.vocab import FindingState, ReviewState
 from bot.review.publish import Publisher
 from bot.review.rules import DraftRules

@@ -19,13 +19,13 @@ from bot.agents.base import AgentError
 from bot.agents.budget import budget_used_up
 from bot.github import describe_failure, github_transient
 from bot.logs import log_context
-from bot.queue import REVIEWS, Job
+from bot.queue import REVIEWS
 from bot.records import review_state
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, owns_run, update_review
 from bot.records.sessions import end_review_sessions
-from bot.records.types import DraftFinding, Pull, Review
-from bot.records.vocab import ACTIVE, ReviewState
+from bot.records.types import DraftFinding, Job, Pull, Review
+from bot.records.vocab import ACTIVE, LedgerStatus, ReviewState
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.review import ledger
 from bot.review.checkout import default_branch_commit, prepare_worktree, worktree_name
@@ -168,7 +168,7 @@ class ReviewJob:
         await update_review(ctx.db, review_id, base_sha=tree.base_sha)
         rules_commit = await default_branch_commit(tree)
         items = await ledger.load(ctx.db, self.pull.id)
-        published = [i.ordinal for i in items if i.status == ledger.PUBLISHED]
+        published = [i.ordinal for i in items if i.status == LedgerStatus.PUBLISHED]
         since = await ledger.delta_base(ctx.db, tree, self.pull.id, review_id)
         request = ReviewRequest.of(
             self.pull,

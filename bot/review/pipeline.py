@@ -22,6 +22,7 @@ from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.sessions import create_session
 from bot.records.types import DraftFinding, Pull, Review, Session, Skill
+from bot.records.vocab import Verdict
 from bot.repo_config import RepoConfig
 from bot.review.base import read_base
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
@@ -219,7 +220,9 @@ async def review_worktree(
     )
     if not plan.reviewed:
         nothing = say(PEOPLE, "nothing_to_review")
-        return Draft(nothing, "comment", [], plan.skipped, rules=rules, changed=changed, diff=diff)
+        return Draft(
+            nothing, Verdict.COMMENT, [], plan.skipped, rules=rules, changed=changed, diff=diff
+        )
     provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(
         reviewer.db,

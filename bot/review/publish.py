@@ -18,7 +18,6 @@ import gidgethub
 
 from bot.catalog import suggested
 from bot.github import github_transient
-from bot.queue import Job
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import (
     get_review,
@@ -30,8 +29,8 @@ from bot.records.reviews import (
 )
 from bot.records.runs import review_costs
 from bot.records.sessions import has_active_cross_review
-from bot.records.types import Finding, Pull, Review
-from bot.records.vocab import ReviewState
+from bot.records.types import Finding, Job, Pull, Review
+from bot.records.vocab import ACTIVE, FindingState, ReviewState, Severity
 from bot.redaction import redact
 from bot.review.rules import DraftRules
 from bot.texts import PEOPLE, STATUS_MARKER, fit, neutralise_mentions, render, repo_url_of, say, usd
@@ -43,7 +42,7 @@ log = logging.getLogger(__name__)
 
 CHECK_NAME = "PR Cockpit"
 ANNOTATION_BATCH = 50
-LEVELS = {"critical": "failure", "major": "warning", "minor": "notice", "nit": "notice"}
+LEVELS = {Severity.CRITICAL: "failure", Severity.MAJOR: "warning"}  # annotations; else notice
 
 
 def refs(ordinals: list[int]) -> str:
@@ -179,7 +178,7 @@ class Publisher:
         rules = DraftRules.from_json(review.rules)
         costs = await review_costs(db, review.id)
         stale_sha = None
-        if review.state in ("queued", "running"):
+        if review.state in ACTIVE:
             previous = await latest_draft(db, self.pull.id)
             if previous is not None and previous.stale:
                 stale_sha = previous.head_sha[:7]
@@ -351,7 +350,7 @@ class Publisher:
         findings = [
             f
             for f in await load_findings(self.ctx.db, review.id)
-            if f.state == "kept" and not rules.folds(f)
+            if f.state == FindingState.KEPT and not rules.folds(f)
         ]
         verifier = review.verify_provider
         annotations = (
@@ -422,7 +421,7 @@ class Publisher:
         rules = DraftRules.from_json(review.rules)
         stored = await load_findings(self.ctx.db, review.id)
         if only is not None:
-            findings = [f for f in stored if f.state == "kept" and f.ordinal in only]
+            findings = [f for f in stored if f.state == FindingState.KEPT and f.ordinal in only]
         else:
             findings = rules.approvable(stored)
         await self.delete_pending()

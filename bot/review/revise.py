@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bot.records import review_state
+from bot.records.ledger import next_ordinal
 from bot.records.reviews import get_review, load_findings
 from bot.records.types import DraftFinding, Finding, Review
 from bot.records.vocab import FindingState
@@ -204,7 +205,7 @@ async def apply_revision(
         change = renumber(
             await load_findings(ctx.db, review_id),
             findings,
-            await ledger.next_number(ctx.db, review.pull_id),
+            await next_ordinal(ctx.db, review.pull_id),
         )
         note = {
             "by": by,

@@ -23,6 +23,7 @@ from bot.agents.submit import InvalidAnswer
 from bot.agents.toolbox import Toolbox
 from bot.records.sessions import end_session, start_verify_session
 from bot.records.types import DraftFinding
+from bot.records.vocab import VerifyStatus
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.skills import load_skill
 from bot.texts import MODEL, PEOPLE, render, say
@@ -30,8 +31,6 @@ from bot.worktrees import GitError, Worktree
 
 log = logging.getLogger(__name__)
 
-CONFIRMED, REFUTED, UNCERTAIN = "confirmed", "refuted", "uncertain"
-STATUSES = (CONFIRMED, REFUTED, UNCERTAIN)
 MAX_EVIDENCE = 1000
 _REF = re.compile(r"^\s*F?(\d+)\s*$", re.I)
 
@@ -48,7 +47,7 @@ VERIFY_TOOL: dict[str, Any] = {
                     "type": "object",
                     "properties": {
                         "finding": {"type": "integer", "minimum": 1},
-                        "status": {"type": "string", "enum": list(STATUSES)},
+                        "status": {"type": "string", "enum": list(VerifyStatus)},
                         "evidence": {
                             "type": "string",
                             "description": "What you read, as path:line, and why it "
@@ -107,10 +106,14 @@ def parse_verification(data: Any, *, count: int) -> dict[int, Verdict]:
             )
             continue
         status = item.get("status")
-        if status not in STATUSES:
+        if status not in tuple(VerifyStatus):
             problems.append(
                 say(
-                    MODEL, "invalid_answer", why="one_of", where=f"{where}.status", choices=STATUSES
+                    MODEL,
+                    "invalid_answer",
+                    why="one_of",
+                    where=f"{where}.status",
+                    choices=tuple(VerifyStatus),
                 )
             )
             continue
@@ -122,7 +125,7 @@ def parse_verification(data: Any, *, count: int) -> dict[int, Verdict]:
     if problems:
         raise InvalidVerification("; ".join(problems[:20]))
     for ordinal in range(1, count + 1):
-        verdicts.setdefault(ordinal, Verdict(UNCERTAIN, say(PEOPLE, "no_verdict")))
+        verdicts.setdefault(ordinal, Verdict(VerifyStatus.UNCERTAIN, say(PEOPLE, "no_verdict")))
     return verdicts
 
 

@@ -25,12 +25,12 @@ from bot.agents.transcript import (
 )
 from bot.github import describe_failure
 from bot.logs import log_context
-from bot.queue import REVIEWS, Job, turn_key
+from bot.queue import REVIEWS, turn_key
 from bot.records import messages, sessions
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings
-from bot.records.types import Message, Pull, Review, Session
-from bot.records.vocab import FindingState
+from bot.records.types import Job, Message, Pull, Review, Session
+from bot.records.vocab import FindingState, SessionRole, SessionStatus
 from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
 from bot.review.publish import Publisher, refs, where
@@ -52,7 +52,7 @@ async def queue_turn(
 ) -> bool:
     """Queue the session's next turn; True when it waits behind a turn already under way."""
     key = turn_key(session.id)
-    busy = await ctx.jobs.busy(key) or session.status == sessions.BUSY
+    busy = await ctx.jobs.busy(key) or session.status == SessionStatus.BUSY
     payload = {"session_id": session.id, "mode": mode, "text": text, "comment_id": comment_id}
     await ctx.jobs.enqueue("session_turn", key, {**payload, **extra}, queue=REVIEWS)
     return busy
@@ -146,7 +146,7 @@ class Turn:
 
     @property
     def child(self) -> bool:
-        return self.session.role == "child"
+        return self.session.role == SessionRole.CHILD
 
     async def run(self) -> None:
         db = self.ctx.db
