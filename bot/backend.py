@@ -17,7 +17,7 @@ from bot.queue import JobQueue
 from bot.queue.sqlite import Jobs
 from bot.records.database import Database
 from bot.records.schema import behind
-from bot.records.sqlite import Database as SqliteDatabase
+from bot.records.sqlite import SqliteDatabase
 from bot.texts import OPERATOR, say
 
 

@@ -12,7 +12,7 @@ whose configuration is ours alone: it borrows the repository's objects by naming
 (`objects/info/alternates`; nothing copied, nothing written on the repository's side, no git
 process started there) and the review's worktree is made from it, as production makes one
 from its mirror of GitHub. The runs and the session go to a temporary SQLite database: a trial
-on a laptop never mixes with a server's ledger and stats (`cockpit stats`, the daily budget),
+on a laptop never mixes with a server's runs and stats (`cockpit stats`, the daily budget),
 and nothing is left behind. Both go when the command ends.
 """
 
@@ -426,8 +426,8 @@ async def run_engine(
 
 async def review_local(options: LocalOptions, settings: Settings, work: Path) -> LocalReview:
     from bot.agents.providers import ModelClients
-    from bot.evals.runner import Spend, session_spend
-    from bot.records.sqlite import Database
+    from bot.evals.runner import Cost, session_spend
+    from bot.records.sqlite import SqliteDatabase
     from bot.repo_config import RepoConfig, parse_repo_config
     from bot.review.pipeline import Reviewer, ReviewRequest
     from bot.review.verify import choose_provider
@@ -447,7 +447,7 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
     if revisions.uncommitted:
         notes.append(say(OPERATOR, "local.uncommitted", count=revisions.uncommitted))
     tree = await mirror_of(mirrors, revisions)
-    db = await Database.open(work / "cockpit.sqlite3")
+    db = await SqliteDatabase.open(work / "cockpit.sqlite3")
     models = ModelClients(settings)
     try:
         model = models.provider(provider).model
@@ -488,9 +488,9 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
         draft, findings, verification = await run_engine(reviewer, tree, request, verify_with)
         review.verdict, review.summary, review.skipped = draft.verdict, draft.summary, draft.skipped
         review.findings, review.lines = findings, await _lines(tree, findings)
-        spent = Spend()
+        spent = Cost()
         if draft.session_id is not None:  # the reviewer's runs and the verify pass's
-            spent = sum(await session_spend(db, draft.session_id), Spend())
+            spent = sum(await session_spend(db, draft.session_id), Cost())
         review.tokens, review.usd = spent.tokens, spent.usd
         if verification is not None:
             review.verify_provider, review.verify_error = verification.provider, verification.error

@@ -17,7 +17,7 @@ from bot.config import Settings
 from bot.evals.commands import _golden_from_reviews
 from bot.evals.golden import load_golden
 from bot.evals.report import results_json
-from bot.evals.runner import EvalOptions, Progress, run_eval
+from bot.evals.runner import EvalOptions, ProgressSink, run_eval
 from bot.server import make_app
 from bot.standin.scripted import MODEL
 from handlers import router
@@ -75,7 +75,7 @@ async def test_published_and_dropped_findings_become_a_golden_file_that_replays(
     replay = await run_eval(
         Settings(data_dir=tmp_path / "eval-data", claude_model=MODEL),
         EvalOptions(goldens=(str(out_file),), provider="claude", models=(MODEL,)),
-        Progress(),
+        ProgressSink(),
     )
     [entry] = results_json(replay)["runs"]
     assert (entry["strict"]["tp"], entry["strict"]["fp"], entry["strict"]["fn"]) == (1, 1, 0)

@@ -26,7 +26,7 @@ from bot.records.postgres import (
     step_ddl,
 )
 from bot.records.reviews import update_review
-from bot.records.sqlite import Database as SqliteDatabase
+from bot.records.sqlite import SqliteDatabase
 from bot.records.stats import model_figures, totals
 from bot.server import CONTEXT, make_app
 from handlers import router

@@ -152,7 +152,7 @@ class ChatProvider:
         scale = self.endpoint.scale.get(self.model, 1.0)
         if self.context_tokens is not None:
             assert self.output_tokens is not None
-            fitted = fit(messages, tools, self.context_tokens - self.output_tokens, scale)
+            fitted = fit_context(messages, tools, self.context_tokens - self.output_tokens, scale)
             if fitted.dropped or fitted.clipped:
                 log.warning(
                     "chat conversation trimmed to fit the model's context",
@@ -520,7 +520,7 @@ class Fitted:
     clipped: int = 0  # tool results cut short
 
 
-def fit(
+def fit_context(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]],
     budget: int,

@@ -128,7 +128,7 @@ class AgentRun:
         return result
 
     async def _start(self) -> int:
-        """The run's ledger row, written only when its installation's daily budget has room
+        """The run's row, written only when its installation's daily budget has room
         (DailyBudgetSpent otherwise): every model run passes here, whatever started it."""
         now = time.time()
         return await start_run(

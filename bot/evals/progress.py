@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.evals.messages import resume_hint
-from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, Progress, add_usd
+from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, ProgressSink, add_usd
 from bot.records.vocab import VerifyStatus
 from bot.texts import OPERATOR, say
 
@@ -24,7 +24,7 @@ def eta_text(elapsed: float, done: int, total: int) -> str:
 
 
 @dataclass
-class ConsoleProgress(Progress):
+class ConsoleProgress(ProgressSink):
     stream: TextIO
     tty: bool
     total: int = 0

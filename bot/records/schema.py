@@ -286,7 +286,7 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("pulls", "repo_id", "INTEGER"),  # GitHub's id: a renamed repository keeps it
     ("reviews", "reason", "TEXT"),  # what started it: opened, synchronize, command …
     ("reviews", "requested_by", "TEXT"),  # the person who asked, for command reviews
-    ("runs", "installation_id", "INTEGER"),  # the daily budget's ledger outlives the PRs
+    ("runs", "installation_id", "INTEGER"),  # the daily budget's runs outlive the PRs
 )
 AFTER_COLUMNS = """
 CREATE UNIQUE INDEX IF NOT EXISTS pulls_repo_id ON pulls(repo_id, number)

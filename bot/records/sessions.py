@@ -235,7 +235,7 @@ async def sync_message_count(db: Database, child_id: int) -> None:
     )
 
 
-async def reconcile(db: Database) -> int:
+async def settle_sessions_at_start(db: Database) -> int:
     """At start-up: sessions left mid-turn are active again (their turn's job resumes them)
     if their PR is open, and end if it is not. Returns how many ended."""
     await db.execute(
@@ -288,7 +288,7 @@ async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> 
 async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -> int:
     """Delete the sessions of no PR (eval replays make them) last touched before
     `older_than`, and their messages: nobody can continue one, having no PR to comment on.
-    The cost ledger keeps their runs."""
+    Their runs (and what they cost) stay."""
     detached = "SELECT id FROM sessions WHERE pull_id IS NULL AND updated_at < ?"
     return await delete_in_chunks(
         db,

@@ -3,7 +3,7 @@ never from the PR: `REVIEW.md` at the root and the nearest one above each review
 review section of `AGENTS.md` (root and nearest, the same way), and `instructions` and
 `[[review.paths]]` of `.github/cockpit.toml`. Each carries the files it is for; together they
 are capped in size, and whatever was cut is said. Pure functions: reading the files is
-`bot.review.base`'s.
+`bot.review.default_branch`'s.
 
 The review section of an `AGENTS.md` is the first heading (any level) with a word starting
 with "review" in it — `## Review guidelines` (Codex's convention), `## Code review`,

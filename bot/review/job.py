@@ -57,7 +57,7 @@ class Ended(enum.Enum):
 
 
 @dataclass
-class Progress:
+class StatusTicker:
     """Counts tool calls and edits the status comment now and then (not on every call)."""
 
     ctx: Context
@@ -179,7 +179,7 @@ class ReviewJob:
             ledger=tuple(ledger.brief(items, await self.publisher.thread_replies(published))),
         )
         reviewer = Reviewer.of(ctx)
-        progress = Progress(ctx, self.publisher, review_id, self.owner)
+        progress = StatusTicker(ctx, self.publisher, review_id, self.owner)
         draft = await review_worktree(
             reviewer, tree, request, on_tool_call=progress, on_plan=self._planned
         )
@@ -245,7 +245,7 @@ class ReviewJob:
         request: ReviewRequest,
         items: list[ledger.Item],
         draft: Draft,
-        progress: Progress,
+        progress: StatusTicker,
     ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any], dict[str, Any]]:
         """The draft's findings under the PR's ledger numbers, verified when the review asks
         for it; what to write to the ledger, the note the status comment shows, and the verify

@@ -1,7 +1,7 @@
 """The review pipeline: a prepared worktree and a request in, a `Draft` out.
 
 diff → plan (which files) → agent run → findings placed on diff lines. No GitHub call and no
-database write beyond the agent's own ledger (session messages, runs, usage): the review
+database write beyond the agent's own records (session messages, runs, usage): the review
 job, the verify pass and eval replays all run this same function.
 """
 
@@ -24,7 +24,7 @@ from bot.records.sessions import create_session
 from bot.records.types import DraftFinding, Pull, Review, Session, Skill
 from bot.records.vocab import Verdict
 from bot.repo_config import RepoConfig
-from bot.review.base import read_base
+from bot.review.default_branch import read_default_branch
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
 from bot.review.noise import noise_files
 from bot.review.plan import placed, plan_files
@@ -197,7 +197,7 @@ async def review_worktree(
     diff = await pr_diff(tree)
     touched = changed_paths(diff)
     commit = request.rules_commit or tree.base_sha
-    base = await read_base(tree, commit, touched)
+    base = await read_default_branch(tree, commit, touched)
     noise = noise_files(diff.files, base.attributes)
     plan = plan_files(diff, request.config, noise)
     changed: frozenset[str] = frozenset()
