@@ -110,14 +110,6 @@ def render(name: str, /, **context: Any) -> str:
     return _environment(_strict).get_template(name).render(**context).strip() + "\n"
 
 
-def catalogue(name: str, kind: str, /, **context: Any) -> str:
-    """One entry of a message catalogue (a template of `{% elif kind == … %}` branches), as
-    written: only the lines around it are trimmed, never a value's own spaces (a path that
-    begins with one is shown as it is)."""
-    context.setdefault("repo_url", None)
-    return _environment(_strict).get_template(name).render(kind=kind, **context).strip("\n")
-
-
 class Audience(StrEnum):
     PEOPLE = "people"  # on GitHub: PR comments, replies, the status comment's lines
     OPERATOR = "operator"  # at the terminal and in logs: what is printed is redacted
@@ -143,9 +135,12 @@ SECTIONS = {
 
 
 def say(to: Audience, key: str, /, **values: Any) -> str:
-    """The message `key` for an audience, with its values (kept as given, spaces too)."""
+    """The message `key` for an audience, as written: only the lines around it are trimmed,
+    never a value's own spaces (a path that begins with one is shown as it is)."""
     section, _, kind = key.rpartition(".")
-    text = catalogue(SECTIONS[to][section], kind, **values)
+    values.setdefault("repo_url", None)
+    template = _environment(_strict).get_template(SECTIONS[to][section])
+    text = template.render(kind=kind, **values).strip("\n")
     return redact(text) if to is OPERATOR else text
 
 
