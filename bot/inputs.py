@@ -10,8 +10,9 @@ them at once, so `problems` walks the declaration itself and names each one, wit
 from __future__ import annotations
 
 import json
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -20,23 +21,20 @@ import msgspec.inspect as mi
 
 T = TypeVar("T")
 
+ARRAYS = (mi.ListType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)
+OBJECTS = (mi.StructType, mi.TypedDictType, mi.DataclassType)  # declared fields
 JSON_TYPES = {  # the JSON name of each type a document can hold
     mi.StrType: "string",
     mi.IntType: "integer",
     mi.FloatType: "number",
     mi.BoolType: "boolean",
     mi.NoneType: "null",
-    mi.ListType: "array",
-    mi.VarTupleType: "array",
-    mi.TupleType: "array",
-    mi.SetType: "array",
-    mi.FrozenSetType: "array",
-    mi.DictType: "object",
-    mi.StructType: "object",
-    mi.TypedDictType: "object",
-    mi.DataclassType: "object",
+    **dict.fromkeys((*ARRAYS, mi.TupleType), "array"),
+    **dict.fromkeys((*OBJECTS, mi.DictType), "object"),
 }
-OBJECTS = (mi.StructType, mi.TypedDictType, mi.DataclassType)  # declared fields
+# A bound and what breaks it; `problems` names the bounds of the type, broken or expected.
+_BROKEN = {"ge": operator.lt, "gt": operator.le, "le": operator.gt, "lt": operator.ge}
+_BROKEN_LENGTH = {"min_length": operator.lt, "max_length": operator.gt}
 
 
 @dataclass(frozen=True)
@@ -131,13 +129,11 @@ def reference_rows(shape: Any) -> list[Row]:
 def type_text(info: mi.Type) -> str:
     """A type as a reference table says it."""
     info = _bare(info)
-    if isinstance(info, mi.LiteralType):
-        return " | ".join(json.dumps(v) for v in info.values)
-    if isinstance(info, mi.EnumType):
-        return " | ".join(json.dumps(m.value) for m in info.cls)
+    if isinstance(info, mi.LiteralType | mi.EnumType):
+        return " | ".join(json.dumps(v) for v in _choices(info))
     if isinstance(info, mi.UnionType):
         return " or ".join(type_text(t) for t in info.types)
-    if isinstance(info, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+    if isinstance(info, ARRAYS):
         return f"list of {type_text(info.item_type)}"
     if isinstance(info, mi.DictType):
         return f"table of {type_text(info.value_type)}"
@@ -161,96 +157,24 @@ def _bare(info: mi.Type) -> mi.Type:
     return info
 
 
+def _choices(info: mi.LiteralType | mi.EnumType) -> tuple[Any, ...]:
+    return info.values if isinstance(info, mi.LiteralType) else tuple(m.value for m in info.cls)
+
+
 def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    kinds = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"))
+    kinds += ((list | tuple, "array"), (dict, "object"), (type(None), "null"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
 
 
 def _fits(value: Any, info: mi.Type) -> bool:
-    """Whether `value` has the JSON type `info` asks for (its constraints aside)."""
-    info = _bare(info)
-    if isinstance(info, mi.AnyType):
+    """Whether `value` has the JSON type `info` asks for (its bounds aside)."""
+    info, found = _bare(info), _json_type(value)
+    if isinstance(info, mi.LiteralType | mi.EnumType):
+        return any(found == _json_type(choice) for choice in _choices(info))
+    if type(info) not in JSON_TYPES:  # any, or a type documents do not hold: left to `decode`
         return True
-    if isinstance(info, mi.LiteralType | mi.EnumType):
-        values = info.values if isinstance(info, mi.LiteralType) else [m.value for m in info.cls]
-        return any(_json_type(value) == _json_type(v) for v in values)
-    if type(info) not in JSON_TYPES:
-        return True  # a type documents do not hold (bytes, datetime …): left to `decode`
-    found = _json_type(value)
-    return JSON_TYPES[type(info)] == found or (
-        found == "integer" and isinstance(info, mi.FloatType)
-    )
-
-
-def _check(value: Any, info: mi.Type, path: tuple[str | int, ...]) -> list[Problem]:
-    info = _bare(info)
-    if isinstance(info, mi.AnyType):
-        return []
-    if isinstance(info, mi.UnionType):
-        members = [t for t in info.types if _fits(value, t)]
-        if not members:
-            expected = " or ".join(dict.fromkeys(_expected(t) for t in info.types))
-            return [Problem(path, "type", value, expected)]
-        found = [_check(value, t, path) for t in members]
-        return min(found, key=len)  # the member it fits best
-    if isinstance(info, mi.LiteralType | mi.EnumType):
-        values = info.values if isinstance(info, mi.LiteralType) else [m.value for m in info.cls]
-        if any(value == v and _json_type(value) == _json_type(v) for v in values):
-            return []
-        return [Problem(path, "one_of", value, allowed=tuple(values))]
-    if not _fits(value, info):
-        return [Problem(path, "type", value, _expected(info), limits=_declared(info))]
-    if isinstance(info, OBJECTS):
-        return _struct(value, info, path)
-    if isinstance(info, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
-        found = _limits(value, info, path, len(value), ("min_length", "max_length"), "length")
-        for n, item in enumerate(value):
-            found += _check(item, info.item_type, (*path, n))
-        return found
-    if isinstance(info, mi.TupleType):
-        if len(value) != len(info.item_types):
-            return [Problem(path, "length", value, limits={"exactly": len(info.item_types)})]
-        return [p for n, t in enumerate(info.item_types) for p in _check(value[n], t, (*path, n))]
-    if isinstance(info, mi.DictType):
-        found = []
-        for key, item in value.items():
-            found += _check(key, info.key_type, (*path, key))
-            found += _check(item, info.value_type, (*path, key))
-        return found
-    if isinstance(info, mi.StrType):
-        found = _limits(value, info, path, len(value), ("min_length", "max_length"), "length")
-        if info.pattern is not None and not re.search(info.pattern, value):
-            found.append(Problem(path, "pattern", value, limits={"pattern": info.pattern}))
-        return found
-    if isinstance(info, mi.IntType | mi.FloatType):
-        return _limits(value, info, path, value, ("ge", "gt", "le", "lt"), "range")
-    return []
-
-
-def _struct(value: dict, info: Any, path: tuple[str | int, ...]) -> list[Problem]:
-    found = []
-    names = {f.encode_name for f in info.fields}
-    if getattr(info, "forbid_unknown_fields", False):
-        found += [Problem((*path, k), "unknown", k) for k in value if k not in names]
-    for f in info.fields:
-        if f.encode_name in value:
-            found += _check(value[f.encode_name], f.type, (*path, f.encode_name))
-        elif f.required:
-            found.append(Problem((*path, f.encode_name), "missing"))
-    return found
+    return JSON_TYPES[type(info)] == found or (found, type(info)) == ("integer", mi.FloatType)
 
 
 def _expected(info: mi.Type) -> str:
@@ -260,25 +184,57 @@ def _expected(info: mi.Type) -> str:
     return JSON_TYPES.get(type(info), "any")
 
 
-def _declared(info: mi.Type) -> dict[str, Any]:
-    names = ("ge", "gt", "le", "lt", "min_length", "max_length", "pattern")
+def _bounds(info: mi.Type, names: Iterable[str] = (*_BROKEN, *_BROKEN_LENGTH, "pattern")) -> dict:
     return {name: getattr(info, name) for name in names if getattr(info, name, None) is not None}
 
 
-_BROKEN = {
-    "ge": lambda n, bound: n < bound,
-    "gt": lambda n, bound: n <= bound,
-    "le": lambda n, bound: n > bound,
-    "lt": lambda n, bound: n >= bound,
-    "min_length": lambda n, bound: n < bound,
-    "max_length": lambda n, bound: n > bound,
-}
+def _check(value: Any, info: mi.Type, path: tuple[str | int, ...]) -> list[Problem]:
+    info = _bare(info)
+    if isinstance(info, mi.UnionType):
+        members = [t for t in info.types if _fits(value, t)]
+        if not members:
+            expected = " or ".join(dict.fromkeys(_expected(t) for t in info.types))
+            return [Problem(path, "type", value, expected)]
+        return min((_check(value, t, path) for t in members), key=len)  # the one it fits best
+    if isinstance(info, mi.LiteralType | mi.EnumType):
+        if any(value == c and _json_type(value) == _json_type(c) for c in _choices(info)):
+            return []
+        return [Problem(path, "one_of", value, allowed=_choices(info))]
+    if not _fits(value, info):
+        return [Problem(path, "type", value, _expected(info), limits=_bounds(info))]
+    found = []
+    if isinstance(info, OBJECTS):
+        names = {f.encode_name for f in info.fields}
+        if getattr(info, "forbid_unknown_fields", False):
+            found += [Problem((*path, k), "unknown", k) for k in value if k not in names]
+        for f in info.fields:
+            if f.encode_name in value:
+                found += _check(value[f.encode_name], f.type, (*path, f.encode_name))
+            elif f.required:
+                found.append(Problem((*path, f.encode_name), "missing"))
+    elif isinstance(info, mi.TupleType) and len(value) != len(info.item_types):
+        found.append(Problem(path, "length", value, limits={"exactly": len(info.item_types)}))
+    elif isinstance(info, mi.TupleType):
+        for n, (item, item_type) in enumerate(zip(value, info.item_types, strict=True)):
+            found += _check(item, item_type, (*path, n))
+    elif isinstance(info, mi.DictType):
+        for key, item in value.items():
+            found += _check(key, info.key_type, (*path, key))
+            found += _check(item, info.value_type, (*path, key))
+    if isinstance(info, (*ARRAYS, mi.StrType)):
+        found[:0] = _broken(value, len(value), _bounds(info, _BROKEN_LENGTH), path, "length")
+    if isinstance(info, ARRAYS):
+        for n, item in enumerate(value):
+            found += _check(item, info.item_type, (*path, n))
+    if isinstance(info, mi.StrType) and info.pattern and not re.search(info.pattern, value):
+        found.append(Problem(path, "pattern", value, limits={"pattern": info.pattern}))
+    if isinstance(info, mi.IntType | mi.FloatType):
+        found += _broken(value, value, _bounds(info, _BROKEN), path, "range")
+    return found
 
 
-def _limits(
-    value: Any, info: Any, path: tuple[str | int, ...], measure: Any, names: tuple, why: str
-) -> list[Problem]:
-    limits = {name: getattr(info, name) for name in names if getattr(info, name) is not None}
-    if any(_BROKEN[name](measure, bound) for name, bound in limits.items()):
-        return [Problem(path, why, value, limits=limits)]
+def _broken(value: Any, measure: Any, bounds: dict, path: tuple, why: str) -> list[Problem]:
+    tests = {**_BROKEN, **_BROKEN_LENGTH}
+    if any(tests[name](measure, bound) for name, bound in bounds.items()):
+        return [Problem(path, why, value, limits=bounds)]
     return []
