@@ -150,7 +150,6 @@ async def end_run(
 async def _move(
     db: Database, review_id: int, to: ReviewState, sources: tuple[str, ...], **fields: Any
 ) -> bool:
-    """sources → to, with the fields it sets."""
     fields = {"state": to, **fields, "updated_at": time.time()}
     changed = await db.execute(
         f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
@@ -300,7 +299,6 @@ async def set_findings(
 
 
 def _values(finding: DraftFinding) -> tuple[object, ...]:
-    """A draft finding's values for COLUMNS."""
     values = dataclasses.asdict(finding)
     values.update(side=finding.side or "RIGHT", in_diff=int(finding.in_diff))
     return tuple(values.values())
