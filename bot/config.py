@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
 from bot.redaction import mask, url_passwords
-from bot.texts import catalogue
+from bot.texts import OPERATOR, say
 
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
@@ -44,8 +44,8 @@ class ConfigError(Exception):
 
     def __init__(self, variable: str, why: str, **context: object) -> None:
         self.variable = variable
-        self.problem = catalogue("cli/config.txt.j2", why, **context)
-        said = catalogue("cli/config.txt.j2", "error", variable=variable, problem=self.problem)
+        self.problem = say(OPERATOR, f"config.{why}", **context)
+        said = say(OPERATOR, "config.error", variable=variable, problem=self.problem)
         super().__init__(said.strip())
 
 
