@@ -17,8 +17,8 @@ from bot.queue import JobQueue
 from bot.queue.sqlite import Jobs
 from bot.records.database import Database
 from bot.records.schema import behind
-from bot.records.sqlite import Database as SqliteDatabase
-from bot.texts import catalogue
+from bot.records.sqlite import SqliteDatabase
+from bot.texts import OPERATOR, say
 
 
 @dataclass
@@ -32,15 +32,10 @@ class Backend:
         await self.db.close()
 
 
-def _said(kind: str, **context: object) -> str:
-    """What the operator is told (templates/cli/messages.txt.j2; `bot.checks.say` is above us)."""
-    return catalogue("cli/messages.txt.j2", kind, **context)
-
-
 def describe(settings: Settings) -> str:
     """The configured database in a few words, a password never shown."""
     if settings.database_url is None:
-        return _said("sqlite_label", path=settings.db_path.absolute())
+        return say(OPERATOR, "sqlite_label", path=settings.db_path.absolute())
     return shown_url(settings.database_url.reveal())
 
 
@@ -188,7 +183,7 @@ async def migrate(settings: Settings) -> str:
         db = await SqliteDatabase.open(settings.db_path)  # opening applies the steps
         await db.close()
         assert db.migrated is not None
-        return _said("migrated", label=label, done=db.migrated, shared=False)
+        return say(OPERATOR, "migrated", label=label, done=db.migrated, shared=False)
     from bot.records.postgres import PgDatabase
 
     pg = await PgDatabase.open(settings.database_url.reveal())
@@ -197,4 +192,4 @@ async def migrate(settings: Settings) -> str:
         await pg.check_schema()
     finally:
         await pg.close()
-    return _said("migrated", label=label, done=done, shared=True)
+    return say(OPERATOR, "migrated", label=label, done=done, shared=True)

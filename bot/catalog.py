@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bot.records.vocab import ACTIVE, ReviewState
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -70,10 +72,10 @@ def suggested(state: str | None, stale: bool = False, cross_review: bool = False
     whose draft a second AI is critiquing, when `cross_review`)."""
     if state is None:
         return ["review", "help"]
-    if state in ("queued", "running"):
+    if state in ACTIVE:
         return ["status", "stop"]
-    if state == "draft" and not stale and cross_review:
+    if state == ReviewState.DRAFT and not stale and cross_review:
         return ["ask <message>", "send-back", "end", "approve", "drop F1", "help"]
-    if state == "draft" and not stale:
+    if state == ReviewState.DRAFT and not stale:
         return ["approve", "approve F1 F2 --comment", "drop F1", "codex-review", "review", "help"]
     return ["review", "help"]

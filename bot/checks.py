@@ -40,7 +40,7 @@ from bot.config import (
 )
 from bot.records.schema import SCHEMA_VERSION
 from bot.redaction import redact, register_all
-from bot.texts import catalogue
+from bot.texts import OPERATOR, say
 
 if TYPE_CHECKING:
     from bot.backend import Reach
@@ -48,11 +48,6 @@ if TYPE_CHECKING:
 EXIT_CONFIG, EXIT_RUNTIME = 2, 1
 PG_WAIT = 5.0  # seconds a start-up waits for Postgres before it says it cannot reach it
 PROBE_WAIT = 15.0  # seconds for a model endpoint or GitHub to answer a check
-
-
-def say(kind: str, **context: object) -> str:
-    """What an operator reads (templates/cli/messages.txt.j2), fit to print."""
-    return redact(catalogue("cli/messages.txt.j2", kind, **context))
 
 
 @dataclass(frozen=True)
@@ -118,11 +113,13 @@ def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
         if missing is None or (provider == "chat" and provider != settings.provider):
             continue
         if provider == settings.provider:
-            text = say("key_missing", variable=missing.variable, provider=provider)
-            fix = say("key_fix", variable=missing.variable, env_file=env_file_named())
+            text = say(OPERATOR, "key_missing", variable=missing.variable, provider=provider)
+            fix = say(OPERATOR, "key_fix", variable=missing.variable, env_file=env_file_named())
             found.append(problem(provider, text, fix))
         else:
-            text = say("other_key_missing", variables=MODEL_KEYS[provider], provider=provider)
+            text = say(
+                OPERATOR, "other_key_missing", variables=MODEL_KEYS[provider], provider=provider
+            )
             found.append(warning(provider, text))
     return found
 
@@ -132,13 +129,15 @@ def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
 
 def git_check() -> Check:
     if shutil.which("git") is None:
-        return problem("git", say("no_git"), say("no_git_fix"))
+        return problem("git", say(OPERATOR, "no_git"), say(OPERATOR, "no_git_fix"))
     try:
         done = subprocess.run(
             ["git", "--version"], capture_output=True, text=True, timeout=10, check=True
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        return problem("git", say("git_broken", reason=in_words(exc)), say("no_git_fix"))
+        return problem(
+            "git", say(OPERATOR, "git_broken", reason=in_words(exc)), say(OPERATOR, "no_git_fix")
+        )
     return ok("git", done.stdout.strip())
 
 
@@ -150,7 +149,9 @@ def data_dir_check(data_dir: Path) -> Check:
         existing = existing.parent
     name = "data directory"
     if not existing.is_dir():
-        return problem(name, say("data_not_folder", path=existing), say("data_fix"))
+        return problem(
+            name, say(OPERATOR, "data_not_folder", path=existing), say(OPERATOR, "data_fix")
+        )
     try:
         fd, probe = tempfile.mkstemp(dir=existing, prefix=".cockpit-check-")
         os.close(fd)
@@ -158,11 +159,11 @@ def data_dir_check(data_dir: Path) -> Check:
     except OSError as exc:
         reason = in_words(exc)
         if existing == path:
-            text = say("data_unwritable", path=path, reason=reason)
+            text = say(OPERATOR, "data_unwritable", path=path, reason=reason)
         else:
-            text = say("data_uncreatable", path=path, parent=existing, reason=reason)
-        return problem(name, text, say("data_fix"))
-    return ok(name, say("data_ok", path=path, created=path != existing))
+            text = say(OPERATOR, "data_uncreatable", path=path, parent=existing, reason=reason)
+        return problem(name, text, say(OPERATOR, "data_fix"))
+    return ok(name, say(OPERATOR, "data_ok", path=path, created=path != existing))
 
 
 def port_check(host: str, port: int) -> Check:
@@ -186,11 +187,17 @@ def listen_problem(host: str, port: int, exc: OSError) -> Check:
     machine cannot listen on, with the setting to change."""
     name, reason = "listen address", in_words(exc)
     if exc.errno == errno.EADDRINUSE:
-        return unanswered(name, say("port_in_use", host=host, port=port), say("port_fix"))
+        return unanswered(
+            name, say(OPERATOR, "port_in_use", host=host, port=port), say(OPERATOR, "port_fix")
+        )
     if isinstance(exc, socket.gaierror):
-        return problem(name, say("host_unknown", host=host, reason=reason), say("host_fix"))
-    text = say("cannot_listen", host=host, port=port, reason=reason)
-    return problem(name, text, say("host_fix" if exc.errno == errno.EADDRNOTAVAIL else "port_fix"))
+        return problem(
+            name, say(OPERATOR, "host_unknown", host=host, reason=reason), say(OPERATOR, "host_fix")
+        )
+    text = say(OPERATOR, "cannot_listen", host=host, port=port, reason=reason)
+    return problem(
+        name, text, say(OPERATOR, "host_fix" if exc.errno == errno.EADDRNOTAVAIL else "port_fix")
+    )
 
 
 async def database_check(settings: Settings, purpose: str = "serve") -> Check:
@@ -207,29 +214,37 @@ def database_verdict(settings: Settings, found: Reach, purpose: str = "serve") -
     `read` (a reporting command) one whose schema is current, for it changes nothing."""
     name, label = "database", found.label
     if found.timed_out:
-        return unanswered(name, say("pg_timeout", url=label, wait=PG_WAIT), say("pg_fix"))
+        return unanswered(
+            name, say(OPERATOR, "pg_timeout", url=label, wait=PG_WAIT), say(OPERATOR, "pg_fix")
+        )
     if found.error is not None and not found.shared:
         path = settings.db_path
         kind = "sqlite_not_database" if found.not_database else "sqlite_failed"
-        text = say(kind, path=path, reason=found.error)
-        return problem(name, text, say("sqlite_fix")) if found.refused else unanswered(name, text)
+        text = say(OPERATOR, kind, path=path, reason=found.error)
+        return (
+            problem(name, text, say(OPERATOR, "sqlite_fix"))
+            if found.refused
+            else unanswered(name, text)
+        )
     if found.error is not None:
         reason = found.error
-        text = say("pg_failed", url=label, reason=reason[:300])
+        text = say(OPERATOR, "pg_failed", url=label, reason=reason[:300])
         if found.refused:
-            return problem(name, text, say("pg_auth_fix"))
-        return unanswered(name, text, say("pg_fix"))
+            return problem(name, text, say(OPERATOR, "pg_auth_fix"))
+        return unanswered(name, text, say(OPERATOR, "pg_fix"))
     applies = purpose == "migrate" or (
         purpose == "serve" and (settings.migrate_on_start or not found.shared)
     )
     if found.behind is not None and not applies:
-        return problem(name, say("behind", label=label, reason=found.behind))
+        return problem(name, say(OPERATOR, "behind", label=label, reason=found.behind))
     if not found.shared:
         version = found.version if found.exists else None
-        return ok(name, say("sqlite", label=label, version=version, current=SCHEMA_VERSION))
+        return ok(
+            name, say(OPERATOR, "sqlite", label=label, version=version, current=SCHEMA_VERSION)
+        )
     if found.behind is not None:
-        return ok(name, say("pg_migrates", url=label, version=found.version))
-    return ok(name, say("pg_ok", url=label, version=found.version))
+        return ok(name, say(OPERATOR, "pg_migrates", url=label, version=found.version))
+    return ok(name, say(OPERATOR, "pg_ok", url=label, version=found.version))
 
 
 # -- live: the model providers ----------------------------------------------------------
@@ -272,29 +287,29 @@ async def _probe_sdk(settings: Settings, provider: str) -> str:
         await client.models.retrieve(model)
     except sdk.AuthenticationError:
         raise ProbeFailed(
-            say("key_refused", where=where),
-            say("key_fix", variable=key_variable, env_file=env_file_named()),
+            say(OPERATOR, "key_refused", where=where),
+            say(OPERATOR, "key_fix", variable=key_variable, env_file=env_file_named()),
         ) from None
     except sdk.NotFoundError:
         raise ProbeFailed(
-            say("model_unknown", model=model, where=where),
-            say("model_fix", variable=model_variable),
+            say(OPERATOR, "model_unknown", model=model, where=where),
+            say(OPERATOR, "model_fix", variable=model_variable),
         ) from None
     except sdk.APIStatusError as exc:
         raise ProbeFailed(
-            say("endpoint_status", where=where, status=exc.status_code),
-            say("endpoint_fix", variable=url_variable),
+            say(OPERATOR, "endpoint_status", where=where, status=exc.status_code),
+            say(OPERATOR, "endpoint_fix", variable=url_variable),
             EXIT_RUNTIME,
         ) from None
     except sdk.APIConnectionError:
         raise ProbeFailed(
-            say("unreachable", where=where),
-            say("endpoint_fix", variable=url_variable),
+            say(OPERATOR, "unreachable", where=where),
+            say(OPERATOR, "endpoint_fix", variable=url_variable),
             EXIT_RUNTIME,
         ) from None
     finally:
         await client.close()
-    return say("model_ok", model=model, where=where)
+    return say(OPERATOR, "model_ok", model=model, where=where)
 
 
 async def _probe_chat(settings: Settings) -> str:
@@ -307,7 +322,7 @@ async def _probe_chat(settings: Settings) -> str:
         code = EXIT_RUNTIME if isinstance(problems[0], Unanswered) else EXIT_CONFIG
         raise ProbeFailed(problems[0], "", code)
     assert settings.chat is not None
-    return say("model_ok", model=settings.chat.model, where="COCKPIT_CHAT_BASE_URL")
+    return say(OPERATOR, "model_ok", model=settings.chat.model, where="COCKPIT_CHAT_BASE_URL")
 
 
 MODEL_PROBES: dict[str, ModelProbe] = {
@@ -320,14 +335,14 @@ MODEL_PROBES: dict[str, ModelProbe] = {
 async def model_check(settings: Settings, provider: str) -> Check:
     probe = MODEL_PROBES.get(provider)
     if probe is None:
-        return warning(provider, say("no_probe"))
+        return warning(provider, say(OPERATOR, "no_probe"))
     try:
         async with asyncio.timeout(PROBE_WAIT + 5):
             return ok(provider, await probe(settings))
     except ProbeFailed as exc:
         return problem(provider, exc.text, exc.fix, exc.code)
     except TimeoutError:
-        return unanswered(provider, say("probe_timeout", wait=PROBE_WAIT))
+        return unanswered(provider, say(OPERATOR, "probe_timeout", wait=PROBE_WAIT))
 
 
 # -- live: GitHub ---------------------------------------------------------------------------
@@ -350,21 +365,25 @@ async def github_check(settings: Settings) -> Check:
             app = await GitHubApp(settings, http).app_api().getitem("/app")
     except gidgethub.HTTPException as exc:
         status = int(exc.status_code)
-        text = say("app_refused", where=where, status=status)
+        text = say(OPERATOR, "app_refused", where=where, status=status)
         if status in (401, 403, 404):  # the App's id, key or API URL is wrong
-            return problem(name, text, say("app_auth_fix"))
-        return unanswered(name, text, say("github_fix"))
+            return problem(name, text, say(OPERATOR, "app_auth_fix"))
+        return unanswered(name, text, say(OPERATOR, "github_fix"))
     except aiohttp.ClientConnectorCertificateError:
-        return problem(name, say("github_untrusted", where=where), say("ca_fix"))
+        return problem(
+            name, say(OPERATOR, "github_untrusted", where=where), say(OPERATOR, "ca_fix")
+        )
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        text = say("github_unreachable", where=where, reason=in_words(exc))
-        return unanswered(name, text, say("github_fix"))
+        text = say(OPERATOR, "github_unreachable", where=where, reason=in_words(exc))
+        return unanswered(name, text, say(OPERATOR, "github_fix"))
     slug = app.get("slug") if isinstance(app, dict) else None
     if settings.app_slug and slug and settings.app_slug != slug:
         return problem(
-            name, say("slug_differs", given=settings.app_slug, slug=slug), say("slug_fix")
+            name,
+            say(OPERATOR, "slug_differs", given=settings.app_slug, slug=slug),
+            say(OPERATOR, "slug_fix"),
         )
-    return ok(name, say("app_ok", slug=slug, app_id=settings.app_id, where=where))
+    return ok(name, say(OPERATOR, "app_ok", slug=slug, app_id=settings.app_id, where=where))
 
 
 # -- together ---------------------------------------------------------------------------------

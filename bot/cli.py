@@ -29,20 +29,15 @@ from bot.config import (
     settings_secrets,
 )
 from bot.redaction import environment_secrets, redact, register_all
+from bot.texts import OPERATOR, say
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
 STARTED = time.monotonic()  # before the heavy imports: what `demo` measures from
 
 
 def _fail(exc: ConfigError, command: str = "") -> int:
-    print(say("config_failed", command=command, error=exc), file=sys.stderr)
+    print(say(OPERATOR, "config_failed", command=command, error=exc), file=sys.stderr)
     return EXIT_CONFIG
-
-
-def say(kind: str, **context: Any) -> str:
-    from bot.checks import say as checks_say  # lazily: nothing heavy before `main` starts
-
-    return checks_say(kind, **context)
 
 
 def version() -> str:
@@ -94,7 +89,15 @@ class _Version(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         from bot.records.schema import SCHEMA_VERSION
 
-        print(say("version", version=version(), schema=SCHEMA_VERSION, commit=checkout_commit()))
+        print(
+            say(
+                OPERATOR,
+                "version",
+                version=version(),
+                schema=SCHEMA_VERSION,
+                commit=checkout_commit(),
+            )
+        )
         parser.exit()
 
 
@@ -105,7 +108,7 @@ def port(text: str) -> int:
     except ValueError:
         number = -1
     if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(say("bad_port", text=repr(text)))
+        raise argparse.ArgumentTypeError(say(OPERATOR, "bad_port", text=repr(text)))
     return number
 
 
@@ -146,7 +149,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     code = exit_code(checks)
     if code or settings is None:
         problems = sum(c.problem for c in checks)
-        print(say("serve_failed", count=problems, app_missing=app_missing), file=sys.stderr)
+        print(
+            say(OPERATOR, "serve_failed", count=problems, app_missing=app_missing), file=sys.stderr
+        )
         return code or EXIT_CONFIG
     assert host is not None and port is not None
     from bot.logs import setup_logging
@@ -157,7 +162,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_serve(settings, host, port, args.role))
     except (SchemaBehind, MigrationFailed) as exc:
-        print(say("failed", command="serve", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "failed", command="serve", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     except OSError as exc:  # the address was taken between the check and the start
         from bot.checks import listen_problem
@@ -184,6 +189,7 @@ def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
     chat_model = settings.chat.model if settings.chat else ""
     models = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": chat_model}
     return say(
+        OPERATOR,
         "serve_started",
         version=version(),
         host=host,
@@ -250,7 +256,7 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(backend.migrate(settings)))
     except (MigrationFailed, OSError, sqlite3.Error, psycopg.Error) as exc:
-        print(say("failed", command="migrate", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "failed", command="migrate", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     return 0
 
@@ -276,9 +282,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(check.line())
     code = exit_code(checks)
     if code:
-        print(say("check_failed", count=sum(c.problem for c in checks)))
+        print(say(OPERATOR, "check_failed", count=sum(c.problem for c in checks)))
     else:
-        print(say("check_ok", count=len(checks), offline=args.offline))
+        print(say(OPERATOR, "check_ok", count=len(checks), offline=args.offline))
     return code
 
 
@@ -341,7 +347,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(exc, "stats")
     except ValueError as exc:
-        print(say("failed", command="stats", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "failed", command="stats", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     from bot.backend import reach
     from bot.checks import PG_WAIT, database_verdict
@@ -349,7 +355,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     found = asyncio.run(reach(settings, PG_WAIT))
     if not found.exists:
         print(
-            say("stats_no_database", path=settings.db_path, data_dir=settings.data_dir),
+            say(OPERATOR, "stats_no_database", path=settings.db_path, data_dir=settings.data_dir),
             file=sys.stderr,
         )
         return EXIT_CONFIG
@@ -364,10 +370,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     try:
         rows, where = asyncio.run(_stats(settings, since, args.repo))
     except SchemaBehind as exc:  # migrated back meanwhile: not likely, but said as it is
-        print(say("failed", command="stats", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "failed", command="stats", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     except (OSError, sqlite3.Error, psycopg.Error) as exc:
-        print(say("failed", command="stats", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "failed", command="stats", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     from bot.stats import render_text, to_json
 
@@ -423,7 +429,7 @@ def environment_text(width: int = 100) -> str:
         meaning = wrap.fill(plain(var.meaning))
         default = wrap.fill("default: " + plain(var.default))
         blocks.append("\n".join([", ".join(var.names), meaning, default]))
-    return say("environment_head") + "\n\n" + "\n\n".join(blocks)
+    return say(OPERATOR, "environment_head") + "\n\n" + "\n\n".join(blocks)
 
 
 def cmd_help(args: argparse.Namespace) -> int:
@@ -445,7 +451,7 @@ def cmd_help(args: argparse.Namespace) -> int:
     if topic in commands:
         commands[topic].print_help()
         return 0
-    print(say("no_topic", topic=repr(topic), commands=sorted(commands)), file=sys.stderr)
+    print(say(OPERATOR, "no_topic", topic=repr(topic), commands=sorted(commands)), file=sys.stderr)
     return EXIT_CONFIG
 
 
@@ -760,5 +766,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         error = redact(f"{exc.__class__.__name__}: {exc}")[:300]
-        print(say("unexpected", command=args.command, error=error), file=sys.stderr)
+        print(say(OPERATOR, "unexpected", command=args.command, error=error), file=sys.stderr)
         return EXIT_RUNTIME

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
 from bot.redaction import mask, url_passwords
-from bot.texts import catalogue
+from bot.texts import OPERATOR, say
 
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_CLAUDE_MODEL = "claude-sonnet-5-5"
@@ -45,8 +45,8 @@ class ConfigError(Exception):
 
     def __init__(self, variable: str, why: str, **context: object) -> None:
         self.variable = variable
-        self.problem = catalogue("cli/config.txt.j2", why, **context)
-        said = catalogue("cli/config.txt.j2", "error", variable=variable, problem=self.problem)
+        self.problem = say(OPERATOR, f"config.{why}", **context)
+        said = say(OPERATOR, "config.error", variable=variable, problem=self.problem)
         super().__init__(said.strip())
 
 
@@ -156,7 +156,7 @@ def _private_key(env: Mapping[str, str]) -> Secret:
             text = Path(path).expanduser().read_text()
         except (OSError, UnicodeDecodeError) as exc:
             if isinstance(exc, UnicodeDecodeError):
-                reason = catalogue("cli/config.txt.j2", "reason", why="not_text")
+                reason = say(OPERATOR, "config.reason", why="not_text")
             else:
                 reason = in_words(exc)
             raise ConfigError(variable, "unreadable", path=repr(path), reason=reason) from None
@@ -524,9 +524,9 @@ def in_words(exc: BaseException) -> str:
         if isinstance(error, OSError) and error.errno and error.errno > 0:
             return os.strerror(error.errno)
         if isinstance(error, TimeoutError):
-            return catalogue("cli/config.txt.j2", "reason", why="timeout")
+            return say(OPERATOR, "config.reason", why="timeout")
         error = _cause(error)
-    return " ".join(str(exc).split()) or catalogue("cli/config.txt.j2", "reason", why="failed")
+    return " ".join(str(exc).split()) or say(OPERATOR, "config.reason", why="failed")
 
 
 def _cause(error: BaseException) -> BaseException | None:

@@ -34,6 +34,7 @@ from aiohttp import web
 from bot.checks import git_check
 from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL, ChatSettings
 from bot.records.reviews import newest_state
+from bot.records.vocab import ReviewState
 from bot.repo_config import CONFIG_PATH
 from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
@@ -42,7 +43,7 @@ from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin
 from bot.standin.repo import make_pr
 from bot.standin.scripted import MODEL as SCRIPTED_MODEL
 from bot.standin.scripted import scripted_reviewer
-from bot.texts import catalogue
+from bot.texts import OPERATOR, say
 from handlers import router
 
 OWNER, NAME, NUMBER, INSTALLATION, MAINTAINER = "demo", "widgets", 1, 1, "maintainer"
@@ -135,7 +136,7 @@ async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not await predicate():
         if time.monotonic() > deadline:
-            raise TimeoutError(say("timed_out", what=what))
+            raise TimeoutError(say(OPERATOR, "demo.timed_out", what=what))
         await asyncio.sleep(0.05)
 
 
@@ -145,10 +146,6 @@ async def _review_state(app: web.Application) -> str | None:
 
 async def _idle(app: web.Application) -> bool:
     return await app[CONTEXT].jobs.pending() == 0
-
-
-def say(kind: str, **context: Any) -> str:
-    return catalogue("demo/messages.txt.j2", kind, **context)
 
 
 async def demo(
@@ -199,7 +196,8 @@ async def demo(
     names = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": SCRIPTED_MODEL}
     print(
         say(
-            "banner",
+            OPERATOR,
+            "demo.banner",
             pr=f"{OWNER}/{NAME}#{NUMBER}",
             reviewer=reviewer.title(),
             reviewer_model=names[reviewer],
@@ -216,22 +214,24 @@ async def demo(
             async def deliver(event: str, data: dict[str, Any], what: str) -> None:
                 body, headers = _signed(event, data, secret)
                 async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as r:
-                    print("\n" + say("delivery", what=what, status=r.status))
+                    print("\n" + say(OPERATOR, "demo.delivery", what=what, status=r.status))
                 await _wait(lambda: _idle(app), what)
 
             async def command(text: str) -> None:
                 data = _comment(pr, text, next(comments))
-                await deliver("issue_comment", data, say("comment", text=text, by=MAINTAINER))
+                await deliver(
+                    "issue_comment", data, say(OPERATOR, "demo.comment", text=text, by=MAINTAINER)
+                )
 
             await deliver("pull_request", _pull_request_opened(pr), "pull_request.opened")
-            _section(say("section", part="status"))
+            _section(say(OPERATOR, "demo.section", part="status"))
             print(_status(github))
-            if await _review_state(app) != "draft":
+            if await _review_state(app) != ReviewState.DRAFT:
                 return 1
-            print(say("verify_column", verifier=verifier))
+            print(say(OPERATOR, "demo.verify_column", verifier=verifier))
 
             await command(f"/cockpit codex-review --with {critic}")
-            _section(say("section", part="critique", critic=critic.title()))
+            _section(say(OPERATOR, "demo.section", part="critique", critic=critic.title()))
             critique = [
                 c for c in github.issue_comments.values() if "pr-cockpit:session" in c["body"]
             ]
@@ -241,25 +241,29 @@ async def demo(
             print(critique[-1]["body"])
 
             await command("/cockpit send-back")
-            _section(say("section", part="revised"))
+            _section(say(OPERATOR, "demo.section", part="revised"))
             print(_status(github))
 
             await command("/cockpit approve")
-            if await _review_state(app) != "posted":
+            if await _review_state(app) != ReviewState.POSTED:
                 print(_latest_reply(github))
                 return 1
-        _section(say("section", part="published"))
+        _section(say(OPERATOR, "demo.section", part="published"))
         [review] = [r for r in github.reviews.values() if r["state"] != "PENDING"]
-        print(say("published", state=review["state"], commit=review["commit_id"][:7]) + "\n")
+        print(
+            say(OPERATOR, "demo.published", state=review["state"], commit=review["commit_id"][:7])
+            + "\n"
+        )
         print(review["body"])
         for comment in review["comments"]:
-            print("\n" + say("inline", comment=comment))
+            print("\n" + say(OPERATOR, "demo.inline", comment=comment))
             print("  " + comment["body"].replace("\n", "\n  "))
         reactions = [r["content"] for r in github.reactions if r["comment_id"] == 424244]
-        print("\n" + say("reactions", reactions=reactions))
+        print("\n" + say(OPERATOR, "demo.reactions", reactions=reactions))
         print(
             say(
-                "done",
+                OPERATOR,
+                "demo.done",
                 seconds=time.monotonic() - started,
                 calls=len(github.requests),
                 live=live,
@@ -280,13 +284,13 @@ def _status(github: GitHubStandin) -> str:
 
 def _latest_reply(github: GitHubStandin) -> str:
     replies = [c["body"] for c in github.issue_comments.values() if "pr-cockpit:" not in c["body"]]
-    return replies[-1] if replies else say("no_reply")
+    return replies[-1] if replies else say(OPERATOR, "demo.no_reply")
 
 
 def live_problem() -> str | None:
     """Why `--live` cannot run (a key it needs is not set), else None."""
     missing = [key for _, key, _, _ in LIVE if not os.environ.get(key)]
-    return say("live_needs", missing=missing) if missing else None
+    return say(OPERATOR, "demo.live_needs", missing=missing) if missing else None
 
 
 def run_demo(
@@ -295,7 +299,7 @@ def run_demo(
     logging.basicConfig(level=logging.ERROR)
     git = git_check()
     if git.problem:  # the repository, the mirror and the reviewer's tools all run git
-        print(say("no_git", line=git.line()), file=sys.stderr)
+        print(say(OPERATOR, "demo.no_git", line=git.line()), file=sys.stderr)
         return 2
     if live:
         problem = live_problem()
@@ -303,15 +307,15 @@ def run_demo(
             print(problem, file=sys.stderr)
             return 2
         endpoints = [(name, os.environ.get(base) or default) for name, _, base, default in LIVE]
-        print(say("live", endpoints=endpoints))
+        print(say(OPERATOR, "demo.live", endpoints=endpoints))
     root = Path(tempfile.mkdtemp(prefix="cockpit-demo-"))
     try:
         return asyncio.run(demo(root, live=live, critic=critic, started=started))
     except TimeoutError as exc:
-        print(say("failed", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "demo.failed", error=exc), file=sys.stderr)
         return 1
     finally:
         if keep:
-            print(say("kept", root=root))
+            print(say(OPERATOR, "demo.kept", root=root))
         else:
             shutil.rmtree(root, ignore_errors=True)

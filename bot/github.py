@@ -20,7 +20,7 @@ from gidgethub import apps
 from bot.config import Secret, Settings
 from bot.metrics import Metrics
 from bot.redaction import redact, register
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
 
@@ -321,9 +321,9 @@ class GitHubApp:
 def describe_failure(exc: Exception) -> str:
     """A failure as people on the PR are told it (no internals, no secrets)."""
     if isinstance(exc, gidgethub.HTTPException):
-        return redact(message("github_answered", status=int(exc.status_code), error=str(exc)))
+        return redact(say(PEOPLE, "github_answered", status=int(exc.status_code), error=str(exc)))
     if isinstance(exc, OSError):
-        return message("local_error", error_class=exc.__class__.__name__)
+        return say(PEOPLE, "local_error", error_class=exc.__class__.__name__)
     return redact(str(exc))
 
 

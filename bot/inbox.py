@@ -23,11 +23,12 @@ import orjson
 from gidgethub import routing, sansio
 
 from bot.logs import log_context
-from bot.queue import EVENTS, Job, JobQueue
+from bot.queue import EVENTS, JobQueue
 from bot.records import deliveries
 from bot.records.sqlite import BUSY_TIMEOUT_MS
-from bot.records.types import StoredDelivery
-from bot.texts import message
+from bot.records.types import Job, StoredDelivery
+from bot.records.vocab import DeliveryStatus
+from bot.texts import PEOPLE, say
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -96,13 +97,13 @@ class Delivery:
             body.decode("utf-8")  # JSON is UTF-8 (RFC 8259), also in strings nobody reads
             envelope = _ENVELOPE.decode(body)
         except UnicodeDecodeError:
-            raise MalformedBody(message("malformed_body", why="utf8")) from None
+            raise MalformedBody(say(PEOPLE, "malformed_body", why="utf8")) from None
         except RecursionError:
-            raise MalformedBody(message("malformed_body", why="deep")) from None
+            raise MalformedBody(say(PEOPLE, "malformed_body", why="deep")) from None
         except msgspec.ValidationError as exc:
-            raise MalformedBody(message("malformed_body", why="shape", error=exc)) from None
+            raise MalformedBody(say(PEOPLE, "malformed_body", why="shape", error=exc)) from None
         except msgspec.DecodeError:
-            raise MalformedBody(message("malformed_body", why="json")) from None
+            raise MalformedBody(say(PEOPLE, "malformed_body", why="json")) from None
         holders = (envelope.pull_request, envelope.issue)
         number = next((h.number for h in holders if h and h.number is not None), None)
         return cls(
@@ -343,7 +344,7 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
     try:
         data = orjson.loads(zlib.decompress(stored.body))
     except orjson.JSONDecodeError as exc:  # valid at the ack, which reads only the envelope
-        await _record(ctx, stored, job, "failed", f"body cannot be parsed: {exc}")
+        await _record(ctx, stored, job, DeliveryStatus.FAILED, f"body cannot be parsed: {exc}")
         log.error("delivery body cannot be parsed", extra={"fields": {"delivery": stored.id}})
         return
     event = sansio.Event(data, event=stored.event, delivery_id=stored.id)
@@ -354,7 +355,7 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
         if reason is None and not router.fetch(event):
             reason = "no handler"
         if reason:
-            await _record(ctx, stored, job, "ignored", reason)
+            await _record(ctx, stored, job, DeliveryStatus.IGNORED, reason)
             return
         installation_id = stored.installation_id
         gh = ctx.github.installation_api(installation_id) if installation_id else None
@@ -363,9 +364,9 @@ async def process_delivery(ctx: Context, router: routing.Router, job: Job) -> No
         except Exception as exc:
             if job.attempts >= job.max_attempts:
                 reason = f"{exc.__class__.__name__}: {exc}"
-                await _record(ctx, stored, job, "failed", reason)
+                await _record(ctx, stored, job, DeliveryStatus.FAILED, reason)
             raise
-        await _record(ctx, stored, job, "done", "processed")
+        await _record(ctx, stored, job, DeliveryStatus.DONE, "processed")
         log.info("delivery processed")
 
 
@@ -373,7 +374,7 @@ async def delivery_gave_up(ctx: Context, job: Job, reason: str) -> None:
     """A delivery's job failed for good without recording it (the process died each time)."""
     stored = await deliveries.queued_delivery(ctx.db, job.payload["delivery_id"])
     if stored is not None:
-        await _record(ctx, stored, job, "failed", reason)
+        await _record(ctx, stored, job, DeliveryStatus.FAILED, reason)
 
 
 async def _record(

@@ -12,7 +12,7 @@ whose configuration is ours alone: it borrows the repository's objects by naming
 (`objects/info/alternates`; nothing copied, nothing written on the repository's side, no git
 process started there) and the review's worktree is made from it, as production makes one
 from its mirror of GitHub. The runs and the session go to a temporary SQLite database: a trial
-on a laptop never mixes with a server's ledger and stats (`cockpit stats`, the daily budget),
+on a laptop never mixes with a server's runs and stats (`cockpit stats`, the daily budget),
 and nothing is left behind. Both go when the command ends.
 """
 
@@ -41,8 +41,8 @@ from bot.config import (
     load_settings,
     missing_model_key,
 )
-from bot.redaction import redact
-from bot.texts import catalogue, render, usd
+from bot.records.vocab import Verdict
+from bot.texts import OPERATOR, render, say, usd
 from bot.worktrees import GitError, Mirrors, Worktree, run_git, with_config
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
@@ -120,11 +120,6 @@ class LocalReview:
     notes: list[str] = field(default_factory=list)
 
 
-def say(kind: str, **context: Any) -> str:
-    """What `review-local` prints (templates/local/messages.txt.j2), fit to print."""
-    return redact(catalogue("local/messages.txt.j2", kind, **context))
-
-
 def plain(text: str | None) -> str:
     """Untrusted text (model output, commit messages, file lines) made safe for a terminal:
     control characters other than newline and tab are shown as `?`."""
@@ -167,7 +162,7 @@ async def _default_branch(repo: Path, env: dict[str, str]) -> tuple[str, str]:
             target = await _git(repo, env, "symbolic-ref", "--quiet", "--short", ref, check=False)
             name = target or name
         return name, sha
-    raise LocalError(say("no_default_branch"))
+    raise LocalError(say(OPERATOR, "local.no_default_branch"))
 
 
 def mirror_key(top: Path) -> str:
@@ -180,11 +175,11 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     env = mirrors.env()
     path = Path(options.path).expanduser()
     if not path.is_dir():
-        raise LocalError(say("no_folder", path=options.path))
+        raise LocalError(say(OPERATOR, "local.no_folder", path=options.path))
     try:
         bare = await _git(path, env, "rev-parse", "--is-bare-repository")
     except GitError:
-        raise LocalError(say("not_a_repository", path=options.path)) from None
+        raise LocalError(say(OPERATOR, "local.not_a_repository", path=options.path)) from None
     asked = ["--show-object-format", "--path-format=absolute", "--git-common-dir"]
     found = await _git(
         path, env, "rev-parse", *asked, "--git-path", "objects", "--git-path", "index"
@@ -194,12 +189,14 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     top = git_dir if bare == "true" else Path(await _git(path, env, "rev-parse", "--show-toplevel"))
     head_sha = await _commit(path, env, options.head)
     if head_sha is None:
-        raise LocalError(say("no_commit", flag="head", ref=options.head, top=top))
+        raise LocalError(say(OPERATOR, "local.no_commit", flag="head", ref=options.head, top=top))
     if options.base is not None:
         base_ref = options.base
         base_sha = await _commit(path, env, options.base)
         if base_sha is None:
-            raise LocalError(say("no_commit", flag="base", ref=options.base, top=top))
+            raise LocalError(
+                say(OPERATOR, "local.no_commit", flag="base", ref=options.base, top=top)
+            )
     else:
         base_ref, base_sha = await _default_branch(path, env)
     uncommitted = 0
@@ -459,8 +456,8 @@ async def run_engine(
 
 async def review_local(options: LocalOptions, settings: Settings, work: Path) -> LocalReview:
     from bot.agents.providers import ModelClients
-    from bot.evals.runner import Spend, session_spend
-    from bot.records.sqlite import Database
+    from bot.evals.runner import Cost, session_spend
+    from bot.records.sqlite import SqliteDatabase
     from bot.repo_config import RepoConfig, parse_repo_config
     from bot.review.pipeline import Reviewer, ReviewRequest
     from bot.review.verify import choose_provider
@@ -476,19 +473,24 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
         verify_with = choose_provider(provider, config.verify_provider, available)
     notes = []
     if config.error:
-        notes.append(say("config_error", error=config.error))
+        notes.append(say(OPERATOR, "local.config_error", error=config.error))
     if revisions.uncommitted:
-        notes.append(say("uncommitted", count=revisions.uncommitted))
+        notes.append(say(OPERATOR, "local.uncommitted", count=revisions.uncommitted))
     tree = await mirror_of(mirrors, revisions)
-    db = await Database.open(work / "cockpit.sqlite3")
+    db = await SqliteDatabase.open(work / "cockpit.sqlite3")
     models = ModelClients(settings)
     try:
         model = models.provider(provider).model
-        review = LocalReview(revisions, tree.merge_base, provider, model, "comment", "", [], {}, ())
+        review = LocalReview(
+            revisions, tree.merge_base, provider, model, Verdict.COMMENT, "", [], {}, ()
+        )
         review.notes = notes
         if tree.merge_base == tree.head_sha:
             review.summary = say(
-                "nothing_to_review", head=revisions.head_ref, base=revisions.base_ref
+                OPERATOR,
+                "local.nothing_to_review",
+                head=revisions.head_ref,
+                base=revisions.base_ref,
             )
             return review
         request = ReviewRequest(
@@ -503,7 +505,8 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
             config=config,
         )
         progress = say(
-            "reviewing",
+            OPERATOR,
+            "local.reviewing",
             revisions=revisions,
             merge_base=tree.merge_base,
             provider=provider,
@@ -515,9 +518,9 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
         draft, findings, verification = await run_engine(reviewer, tree, request, verify_with)
         review.verdict, review.summary, review.skipped = draft.verdict, draft.summary, draft.skipped
         review.findings, review.lines = findings, await _lines(tree, findings)
-        spent = Spend()
+        spent = Cost()
         if draft.session_id is not None:  # the reviewer's runs and the verify pass's
-            spent = sum(await session_spend(db, draft.session_id), Spend())
+            spent = sum(await session_spend(db, draft.session_id), Cost())
         review.tokens, review.usd = spent.tokens, spent.usd
         if verification is not None:
             review.verify_provider, review.verify_error = verification.provider, verification.error
@@ -534,7 +537,8 @@ def _require_key(provider: str, chosen: bool) -> None:
     others = [(p, MODEL_KEYS[p][0]) for p in PROVIDERS if p != provider]
     raise LocalError(
         say(
-            "missing_key",
+            OPERATOR,
+            "local.missing_key",
             variable=missing.variable,
             provider=provider,
             chosen=chosen,
@@ -624,22 +628,22 @@ def run_review_local(options: LocalOptions) -> int:
     try:
         settings = load_settings(github=False)
     except ConfigError as exc:
-        print(say("config_failed", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "local.config_failed", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     try:
         _require_key(options.provider or settings.provider, options.provider is not None)
     except LocalError as exc:  # before any work: nothing read, nothing written
-        print(say("failed", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "local.failed", error=exc), file=sys.stderr)
         return exc.code
     work = Path(tempfile.mkdtemp(prefix="cockpit-review-local-"))
     try:
         settings = dataclasses.replace(settings, data_dir=work)
         review = asyncio.run(review_local(options, settings, work))
     except LocalError as exc:
-        print(say("failed", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "local.failed", error=exc), file=sys.stderr)
         return exc.code
     except (AgentError, GitError) as exc:
-        print(say("review_failed", error=exc), file=sys.stderr)
+        print(say(OPERATOR, "local.review_failed", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from bot.records.vocab import JobState
+
 # `cockpit stats`' figures (bot.stats.gauges) as gauges by provider and model, read from the
 # database at each scrape: figure → (metric name, help).
 REVIEW_GAUGES = {
@@ -90,7 +92,7 @@ class Metrics:
                 self.review_figures[figure].labels(provider=provider, model=model).set(value)
 
     def set_job_counts(self, counts: dict[str, int]) -> None:
-        for state in ("queued", "waiting", "running", "done", "failed", "cancelled"):
+        for state in JobState:
             self.jobs.labels(state=state).set(counts.get(state, 0))
 
     def render(self) -> bytes:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.records.notices import take_uses
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 
 @dataclass(frozen=True)
@@ -39,4 +39,4 @@ class CommandLimits:
             return None
         index, wait = full
         _, limit, per = rules[index]
-        return message("rate_limited", count=limit.count, per=per), wait
+        return say(PEOPLE, "rate_limited", count=limit.count, per=per), wait

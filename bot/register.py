@@ -32,6 +32,7 @@ import jinja2
 from aiohttp import web
 
 from bot.config import DEFAULT_API_URL
+from bot.texts import OPERATOR, say
 
 GITHUB_WEB_URL = "https://github.com"
 DEFAULT_PORT = 8725
@@ -48,7 +49,7 @@ class RegisterError(Exception):
 
     def __init__(self, kind: str, exit_code: int = EXIT_FAILED, **context: Any) -> None:
         self.exit_code = exit_code
-        super().__init__(message(kind, **context))
+        super().__init__(say(OPERATOR, f"register.{kind}", **context))
 
 
 @dataclass(frozen=True)
@@ -167,10 +168,6 @@ def env_text(
         key_path=str(key_path),
         api_url=api_url if api_url != DEFAULT_API_URL else "",
     )
-
-
-def message(kind: str, **context: Any) -> str:
-    return _render("register/messages.txt.j2", kind=kind, **context).strip("\n")  # as written
 
 
 # -- files ------------------------------------------------------------------------------------
@@ -367,8 +364,9 @@ async def register(
         return exc.exit_code
     conversion = registered.conversion
     echo(
-        message(
-            "next_steps",
+        say(
+            OPERATOR,
+            "register.next_steps",
             name=conversion.get("name") or conversion["slug"],
             app_id=conversion["id"],
             html_url=conversion.get("html_url", ""),
@@ -399,8 +397,9 @@ async def _run_flow(options: Options, target: Target, echo: Callable[[str], None
                 ) from None
             flow.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             echo(
-                message(
-                    "open_page",
+                say(
+                    OPERATOR,
+                    "register.open_page",
                     org=target.org,
                     web_url=target.web_url,
                     public_url=options.public_url,
@@ -424,7 +423,7 @@ def run(options: Options) -> int:
     try:
         return asyncio.run(register(options))
     except KeyboardInterrupt:
-        print(message("interrupted"), file=sys.stderr)
+        print(say(OPERATOR, "register.interrupted"), file=sys.stderr)
         return 130
 
 
@@ -432,9 +431,11 @@ def duration(seconds: float) -> str:
     """A wait as people say it: `5 seconds`, `1 minute`, `2 minutes 30 seconds`."""
     whole = round(seconds)
     if seconds < 60:
-        return message("seconds", value=f"{seconds:g}" if seconds < 1 else str(whole))
+        return say(
+            OPERATOR, "register.seconds", value=f"{seconds:g}" if seconds < 1 else str(whole)
+        )
     minutes, rest = divmod(whole, 60)
-    return message("minutes", minutes=minutes, rest=rest)
+    return say(OPERATOR, "register.minutes", minutes=minutes, rest=rest)
 
 
 def _shown(path: Path) -> str:

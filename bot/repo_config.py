@@ -23,10 +23,10 @@ from typing import Any
 import gidgethub
 import pathspec
 
-from bot.agents.submit import SEVERITIES
 from bot.config import PROVIDERS
 from bot.github import PERMISSIONS
-from bot.texts import message
+from bot.records.vocab import Severity
+from bot.texts import PEOPLE, say
 
 CONFIG_PATH = ".github/cockpit.toml"
 COMMAND_LEVELS = PERMISSIONS[PERMISSIONS.index("write") :]  # who may run commands or approve
@@ -135,13 +135,13 @@ class RepoConfig:
         "it matches (given only when the PR changes such files, naming them)",
     )
     min_severity: str = key(
-        "minor",
+        Severity.MINOR,
         CHOICE,
         'findings below it are folded: listed in the status comment\'s "minor" section and '
         "left out of the pending review unless listed at `approve`. The default folds nits: "
         "style remarks are the noise people complain about most, and folded they stay one "
         "click away",
-        choices=SEVERITIES,
+        choices=tuple(Severity),
     )
     max_findings: int | None = key(
         10,
@@ -164,7 +164,7 @@ class RepoConfig:
         if not self.problems:
             return None
         problems, unusable = self.problems, self.unusable
-        return message("config_error", path=CONFIG_PATH, problems=problems, unusable=unusable)
+        return say(PEOPLE, "config_error", path=CONFIG_PATH, problems=problems, unusable=unusable)
 
     def ignores(self, path: str) -> bool:
         """Whether the `ignore` globs leave `path` (relative to the repository) out."""
@@ -229,17 +229,17 @@ def _spec(globs: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
 def glob_problem(glob: Any, *, negation: bool = True) -> str | None:
     """Why `glob` is not a usable gitignore-style pattern, or None."""
     if not isinstance(glob, str) or not glob.strip():
-        return message("glob_problem", why="empty")
+        return say(PEOPLE, "glob_problem", why="empty")
     if glob.startswith("#"):
-        return message("glob_problem", why="comment")
+        return say(PEOPLE, "glob_problem", why="comment")
     if glob.startswith("!") and not negation:
-        return message("glob_problem", why="negated")
+        return say(PEOPLE, "glob_problem", why="negated")
     try:
         [pattern] = pathspec.GitIgnoreSpec.from_lines([glob]).patterns
     except ValueError:  # pathspec's pattern errors are ValueErrors
-        return message("glob_problem", why="pattern")
+        return say(PEOPLE, "glob_problem", why="pattern")
     if pattern.include is None:
-        return message("glob_problem", why="nothing")
+        return say(PEOPLE, "glob_problem", why="nothing")
     return None
 
 
@@ -250,7 +250,7 @@ class Refused(Exception):
     """A value a key does not accept; the message (`config_refused` `why`) completes "`key` …"."""
 
     def __init__(self, why: str, **context: Any) -> None:
-        super().__init__(message("config_refused", why=why, **context))
+        super().__init__(say(PEOPLE, "config_refused", why=why, **context))
 
 
 def _check(name: str, rule: Rule, value: Any) -> Any:
@@ -322,7 +322,7 @@ def parse_repo_config(text: str, source: Source | None = None) -> RepoConfig:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        problem = message("config_problem", why="toml", error=exc)
+        problem = say(PEOPLE, "config_problem", why="toml", error=exc)
         return RepoConfig(problems=(problem,), unusable=True, source=source)
     return from_data(data, source)
 
@@ -340,15 +340,15 @@ def from_data(data: dict[str, Any], source: Source | None = None) -> RepoConfig:
     for written, name, value in entries:
         rule = KEYS.get(name)
         if rule is None:
-            problems.append(message("config_problem", why="unknown", key=written))
+            problems.append(say(PEOPLE, "config_problem", why="unknown", key=written))
             continue
         if name in values:
-            problems.append(message("config_problem", why="twice", key=name))
+            problems.append(say(PEOPLE, "config_problem", why="twice", key=name))
         try:
             values[name] = _check(name, rule, value)
         except Refused as why:
             values.pop(name, None)
-            problems.append(message("config_problem", why="refused", key=written, refused=why))
+            problems.append(say(PEOPLE, "config_problem", why="refused", key=written, refused=why))
     return RepoConfig(**values, problems=tuple(problems), set_keys=frozenset(values), source=source)
 
 
@@ -364,13 +364,13 @@ async def fetch_repo_config(gh: Any, owner: str, repo: str) -> RepoConfig:
             return RepoConfig()
         raise
     if not isinstance(item, dict) or item.get("type") != "file":
-        problem = message("config_problem", why="not_file")
+        problem = say(PEOPLE, "config_problem", why="not_file")
         return RepoConfig(problems=(problem,), unusable=True, source=Source())
     source = Source(blob_sha=item.get("sha") if isinstance(item.get("sha"), str) else None)
     try:
         text = base64.b64decode(item.get("content", "")).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
-        problem = message("config_problem", why="not_utf8")
+        problem = say(PEOPLE, "config_problem", why="not_utf8")
         return RepoConfig(problems=(problem,), unusable=True, source=source)
     return parse_repo_config(text, source)
 

@@ -36,9 +36,10 @@ from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS
 from bot.records.database import Interrupted
 from bot.records.stats import totals
+from bot.records.vocab import JobState
 from bot.redaction import environment_secrets, register_all
 from bot.stats import gauges, summarise
-from bot.texts import message
+from bot.texts import PEOPLE, say
 from bot.worktrees import Mirrors, disk
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ def _answer(
 @functools.cache
 def _answer_text(why: str) -> str:
     """A webhook answer's text: one of a few constants, rendered once, not per delivery."""
-    return message("webhook_answer", why=why)
+    return say(PEOPLE, "webhook_answer", why=why)
 
 
 async def webhook(request: web.Request) -> web.Response:
@@ -219,14 +220,14 @@ async def healthz(request: web.Request) -> web.Response:
     reasons = ["stopping"] if stopping else []
     space = disk(ctx.settings.data_dir, ctx.settings.min_free_mb)
     if space.low:  # the inbox still accepts; only new reviews wait
-        reasons.append(message("low_disk", free=space.free_mb, min=space.min_mb))
+        reasons.append(say(PEOPLE, "low_disk", free=space.free_mb, min=space.min_mb))
     body = {
         "status": "unhealthy" if not healthy else "degraded" if reasons else "ok",
         "reasons": reasons,
         "db": db_ok,
         "inbox": inbox_ok,
-        "queue_depth": counts.get("queued", 0) + counts.get("waiting", 0),
-        "running": counts.get("running", 0),
+        "queue_depth": counts.get(JobState.QUEUED, 0) + counts.get(JobState.WAITING, 0),
+        "running": counts.get(JobState.RUNNING, 0),
         "workers": {
             "alive": ctx.jobs.workers_alive,
             "total": ctx.jobs.workers_total,
@@ -253,7 +254,7 @@ async def metrics_view(request: web.Request) -> web.Response:
     if not metrics_allowed(request, ctx.settings.metrics_token):
         return web.Response(
             status=401,
-            text=message("metrics_unauthorized"),
+            text=say(PEOPLE, "metrics_unauthorized"),
             headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
         )
     if await ctx.db.ping():
@@ -289,7 +290,7 @@ async def errors_middleware(request: web.Request, handler: Callable) -> web.Stre
         raise
     except Exception:
         log.exception("request failed", extra={"fields": {"path": request.path}})
-        return _reply(500, message("webhook_answer", why="internal"))
+        return _reply(500, say(PEOPLE, "webhook_answer", why="internal"))
 
 
 def make_app(

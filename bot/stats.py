@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.records.stats import ModelFigures
-from bot.texts import catalogue, render
+from bot.texts import OPERATOR, render, say
 
 _DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 # The `--json` document's ratios and amounts, rounded to these digits (counts stay whole).
@@ -70,7 +70,7 @@ def parse_since(text: str) -> float:
             raise ValueError
         day = dt.date.fromisoformat(text)
     except ValueError:
-        said = catalogue("cli/messages.txt.j2", "bad_since", text=repr(text))
+        said = say(OPERATOR, "bad_since", text=repr(text))
         raise ValueError(said.strip()) from None
     return dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()
 

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 from collections.abc import Callable
+from enum import StrEnum
 from functools import cache
 from typing import Any
 
 import jinja2
+
+from bot.redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +89,7 @@ def _environment(strict: bool) -> jinja2.Environment:
         fenced=fenced,
         prompt_data=prompt_data,
     )
+    env.filters["shell"] = lambda value: shlex.quote(str(value))
     return env
 
 
@@ -98,24 +103,45 @@ def _linking(make_safe: Callable[..., str]) -> Callable[..., str]:
     return apply
 
 
-def render(name: str, **context: Any) -> str:
+def render(name: str, /, **context: Any) -> str:
     """Render a template; `repo_url` (the repository's page on GitHub) is the one place model
     text may link to."""
     context.setdefault("repo_url", None)
     return _environment(_strict).get_template(name).render(**context).strip() + "\n"
 
 
-def catalogue(name: str, kind: str, **context: Any) -> str:
-    """One entry of a message catalogue (a template of `{% elif kind == … %}` branches), as
-    written: only the lines around it are trimmed, never a value's own spaces (a path that
-    begins with one is shown as it is)."""
-    context.setdefault("repo_url", None)
-    return _environment(_strict).get_template(name).render(kind=kind, **context).strip("\n")
+class Audience(StrEnum):
+    PEOPLE = "people"  # on GitHub: PR comments, replies, the status comment's lines
+    OPERATOR = "operator"  # at the terminal and in logs: what is printed is redacted
+    MODEL = "model"  # tool results, repair turns
 
 
-def message(kind: str, **context: Any) -> str:
-    """One sentence of the message catalogue (templates/messages.txt.j2)."""
-    return catalogue("messages.txt.j2", kind, **context)
+PEOPLE, OPERATOR, MODEL = Audience.PEOPLE, Audience.OPERATOR, Audience.MODEL
+
+# Each audience's messages by section: a key `section.kind` (`demo.failed`) is that section's,
+# a bare key the audience's first (today the sections are catalogue templates).
+SECTIONS = {
+    PEOPLE: {"": "messages.txt.j2", "held": "held.md.j2"},
+    OPERATOR: {
+        "": "cli/messages.txt.j2",
+        "config": "cli/config.txt.j2",
+        "demo": "demo/messages.txt.j2",
+        "local": "local/messages.txt.j2",
+        "eval": "eval/messages.txt.j2",
+        "register": "register/messages.txt.j2",
+    },
+    MODEL: {"": "messages.txt.j2"},
+}
+
+
+def say(to: Audience, key: str, /, **values: Any) -> str:
+    """The message `key` for an audience, as written: only the lines around it are trimmed,
+    never a value's own spaces (a path that begins with one is shown as it is)."""
+    section, _, kind = key.rpartition(".")
+    values.setdefault("repo_url", None)
+    template = _environment(_strict).get_template(SECTIONS[to][section])
+    text = template.render(kind=kind, **values).strip("\n")
+    return redact(text) if to is OPERATOR else text
 
 
 def repo_url_of(pull_html_url: str | None) -> str | None:
@@ -244,5 +270,5 @@ def fit(body: str, limit: int = GITHUB_BODY_LIMIT) -> str:
     """Keep a body under GitHub's size limit, saying so when it is cut."""
     if len(body) <= limit:
         return body
-    note = "\n\n" + message("cut_to_fit")
+    note = "\n\n" + say(PEOPLE, "cut_to_fit")
     return body[: limit - len(note) - 10] + note

@@ -7,16 +7,17 @@ import logging
 import time
 
 from bot.context import Context
-from bot.queue import REVIEWS, Job, JobQueue
+from bot.queue import REVIEWS, JobQueue
 from bot.records import deliveries as delivery_rows
+from bot.records import review_state
 from bot.records.database import Database
 from bot.records.notices import forget_command_uses, forget_notices
 from bot.records.pulls import closed_pull_refs
 from bot.records.reviews import prune_closed_reviews
 from bot.records.runs import close_interrupted_runs, prune_runs
-from bot.records.sessions import prune_closed_sessions, reconcile
+from bot.records.sessions import prune_closed_sessions, settle_sessions_at_start
 from bot.records.stats import mark_uncounted, recount_stale
-from bot.review import state
+from bot.records.types import Job
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.checkout import cleanup_pull_job
 from bot.review.job import review_gave_up, run_review_job
@@ -50,8 +51,8 @@ async def prune_history(db: Database, jobs: JobQueue, older_than: float) -> tupl
 async def prune_closed_conversations(db: Database, older_than: float) -> int:
     """Forget what was said about PRs closed before `older_than`: sessions and messages
     (their store), reviews and findings (theirs), once their review figures are counted (a
-    PR still to count waits for the next time). The cost ledger (`runs`, `run_usage`) stays
-    for `prune_runs`."""
+    PR still to count waits for the next time). The runs and their spend (`runs`,
+    `run_usage`) stay for `prune_runs`."""
     await mark_uncounted(db)
     await recount_stale(db)
     sessions = await prune_closed_sessions(db, older_than, PRUNE_CHUNK)
@@ -107,9 +108,9 @@ async def finish_leftovers(ctx: Context) -> None:
     """What a dead process left mid-way outside the queue: a revision being written (its
     draft is approvable again), runs left `running` (failed, cost unknown), busy sessions
     (active again, or ended with their closed PR)."""
-    await state.recover_revisions(ctx.db)
+    await review_state.recover_revisions(ctx.db)
     await close_interrupted_runs(ctx.db)
-    ended = await reconcile(ctx.db)
+    ended = await settle_sessions_at_start(ctx.db)
     if ended:
         log.info("ended sessions of closed PRs", extra={"fields": {"count": ended}})
 

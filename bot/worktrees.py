@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ async def run_git(
         )
     except OSError as exc:
         error = exc.strerror or exc.__class__.__name__  # never the command line: it may be long
-        raise GitError(message("git_not_started", command=args[0], error=error)) from None
+        raise GitError(say(PEOPLE, "git_not_started", command=args[0], error=error)) from None
     assert proc.stdout is not None and proc.stderr is not None
 
     async def write_in() -> None:
@@ -195,7 +195,7 @@ async def run_git(
         with contextlib.suppress(BaseException):  # the pipes close with the process
             await reader
         if isinstance(exc, TimeoutError):
-            raise GitError(message("git_timed_out", command=args[0], seconds=timeout)) from None
+            raise GitError(say(PEOPLE, "git_timed_out", command=args[0], seconds=timeout)) from None
         raise
     finally:
         # asyncio (3.11) has no public close for a reaped process: without this each call
@@ -203,7 +203,7 @@ async def run_git(
         proc._transport.close()  # type: ignore[attr-defined]
     if check and proc.returncode not in (0, -9) and not truncated(out, limit):
         said = err.decode(errors="replace").strip().splitlines()
-        raise GitError(message("git_failed", command=args[0], said=said, code=proc.returncode))
+        raise GitError(say(PEOPLE, "git_failed", command=args[0], said=said, code=proc.returncode))
     return out
 
 
@@ -363,7 +363,7 @@ class Mirrors:
         with `default_branch` the remote's HEAD (its default branch, whatever its name) into
         that ref, in the same fetch."""
         if not clone_url.startswith(("https://", "http://", "file://")):
-            raise GitError(message("clone_url_scheme"))
+            raise GitError(say(PEOPLE, "clone_url_scheme"))
         mirror = self.mirror_path(repo)
         env = self.env(token)
         async with self.lock(mirror):
@@ -398,7 +398,7 @@ class Mirrors:
         env = self.env()
         path = self.tree_path(name)
         if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", head_sha):
-            raise GitError(message("head_sha_not_full"))
+            raise GitError(say(PEOPLE, "head_sha_not_full"))
         async with self.lock(mirror):
             if path.exists():
                 await self._remove(mirror, path, env)

@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bot.records.types import Finding  # noqa: E402
+from bot.records.vocab import LedgerStatus  # noqa: E402
 from bot.review import ledger  # noqa: E402
 from bot.review.pipeline import Draft  # noqa: E402
 from bot.standin.github import GitHubStandin  # noqa: E402
@@ -105,7 +106,7 @@ def scenario() -> tuple[str, str, list[ledger.Item]]:
         finding = Finding(n + 1, 1, n + 1, PATH, line, end, "RIGHT", "critical", f"t{n}", "b",
                           None, True, None, None, "kept", "auto")  # fmt: skip
         key = ledger.Key(PATH, code, f"t{n}")
-        items.append(ledger.Item(n + 1, key, ledger.OPEN, finding, head=EARLIER))
+        items.append(ledger.Item(n + 1, key, LedgerStatus.OPEN, finding, head=EARLIER))
         if n in EDITED:
             now[line - 1] = now[line - 1].replace("compute", "compute_checked")
     now = [f"# pushed {k}" for k in range(5)] + now + ["# the end"]

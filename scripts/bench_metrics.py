@@ -29,7 +29,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bot.records.sqlite import Database  # noqa: E402
+from bot.records.sqlite import SqliteDatabase  # noqa: E402
 from tests.serverproc import ServerProcess  # noqa: E402
 
 TARGET_MS = 100.0  # at 50,000 reviews
@@ -43,7 +43,7 @@ FINDINGS = (  # (state, checked_by, verify_status) of each review's F1..F4
 
 
 async def make_schema(path: Path) -> None:
-    db = await Database.open(path)
+    db = await SqliteDatabase.open(path)
     await db.close()
 
 

@@ -125,15 +125,15 @@ def settings(tmp_path: Path, github: GitHubStandin, database_url: str | None) ->
 
 @pytest.fixture
 async def db(tmp_path: Path, database_url: str | None):
-    """The Database of the backend under test, schema applied."""
-    from bot.records.sqlite import Database
+    """The SqliteDatabase of the backend under test, schema applied."""
+    from bot.records.sqlite import SqliteDatabase
 
     if database_url is not None:
         from bot.records.postgres import PgDatabase
 
         database = await PgDatabase.open(database_url)
     else:
-        database = await Database.open(tmp_path / "q.sqlite3")
+        database = await SqliteDatabase.open(tmp_path / "q.sqlite3")
     yield database
     await database.close()
 

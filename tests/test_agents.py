@@ -12,7 +12,7 @@ from bot.agents.toolbox import Toolbox
 from bot.config import Settings
 from bot.records.messages import load_messages
 from bot.records.sessions import create_session
-from bot.records.sqlite import Database
+from bot.records.sqlite import SqliteDatabase
 from bot.skills import load_skill
 from bot.standin.models import Action, call, fail, say
 from bot.standin.repo import make_pr
@@ -45,7 +45,7 @@ async def env(tmp_path):
     tree = await mirrors.add_worktree(
         "o/r", name="a", head_sha=pr.head_sha, base_ref="refs/heads/main"
     )
-    db = await Database.open(tmp_path / "db.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "db.sqlite3")
     clients = ModelClients(
         Settings(data_dir=tmp_path, claude_model="claude-sonnet-5-5", codex_model="gpt-5.3-codex")
     )
@@ -284,7 +284,7 @@ async def test_session_messages_have_stable_ids_and_survive_restart(
     assert rows[0]["role"] == "user" and rows[1]["role"] == "assistant"
     session = run.session
     await env["db"].close()  # the process restarts …
-    env["db"] = await Database.open(tmp_path / "db.sqlite3")
+    env["db"] = await SqliteDatabase.open(tmp_path / "db.sqlite3")
     anthropic_standin.policy = Scripted(say("It is the eval on line 2."))
     again = await make_run(env, "claude", session=session, expect_submit=False)
     result = await again.turn("Which finding matters most?")

@@ -17,7 +17,7 @@ from bot.agents.toolbox import Toolbox
 from bot.config import ChatSettings, Secret, Settings
 from bot.records.messages import load_messages
 from bot.records.sessions import create_session
-from bot.records.sqlite import Database
+from bot.records.sqlite import SqliteDatabase
 from bot.skills import load_skill
 from bot.standin.models import VLLM_AUTO_TOOLS, Action, call
 from bot.standin.repo import make_pr
@@ -40,7 +40,7 @@ async def env(tmp_path, chat_standin, monkeypatch):
     tree = await mirrors.add_worktree(
         "o/r", name="a", head_sha=pr.head_sha, base_ref="refs/heads/main"
     )
-    db = await Database.open(tmp_path / "db.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "db.sqlite3")
     env = {"db": db, "tree": tree, "standin": chat_standin, "tmp": tmp_path}
     env["clients"] = clients(env)
     yield env

@@ -14,7 +14,7 @@ from bot.agents.base import AgentError, Usage, arguments_problem
 from bot.agents.chat import (
     estimate_tokens,
     explain,
-    fit,
+    fit_context,
     fold_system,
     join_user_turns,
     outgoing,
@@ -131,7 +131,7 @@ def conversation(exchanges: int, size: int = 2000) -> list[dict]:
 )
 def test_fit_leaves_out_the_oldest_exchanges_then_cuts_results(exchanges, budget, dropped, clipped):
     messages = conversation(exchanges)
-    fitted = fit(messages, [], budget)
+    fitted = fit_context(messages, [], budget)
     assert (fitted.dropped, fitted.clipped) == (dropped, clipped)
     assert fitted.tokens <= budget and fitted.tokens == request_tokens(fitted.messages, [])
     assert fitted.messages[0] == messages[0]  # the system prompt
@@ -143,14 +143,14 @@ def test_fit_leaves_out_the_oldest_exchanges_then_cuts_results(exchanges, budget
 
 def test_fit_counts_with_the_scale_the_server_taught():
     messages = conversation(4)
-    assert fit(messages, [], 4_000).dropped == 0
-    assert fit(messages, [], 4_000, scale=1.5).dropped > 0
+    assert fit_context(messages, [], 4_000).dropped == 0
+    assert fit_context(messages, [], 4_000, scale=1.5).dropped > 0
 
 
 def test_fit_fails_clearly_when_the_task_alone_is_too_long():
     messages = [system("s" * 10_000), user("Review.")]
     with pytest.raises(AgentError, match="COCKPIT_CHAT_CONTEXT_TOKENS"):
-        fit(messages, [], 2_000)
+        fit_context(messages, [], 2_000)
 
 
 @pytest.mark.parametrize(

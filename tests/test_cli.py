@@ -354,9 +354,9 @@ def test_the_quick_start_leaves_cockpit_on_path_and_the_readme_says_cockpit_thro
     assert "bin/cockpit" not in readme
     for install in re.findall(r"python3 -m venv \.venv && [^`\n]+", readme):
         assert ". .venv/bin/activate" in install or install.endswith("pytest -q"), install
-    from bot.texts import catalogue
+    from bot.texts import OPERATOR, say
 
-    done = catalogue("demo/messages.txt.j2", "done", seconds=1.0, calls=3)
+    done = say(OPERATOR, "demo.done", seconds=1.0, calls=3)
     named = re.findall(r"`(cockpit [a-z-]+)", done.split("Next:", 1)[1])
     assert named and all(re.search(rf"(^|`){c}\b", readme, re.M) for c in named), named
 

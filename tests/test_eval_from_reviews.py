@@ -17,7 +17,7 @@ from bot.config import Settings
 from bot.evals.commands import _golden_from_reviews
 from bot.evals.golden import load_golden
 from bot.evals.report import results_json
-from bot.evals.runner import EvalOptions, Progress, run_eval
+from bot.evals.runner import EvalOptions, ProgressSink, run_eval
 from bot.server import make_app
 from bot.standin.scripted import MODEL
 from handlers import router
@@ -75,7 +75,7 @@ async def test_published_and_dropped_findings_become_a_golden_file_that_replays(
     replay = await run_eval(
         Settings(data_dir=tmp_path / "eval-data", claude_model=MODEL),
         EvalOptions(goldens=(str(out_file),), provider="claude", models=(MODEL,)),
-        Progress(),
+        ProgressSink(),
     )
     [entry] = results_json(replay)["runs"]
     assert (entry["strict"]["tp"], entry["strict"]["fp"], entry["strict"]["fn"]) == (1, 1, 0)
@@ -129,7 +129,7 @@ async def test_only_a_persons_drop_is_a_known_false_positive(db):
     verify pass refuted it, is not a person's verdict: neither label nor known false
     positive."""
     from bot.evals.from_reviews import golden_from_reviews
-    from bot.review import state
+    from bot.records import review_state
     from tests.test_stats import History, finding
 
     h = History(db)
@@ -138,10 +138,12 @@ async def test_only_a_persons_drop_is_a_known_false_positive(db):
     review_id = await h.draft(
         pull_id, "a", list(enumerate(found, 1)), provider="claude", model="claude-x"
     )
-    assert await state.drop_findings(db, review_id, (2,), "intended", by="maint")
+    assert await review_state.drop_findings(db, review_id, (2,), "intended", by="maint")
     kept = [(1, found[0]), (4, found[3])]
-    assert await state.begin_revision(db, review_id, kept, [3], by="claude", texts={"summary": "s"})
-    assert await state.end_revision(db, review_id)
+    assert await review_state.begin_revision(
+        db, review_id, kept, [3], by="claude", texts={"summary": "s"}
+    )
+    assert await review_state.end_revision(db, review_id)
     await h.publish(review_id, [1])  # F4 is skipped: refuted, so not approved by default
 
     [case] = (await golden_from_reviews(db, "octo/widgets"))["cases"]

@@ -17,8 +17,8 @@ from bot.config import ChatSettings, Settings
 from bot.evals.golden import Label
 from bot.evals.judges import EvalFinding, LLMJudge, make_judge, parse_answer
 from bot.evals.report import results_json
-from bot.evals.runner import EvalOptions, Progress, run_eval
-from bot.records.sqlite import Database
+from bot.evals.runner import EvalOptions, ProgressSink, run_eval
+from bot.records.sqlite import SqliteDatabase
 from bot.standin.models import Action, fail, say
 from bot.standin.scripted import MODEL, scripted_reviewer
 
@@ -45,7 +45,7 @@ def same_issue(conversation):
 
 @pytest.fixture
 async def db(tmp_path):
-    database = await Database.open(tmp_path / "judge.sqlite3")
+    database = await SqliteDatabase.open(tmp_path / "judge.sqlite3")
     yield database
     await database.close()
 
@@ -187,7 +187,7 @@ async def test_an_eval_run_with_an_llm_judge_is_rescored_from_its_cache(
         judge="claude",
         judge_model="judge-model-x",
     )
-    result = await run_eval(settings, options, Progress())
+    result = await run_eval(settings, options, ProgressSink())
     [entry] = results_json(result)["runs"]
     assert (entry["strict"]["tp"], entry["strict"]["fp"], entry["strict"]["fn"]) == (5, 3, 6)
     assert entry["benchmark"]["precision"] == 5 / 8  # the second leak is not at the label's line
@@ -196,6 +196,6 @@ async def test_an_eval_run_with_an_llm_judge_is_rescored_from_its_cache(
     assert len(judged) == 15 and {r["model"] for r in judged} == {"judge-model-x"}
 
     before = len(anthropic_standin.requests)
-    again = await run_eval(settings, None, Progress(), resume=result.batch)
+    again = await run_eval(settings, None, ProgressSink(), resume=result.batch)
     assert len(anthropic_standin.requests) == before  # nothing reviewed or judged again
     assert results_json(again)["runs"][0]["strict"] == entry["strict"]

@@ -25,7 +25,7 @@ from bot.evals.commands import eval_run
 from bot.evals.messages import resume_hint
 from bot.evals.progress import ConsoleProgress, eta_text
 from bot.evals.report import chart_spec, draw_chart, results_json, write_report
-from bot.evals.runner import EvalOptions, Progress, run_eval
+from bot.evals.runner import EvalOptions, ProgressSink, run_eval
 from bot.evals.sources import fingerprint
 from bot.standin.scripted import MODEL
 
@@ -91,7 +91,7 @@ async def test_planted_set_scores_exactly_with_and_without_verify(
     planted, settings, anthropic_standin, openai_standin, tmp_path
 ):
     bundle = await fingerprint(str(planted.parent / "stockroom.bundle"))
-    result = await run_eval(settings, options(planted, verify=True, jobs=3), Progress())
+    result = await run_eval(settings, options(planted, verify=True, jobs=3), ProgressSink())
     assert result.ok and result.runs[0].verify_provider == "codex"
     assert result.source_changed == []
     assert await fingerprint(str(planted.parent / "stockroom.bundle")) == bundle
@@ -158,10 +158,10 @@ async def test_planted_set_scores_exactly_with_and_without_verify(
 
 
 async def test_eval_results_and_runs_are_stored(planted, settings, anthropic_standin):
-    result = await run_eval(settings, options(planted), Progress())
-    from bot.records.sqlite import Database
+    result = await run_eval(settings, options(planted), ProgressSink())
+    from bot.records.sqlite import SqliteDatabase
 
-    db = await Database.open(settings.db_path)
+    db = await SqliteDatabase.open(settings.db_path)
     [run] = await db.fetchall("SELECT * FROM eval_runs")
     assert (run["status"], run["batch"], run["judge"], run["verify"]) == (
         "done",
@@ -183,7 +183,7 @@ async def test_eval_results_and_runs_are_stored(planted, settings, anthropic_sta
 
 async def test_several_models_make_one_comparison(planted, settings, anthropic_standin):
     result = await run_eval(
-        settings, options(planted, models=(MODEL, "claude-sonnet-5-5")), Progress()
+        settings, options(planted, models=(MODEL, "claude-sonnet-5-5")), ProgressSink()
     )
     entries = results_json(result)["runs"]
     assert [e["model"] for e in entries] == [MODEL, "claude-sonnet-5-5"]
@@ -195,22 +195,22 @@ async def test_several_models_make_one_comparison(planted, settings, anthropic_s
 async def test_resume_runs_only_unfinished_cases_and_rescoring_costs_nothing(
     planted, settings, anthropic_standin
 ):
-    first = await run_eval(settings, options(planted), Progress())
-    from bot.records.sqlite import Database
+    first = await run_eval(settings, options(planted), ProgressSink())
+    from bot.records.sqlite import SqliteDatabase
 
-    db = await Database.open(settings.db_path)
+    db = await SqliteDatabase.open(settings.db_path)
     await db.execute(
         "UPDATE eval_cases SET status = 'failed' WHERE case_id IN (?, ?)",
         ("pr-1-pagination", "pr-6-cli-help"),
     )
     await db.close()
     before = len(anthropic_standin.requests)
-    resumed = await run_eval(settings, None, Progress(), resume=first.batch)
+    resumed = await run_eval(settings, None, ProgressSink(), resume=first.batch)
     assert len(anthropic_standin.requests) - before == 3 + 2  # those two cases again
     assert results_json(resumed)["runs"][0]["strict"] == results_json(first)["runs"][0]["strict"]
 
     before = len(anthropic_standin.requests)
-    again = await run_eval(settings, None, Progress(), resume=first.batch)
+    again = await run_eval(settings, None, ProgressSink(), resume=first.batch)
     assert len(anthropic_standin.requests) == before
     assert results_json(again)["runs"][0]["strict"]["f1"] == 10 / 19
 
@@ -305,7 +305,7 @@ async def test_a_source_that_changes_during_the_run_fails_it(planted, settings, 
         return scripted(conversation)
 
     anthropic_standin.policy = meddling
-    result = await run_eval(settings, options(planted), Progress())
+    result = await run_eval(settings, options(planted), ProgressSink())
     assert result.source_changed == [str(bundle)] and not result.ok
 
 

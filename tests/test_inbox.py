@@ -10,7 +10,7 @@ import pytest
 from bot import inbox
 from bot.inbox import Delivery
 from bot.records.deliveries import connect
-from bot.records.sqlite import Database
+from bot.records.sqlite import SqliteDatabase
 
 
 def item(delivery_id: str, body: bytes = b'{"action": "opened"}', key: str | None = None):
@@ -21,7 +21,7 @@ def item(delivery_id: str, body: bytes = b'{"action": "opened"}', key: str | Non
 
 @pytest.fixture
 async def conn(tmp_path):
-    db = await Database.open(tmp_path / "c.sqlite3")  # the real schema
+    db = await SqliteDatabase.open(tmp_path / "c.sqlite3")  # the real schema
     await db.close()
     conn = connect(tmp_path / "c.sqlite3")
     yield conn
@@ -67,7 +67,7 @@ async def test_a_delivery_that_arrives_as_the_inbox_stops_gets_an_answer(tmp_pat
     from bot.inbox import Inbox, InboxUnavailable, SqliteCommits
     from bot.queue.sqlite import Jobs
 
-    db = await Database.open(tmp_path / "c.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "c.sqlite3")
     box = Inbox(SqliteCommits(tmp_path / "c.sqlite3"), Jobs(db))
     await box.start()
 

@@ -16,12 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.records.types import Finding
+from bot.records.vocab import LedgerStatus
 from bot.review import ledger
 from bot.review.publish import Thread, UnexpectedAnswer, threads_page
 from bot.server import make_app
 from bot.standin.models import Action
 from bot.standin.scripted import scripted_reviewer
-from bot.texts import message, render
+from bot.texts import PEOPLE, render, say
 from handlers import router
 from tests.conftest import wait_for
 from tests.test_instructions import hostile
@@ -245,7 +246,7 @@ async def test_a_bug_while_reading_review_threads_fails_the_review_as_an_interna
     head = world.push({"README.md": "# widgets\n\nMore words.\n"})
     await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=head))
     second = await world.wait_review("failed", index=1)
-    assert second["error"] == message("internal_error")
+    assert second["error"] == say(PEOPLE, "internal_error")
     assert "an internal error occurred" in world.status_body()
     [crash] = [r for r in caplog.records if r.getMessage() == "review crashed"]
     assert crash.exc_info is not None and crash.exc_info[0] is KeyError
@@ -492,7 +493,9 @@ def versions(lines: int, count: int) -> tuple[str, str, list[ledger.Item]]:
         if n % 4 == 3:
             now[line - 1 : line + span] = [f"edited {n}.{k}" for k in range(span + 1)]
         finding = replace(stored(line, end=line + span if span else None), ordinal=n + 1)
-        items.append(ledger.Item(n + 1, ledger.Key("calc.py", code, "t"), ledger.OPEN, finding))
+        items.append(
+            ledger.Item(n + 1, ledger.Key("calc.py", code, "t"), LedgerStatus.OPEN, finding)
+        )
     pushed = [f"# pushed {k}" for k in range(5)]
     return "\n".join(earlier) + "\n", "\n".join(pushed + now) + "\n", items
 
@@ -552,7 +555,7 @@ def test_finding_code_by_its_lines_finds_the_first_window_the_key_finds(lines, s
 def test_code_whose_lines_are_everywhere_is_found_by_its_key():
     text = "x = 1\ny = 2\n" * (ledger.ANCHORS + 1)
     code = ["x = 1", "y = 2"]
-    item = ledger.Item(1, ledger.Key("calc.py", ledger.code_key(code), "t"), ledger.OPEN,
+    item = ledger.Item(1, ledger.Key("calc.py", ledger.code_key(code), "t"), LedgerStatus.OPEN,
                        stored(3, end=4), head=EARLIER)  # fmt: skip
     texts = ledger.Texts(None, {("calc.py", "RIGHT"): text, ("calc.py", EARLIER): "\n\n" + text})
     assert texts.index("calc.py", "RIGHT").find_lines(code, 1) is ...
@@ -598,7 +601,7 @@ def item(ordinal: int, status: str, code: str, title: str = "eval() runs untrust
 
 
 def test_exact_pairs_come_first_and_a_second_occurrence_is_a_new_number():
-    items = [item(1, ledger.OPEN, "c-line2"), item(2, ledger.DROPPED, "c-line9")]
+    items = [item(1, LedgerStatus.OPEN, "c-line2"), item(2, LedgerStatus.DROPPED, "c-line9")]
     again = ledger.Key("calc.py", "c-line2", ledger.title_key("eval() runs untrusted input"))
     other = ledger.Key("calc.py", "c-line40", again.title)  # the same bug at other code
     draft = [(stored(40), other), (stored(2), again)]
@@ -617,15 +620,25 @@ def claimed(status: str, *, code: str = "c", side: str = "RIGHT", path: str = "c
 @pytest.mark.parametrize(
     ("item", "moved", "changed", "fixed"),
     [
-        (claimed(ledger.OPEN), {1}, {"calc.py"}, True),  # its code was edited or is gone
-        (claimed(ledger.PUBLISHED), {1}, None, True),  # … also seen by a whole review
-        (claimed(ledger.OPEN), set(), {"calc.py"}, False),  # its file changed, its code did not
-        (claimed(ledger.PUBLISHED), set(), None, False),  # the same head again
-        (claimed(ledger.OPEN, code=""), set(), {"calc.py"}, True),  # no code: its file changed
-        (claimed(ledger.OPEN, code=""), set(), {"other.py"}, False),
-        (claimed(ledger.OPEN, code=""), set(), None, False),  # … a whole review cannot tell
-        (claimed(ledger.OPEN, side="LEFT"), {1}, None, False),  # removed code, at the base
-        (claimed(ledger.OPEN, side="LEFT"), set(), {"calc.py"}, True),
+        (claimed(LedgerStatus.OPEN), {1}, {"calc.py"}, True),  # its code was edited or is gone
+        (claimed(LedgerStatus.PUBLISHED), {1}, None, True),  # … also seen by a whole review
+        (
+            claimed(LedgerStatus.OPEN),
+            set(),
+            {"calc.py"},
+            False,
+        ),  # its file changed, its code did not
+        (claimed(LedgerStatus.PUBLISHED), set(), None, False),  # the same head again
+        (
+            claimed(LedgerStatus.OPEN, code=""),
+            set(),
+            {"calc.py"},
+            True,
+        ),  # no code: its file changed
+        (claimed(LedgerStatus.OPEN, code=""), set(), {"other.py"}, False),
+        (claimed(LedgerStatus.OPEN, code=""), set(), None, False),  # … a whole review cannot tell
+        (claimed(LedgerStatus.OPEN, side="LEFT"), {1}, None, False),  # removed code, at the base
+        (claimed(LedgerStatus.OPEN, side="LEFT"), set(), {"calc.py"}, True),
     ],
 )
 def test_a_claimed_fix_counts_when_the_head_shows_it(item, moved, changed, fixed):
@@ -635,7 +648,7 @@ def test_a_claimed_fix_counts_when_the_head_shows_it(item, moved, changed, fixed
     assert [i.ordinal for i in outcome.fixed] == ([1] if fixed else [])
     assert outcome.unconfirmed == ([] if fixed else [1])
     assert outcome.not_open == [7]
-    kept = outcome.carried if item.status == ledger.OPEN else outcome.still_published
+    kept = outcome.carried if item.status == LedgerStatus.OPEN else outcome.still_published
     assert [getattr(i, "ordinal", i) for i in kept] == ([] if fixed else [1])
 
 
@@ -656,10 +669,14 @@ LEDGER_CLOSE = re.compile(r"<\s*/\s*finding_ledger\s*>", re.I)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_titles_reasons_and_replies_cannot_forge_ledger_rows_or_close_it(title, why, reply, path):
     items = [
-        ledger.Item(1, ledger.Key("a.py", "", ""), ledger.DROPPED, stored(3, title or "t"), why),
-        ledger.Item(2, ledger.Key("a.py", "", ""), ledger.PUBLISHED, stored(4, title or "t")),
+        ledger.Item(
+            1, ledger.Key("a.py", "", ""), LedgerStatus.DROPPED, stored(3, title or "t"), why
+        ),
+        ledger.Item(2, ledger.Key("a.py", "", ""), LedgerStatus.PUBLISHED, stored(4, title or "t")),
     ]
-    items[1] = ledger.Item(2, items[1].key, ledger.PUBLISHED, replace_path(items[1].last, path))
+    items[1] = ledger.Item(
+        2, items[1].key, LedgerStatus.PUBLISHED, replace_path(items[1].last, path)
+    )
     text = render(
         "prompts/ledger.md.j2", since="s" * 40, ledger=ledger.brief(items, {2: [reply, reply]})
     )

@@ -16,7 +16,7 @@ import pytest
 
 from bot.backend import open_database
 from bot.config import ConfigError, Secret, load_settings
-from bot.records import ledger, schema
+from bot.records import ledger, review_state, schema
 from bot.records.database import Database, Interrupted
 from bot.records.postgres import (
     PROCRASTINATE_VERSIONS,
@@ -26,9 +26,8 @@ from bot.records.postgres import (
     step_ddl,
 )
 from bot.records.reviews import update_review
-from bot.records.sqlite import Database as SqliteDatabase
+from bot.records.sqlite import SqliteDatabase
 from bot.records.stats import model_figures, totals
-from bot.review import state
 from bot.server import CONTEXT, HEALTH_SECONDS, RECOUNT_PER_SCRAPE, make_app, next_recount
 from handlers import router
 from tests.conftest import WEBHOOK_SECRET, wait_for
@@ -314,12 +313,12 @@ async def test_the_kept_sums_are_what_a_count_from_scratch_says_after_every_chan
         widgets, "a", list(enumerate(first, 1)), provider="claude", model="claude-x", usd=[0.3]
     )
     await same()
-    assert await state.drop_findings(db, r1, (2,), "a style choice", by="maint")
+    assert await review_state.drop_findings(db, r1, (2,), "a style choice", by="maint")
     await same()
     kept = [(n, first[n - 1]) for n in (1, 4)]
-    assert await state.begin_revision(db, r1, kept, [3], by="claude", texts={"summary": "s"})
+    assert await review_state.begin_revision(db, r1, kept, [3], by="claude", texts={"summary": "s"})
     await same()
-    assert await state.end_revision(db, r1)
+    assert await review_state.end_revision(db, r1)
     await h.publish(r1, [1])
     await same()
     async with db.transaction() as conn:

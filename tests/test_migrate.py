@@ -20,7 +20,7 @@ from bot.records.postgres import (
     procrastinate_migrations,
     step_ddl,
 )
-from bot.records.sqlite import Database
+from bot.records.sqlite import SqliteDatabase
 from tests.conftest import WEBHOOK_SECRET
 from tests.serverproc import ServerProcess
 
@@ -189,7 +189,7 @@ async def test_sqlite_applies_its_steps_at_start_and_records_them(tmp_path):
             old.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
         old.executescript(schema.AFTER_COLUMNS)
         old.execute("INSERT INTO pulls (repo, number) VALUES ('octo/widgets', 7)")
-    db = await Database.open(path)
+    db = await SqliteDatabase.open(path)
     try:
         assert await db.schema_version() == schema.SCHEMA_VERSION
         columns = {row[1] for row in await db.fetchall("PRAGMA table_info(reviews)")}
@@ -219,7 +219,7 @@ async def test_sqlite_upgrade_adds_who_dropped_and_keeps_earlier_drops(tmp_path)
             "INSERT INTO findings (review_id, ordinal, path, severity, title, state,"
             " checked_by, why) VALUES (1, 1, 'a.py', 'minor', 't', 'dropped', 'human', 'noise')"
         )
-    db = await Database.open(path)
+    db = await SqliteDatabase.open(path)
     try:
         assert await db.schema_version() == schema.SCHEMA_VERSION
         row = await db.fetchone("SELECT state, why, dropped_by FROM findings")

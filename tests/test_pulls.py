@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from bot.records.pulls import find_pull, get_pull, upsert_pull
-from bot.records.sqlite import Database
+from bot.records.sqlite import SqliteDatabase
 
 
 @pytest.fixture
 async def db(tmp_path):
-    database = await Database.open(tmp_path / "p.sqlite3")
+    database = await SqliteDatabase.open(tmp_path / "p.sqlite3")
     yield database
     await database.close()
 
@@ -53,12 +53,12 @@ async def test_a_rename_onto_a_name_used_before_ids_takes_it(db):
 
 async def test_an_old_database_gains_the_new_columns(tmp_path):
     path = tmp_path / "old.sqlite3"
-    database = await Database.open(path)
+    database = await SqliteDatabase.open(path)
     await database.execute("DROP INDEX pulls_repo_id")
     await database.execute("ALTER TABLE pulls DROP COLUMN repo_id")
     await database.close()
     for _ in range(2):  # every start, idempotently
-        database = await Database.open(path)
+        database = await SqliteDatabase.open(path)
         columns = {r[1] for r in await database.fetchall("PRAGMA table_info(pulls)")}
         await database.close()
         assert "repo_id" in columns

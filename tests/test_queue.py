@@ -9,13 +9,13 @@ import pytest
 from bot import workers
 from bot.queue import PermanentError, backoff_seconds
 from bot.queue.sqlite import Jobs
-from bot.records.sqlite import Database
+from bot.records.sqlite import SqliteDatabase
 from tests.conftest import wait_for
 
 
 @pytest.fixture
 async def db(tmp_path):
-    database = await Database.open(tmp_path / "q.sqlite3")
+    database = await SqliteDatabase.open(tmp_path / "q.sqlite3")
     yield database
     await database.close()
 
@@ -109,13 +109,13 @@ async def test_superseding_cancels_the_jobs_in_line_and_lets_other_kinds_move_up
 
 async def test_an_old_database_gets_its_lines_at_start_up(tmp_path):
     path = tmp_path / "old.sqlite3"
-    database = await Database.open(path)
+    database = await SqliteDatabase.open(path)
     await database.execute("DROP TRIGGER jobs_wait_behind_key")  # as before 'waiting' existed
     jobs = Jobs(database)
     ids = [await jobs.enqueue("w", "pr-1", {"n": n}, queue="q") for n in range(3)]
     assert set((await states(database)).values()) == {"queued"}
     await database.close()
-    database = await Database.open(path)
+    database = await SqliteDatabase.open(path)
     try:
         assert list((await states(database)).values()) == ["queued", "waiting", "waiting"]
         assert ids[0] == (await Jobs(database).claim("q")).id
@@ -125,14 +125,14 @@ async def test_an_old_database_gets_its_lines_at_start_up(tmp_path):
 
 async def test_a_line_left_without_a_head_gets_one_at_start_up(tmp_path):
     path = tmp_path / "headless.sqlite3"
-    database = await Database.open(path)
+    database = await SqliteDatabase.open(path)
     jobs = Jobs(database)
     ids = [await jobs.enqueue("w", "pr-1", {"n": n}, queue="q") for n in range(2)]
     await database.execute("DROP TRIGGER jobs_next_of_key")  # a line broken by hand
     await database.execute("UPDATE jobs SET state = 'waiting' WHERE id = ?", (ids[0],))
     assert await jobs.claim("q") is None  # stuck: nobody would ever move it up
     await database.close()
-    database = await Database.open(path)
+    database = await SqliteDatabase.open(path)
     try:
         assert [j for j, s in (await states(database)).items() if s == "queued"] == [ids[0]]
     finally:
@@ -153,13 +153,13 @@ async def test_permanent_errors_are_not_retried(db):
 
 
 async def test_jobs_left_running_are_requeued_at_start_up(tmp_path):
-    db = await Database.open(tmp_path / "r.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "r.sqlite3")
     jobs = Jobs(db)
     job_id = await jobs.enqueue("w", "k", {}, queue="q")
     assert (await jobs.claim("q")).id == job_id
     await db.close()  # the process dies with the job running
 
-    db = await Database.open(tmp_path / "r.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "r.sqlite3")
     jobs = Jobs(db)
     assert await jobs.recover() == 1
     job = await jobs.claim("q")
@@ -180,12 +180,12 @@ async def test_expired_lease_of_a_dead_worker_is_reaped(db):
 
 
 async def test_migrate_is_idempotent(tmp_path):
-    db = await Database.open(tmp_path / "s.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "s.sqlite3")
     await db.execute("INSERT INTO pulls (repo, number) VALUES ('a/b', 1)")
     await db.migrate()
     await db.migrate()
     await db.close()
-    db = await Database.open(tmp_path / "s.sqlite3")
+    db = await SqliteDatabase.open(tmp_path / "s.sqlite3")
     assert (await db.fetchone("SELECT COUNT(*) FROM pulls"))[0] == 1
     await db.close()
 
@@ -224,7 +224,7 @@ async def test_pending_ignores_jobs_scheduled_for_later(db):
 
 async def test_a_job_that_kills_the_process_fails_for_good_at_its_limit(tmp_path):
     path = tmp_path / "poison.sqlite3"
-    db = await Database.open(path)
+    db = await SqliteDatabase.open(path)
     job_id = await Jobs(db).enqueue("w", "k", {"n": 1}, queue="q", max_attempts=2)
     claimed = []
     for _ in range(2):  # each start claims it, and the job takes the process down
@@ -233,7 +233,7 @@ async def test_a_job_that_kills_the_process_fails_for_good_at_its_limit(tmp_path
         job = await jobs.claim("q")
         claimed.append(job.attempts)
         await db.close()
-        db = await Database.open(path)
+        db = await SqliteDatabase.open(path)
     reported = []
 
     async def report(job, reason):

@@ -10,10 +10,11 @@ from dataclasses import fields, replace
 
 import pytest
 
+from bot.records import review_state
 from bot.records.pulls import upsert_pull
 from bot.records.reviews import load_findings
 from bot.records.types import DraftFinding, Finding
-from bot.review import state
+from bot.records.vocab import ReviewState
 from bot.review.approve import publishing_key
 from bot.review.revise import renumber
 from bot.server import make_app
@@ -372,9 +373,9 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
         {"number": 1, "head": {"sha": "a" * 40}, "base": {"ref": "main"}},
     )
     async with db.transaction() as conn:
-        review_id = await state.create(conn, pull_id, "a" * 40, "claude")
-    await state.take_run(db, review_id, "job:1", config_error=None)
-    await state.set_findings(
+        review_id = await review_state.create(conn, pull_id, "a" * 40, "claude")
+    await review_state.take_run(db, review_id, "job:1", config_error=None)
+    await review_state.set_findings(
         db,
         review_id,
         list(
@@ -391,8 +392,8 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
             )
         ),
     )
-    await state.end_run(db, review_id, "job:1", state.DRAFT, progress="draft ready")
-    assert await state.drop_findings(db, review_id, (2,), by="octocat")
+    await review_state.end_run(db, review_id, "job:1", ReviewState.DRAFT, progress="draft ready")
+    assert await review_state.drop_findings(db, review_id, (2,), by="octocat")
     [row] = await db.fetchall(
         "SELECT * FROM findings WHERE review_id = ? AND ordinal = 1", (review_id,)
     )
@@ -410,7 +411,7 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
         ],
     )
     assert (change.kept, change.added, change.withdrawn) == ([1, 4], [5], [3])
-    assert await state.begin_revision(
+    assert await review_state.begin_revision(
         db, review_id, change.assigned, change.withdrawn, by="claude", texts={"summary": "s"}
     )
     after = {
@@ -424,8 +425,8 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
         5: (7, "kept", None),
     }
     # revising: not a draft now
-    assert not await state.drop_findings(db, review_id, (1,), by="octocat")
-    assert await state.end_revision(db, review_id)
+    assert not await review_state.drop_findings(db, review_id, (1,), by="octocat")
+    assert await review_state.end_revision(db, review_id)
 
 
 # -- 3: a revision that adds a finding ------------------------------------------------------

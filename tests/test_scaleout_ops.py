@@ -14,7 +14,7 @@ from bot.ratelimit import CommandLimits, Limit
 from bot.records.postgres import PgDatabase
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import load_findings
-from bot.review import state
+from bot.records.vocab import ReviewState
 from bot.review.approve import publish, publishing_key
 from bot.review.publish import Publisher
 from bot.server import CONTEXT, make_app
@@ -105,7 +105,7 @@ async def test_publishing_under_the_lock_skips_a_review_published_meanwhile(
     async with ctx.db.hold(publishing_key(review["id"])):
         await publish(ctx, publisher, review["id"], chosen)
     assert len(github.calls("POST", r"/reviews/\d+/events$")) == 1
-    assert (await world.review_rows())[0]["state"] == state.POSTED
+    assert (await world.review_rows())[0]["state"] == ReviewState.POSTED
 
 
 @pytest.mark.backends

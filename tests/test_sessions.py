@@ -459,7 +459,7 @@ async def test_several_session_commands_in_one_comment_each_get_their_turn(world
 
 
 async def rerun_last_turn(world):
-    from bot.queue import Job
+    from bot.records.types import Job
 
     [row] = await rows(
         world, "SELECT * FROM jobs WHERE kind = 'session_turn' ORDER BY id DESC LIMIT 1"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.backend import open_database
-from bot.records import ledger
+from bot.records import ledger, review_state
 from bot.records.database import Database
 from bot.records.ledger import LedgerWrites, NewEntry
 from bot.records.pulls import upsert_pull
@@ -23,7 +23,7 @@ from bot.records.runs import finish_run, start_run
 from bot.records.sessions import create_session
 from bot.records.stats import ModelFigures, model_figures
 from bot.records.types import DraftFinding
-from bot.review import state
+from bot.records.vocab import ReviewState
 from bot.server import CONTEXT, make_app
 from bot.stats import ModelStats, gauges, parse_since, summarise, to_json
 from handlers import router
@@ -65,8 +65,8 @@ class History:
     ) -> int:
         self.job += 1
         async with self.db.transaction() as conn:
-            review_id = await state.create(conn, pull_id, head * 40, provider)
-        assert await state.take_run(self.db, review_id, f"job:{self.job}", config_error=None)
+            review_id = await review_state.create(conn, pull_id, head * 40, provider)
+        assert await review_state.take_run(self.db, review_id, f"job:{self.job}", config_error=None)
         session = await create_session(
             self.db, provider=provider, model=model, pull_id=pull_id, review_id=review_id
         )
@@ -87,14 +87,14 @@ class History:
             await finish_run(
                 self.db, run_id, {}, {}, status="ok", error=None, tool_calls=0, cost_usd=cost
             )
-        await state.set_findings(self.db, review_id, numbered, writes)
-        ended = await state.end_run(self.db, review_id, f"job:{self.job}", state.DRAFT)
+        await review_state.set_findings(self.db, review_id, numbered, writes)
+        ended = await review_state.end_run(self.db, review_id, f"job:{self.job}", ReviewState.DRAFT)
         assert ended is not None
         return review_id
 
     async def publish(self, review_id: int, chosen: list[int]) -> None:
-        assert await state.claim_posting(self.db, review_id, "alice", "COMMENT", chosen)
-        assert await state.mark_posted(self.db, review_id)
+        assert await review_state.claim_posting(self.db, review_id, "alice", "COMMENT", chosen)
+        assert await review_state.mark_posted(self.db, review_id)
 
 
 def entries(pull_id: int, review_id: int, head: str, ordinals: range) -> LedgerWrites:
@@ -117,10 +117,10 @@ async def make_history(db: Database) -> None:
     r1 = await h.draft(
         widgets, "a", list(enumerate(first, 1)), provider="claude", model="claude-x", usd=[0.3]
     )
-    assert await state.drop_findings(db, r1, (2,), "a style choice", by="maint")
+    assert await review_state.drop_findings(db, r1, (2,), "a style choice", by="maint")
     kept = [(n, first[n - 1]) for n in (1, 4, 5)]
-    assert await state.begin_revision(db, r1, kept, [3], by="claude", texts={"summary": "s"})
-    assert await state.end_revision(db, r1)
+    assert await review_state.begin_revision(db, r1, kept, [3], by="claude", texts={"summary": "s"})
+    assert await review_state.end_revision(db, r1)
     await h.publish(r1, [1, 5])
     await _ledger_fixed(h, widgets, r1)
 
@@ -137,9 +137,9 @@ async def make_history(db: Database) -> None:
     r4 = await h.draft(gadgets, "d", [(3, finding(3))], provider="codex", model="gpt-y")
     await update_review(db, r4, created_at=OLD)
     async with db.transaction() as conn:
-        failed = await state.create(conn, gadgets, "e" * 40, "codex")
-    await state.take_run(db, failed, "job:failed", config_error=None)
-    await state.end_run(db, failed, "job:failed", state.FAILED, error="boom")
+        failed = await review_state.create(conn, gadgets, "e" * 40, "codex")
+    await review_state.take_run(db, failed, "job:failed", config_error=None)
+    await review_state.end_run(db, failed, "job:failed", ReviewState.FAILED, error="boom")
 
 
 async def _ledger_fixed(h: History, pull_id: int, published_in: int) -> None:

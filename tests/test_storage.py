@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from bot.records.sqlite import Database
+from bot.records.sqlite import SqliteDatabase
 
 
 @pytest.fixture
 async def sqlite_db(tmp_path):
-    database = await Database.open(tmp_path / "s.sqlite3")
+    database = await SqliteDatabase.open(tmp_path / "s.sqlite3")
     yield database
     await database.close()
 
@@ -46,7 +46,7 @@ async def test_writes_wait_for_a_lock_held_elsewhere_then_go_through(sqlite_db, 
 
 
 async def test_a_lock_held_too_long_fails_clearly(tmp_path):
-    db = await Database.open(tmp_path / "s.sqlite3", busy_timeout_ms=200)
+    db = await SqliteDatabase.open(tmp_path / "s.sqlite3", busy_timeout_ms=200)
     other = hold_write_lock(tmp_path / "s.sqlite3")
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
@@ -57,7 +57,7 @@ async def test_a_lock_held_too_long_fails_clearly(tmp_path):
         await db.close()
 
 
-# -- both backends: the Database interface ---------------------------------------------
+# -- both backends: the SqliteDatabase interface ---------------------------------------------
 
 
 def sqlite_columns(path) -> dict[str, set[str]]:
@@ -74,7 +74,7 @@ def sqlite_columns(path) -> dict[str, set[str]]:
 @pytest.mark.backends
 @pytest.mark.postgres_only("compares the Postgres schema with SQLite's")
 async def test_postgres_has_exactly_the_sqlite_tables_and_columns(tmp_path, backend, db):
-    sqlite_db = await Database.open(tmp_path / "ref.sqlite3")
+    sqlite_db = await SqliteDatabase.open(tmp_path / "ref.sqlite3")
     await sqlite_db.close()
     expected = sqlite_columns(tmp_path / "ref.sqlite3")
     await db.migrate()  # again: nothing changes
@@ -129,8 +129,8 @@ async def test_a_violated_constraint_is_an_integrity_error_and_rolls_back(db, ba
 @pytest.mark.postgres_only("one process owns a SQLite file")
 async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend, database_url):
     """Two processes (two pools) approve the same draft at once: one claim wins."""
+    from bot.records import review_state
     from bot.records.postgres import PgDatabase
-    from bot.review import state
 
     other = await PgDatabase.open(database_url)
     try:
@@ -142,7 +142,7 @@ async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend,
             )
             won = await asyncio.gather(
                 *(
-                    state.claim_posting(d, review_id, who, "COMMENT", [])
+                    review_state.claim_posting(d, review_id, who, "COMMENT", [])
                     for d, who in ((db, "a"), (other, "b"), (db, "c"), (other, "d"))
                 )
             )
@@ -161,7 +161,7 @@ async def test_an_older_database_gains_new_columns_and_schema_runs_again_unchang
         "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at) VALUES (1, 'abc', 0, 0);"
     )
     old.close()
-    db = await Database.open(path)
+    db = await SqliteDatabase.open(path)
     await db.migrate()  # every start runs it again
     columns = {row[1] for row in await db.fetchall("PRAGMA table_info(reviews)")}
     assert {"verify_provider", "verify_error", "base_sha"} <= columns

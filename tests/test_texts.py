@@ -394,9 +394,11 @@ def test_a_missing_value_fails_in_tests_and_renders_empty_but_logged_in_producti
 def test_a_catalogue_entry_keeps_its_values_spaces(path):
     """Only the template's own line breaks around an entry are trimmed: a path that begins or
     ends with a space reaches the model and the operator as it is."""
-    from bot.agents.toolbox import said
+    from bot.texts import MODEL, say
 
-    assert said("submodule", path=path, oid="0" * 40).startswith(path + " is a submodule")
-    assert said("symlink", path="x", target=path).endswith(
+    assert say(MODEL, "tool", why="submodule", path=path, oid="0" * 40).startswith(
+        path + " is a submodule"
+    )
+    assert say(MODEL, "tool", why="symlink", path="x", target=path).endswith(
         f"to {path} (links are reported, not followed)"
     )

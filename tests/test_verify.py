@@ -23,11 +23,11 @@ from bot.review.verify import (
 from bot.server import make_app
 from bot.standin.models import call, fail
 from bot.standin.scripted import scripted_reviewer
-from bot.texts import message, render
+from bot.texts import PEOPLE, render, say
 from handlers import router
 from tests.world import BASE, build_world, comment_payload
 
-NO_VERDICT = message("no_verdict")
+NO_VERDICT = say(PEOPLE, "no_verdict")
 
 HEAD = {
     "calc.py": "def parse(text):\n    return eval(text)\n\n\ndef total(values):\n"

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from bot.redaction import redact
-from bot.texts import message
+from bot.texts import MODEL, say
 
 RATES_FILE = Path(__file__).with_name("rates.json")
 SAID_CHARS = 240  # how much of what a server said is quoted
@@ -127,12 +127,12 @@ def arguments_problem(arguments: Any) -> str | None:
     if isinstance(arguments, dict):
         return None
     if not isinstance(arguments, str):
-        return message("arguments_problem", why="type")
+        return say(MODEL, "arguments_problem", why="type")
     try:
         value = json.loads(arguments or "{}")
     except ValueError as exc:
-        return message("arguments_problem", why="json", error=exc.msg, at=exc.pos)
-    return None if isinstance(value, dict) else message("arguments_problem", why="not_object")
+        return say(MODEL, "arguments_problem", why="json", error=exc.msg, at=exc.pos)
+    return None if isinstance(value, dict) else say(MODEL, "arguments_problem", why="not_object")
 
 
 @dataclass

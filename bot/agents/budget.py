@@ -1,8 +1,8 @@
-"""The daily model budget per installation, read from the runs ledger in the database (so
+"""The daily model budget per installation, read from the runs in the database (so
 every process agrees).
 
 The budget is enforced where every model run starts (`admission`, called in the transaction
-that writes the run's ledger row), so no path that starts a run can pass it; commands and the
+that writes the run's row), so no path that starts a run can pass it; commands and the
 review job also ask first (`budget_used_up`) to answer at once instead of queueing work that
 could not run."""
 
@@ -83,7 +83,7 @@ async def refuse_when_spent(
 
 
 def admission(limits: DailyLimits) -> Admit | None:
-    """What a run's start asks, in the transaction that wrote its ledger row (see
+    """What a run's start asks, in the transaction that wrote its row (see
     `bot.records.runs.start_run`): DailyBudgetSpent, which rolls the row back, when the
     run's installation had reached a daily limit before it. None: no daily limit at all."""
     if limits.daily_max_runs is None and limits.daily_max_usd is None:

@@ -152,7 +152,7 @@ class ChatProvider:
         scale = self.endpoint.scale.get(self.model, 1.0)
         if self.context_tokens is not None:
             assert self.output_tokens is not None
-            fitted = fit(messages, tools, self.context_tokens - self.output_tokens, scale)
+            fitted = fit_context(messages, tools, self.context_tokens - self.output_tokens, scale)
             if fitted.dropped or fitted.clipped:
                 log.warning(
                     "chat conversation trimmed to fit the model's context",
@@ -351,8 +351,14 @@ def read_completion(content_type: str, body: str) -> Completion:
         except (ValueError, RecursionError):  # nested past the limit: the body says enough
             shown = ""
         what = _what(value)
-        said = texts.message(
-            "chat_malformed", why=why, sent=quoted(body, 120), what=what, value=shown, **context
+        said = texts.say(
+            texts.PEOPLE,
+            "chat_malformed",
+            why=why,
+            sent=quoted(body, 120),
+            what=what,
+            value=shown,
+            **context,
         )
         return AgentError(said)
 
@@ -520,7 +526,7 @@ class Fitted:
     clipped: int = 0  # tool results cut short
 
 
-def fit(
+def fit_context(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]],
     budget: int,
@@ -564,7 +570,7 @@ def fit(
         clipped += 1
     tokens = size(candidate)
     if tokens > budget:
-        raise AgentError(texts.message("chat_context_full", tokens=tokens, budget=budget))
+        raise AgentError(texts.say(texts.PEOPLE, "chat_context_full", tokens=tokens, budget=budget))
     return Fitted(candidate, tokens, dropped, clipped)
 
 
@@ -618,4 +624,4 @@ def explain(status: int, said: str, model: str) -> str:
     else:
         why = "model" if status == 404 else "other"
     quote = f'{status}: "{shown}"' if shown else str(status)
-    return texts.message("chat_refused", why=why, status=status, quote=quote, model=model)
+    return texts.say(texts.PEOPLE, "chat_refused", why=why, status=status, quote=quote, model=model)

@@ -37,9 +37,10 @@ from bot.records.database import Database
 from bot.records.messages import append_messages, load_messages
 from bot.records.runs import finish_run, start_run
 from bot.records.types import Session
+from bot.records.vocab import RunStatus
 from bot.redaction import redact
 from bot.skills import prompt_text
-from bot.texts import message, render
+from bot.texts import PEOPLE, render, say
 
 log = logging.getLogger(__name__)
 
@@ -113,21 +114,21 @@ class AgentRun:
             result = await self._loop(run_id, user_text, (comment_id, source), usage, started)
             calls = result.tool_calls
         except asyncio.CancelledError:
-            await self._finish(run_id, usage, "cancelled", "cancelled", calls)
+            await self._finish(run_id, usage, RunStatus.CANCELLED, "cancelled", calls)
             raise
         except AgentError as exc:
-            await self._finish(run_id, usage, "failed", str(exc), self.toolbox.calls)
+            await self._finish(run_id, usage, RunStatus.FAILED, str(exc), self.toolbox.calls)
             raise
         except Exception as exc:
             error = redact(f"{exc.__class__.__name__}: {exc}")
-            await self._finish(run_id, usage, "failed", error, self.toolbox.calls)
-            raise AgentError(message("run_failed", error_class=exc.__class__.__name__)) from exc
-        result.cost_usd = await self._finish(run_id, usage, "done", None, calls)
+            await self._finish(run_id, usage, RunStatus.FAILED, error, self.toolbox.calls)
+            raise AgentError(say(PEOPLE, "run_failed", error_class=exc.__class__.__name__)) from exc
+        result.cost_usd = await self._finish(run_id, usage, RunStatus.DONE, None, calls)
         result.usage = usage
         return result
 
     async def _start(self) -> int:
-        """The run's ledger row, written only when its installation's daily budget has room
+        """The run's row, written only when its installation's daily budget has room
         (DailyBudgetSpent otherwise): every model run passes here, whatever started it."""
         now = time.time()
         return await start_run(
@@ -184,7 +185,7 @@ class AgentRun:
                 if not self.expect_submit:
                     return TurnResult(run_id, reply.text, None, tool_calls)
                 if repaired:
-                    raise AgentError(message("no_final_answer", tool=final.name))
+                    raise AgentError(say(PEOPLE, "no_final_answer", tool=final.name))
                 repaired = True
                 await self._store(self.provider.user_message(fragment(final.nudge)))
                 continue
@@ -192,7 +193,7 @@ class AgentRun:
             answer = None
             problems = [arguments_problem(c.arguments) for c in reply.tool_calls]
             if broken and any(problems):
-                raise AgentError(message("arguments_again"))
+                raise AgentError(say(PEOPLE, "arguments_again"))
             broken = any(problems)
             try:
                 for call, problem in zip(reply.tool_calls, problems, strict=True):
@@ -209,7 +210,7 @@ class AgentRun:
                         except InvalidAnswer as exc:
                             if repaired:
                                 raise AgentError(
-                                    message("invalid_output", tool=final.name, problem=exc)
+                                    say(PEOPLE, "invalid_output", tool=final.name, problem=exc)
                                 ) from None
                             repaired = True
                             why = render("prompts/invalid_answer.md.j2", tool=final.name, error=exc)
@@ -218,7 +219,7 @@ class AgentRun:
                     tool_calls += 1
                     if tool_calls > self.budget.max_tool_calls:
                         raise BudgetExceeded(
-                            message("budget_tool_calls", limit=self.budget.max_tool_calls)
+                            say(PEOPLE, "budget_tool_calls", limit=self.budget.max_tool_calls)
                         )
                     output = await self.toolbox.call(call.name, call.arguments)
                     results.append((call, output, False))
@@ -274,7 +275,8 @@ class AgentRun:
                     raise AgentError(_describe(self.provider.name, exc)) from exc
                 if attempt >= MAX_ATTEMPTS:
                     raise AgentError(
-                        message(
+                        say(
+                            PEOPLE,
                             "provider_unavailable",
                             provider=self.provider.name,
                             attempts=attempt,
@@ -312,19 +314,21 @@ class AgentRun:
                 self.metrics.model_cost.labels(provider=self.provider.name, model=model).inc(cost)
 
     def _out_of_time(self) -> str:
-        return message("budget_wall_clock", seconds=self.budget.max_seconds)
+        return say(PEOPLE, "budget_wall_clock", seconds=self.budget.max_seconds)
 
     def _check_spend(self, usage: dict[str, Usage]) -> None:
         tokens = sum(u.total for u in usage.values())
         if tokens > self.budget.max_tokens:
             raise BudgetExceeded(
-                message("budget_tokens", tokens=tokens, limit=self.budget.max_tokens)
+                say(PEOPLE, "budget_tokens", tokens=tokens, limit=self.budget.max_tokens)
             )
         if self.budget.max_usd is not None:
             rate = self.provider.fallback_rate
             spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
             if spent > self.budget.max_usd:
-                raise BudgetExceeded(message("budget_usd", spent=spent, limit=self.budget.max_usd))
+                raise BudgetExceeded(
+                    say(PEOPLE, "budget_usd", spent=spent, limit=self.budget.max_usd)
+                )
 
     async def _finish(
         self, run_id: int, usage: dict[str, Usage], status: str, error: str | None, tool_calls: int
@@ -374,7 +378,8 @@ def _describe(provider: str, exc: Exception) -> str:
     never after 401 or 403, whose message may hold part of the key it refused)."""
     status = getattr(exc, "status_code", None)
     said = quoted(server_said(getattr(exc, "body", None))) if status not in (401, 403) else ""
-    return message(
+    return say(
+        PEOPLE,
         "provider_error",
         provider=provider,
         status=status,

@@ -15,7 +15,7 @@ from bot.agents.claude import ClaudeProvider
 from bot.agents.codex import CodexProvider
 from bot.config import PROVIDERS, ConfigError, Settings, in_words
 from bot.redaction import register_all, url_passwords
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 PROBE_TIMEOUT = 15.0
 SDK_KEYS = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}  # read by the SDKs themselves
@@ -24,7 +24,9 @@ AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.a
 
 
 def _not_configured(provider: str, *variables: str) -> AgentError:
-    return AgentError(message("provider_not_configured", provider=provider, variables=variables))
+    return AgentError(
+        say(PEOPLE, "provider_not_configured", provider=provider, variables=variables)
+    )
 
 
 class ModelClients:
@@ -76,7 +78,7 @@ class ModelClients:
                 context_tokens=chat.context_tokens,
                 fallback_rate=chat_rate(chat.rates),
             )
-        raise AgentError(message("unknown_provider", provider=repr(name), choices=PROVIDERS))
+        raise AgentError(say(PEOPLE, "unknown_provider", provider=repr(name), choices=PROVIDERS))
 
     def configured(self, name: str) -> bool:
         """Whether `name` can be used here: its SDK found a key in the environment (`chat`:
@@ -127,7 +129,7 @@ async def probe(settings: Settings, provider: str) -> list[str]:
                 return []
             return [_problem(SDK_KEYS[provider], "model_key", provider=provider)]
         if provider != "chat":
-            return [message("unknown_provider", provider=repr(provider), choices=PROVIDERS)]
+            return [say(PEOPLE, "unknown_provider", provider=repr(provider), choices=PROVIDERS)]
         chat = settings.chat
         if chat is None:
             return [_problem("COCKPIT_CHAT_BASE_URL", "chat_unset")]

@@ -6,16 +6,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from bot.texts import message
-
-SEVERITIES = ("critical", "major", "minor", "nit")
-VERDICTS = ("comment", "request_changes")
+from bot.records.vocab import Severity, Verdict
+from bot.texts import MODEL, say
 
 SUBMIT_REVIEW_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "summary": {"type": "string", "description": "Markdown overview of the change and risks"},
-        "verdict": {"type": "string", "enum": list(VERDICTS)},
+        "verdict": {"type": "string", "enum": list(Verdict)},
         "findings": {
             "type": "array",
             "items": {
@@ -25,7 +23,7 @@ SUBMIT_REVIEW_SCHEMA: dict[str, Any] = {
                     "line": {"type": "integer", "minimum": 1},
                     "end_line": {"type": "integer", "minimum": 1},
                     "side": {"type": "string", "enum": ["LEFT", "RIGHT"]},
-                    "severity": {"type": "string", "enum": list(SEVERITIES)},
+                    "severity": {"type": "string", "enum": list(Severity)},
                     "title": {"type": "string"},
                     "body": {"type": "string"},
                     "suggestion": {"type": "string"},
@@ -83,56 +81,67 @@ class InvalidReview(InvalidAnswer):
     """The model's `submit_review` input does not match the schema; the message says how."""
 
 
-def invalid(why: str, **context: Any) -> str:
-    """What is wrong with a final answer, as the repair turn tells the model."""
-    return message("invalid_answer", why=why, **context)
-
-
 def _problems(data: Any) -> list[str]:
     if not isinstance(data, dict):
-        return [invalid("not_object")]
+        return [say(MODEL, "invalid_answer", why="not_object")]
     required = SUBMIT_REVIEW_SCHEMA["required"]
-    problems = [invalid("missing", key=key) for key in required if key not in data]
+    problems = [
+        say(MODEL, "invalid_answer", why="missing", key=key) for key in required if key not in data
+    ]
     extra = set(data) - set(SUBMIT_REVIEW_SCHEMA["properties"])
     if extra:
-        problems.append(invalid("unexpected", keys=sorted(extra)))
+        problems.append(say(MODEL, "invalid_answer", why="unexpected", keys=sorted(extra)))
     if "summary" in data and not isinstance(data["summary"], str):
-        problems.append(invalid("summary"))
-    if "verdict" in data and data["verdict"] not in VERDICTS:
-        problems.append(invalid("verdict", choices=VERDICTS))
+        problems.append(say(MODEL, "invalid_answer", why="summary"))
+    if "verdict" in data and data["verdict"] not in tuple(Verdict):
+        problems.append(say(MODEL, "invalid_answer", why="verdict", choices=tuple(Verdict)))
     resolved = data.get("resolved", [])
     if not isinstance(resolved, list) or not all(
         isinstance(r, str) and _RESOLVED.fullmatch(r) for r in resolved
     ):
-        problems.append(invalid("resolved"))
+        problems.append(say(MODEL, "invalid_answer", why="resolved"))
     findings = data.get("findings", [])
     if not isinstance(findings, list):
-        return [*problems, invalid("findings")]
+        return [*problems, say(MODEL, "invalid_answer", why="findings")]
     for n, item in enumerate(findings):
         where = f"findings[{n}]"
         if not isinstance(item, dict):
-            problems.append(invalid("item_object", where=where))
+            problems.append(say(MODEL, "invalid_answer", why="item_object", where=where))
             continue
         for key in ("path", "severity", "title", "body"):
             if not isinstance(item.get(key), str) or not item.get(key, "").strip():
-                problems.append(invalid("non_empty", where=f"{where}.{key}"))
-        if item.get("severity") not in SEVERITIES:
-            problems.append(invalid("one_of", where=f"{where}.severity", choices=SEVERITIES))
+                problems.append(
+                    say(MODEL, "invalid_answer", why="non_empty", where=f"{where}.{key}")
+                )
+        if item.get("severity") not in tuple(Severity):
+            problems.append(
+                say(
+                    MODEL,
+                    "invalid_answer",
+                    why="one_of",
+                    where=f"{where}.severity",
+                    choices=tuple(Severity),
+                )
+            )
         for key in ("line", "end_line"):
             value = item.get(key)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
-                problems.append(invalid("positive", where=f"{where}.{key}"))
+                problems.append(
+                    say(MODEL, "invalid_answer", why="positive", where=f"{where}.{key}")
+                )
         if item.get("side", "RIGHT") not in ("LEFT", "RIGHT"):
-            problems.append(invalid("side", where=where))
+            problems.append(say(MODEL, "invalid_answer", why="side", where=where))
         if "suggestion" in item and not isinstance(item["suggestion"], str):
-            problems.append(invalid("suggestion", where=where))
+            problems.append(say(MODEL, "invalid_answer", why="suggestion", where=where))
         extra = set(item) - set(
             SUBMIT_REVIEW_SCHEMA["properties"]["findings"]["items"]["properties"]
         )
         if extra:
-            problems.append(invalid("item_unexpected", where=where, keys=sorted(extra)))
+            problems.append(
+                say(MODEL, "invalid_answer", why="item_unexpected", where=where, keys=sorted(extra))
+            )
     return problems
 
 
@@ -172,11 +181,11 @@ def parse_submission(data: Any) -> ReviewDraft:
 
 def dedupe(findings: list[Finding]) -> list[Finding]:
     """Merge findings on the same place with the same title, keeping the most severe."""
-    rank = {s: n for n, s in enumerate(SEVERITIES)}
+    rank = Severity.rank
     kept: dict[tuple, Finding] = {}
     for finding in findings:
         key = (finding.path, finding.line, finding.side, finding.title.casefold())
         other = kept.get(key)
-        if other is None or rank[finding.severity] < rank[other.severity]:
+        if other is None or rank(finding.severity) < rank(other.severity):
             kept[key] = finding
-    return sorted(kept.values(), key=lambda f: (rank[f.severity], f.path, f.line or 0))
+    return sorted(kept.values(), key=lambda f: (rank(f.severity), f.path, f.line or 0))

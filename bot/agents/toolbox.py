@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from bot.texts import message
+from bot.texts import MODEL, say
 from bot.worktrees import GIT_TIMEOUT, GitError, Worktree, truncated
 
 MAX_READ_BYTES = 256 * 1024  # read at most this much of a blob
@@ -27,16 +27,11 @@ MAX_GIT_BYTES = MAX_OUTPUT_CHARS * 2  # git stops after this much (the answer is
 RAW_DIFF_BYTES = 64 << 20  # `git diff --raw` of a PR (about 130 bytes a file)
 
 
-def said(why: str, **context: Any) -> str:
-    """One of the toolbox's answers to the model (templates/messages.txt.j2, kind `tool`)."""
-    return message("tool", why=why, **context)
-
-
 class ToolError(Exception):
-    """A refused or failed tool call; its message (`said(why)`) goes back to the model."""
+    """A refused or failed tool call; its message (`tool` with `why`) goes back to the model."""
 
     def __init__(self, why: str, **context: Any) -> None:
-        super().__init__(said(why, **context))
+        super().__init__(say(MODEL, "tool", why=why, **context))
 
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -123,7 +118,7 @@ def clean_path(raw: Any, *, allow_root: bool = False) -> str:
 def cap(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
     if len(text) <= limit:
         return text
-    return text[:limit] + "\n" + said("truncated", limit=limit)
+    return text[:limit] + "\n" + say(MODEL, "tool", why="truncated", limit=limit)
 
 
 @dataclass(frozen=True)
@@ -172,21 +167,25 @@ class Toolbox:
         if self.on_call is not None:
             await self.on_call(name)
         if name not in READ_ONLY_TOOLS:
-            return said("unknown_tool", tool=repr(name), tools=sorted(READ_ONLY_TOOLS))
+            return say(
+                MODEL, "tool", why="unknown_tool", tool=repr(name), tools=sorted(READ_ONLY_TOOLS)
+            )
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments or "{}")
             except ValueError:
-                return said("not_json")
+                return say(MODEL, "tool", why="not_json")
         if not isinstance(arguments, dict):
-            return said("not_object")
+            return say(MODEL, "tool", why="not_object")
         handler = getattr(self, f"_tool_{name}")
         try:
             return cap(await handler(**arguments))
         except TypeError:
-            return said("unexpected_arguments", tool=name, arguments=sorted(arguments))
+            return say(
+                MODEL, "tool", why="unexpected_arguments", tool=name, arguments=sorted(arguments)
+            )
         except (ToolError, GitError) as exc:
-            return said("error", error=exc)
+            return say(MODEL, "tool", why="error", error=exc)
 
     async def _entry(self, path: str) -> TreeEntry | None:
         out = await self.tree.git("ls-tree", "-z", "--full-tree", self.tree.head_sha, "--", path)
@@ -201,25 +200,29 @@ class Toolbox:
         answer = await self._read_file(path, start_line, end_line)
         if path not in self.left_out:
             return answer
-        return said("left_out_read", path=path, reason=self.left_out[path]) + "\n" + answer
+        return (
+            say(MODEL, "tool", why="left_out_read", path=path, reason=self.left_out[path])
+            + "\n"
+            + answer
+        )
 
     async def _read_file(self, path: str, start_line: Any, end_line: Any) -> str:
         entry = await self._entry(path)
         if entry is None:
-            return said("missing", path=path)
+            return say(MODEL, "tool", why="missing", path=path)
         if entry.kind == "tree":
-            return said("directory", path=path)
+            return say(MODEL, "tool", why="directory", path=path)
         if entry.kind == "commit":
-            return said("submodule", path=path, oid=entry.oid)
+            return say(MODEL, "tool", why="submodule", path=path, oid=entry.oid)
         if entry.mode == "120000":
             target = (await self.tree.git("cat-file", "blob", entry.oid, limit=4096)).decode(
                 errors="replace"
             )
-            return said("symlink", path=path, target=repr(target))
+            return say(MODEL, "tool", why="symlink", path=path, target=repr(target))
         size = int((await self.tree.git("cat-file", "-s", entry.oid)).decode().strip())
         data = await self.tree.git("cat-file", "blob", entry.oid, limit=MAX_READ_BYTES)
         if b"\x00" in data[:8192]:
-            return said("binary", path=path, size=size)
+            return say(MODEL, "tool", why="binary", path=path, size=size)
         clipped = size > MAX_READ_BYTES
         text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
         lines = text.splitlines()
@@ -229,14 +232,16 @@ class Toolbox:
         end = _positive(end_line, start + MAX_LINES - 1)
         end = min(end, start + MAX_LINES - 1, len(lines))
         if start > max(len(lines), 1):
-            return said("past_end", path=path, lines=len(lines))
+            return say(MODEL, "tool", why="past_end", path=path, lines=len(lines))
         width = len(str(end))
         body = "\n".join(f"{n:>{width}}| {lines[n - 1]}" for n in range(start, end + 1))
         notes = []
         if end < len(lines):
-            notes.append(said("more_lines", start=start, end=end, lines=len(lines)))
+            notes.append(
+                say(MODEL, "tool", why="more_lines", start=start, end=end, lines=len(lines))
+            )
         if clipped:
-            notes.append(said("clipped", size=size, read=MAX_READ_BYTES))
+            notes.append(say(MODEL, "tool", why="clipped", size=size, read=MAX_READ_BYTES))
         return "\n".join([body, *notes])
 
     async def _tool_list_files(self, path: Any = None) -> str:
@@ -244,9 +249,9 @@ class Toolbox:
         if path:
             entry = await self._entry(path)
             if entry is None:
-                return said("missing", path=path)
+                return say(MODEL, "tool", why="missing", path=path)
             if entry.kind != "tree":
-                return said("not_directory", path=path)
+                return say(MODEL, "tool", why="not_directory", path=path)
         spec = [f"{path}/"] if path else []
         out = await self.tree.git(
             "ls-tree", "-z", self.tree.head_sha, "--", *spec, limit=MAX_GIT_BYTES
@@ -259,10 +264,10 @@ class Toolbox:
         more = len(names) - len(shown_names)
         text = "\n".join(json.dumps(n)[1:-1] if not n.isprintable() else n for n in shown_names)
         if more:
-            text += "\n" + said("more_entries", more=more)
+            text += "\n" + say(MODEL, "tool", why="more_entries", more=more)
         if cut:
-            text += "\n" + said("git_truncated", limit=MAX_GIT_BYTES)
-        return text or said("empty")
+            text += "\n" + say(MODEL, "tool", why="git_truncated", limit=MAX_GIT_BYTES)
+        return text or say(MODEL, "tool", why="empty")
 
     async def _tool_search_code(self, pattern: Any = None, path: Any = None) -> str:
         if not isinstance(pattern, str) or not pattern:
@@ -298,13 +303,13 @@ class Toolbox:
         ]
         text = "\n".join(line.decode("utf-8", errors="replace")[:500] for line in lines)
         if truncated(out, MAX_GIT_BYTES):
-            text += "\n" + said("git_truncated", limit=MAX_GIT_BYTES)
-        return text or said("no_matches")
+            text += "\n" + say(MODEL, "tool", why="git_truncated", limit=MAX_GIT_BYTES)
+        return text or say(MODEL, "tool", why="no_matches")
 
     async def _tool_git_diff(self, path: Any = None) -> str:
         path = clean_path(path, allow_root=True)
         if path in self.left_out:
-            return said("left_out_path", path=path, reason=self.left_out[path])
+            return say(MODEL, "tool", why="left_out_path", path=path, reason=self.left_out[path])
         hidden = sum(1 for p in self.left_out if _under(p, path))
         out = await self.tree.git(
             "diff",
@@ -320,8 +325,10 @@ class Toolbox:
         )
         text = _text(out)
         if not hidden:
-            return text or said("no_changes")
-        note = said("left_out", count=hidden)  # first: a long diff is cut at its end
+            return text or say(MODEL, "tool", why="no_changes")
+        note = say(
+            MODEL, "tool", why="left_out", count=hidden
+        )  # first: a long diff is cut at its end
         return note + "\n" + text if text else note
 
     @property
@@ -379,7 +386,7 @@ class Toolbox:
             *spec,
             limit=MAX_GIT_BYTES,
         )
-        return _text(out) or said("no_commits")
+        return _text(out) or say(MODEL, "tool", why="no_commits")
 
 
 def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
@@ -388,7 +395,7 @@ def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
     text = out[:limit].decode("utf-8", errors="replace")
     if not truncated(out, limit):
         return text
-    note = "\n" + said("git_truncated", limit=limit)
+    note = "\n" + say(MODEL, "tool", why="git_truncated", limit=limit)
     return text[: MAX_OUTPUT_CHARS - len(note)] + note
 
 

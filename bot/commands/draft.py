@@ -6,20 +6,21 @@ from bot.commands import gate
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
+from bot.records import review_state
 from bot.records.reviews import get_review, latest_draft, load_findings
 from bot.records.types import Finding, Review
-from bot.review import state
+from bot.records.vocab import FindingState, ReviewState, Verdict
 from bot.review.approve import PublishFailed, approve, publishing_key, select_findings
 from bot.review.lifecycle import queue_status_refresh
 from bot.review.rules import DraftRules
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 
 async def current_draft(pr: PullRequest) -> Review:
     pull = await pr.known()
     review = await latest_draft(pr.ctx.db, pull.id)
     if review is None:
-        raise CommandFailed(message("no_draft_yet", prefix=pr.prefix))
+        raise CommandFailed(say(PEOPLE, "no_draft_yet", prefix=pr.prefix))
     return review
 
 
@@ -27,28 +28,28 @@ def _check_refs(cmd: Command, findings: list[Finding]) -> None:
     known = {f.ordinal for f in findings}
     missing = [f"F{n}" for n in cmd.findings if n not in known]
     if missing:
-        raise CommandFailed(message("unknown_findings", missing=missing, count=len(known)))
+        raise CommandFailed(say(PEOPLE, "unknown_findings", missing=missing, count=len(known)))
 
 
 def _not_a_draft(review: Review) -> CommandFailed:
     return CommandFailed(
-        message("revising" if review.state == state.REVISING else "already_published")
+        say(PEOPLE, "revising" if review.state == ReviewState.REVISING else "already_published")
     )
 
 
 async def cmd_drop(pr: PullRequest, cmd: Command) -> str | None:
     review = await current_draft(pr)
-    if review.state != state.DRAFT:
+    if review.state != ReviewState.DRAFT:
         raise _not_a_draft(review)
     if not cmd.findings:
-        raise CommandFailed(message("which_to_drop"))
+        raise CommandFailed(say(PEOPLE, "which_to_drop"))
     await gate.may_decide(pr, "drop")  # a dropped finding is never published on this PR
     db, review_id = pr.ctx.db, review.id
     _check_refs(cmd, await load_findings(db, review_id))
     publisher = pr.publisher()
     async with db.hold(publishing_key(review_id)):  # a revision or an approve may be writing
         why = " ".join(cmd.words)[:500] or None  # `drop F2 it is a fixture`: the reason
-        if not await state.drop_findings(db, review_id, cmd.findings, why, by=pr.actor):
+        if not await review_state.drop_findings(db, review_id, cmd.findings, why, by=pr.actor):
             raise _not_a_draft(await get_review(db, review_id))
         await publisher.pending_review(await get_review(db, review_id))
         await publisher.new_check(review_id)  # its annotations show the draft without them
@@ -61,33 +62,33 @@ def _event(cmd: Command, verdict: str | None) -> str:
         return "REQUEST_CHANGES"
     if cmd.flag("comment"):
         return "COMMENT"
-    return "REQUEST_CHANGES" if verdict == "request_changes" else "COMMENT"
+    return "REQUEST_CHANGES" if verdict == Verdict.REQUEST_CHANGES else "COMMENT"
 
 
 async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
     review = await current_draft(pr)
-    if review.state in (state.POSTING, state.POSTED):
+    if review.state in (ReviewState.POSTING, ReviewState.POSTED):
         return text(pr, "already_posted", state=review.state)
-    if review.state == state.REVISING:
-        raise CommandFailed(message("revising"))
+    if review.state == ReviewState.REVISING:
+        raise CommandFailed(say(PEOPLE, "revising"))
     live = await pr.refresh()  # the PR as GitHub has it now, not as the last delivery said
-    if live.head_sha != review.head_sha and await state.mark_stale(
+    if live.head_sha != review.head_sha and await review_state.mark_stale(
         pr.ctx.db, live.id, live.head_sha
     ):
         await queue_status_refresh(pr.ctx, live.id)
         review = await get_review(pr.ctx.db, review.id)
     if review.stale:
-        raise CommandFailed(message("stale_draft", prefix=pr.prefix))
+        raise CommandFailed(say(PEOPLE, "stale_draft", prefix=pr.prefix))
     await gate.may_decide(pr, "approve")
     findings = await load_findings(pr.ctx.db, review.id)
     _check_refs(cmd, findings)
     gone = [
         f"F{f.ordinal}"
         for f in findings
-        if f.ordinal in cmd.findings and f.state in (state.DROPPED, state.WITHDRAWN)
+        if f.ordinal in cmd.findings and f.state in (FindingState.DROPPED, FindingState.WITHDRAWN)
     ]
     if gone:
-        raise CommandFailed(message("findings_gone", gone=gone))
+        raise CommandFailed(say(PEOPLE, "findings_gone", gone=gone))
     chosen = select_findings(findings, cmd.findings, DraftRules.from_json(review.rules))
     event = _event(cmd, review.verdict)
     try:
@@ -96,7 +97,7 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
         raise CommandFailed(str(exc)) from exc
     if not published:  # someone else's approve (or a revision) got there first
         current = await get_review(pr.ctx.db, review.id)
-        if current.state == state.REVISING:
-            raise CommandFailed(message("revising"))
+        if current.state == ReviewState.REVISING:
+            raise CommandFailed(say(PEOPLE, "revising"))
         return text(pr, "already_posted", state=current.state)
     return text(pr, "approved", event=event, count=len(chosen))

@@ -9,7 +9,7 @@ from bot.commands.pr import CommandFailed, PullRequest
 from bot.github import permits
 from bot.records import notices
 from bot.repo_config import fetch_repo_config
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 
 async def permission(pr: PullRequest) -> str:
@@ -28,7 +28,7 @@ async def may_decide(pr: PullRequest, command: str) -> None:
     config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
     if not permits(await permission(pr), config.approve_permission):
         raise CommandFailed(
-            message("needs_permission", command=command, permission=config.approve_permission)
+            say(PEOPLE, "needs_permission", command=command, permission=config.approve_permission)
         )
 
 

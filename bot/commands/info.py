@@ -8,12 +8,12 @@ from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.records.reviews import latest_review
 from bot.repo_config import CONFIG_PATH, effective, fetch_repo_config
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 
 async def help_text(pr: PullRequest, unknown: str | None = None) -> str:
     review = await latest_review(pr.ctx.db, pr.pull.id) if pr.pull else None
-    state = message("latest_review", review=review)
+    state = say(PEOPLE, "latest_review", review=review)
     rows = [(spec.usage, spec.what) for spec in COMMANDS]
     return text(pr, "help", unknown=unknown, state_line=state, commands=rows)
 
@@ -26,7 +26,7 @@ async def cmd_status(pr: PullRequest, cmd: Command) -> str | None:
     pull = await pr.known()
     review = await latest_review(pr.ctx.db, pull.id)
     if review is None:
-        raise CommandFailed(message("no_review_yet", prefix=pr.prefix))
+        raise CommandFailed(say(PEOPLE, "no_review_yet", prefix=pr.prefix))
     await pr.publisher().status(review)
     return None
 

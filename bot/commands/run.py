@@ -13,7 +13,7 @@ from bot.commands.parse import Command, parse_commands
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import post, react, reply
 from bot.records.pulls import find_pull
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -88,6 +88,6 @@ async def run_one(pr: PullRequest, cmd: Command) -> bool:
         return False
     except Exception:
         log.exception("command crashed", extra={"fields": {"command": cmd.name}})
-        await reply(pr, "failed", command=cmd.name, reason=message("internal_error"))
+        await reply(pr, "failed", command=cmd.name, reason=say(PEOPLE, "internal_error"))
         return False
     return True

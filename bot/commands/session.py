@@ -20,9 +20,9 @@ from bot.records import messages, sessions
 from bot.records.reviews import latest_review
 from bot.records.runs import session_cost
 from bot.records.types import CrossReview, Review, Session
-from bot.review import state
+from bot.records.vocab import ACTIVE, OPEN_SESSION, ReviewState
 from bot.sessions.turns import ASK, CRITIQUE, REVISE, draft_message_id, queue_turn
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 
 def default_instructions() -> str:
@@ -33,13 +33,13 @@ def default_instructions() -> str:
 async def _draft_and_reviewer(pr: PullRequest) -> tuple[Review, Session]:
     review = await current_draft(pr)
     newest = await latest_review(pr.ctx.db, review.pull_id)
-    if newest is not None and newest.state in state.ACTIVE:
-        raise CommandFailed(message("review_running"))
+    if newest is not None and newest.state in ACTIVE:
+        raise CommandFailed(say(PEOPLE, "review_running"))
     parent = await sessions.primary_of_review(pr.ctx.db, review.id)
     if parent is None:
-        raise CommandFailed(message("no_conversation", prefix=pr.prefix))
-    if parent.status not in sessions.OPEN:
-        raise CommandFailed(message("conversation_ended", prefix=pr.prefix))
+        raise CommandFailed(say(PEOPLE, "no_conversation", prefix=pr.prefix))
+    if parent.status not in OPEN_SESSION:
+        raise CommandFailed(say(PEOPLE, "conversation_ended", prefix=pr.prefix))
     return review, parent
 
 
@@ -67,11 +67,11 @@ async def _end(pr: PullRequest, child: Session) -> None:
 
 async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
     review, parent = await _draft_and_reviewer(pr)
-    if review.state != state.DRAFT:
-        raise CommandFailed(message("published_review_again"))
+    if review.state != ReviewState.DRAFT:
+        raise CommandFailed(say(PEOPLE, "published_review_again"))
     provider = str(cmd.flag("with") or other_provider(review.provider, pr.ctx.models.available()))
     if provider not in PROVIDERS:
-        raise CommandFailed(message("bad_choice", flag="with", choices=PROVIDERS))
+        raise CommandFailed(say(PEOPLE, "bad_choice", flag="with", choices=PROVIDERS))
     active = await _active_child(pr, parent)
     if active is not None and not cmd.flag("restart"):
         return text(pr, "cross_review_active", provider=active[1].provider)
@@ -92,7 +92,7 @@ async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
             anchor_message_id=await draft_message_id(pr.ctx, parent.id),
             anchor_comment_id=pr.comment_id,
             prompt=instructions,
-            title=message("critique_title", provider=provider, sha=review.head_sha[:7]),
+            title=say(PEOPLE, "critique_title", provider=provider, sha=review.head_sha[:7]),
         )
     except sessions.OneActive:  # another codex-review got there first
         current = await _active_child(pr, parent)
@@ -113,7 +113,7 @@ async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
 
 async def cmd_ask(pr: PullRequest, cmd: Command) -> str | None:
     if not cmd.text:
-        raise CommandFailed(message("what_to_ask", prefix=pr.prefix))
+        raise CommandFailed(say(PEOPLE, "what_to_ask", prefix=pr.prefix))
     _review, parent = await _draft_and_reviewer(pr)
     await _room_for_a_run(pr)
     active = await _active_child(pr, parent)
@@ -126,11 +126,11 @@ async def cmd_ask(pr: PullRequest, cmd: Command) -> str | None:
 
 async def cmd_send_back(pr: PullRequest, cmd: Command) -> str | None:
     review, parent = await _draft_and_reviewer(pr)
-    if review.state != state.DRAFT or review.stale:
-        raise CommandFailed(message("not_revisable", prefix=pr.prefix))
+    if review.state != ReviewState.DRAFT or review.stale:
+        raise CommandFailed(say(PEOPLE, "not_revisable", prefix=pr.prefix))
     active = await _active_child(pr, parent)
     if active is None:
-        raise CommandFailed(message("start_a_cross_review", prefix=pr.prefix))
+        raise CommandFailed(say(PEOPLE, "start_a_cross_review", prefix=pr.prefix))
     cross_review, child = active
     answers = [
         answer_text(item)
@@ -138,7 +138,7 @@ async def cmd_send_back(pr: PullRequest, cmd: Command) -> str | None:
         if answer_text(item)
     ]
     if not answers:
-        raise CommandFailed(message("not_answered_yet", provider=child.provider))
+        raise CommandFailed(say(PEOPLE, "not_answered_yet", provider=child.provider))
     await gate.may_decide(pr, "send-back")  # the revision may withdraw findings
     await _room_for_a_run(pr)
     sent = feedback(cross_review.child_adapter, answers[-1], cmd.text, pr.actor)
@@ -158,7 +158,7 @@ async def cmd_end(pr: PullRequest, cmd: Command) -> str | None:
     _review, parent = await _draft_and_reviewer(pr)
     active = await _active_child(pr, parent)
     if active is None:
-        raise CommandFailed(message("no_cross_review"))
+        raise CommandFailed(say(PEOPLE, "no_cross_review"))
     child = active[1]
     await _end(pr, child)
     return text(

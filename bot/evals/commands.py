@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from bot.config import ConfigError, load_settings
 from bot.evals.golden import GoldenError, golden_problems, write_golden
-from bot.evals.messages import resume_hint, say
+from bot.evals.messages import resume_hint
+from bot.texts import OPERATOR, say
 
 if TYPE_CHECKING:
     from bot.evals.progress import ConsoleProgress
@@ -23,7 +24,7 @@ EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def _error(message: str) -> int:
-    sys.stderr.write(say("error", message=message) + "\n")
+    sys.stderr.write(say(OPERATOR, "eval.error", message=message) + "\n")
     return EXIT_USAGE
 
 
@@ -37,7 +38,7 @@ def cmd_eval_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         resume = resume_hint(
             progress.batch or "RUN", progress.data_dir or Path("data"), runner=args.resume_with
         )
-        out.write(say("interrupted", resume=resume) + "\n")
+        out.write(say(OPERATOR, "eval.interrupted", resume=resume) + "\n")
         return 130
 
 
@@ -52,11 +53,11 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
     options = None
     if args.resume is None:
         if not args.golden:
-            return _error(say("bad_option", why="golden"))
+            return _error(say(OPERATOR, "eval.bad_option", why="golden"))
         if args.jobs < 1:
-            return _error(say("bad_option", why="jobs"))
+            return _error(say(OPERATOR, "eval.bad_option", why="jobs"))
         if args.judge_model and args.judge == "lexical":
-            return _error(say("bad_option", why="judge_model"))
+            return _error(say(OPERATOR, "eval.bad_option", why="judge_model"))
         provider = args.provider or settings.provider
         try:
             models = resolve_models(settings, provider, (args.model or "").split(","))
@@ -84,20 +85,24 @@ def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: 
 
     resume = resume_hint(result.batch, data_dir, runner=args.resume_with)
     entries = [entry for run in result.runs for entry in run_entries(result, run)]
-    out.write(say("summary", entries=entries, pct=pct) + "\n")
+    out.write(say(OPERATOR, "eval.summary", entries=entries, pct=pct) + "\n")
     failed = sum(len(run.failed) for run in result.runs)
     if failed:
-        out.write(say("failed_cases", count=failed, resume=resume) + "\n")
+        out.write(say(OPERATOR, "eval.failed_cases", count=failed, resume=resume) + "\n")
     if result.judge_unreadable:
-        out.write(say("unreadable", count=result.judge_unreadable, judge=result.judge) + "\n")
+        out.write(
+            say(OPERATOR, "eval.unreadable", count=result.judge_unreadable, judge=result.judge)
+            + "\n"
+        )
     if result.source_changed:
-        out.write(say("source_changed", repos=result.source_changed) + "\n")
+        out.write(say(OPERATOR, "eval.source_changed", repos=result.source_changed) + "\n")
     report, chart = write_report(result, Path(args.report_dir), resume=resume)
     if args.json:
         write_json(result, Path(args.json))
     out.write(
         say(
-            "written",
+            OPERATOR,
+            "eval.written",
             report=report,
             chart=chart.path,
             chart_missing=chart.missing,
@@ -131,7 +136,9 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
         return _error(str(exc))
     found = await reach(settings, PG_WAIT)
     if not found.exists:
-        return _error(say("no_database", path=settings.db_path, data_dir=settings.data_dir))
+        return _error(
+            say(OPERATOR, "eval.no_database", path=settings.db_path, data_dir=settings.data_dir)
+        )
     verdict = database_verdict(settings, found, "read")  # `stats`'s line for it
     if verdict.problem:
         sys.stderr.write(verdict.line() + "\n")
@@ -146,13 +153,16 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         await db.close()
     if not golden["cases"]:
-        return _error(say("no_reviews", path=describe(settings), repo=args.repo, others=others))
+        return _error(
+            say(OPERATOR, "eval.no_reviews", path=describe(settings), repo=args.repo, others=others)
+        )
     name = args.repo.replace("/", "-")
     path = Path(args.out or Path("eval") / "golden" / f"{name}-from-reviews.json")
     write_golden(path, golden)
     out.write(
         say(
-            "golden_from_reviews",
+            OPERATOR,
+            "eval.golden_from_reviews",
             path=path,
             repo=args.repo,
             cases=len(golden["cases"]),
@@ -186,7 +196,7 @@ async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
     except (GoldenError, ConfigError) as exc:
         return _error(str(exc))
     except OSError as exc:
-        return _error(say("resolve_unreachable", error_class=type(exc).__name__))
+        return _error(say(OPERATOR, "eval.resolve_unreachable", error_class=type(exc).__name__))
     problems = golden_problems(golden)
     if problems:
         return _error("; ".join(problems[:10]))
@@ -194,7 +204,8 @@ async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
     write_golden(path, golden)
     out.write(
         say(
-            "martian",
+            OPERATOR,
+            "eval.martian",
             path=path,
             cases=len(golden["cases"]),
             labels=sum(len(c["labels"]) for c in golden["cases"]),
@@ -208,7 +219,8 @@ async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
         reasons = sorted({reason for _, reason in resolution.failed})
         sys.stderr.write(
             say(
-                "unresolved",
+                OPERATOR,
+                "eval.unresolved",
                 count=len(resolution.failed),
                 api_url=api_url,
                 reasons=reasons,

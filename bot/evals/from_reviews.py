@@ -13,14 +13,13 @@ import datetime as dt
 import re
 from typing import Any
 
-from bot.evals.messages import say
 from bot.records import evals
 from bot.records.database import Database
 from bot.records.reviews import load_findings
 from bot.records.types import Finding
-from bot.review import state
+from bot.records.vocab import FindingState, ReviewState
+from bot.texts import OPERATOR, say
 
-HUMAN = "human"  # findings.checked_by of a person's decision
 _REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
@@ -34,19 +33,14 @@ def _label(finding: Finding) -> dict[str, Any]:
     return label
 
 
-def dropped_by_a_person(finding: Finding) -> bool:
-    """A person's no (`drop F2`), not a revision's withdrawal or a verify refutation."""
-    return finding.state == state.DROPPED and finding.checked_by == HUMAN
-
-
 def check_repo(repo: str) -> None:
     if not _REPO.fullmatch(repo):
-        raise ValueError(say("bad_option", why="repo"))
+        raise ValueError(say(OPERATOR, "eval.bad_option", why="repo"))
 
 
 async def published_repos(db: Database) -> list[str]:
     """The repositories with at least one published review here."""
-    return await evals.repos_with_reviews(db, state.POSTED)
+    return await evals.repos_with_reviews(db, ReviewState.POSTED)
 
 
 async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
@@ -54,10 +48,10 @@ async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
     check_repo(repo)
     cases = []
     clone_url = None
-    for review, pull in await evals.posted_reviews(db, repo, state.POSTED):
+    for review, pull in await evals.posted_reviews(db, repo, ReviewState.POSTED):
         findings = await load_findings(db, review.id)
-        published = [f for f in findings if f.state == state.KEPT]
-        declined = [f for f in findings if dropped_by_a_person(f)]
+        published = [f for f in findings if f.state == FindingState.KEPT]
+        declined = [f for f in findings if f.dropped_by_person]
         clone_url = clone_url or pull.clone_url
         case: dict[str, Any] = {
             "id": f"pr-{pull.number}-r{review.id}",
@@ -73,14 +67,14 @@ async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
         if pull.html_url:
             case["url"] = pull.html_url
         if review.base_sha is None:
-            case["note"] = say("from_reviews", why="no_base_sha")
+            case["note"] = say(OPERATOR, "eval.from_reviews", why="no_base_sha")
         cases.append(case)
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     golden: dict[str, Any] = {
         "version": 1,
         "name": f"{repo} from reviews",
-        "description": say("from_reviews", why="description", when=when, repo=repo),
-        "note": say("from_reviews", why="note"),
+        "description": say(OPERATOR, "eval.from_reviews", why="description", when=when, repo=repo),
+        "note": say(OPERATOR, "eval.from_reviews", why="note"),
         "cases": cases,
     }
     if clone_url:

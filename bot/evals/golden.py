@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from bot.evals.messages import say
+from bot.texts import OPERATOR, say
 
 SCHEMA_FILE = Path(__file__).with_name("golden.schema.json")
 URL_SCHEMES = ("https://", "http://", "file://")
@@ -37,11 +37,6 @@ _LABEL_KEYS = {"path", "line", "title", "problem", "severity"}
 
 class GoldenError(ValueError):
     """A golden file that cannot be used; the message lists what is wrong."""
-
-
-def _wrong(why: str, **context: Any) -> str:
-    """One thing wrong with a golden document (templates/eval/messages.txt.j2, `golden`)."""
-    return say("golden", why=why, **context)
 
 
 @dataclass(frozen=True)
@@ -99,55 +94,61 @@ def repository_key(repository: str) -> str:
 
 def _label_problems(item: Any, where: str) -> list[str]:
     if not isinstance(item, dict):
-        return [_wrong("object", where=where)]
-    problems = [_wrong("unknown", where=where, key=k) for k in sorted(set(item) - _LABEL_KEYS)]
+        return [say(OPERATOR, "eval.golden", why="object", where=where)]
+    problems = [
+        say(OPERATOR, "eval.golden", why="unknown", where=where, key=k)
+        for k in sorted(set(item) - _LABEL_KEYS)
+    ]
     problem = item.get("problem")
     if not isinstance(problem, str) or not problem.strip():
-        problems.append(_wrong("non_empty", where=where, key="problem"))
+        problems.append(say(OPERATOR, "eval.golden", why="non_empty", where=where, key="problem"))
     for key in ("path", "title", "severity"):
         if key in item and not isinstance(item[key], str):
-            problems.append(_wrong("string", where=where, key=key))
+            problems.append(say(OPERATOR, "eval.golden", why="string", where=where, key=key))
     if "path" in item and isinstance(item["path"], str) and not item["path"]:
-        problems.append(_wrong("empty", where=where, key="path"))
+        problems.append(say(OPERATOR, "eval.golden", why="empty", where=where, key="path"))
     line = item.get("line")
     if "line" in item and (isinstance(line, bool) or not isinstance(line, int) or line < 1):
-        problems.append(_wrong("positive", where=where, key="line"))
+        problems.append(say(OPERATOR, "eval.golden", why="positive", where=where, key="line"))
     return problems
 
 
 def _case_problems(item: Any, where: str, has_repository: bool) -> list[str]:
     if not isinstance(item, dict):
-        return [_wrong("object", where=where)]
-    problems = [_wrong("unknown", where=where, key=k) for k in sorted(set(item) - _CASE_KEYS)]
+        return [say(OPERATOR, "eval.golden", why="object", where=where)]
+    problems = [
+        say(OPERATOR, "eval.golden", why="unknown", where=where, key=k)
+        for k in sorted(set(item) - _CASE_KEYS)
+    ]
     case_id = item.get("id")
     if not isinstance(case_id, str) or not _CASE_ID.fullmatch(case_id):
-        problems.append(_wrong("case_id", where=where))
+        problems.append(say(OPERATOR, "eval.golden", why="case_id", where=where))
     for key in ("base_sha", "head_sha"):
         if key not in item:
-            problems.append(_wrong("sha_required", where=where, key=key))
+            problems.append(say(OPERATOR, "eval.golden", why="sha_required", where=where, key=key))
         elif item[key] is not None and (
             not isinstance(item[key], str) or not _SHA.fullmatch(item[key])
         ):
-            problems.append(_wrong("sha", where=where, key=key))
+            problems.append(say(OPERATOR, "eval.golden", why="sha", where=where, key=key))
     pr = item.get("pr")
     if "pr" in item and (isinstance(pr, bool) or not isinstance(pr, int) or pr < 1):
-        problems.append(_wrong("positive", where=where, key="pr"))
+        problems.append(say(OPERATOR, "eval.golden", why="positive", where=where, key="pr"))
     for key in ("url", "original_url", "repository", "title", "body", "base_ref", "note"):
         if key in item and not isinstance(item[key], str):
-            problems.append(_wrong("string", where=where, key=key))
+            problems.append(say(OPERATOR, "eval.golden", why="string", where=where, key=key))
     if "repository" in item and item["repository"] == "":
-        problems.append(_wrong("empty", where=where, key="repository"))
+        problems.append(say(OPERATOR, "eval.golden", why="empty", where=where, key="repository"))
     if not has_repository and not item.get("repository"):
-        problems.append(_wrong("no_repository", where=where))
+        problems.append(say(OPERATOR, "eval.golden", why="no_repository", where=where))
     if item.get("head_sha") is None and "pr" not in item and "head_sha" in item:
-        problems.append(_wrong("no_head", where=where))
+        problems.append(say(OPERATOR, "eval.golden", why="no_head", where=where))
     for key in ("labels", "known_false_positives"):
         if key not in item:
             if key == "labels":
-                problems.append(_wrong("labels_required", where=where))
+                problems.append(say(OPERATOR, "eval.golden", why="labels_required", where=where))
             continue
         if not isinstance(item[key], list):
-            problems.append(_wrong("list", where=where, key=key))
+            problems.append(say(OPERATOR, "eval.golden", why="list", where=where, key=key))
             continue
         for n, label in enumerate(item[key]):
             problems.extend(_label_problems(label, f"{where}.{key}[{n}]"))
@@ -157,25 +158,36 @@ def _case_problems(item: Any, where: str, has_repository: bool) -> list[str]:
 def golden_problems(data: Any) -> list[str]:
     """Everything wrong with a golden document (empty when it is usable)."""
     if not isinstance(data, dict):
-        return [_wrong("file_object")]
-    problems = [_wrong("unknown", where=None, key=k) for k in sorted(set(data) - _TOP_KEYS)]
+        return [say(OPERATOR, "eval.golden", why="file_object")]
+    problems = [
+        say(OPERATOR, "eval.golden", why="unknown", where=None, key=k)
+        for k in sorted(set(data) - _TOP_KEYS)
+    ]
     if "version" in data and (type(data["version"]) is not int or data["version"] != 1):
-        problems.append(_wrong("version"))
+        problems.append(say(OPERATOR, "eval.golden", why="version"))
     for key in ("name", "description", "note", "repository", "base_ref"):
         if key in data and not isinstance(data[key], str):
-            problems.append(_wrong("string", where=None, key=key))
+            problems.append(say(OPERATOR, "eval.golden", why="string", where=None, key=key))
     if data.get("repository") == "":
-        problems.append(_wrong("empty", where=None, key="repository"))
+        problems.append(say(OPERATOR, "eval.golden", why="empty", where=None, key="repository"))
     cases = data.get("cases")
     if not isinstance(cases, list):
-        return [*problems, _wrong("list", where=None, key="cases")]
+        return [*problems, say(OPERATOR, "eval.golden", why="list", where=None, key="cases")]
     has_repository = isinstance(data.get("repository"), str) and bool(data["repository"])
     seen: set[str] = set()
     for n, case in enumerate(cases):
         problems.extend(_case_problems(case, f"cases[{n}]", has_repository))
         if isinstance(case, dict) and isinstance(case.get("id"), str):
             if case["id"] in seen:
-                problems.append(_wrong("id_twice", where=f"cases[{n}]", id=repr(case["id"])))
+                problems.append(
+                    say(
+                        OPERATOR,
+                        "eval.golden",
+                        why="id_twice",
+                        where=f"cases[{n}]",
+                        id=repr(case["id"]),
+                    )
+                )
             seen.add(case["id"])
     return problems
 
@@ -196,7 +208,9 @@ def parse_golden(data: Any, path: Path, *, repository: str | None = None) -> Gol
     """A validated golden document; `repository` (from `--repo`) replaces its repositories."""
     problems = golden_problems(data)
     if problems:
-        raise GoldenError(_wrong("file", path=path, problems=problems, shown=15))
+        raise GoldenError(
+            say(OPERATOR, "eval.golden", why="file", path=path, problems=problems, shown=15)
+        )
     base = path.parent
     cases = []
     for item in data["cases"]:
@@ -231,9 +245,13 @@ def load_golden(path: Path | str, *, repository: str | None = None) -> Golden:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise GoldenError(_wrong("unreadable", path=path, error=exc.strerror or exc)) from None
+        raise GoldenError(
+            say(OPERATOR, "eval.golden", why="unreadable", path=path, error=exc.strerror or exc)
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise GoldenError(_wrong("not_json", path=path, error=exc)) from None
+        raise GoldenError(
+            say(OPERATOR, "eval.golden", why="not_json", path=path, error=exc)
+        ) from None
     return parse_golden(data, path, repository=repository)
 
 

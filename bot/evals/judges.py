@@ -18,11 +18,10 @@ from typing import Any, Protocol
 from bot.agents.base import AgentError, ProviderRequest, Usage, cost_usd
 from bot.agents.providers import ModelClients
 from bot.evals.golden import Label
-from bot.evals.messages import say
 from bot.records import evals
 from bot.records.database import Database
 from bot.skills import prompt_text
-from bot.texts import render
+from bot.texts import OPERATOR, render, say
 
 LINE_WINDOW = 10  # a finding this many lines from a label's line can still be about it
 LOCATED_MIN = 0.10  # word overlap needed when path (and line) agree
@@ -215,7 +214,7 @@ class LLMJudge:
     def __post_init__(self) -> None:
         self._provider = self.models.provider(self.name, self.model)
         if not self.models.configured(self.name):
-            raise AgentError(say("judge_needs_key", judge=self.name))
+            raise AgentError(say(OPERATOR, "eval.judge_needs_key", judge=self.name))
         self.model = self._provider.model
         self._system = prompt_text("judge")
         self._limit = asyncio.Semaphore(self.concurrency)
@@ -283,7 +282,12 @@ class LLMJudge:
                 advice = provider.transient(exc)
                 if advice is None or attempt == 5:
                     raise AgentError(
-                        say("judge_failed", judge=self.name, error_class=exc.__class__.__name__)
+                        say(
+                            OPERATOR,
+                            "eval.judge_failed",
+                            judge=self.name,
+                            error_class=exc.__class__.__name__,
+                        )
                     ) from exc
                 delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
                 await self.sleep(min(delay, 30.0))
@@ -299,4 +303,4 @@ def make_judge(name: str, db: Database, models: ModelClients, model: str | None 
         return LexicalJudge()
     if name in JUDGES[1:]:
         return LLMJudge(db, models, name, model)
-    raise AgentError(say("unknown_judge", judge=repr(name), choices=JUDGES))
+    raise AgentError(say(OPERATOR, "eval.unknown_judge", judge=repr(name), choices=JUDGES))

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from bot.evals.golden import GoldenError
-from bot.evals.messages import say
+from bot.texts import OPERATOR, say
 
 _PR_URL = re.compile(
     r"^https://github\.com/(?P<owner>[A-Za-z0-9_.-]+)/(?P<name>[A-Za-z0-9_.-]+)/pull/(?P<number>\d+)/?$"
@@ -45,27 +45,33 @@ class PullRef:
 def parse_pr_url(url: str) -> PullRef:
     match = _PR_URL.match(url.strip())
     if match is None:
-        raise GoldenError(say("martian_file", why="url", url=repr(url)))
+        raise GoldenError(say(OPERATOR, "eval.martian_file", why="url", url=repr(url)))
     return PullRef(match["owner"], match["name"], int(match["number"]))
 
 
 def convert_entries(source: str, entries: Any) -> list[dict[str, Any]]:
     """One Martian file's entries as golden cases (ids `<file>-<n>`, shas pending)."""
     if not isinstance(entries, list):
-        raise GoldenError(say("martian_file", why="list", where=source))
+        raise GoldenError(say(OPERATOR, "eval.martian_file", why="list", where=source))
     cases = []
     for n, entry in enumerate(entries, start=1):
         if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
-            raise GoldenError(say("martian_file", why="entry", where=f"{source}[{n - 1}]"))
+            raise GoldenError(
+                say(OPERATOR, "eval.martian_file", why="entry", where=f"{source}[{n - 1}]")
+            )
         ref = parse_pr_url(entry["url"])
         comments = entry.get("comments")
         if not isinstance(comments, list):
-            raise GoldenError(say("martian_file", why="comments", where=f"{source}[{n - 1}]"))
+            raise GoldenError(
+                say(OPERATOR, "eval.martian_file", why="comments", where=f"{source}[{n - 1}]")
+            )
         labels = []
         for comment in comments:
             text = comment.get("comment") if isinstance(comment, dict) else None
             if not isinstance(text, str) or not text.strip():
-                raise GoldenError(say("martian_file", why="comment", where=f"{source}[{n - 1}]"))
+                raise GoldenError(
+                    say(OPERATOR, "eval.martian_file", why="comment", where=f"{source}[{n - 1}]")
+                )
             label: dict[str, Any] = {"problem": text.strip()}
             if isinstance(comment.get("severity"), str):
                 label["severity"] = comment["severity"]
@@ -92,19 +98,21 @@ def martian_golden(directory: Path) -> dict[str, Any]:
     """Every `*.json` of the Martian golden comments folder, as one golden document."""
     files = sorted(p for p in directory.glob("*.json") if p.is_file())
     if not files:
-        raise GoldenError(say("martian_file", why="no_files", where=directory))
+        raise GoldenError(say(OPERATOR, "eval.martian_file", why="no_files", where=directory))
     cases = []
     for path in files:
         try:
             entries = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise GoldenError(say("martian_file", why="not_json", where=path, error=exc)) from None
+            raise GoldenError(
+                say(OPERATOR, "eval.martian_file", why="not_json", where=path, error=exc)
+            ) from None
         cases.extend(convert_entries(path.stem, entries))
     return {
         "version": 1,
         "name": "martian-offline",
-        "description": say("martian_file", why="description", source=SOURCE),
-        "note": say("martian_file", why="note"),
+        "description": say(OPERATOR, "eval.martian_file", why="description", source=SOURCE),
+        "note": say(OPERATOR, "eval.martian_file", why="note"),
         "cases": cases,
     }
 
@@ -139,9 +147,11 @@ def github_fetcher(session: aiohttp.ClientSession, api_url: str, token: str | No
         url = f"{api_url.rstrip('/')}/repos/{ref.owner}/{ref.name}/pulls/{ref.number}"
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(30)) as resp:
             if resp.status == 404:
-                raise PullNotFound(say("martian_file", why="unknown_pull", ref=ref))
+                raise PullNotFound(say(OPERATOR, "eval.martian_file", why="unknown_pull", ref=ref))
             if resp.status != 200:
-                raise GoldenError(say("martian_file", why="status", ref=ref, status=resp.status))
+                raise GoldenError(
+                    say(OPERATOR, "eval.martian_file", why="status", ref=ref, status=resp.status)
+                )
             return await resp.json()
 
     return fetch
@@ -163,12 +173,16 @@ async def resolve_shas(golden: dict[str, Any], fetch: Fetch, *, concurrency: int
                 resolution.failed.append((case["id"], str(exc)))
                 return
             except (aiohttp.ClientError, TimeoutError) as exc:
-                reason = say("martian_file", why="unreachable", error_class=type(exc).__name__)
+                reason = say(
+                    OPERATOR, "eval.martian_file", why="unreachable", error_class=type(exc).__name__
+                )
                 resolution.failed.append((case["id"], reason))
                 return
         head, base = data.get("head") or {}, data.get("base") or {}
         if not isinstance(head.get("sha"), str) or not isinstance(base.get("sha"), str):
-            resolution.failed.append((case["id"], say("martian_file", why="no_shas")))
+            resolution.failed.append(
+                (case["id"], say(OPERATOR, "eval.martian_file", why="no_shas"))
+            )
             return
         case["head_sha"], case["base_sha"] = head["sha"], base["sha"]
         if isinstance(base.get("ref"), str):
@@ -176,7 +190,7 @@ async def resolve_shas(golden: dict[str, Any], fetch: Fetch, *, concurrency: int
 
     await asyncio.gather(*(one(case) for case in golden["cases"]))
     if resolution.pending:
-        golden["note"] = say("martian_file", why="pending", count=resolution.pending)
+        golden["note"] = say(OPERATOR, "eval.martian_file", why="pending", count=resolution.pending)
     else:
         golden.pop("note", None)
     return resolution

@@ -1,5 +1,4 @@
-"""What `cockpit eval` says in the terminal: one function over `templates/eval/messages.txt.j2`,
-light to import (no model SDK), so `import-martian` starts in a blink."""
+"""How `cockpit eval` names a run again (the resume hint), light to import (no model SDK)."""
 
 from __future__ import annotations
 
@@ -7,12 +6,6 @@ import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-from bot.texts import catalogue
-
-
-def say(kind: str, **context: object) -> str:
-    return catalogue("eval/messages.txt.j2", kind, **context)
 
 
 @dataclass(frozen=True)

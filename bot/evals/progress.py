@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from bot.evals.messages import resume_hint, say
-from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, Progress, add_usd
+from bot.evals.messages import resume_hint
+from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, ProgressSink, add_usd
+from bot.records.vocab import VerifyStatus
+from bot.texts import OPERATOR, say
 
 BAR_WIDTH = 24
 
@@ -22,7 +24,7 @@ def eta_text(elapsed: float, done: int, total: int) -> str:
 
 
 @dataclass
-class ConsoleProgress(Progress):
+class ConsoleProgress(ProgressSink):
     stream: TextIO
     tty: bool
     total: int = 0
@@ -39,7 +41,8 @@ class ConsoleProgress(Progress):
         self.total, self.started, self.batch = total, time.monotonic(), result.batch
         self.stream.write(
             say(
-                "started",
+                OPERATOR,
+                "eval.started",
                 batch=result.batch,
                 resumed=resumed,
                 models=[run.model for run in result.runs],
@@ -62,7 +65,8 @@ class ConsoleProgress(Progress):
         if self.tty:
             filled = round(BAR_WIDTH * self.done / max(self.total, 1))
             line = say(
-                "bar",
+                OPERATOR,
+                "eval.bar",
                 bar="█" * filled + "░" * (BAR_WIDTH - filled),
                 done=self.done,
                 total=self.total,
@@ -77,13 +81,16 @@ class ConsoleProgress(Progress):
         else:
             self.stream.write(
                 say(
-                    "case",
+                    OPERATOR,
+                    "eval.case",
                     done=self.done,
                     total=self.total,
                     model=run.model,
                     result=result,
                     counts=counts,
-                    refuted=sum(1 for f in result.findings if f.verify_status == "refuted"),
+                    refuted=sum(
+                        1 for f in result.findings if f.verify_status == VerifyStatus.REFUTED
+                    ),
                     usd=add_usd(result.review_usd, result.verify_usd),
                 )
                 + "\n"

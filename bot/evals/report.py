@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bot.evals.messages import Resume, say
+from bot.evals.messages import Resume
 from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, add_usd, variant_spend
-from bot.texts import render
+from bot.records.vocab import VerifyStatus
+from bot.texts import OPERATOR, render, say
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def _case_entry(case: CaseResult, variant: str, verify: bool) -> dict[str, Any]:
         notes=list(case.notes),
     )
     if verify:
-        entry["refuted"] = sum(1 for f in case.findings if f.verify_status == "refuted")
+        entry["refuted"] = sum(1 for f in case.findings if f.verify_status == VerifyStatus.REFUTED)
         entry["verify_error"] = case.verify_error
     return entry
 
@@ -139,15 +140,17 @@ def chart_spec(entries: list[dict[str, Any]], batch: int | str) -> ChartSpec:
     for e in entries:
         x = float(e["usd"] if usd else e["tokens"])
         y = round(100 * (e["strict"]["f1"] or 0.0), 1)
-        points.append(Point(_plain(say("chart_point", entry=e, usd=usd, x=x, y=y)), x, y))
+        points.append(
+            Point(_plain(say(OPERATOR, "eval.chart_point", entry=e, usd=usd, x=x, y=y)), x, y)
+        )
     top = max((p.x for p in points), default=0.0)
     high = top * 1.15 if top > 0 else (0.01 if usd else 1000.0)
     x_range = (-0.03 * high, high)  # a little room left of 0, so a free run is not cut in half
     free = usd and top == 0
     return ChartSpec(
-        title=say("chart_title", batch=batch),
-        x_label=say("chart_x", usd=usd, free=free),
-        y_label=say("chart_y"),
+        title=say(OPERATOR, "eval.chart_title", batch=batch),
+        x_label=say(OPERATOR, "eval.chart_x", usd=usd, free=free),
+        y_label=say(OPERATOR, "eval.chart_y"),
         x_range=x_range,
         y_range=(0.0, 100.0),
         usd=usd,
@@ -168,7 +171,7 @@ def draw_chart(spec: ChartSpec, path: Path) -> Chart:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter
     except ImportError:
-        return Chart(None, say("no_matplotlib"))
+        return Chart(None, say(OPERATOR, "eval.no_matplotlib"))
     fig, ax = plt.subplots(figsize=(7.2, 4.2 + 0.25 * len(spec.points)), dpi=100)
     for n, point in enumerate(spec.points):
         ax.scatter([point.x], [point.y], marker=MARKERS[n % len(MARKERS)], s=70, zorder=3,
@@ -252,7 +255,9 @@ def _lift(result: EvalResult, run: ModelRun) -> dict[str, Any]:
         "verifier": run.verify_provider,
         "without": without,
         "with": with_verify,
-        "refuted": sum(1 for c in done for f in c.findings if f.verify_status == "refuted"),
+        "refuted": sum(
+            1 for c in done for f in c.findings if f.verify_status == VerifyStatus.REFUTED
+        ),
         "lost": sum(max(c.counts[ALL].tp - c.counts[VERIFIED].tp, 0) for c in done),
         "extra_tokens": with_verify["tokens"] - without["tokens"],
         "extra_usd": extra_usd,
@@ -283,7 +288,7 @@ def _model_view(run: ModelRun) -> dict[str, Any]:
             {
                 "result": case,
                 "counts": counts,
-                "refuted": sum(1 for f in case.findings if f.verify_status == "refuted"),
+                "refuted": sum(1 for f in case.findings if f.verify_status == VerifyStatus.REFUTED),
                 "tokens": case.review_tokens + case.verify_tokens,
                 "usd": add_usd(case.review_usd, case.verify_usd),
                 "rows": rows,

@@ -20,15 +20,16 @@ from bot.agents.providers import ModelClients
 from bot.config import PROVIDERS, Settings
 from bot.evals.golden import Case, Golden, load_golden
 from bot.evals.judges import EvalFinding, Judge, make_judge
-from bot.evals.messages import say
 from bot.evals.scoring import Counts, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
 from bot.records import evals
 from bot.records.runs import session_spend as ledger_spend
 from bot.records.sessions import end_session, prune_detached_sessions
-from bot.records.sqlite import Database
+from bot.records.sqlite import SqliteDatabase
+from bot.records.vocab import RunStatus, VerifyStatus
 from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
 from bot.review.verify import apply_verification, choose_provider, verify_draft
+from bot.texts import OPERATOR, say
 from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
 from bot.worktrees import GitError
 
@@ -79,7 +80,7 @@ class CaseResult:
     counts: dict[str, Counts] = field(default_factory=dict)
     pairs: dict[int, int] = field(default_factory=dict)  # finding index → label index
 
-    def add_spend(self, review: Spend, verify: Spend) -> None:
+    def add_spend(self, review: Cost, verify: Cost) -> None:
         self.review_tokens += review.tokens
         self.review_usd = add_usd(self.review_usd, review.usd)
         self.verify_tokens += verify.tokens
@@ -155,29 +156,29 @@ def variant_spend(cases: list[CaseResult], verify: bool) -> tuple[int, float | N
 
 
 @dataclass(frozen=True)
-class Spend:
+class Cost:
     """Tokens and USD (None when a model has no known rate)."""
 
     tokens: int = 0
     usd: float | None = 0.0
 
-    def __add__(self, other: Spend) -> Spend:
-        return Spend(self.tokens + other.tokens, add_usd(self.usd, other.usd))
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.tokens + other.tokens, add_usd(self.usd, other.usd))
 
 
-async def session_spend(db: Database, session_id: int) -> tuple[Spend, Spend]:
-    """What the runs ledger holds for a case's review session and the sessions started
+async def session_spend(db: SqliteDatabase, session_id: int) -> tuple[Cost, Cost]:
+    """What the runs hold for a case's review session and the sessions started
     from it (the verify pass), as (review, verify): every run, failed ones included."""
-    review, verify = Spend(), Spend()
+    review, verify = Cost(), Cost()
     for subkind, tokens, usd in await ledger_spend(db, session_id):
         if subkind == "verify":
-            verify += Spend(tokens, usd)
+            verify += Cost(tokens, usd)
         else:
-            review += Spend(tokens, usd)
+            review += Cost(tokens, usd)
     return review, verify
 
 
-class Progress:
+class ProgressSink:
     """What the runner reports as cases finish (a terminal bar or plain lines)."""
 
     def start(self, result: EvalResult, total: int, resumed: bool) -> None: ...
@@ -190,14 +191,14 @@ class Progress:
 @dataclass
 class Runner:
     settings: Settings
-    db: Database
+    db: SqliteDatabase
     models: ModelClients
     sources: Sources
     judge: Judge
-    progress: Progress
+    progress: ProgressSink
 
     async def run_case(self, run: ModelRun, golden: Golden, case: Case, index: int) -> CaseResult:
-        """Review (and verify) one case. What it spent comes from the runs ledger, so a case
+        """Review (and verify) one case. What it spent comes from its runs, so a case
         that fails half-way still shows, and counts, what its model runs cost."""
         result = CaseResult(case, str(golden.path))
         started = time.monotonic()
@@ -216,7 +217,7 @@ class Runner:
                 number=case.pr or 0,
                 title=case.title,
                 body=case.body,
-                base_ref=case.base_ref or say("default_branch"),
+                base_ref=case.base_ref or say(OPERATOR, "eval.default_branch"),
                 provider=run.provider,
                 config=await self.sources.repo_config(prepared.key),
                 model=run.model,
@@ -255,7 +256,7 @@ class Runner:
             known = [any(s > 0 for s in row) for row in fp_scores]
         result.counts[ALL], result.pairs = score_case(scores, len(case.labels), known_fp=known)
         if any(f.verify_status for f in result.findings) or result.verify_error is not None:
-            kept = [f.verify_status != "refuted" for f in result.findings]
+            kept = [f.verify_status != VerifyStatus.REFUTED for f in result.findings]
             result.counts[VERIFIED], result.pairs = score_case(
                 scores, len(case.labels), kept=kept, known_fp=known
             )
@@ -268,7 +269,7 @@ class Runner:
         case = {
             "pr": result.case.pr or 0,
             "head_sha": result.head_sha,
-            "status": "failed" if result.error else "done",
+            "status": RunStatus.FAILED if result.error else RunStatus.DONE,
             "true_positives": strict["tp"],
             "false_positives": strict["fp"],
             "false_negatives": strict["fn"],
@@ -287,13 +288,13 @@ class Runner:
         ]
         await evals.store_case(self.db, run.id, result.case.id, case, findings)
 
-    async def earlier_spend(self, run: ModelRun, case: Case) -> tuple[Spend, Spend]:
+    async def earlier_spend(self, run: ModelRun, case: Case) -> tuple[Cost, Cost]:
         """What earlier failed attempts at this case spent (it runs again on `--resume`):
         the run's totals keep counting it."""
         saved = json.loads(await evals.failed_case_scores(self.db, run.id, case.id) or "{}")
         return (
-            Spend(saved.get("review_tokens", 0), saved.get("review_usd", 0.0)),
-            Spend(saved.get("verify_tokens", 0), saved.get("verify_usd", 0.0)),
+            Cost(saved.get("review_tokens", 0), saved.get("review_usd", 0.0)),
+            Cost(saved.get("verify_tokens", 0), saved.get("verify_usd", 0.0)),
         )
 
     async def load_case(self, run: ModelRun, golden: Golden, case: Case) -> CaseResult | None:
@@ -335,7 +336,7 @@ class Runner:
                     try:
                         await self.score(result)
                     except AgentError as exc:
-                        result.error = say("judging_failed", error=exc)
+                        result.error = say(OPERATOR, "eval.judging_failed", error=exc)
                 await self.store_case(run, result)
                 self.progress.case_done(run, result)
                 return result
@@ -354,7 +355,7 @@ class Runner:
         await evals.finish_run(
             self.db,
             run.id,
-            status="failed" if run.failed else "done",
+            status=RunStatus.FAILED if run.failed else RunStatus.DONE,
             precision=strict["precision"],
             recall=strict["recall"],
             f1=strict["f1"],
@@ -367,10 +368,10 @@ class Runner:
 
 def resolve_models(settings: Settings, provider: str, models: Sequence[str]) -> tuple[str, ...]:
     if provider not in PROVIDERS:
-        raise EvalError(say("bad_option", why="provider", choices=PROVIDERS))
+        raise EvalError(say(OPERATOR, "eval.bad_option", why="provider", choices=PROVIDERS))
     chosen = tuple(m.strip() for m in models if m.strip()) or (default_model(settings, provider),)
     if len(set(chosen)) != len(chosen):
-        raise EvalError(say("bad_option", why="model_twice"))
+        raise EvalError(say(OPERATOR, "eval.bad_option", why="model_twice"))
     return chosen
 
 
@@ -380,12 +381,12 @@ def default_model(settings: Settings, provider: str) -> str:
     if provider == "codex":
         return settings.codex_model
     if settings.chat is None:
-        raise EvalError(say("bad_option", why="chat"))
+        raise EvalError(say(OPERATOR, "eval.bad_option", why="chat"))
     return settings.chat.model
 
 
 async def _create_batch(
-    db: Database, options: EvalOptions, verify_provider: str | None, judge: str
+    db: SqliteDatabase, options: EvalOptions, verify_provider: str | None, judge: str
 ) -> list[ModelRun]:
     ids = await evals.create_runs(
         db,
@@ -408,10 +409,10 @@ async def _create_batch(
     ]
 
 
-async def _load_batch(db: Database, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
+async def _load_batch(db: SqliteDatabase, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
     found = await evals.resume_batch(db, batch)
     if not found:
-        raise EvalError(say("bad_option", why="no_run", batch=batch))
+        raise EvalError(say(OPERATOR, "eval.bad_option", why="no_run", batch=batch))
     options = EvalOptions.from_json(found[0].options)
     runs = [ModelRun(r.id, r.provider, r.model, r.verify, r.verify_provider) for r in found]
     return options, runs
@@ -420,13 +421,13 @@ async def _load_batch(db: Database, batch: int) -> tuple[EvalOptions, list[Model
 async def run_eval(
     settings: Settings,
     options: EvalOptions | None,
-    progress: Progress,
+    progress: ProgressSink,
     *,
     resume: int | None = None,
 ) -> EvalResult:
     """Run (or resume) an eval; results are stored as they come, so an interrupted run
     loses at most the cases in flight."""
-    db = await Database.open(settings.db_path)
+    db = await SqliteDatabase.open(settings.db_path)
     models = ModelClients(settings)
     try:
         # Eval conversations go as the server's go, 30 days on (an eval may be the only
@@ -435,7 +436,7 @@ async def run_eval(
         if resume is not None:
             options, runs = await _load_batch(db, resume)
         elif options is None:
-            raise EvalError(say("bad_option", why="nothing"))
+            raise EvalError(say(OPERATOR, "eval.bad_option", why="nothing"))
         try:
             goldens = [load_golden(path, repository=options.repo) for path in options.goldens]
             judge = make_judge(options.judge, db, models, options.judge_model)

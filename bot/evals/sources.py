@@ -12,8 +12,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from bot.evals.golden import Case, is_url, repository_key
-from bot.evals.messages import say
 from bot.repo_config import CONFIG_PATH, RepoConfig, parse_repo_config
+from bot.texts import OPERATOR, say
 from bot.worktrees import GitError, Mirrors, Worktree, run_git
 
 
@@ -81,7 +81,7 @@ class Sources:
         if path.is_dir():
             return path.resolve().as_uri()
         if not path.is_file():
-            raise GitError(say("repository_not_found", repository=repository))
+            raise GitError(say(OPERATOR, "eval.repository_not_found", repository=repository))
         digest = (await asyncio.to_thread(_fingerprint_sync, path))[:16]
         target = self.mirrors.root.parent / "sources" / f"{path.stem}-{digest}.git"
         if not (target / "HEAD").exists():
@@ -135,16 +135,27 @@ class Sources:
             pull_head = await self._commit(key, f"refs/pull/{case.pr}/head") if case.pr else None
             if pull_head is None:
                 wanted = case.head_sha or f"refs/pull/{case.pr}/head"
-                raise GitError(say("not_in_repository", which="head", rev=wanted))
-            notes.append(say("head_fallback", sha=case.head_sha, pr=case.pr, head=pull_head))
+                raise GitError(say(OPERATOR, "eval.not_in_repository", which="head", rev=wanted))
+            notes.append(
+                say(OPERATOR, "eval.head_fallback", sha=case.head_sha, pr=case.pr, head=pull_head)
+            )
             head = pull_head
         base = await self._commit(key, case.base_sha) if case.base_sha else None
         if base is None:
             branch = f"refs/heads/{case.base_ref}" if case.base_ref else "HEAD"
             base = await self._commit(key, branch)
             if base is None:
-                raise GitError(say("not_in_repository", which="base", rev=case.base_sha or branch))
-            notes.append(say("base_fallback", sha=case.base_sha, branch=case.base_ref))
+                raise GitError(
+                    say(
+                        OPERATOR,
+                        "eval.not_in_repository",
+                        which="base",
+                        rev=case.base_sha or branch,
+                    )
+                )
+            notes.append(
+                say(OPERATOR, "eval.base_fallback", sha=case.base_sha, branch=case.base_ref)
+            )
         tree = await self.mirrors.add_worktree(key, name=name, head_sha=head, base_ref=base)
         return PreparedCase(tree, key, tuple(notes))
 

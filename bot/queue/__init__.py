@@ -23,7 +23,7 @@ from bot.records.types import Job
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVENTS", "REVIEWS", "Job", "JobQueue", "NewJob", "PermanentError"]
+__all__ = ["EVENTS", "REVIEWS", "JobQueue", "NewJob", "PermanentError"]
 
 BACKOFF_BASE = 2.0
 BACKOFF_CAP = 300.0

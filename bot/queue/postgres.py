@@ -31,7 +31,7 @@ from procrastinate import job_context, retry
 from procrastinate import jobs as pjobs
 from procrastinate.worker import Worker
 
-from bot.queue import Job, NewJob, PermanentError, Workers, backoff_seconds, job_log
+from bot.queue import NewJob, PermanentError, Workers, backoff_seconds, job_log
 from bot.records import pgjobs
 from bot.records.postgres import (
     CONNECT_TIMEOUT,
@@ -40,7 +40,8 @@ from bot.records.postgres import (
     Connection,
     PgDatabase,
 )
-from bot.texts import message
+from bot.records.types import Job
+from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
 
@@ -220,8 +221,8 @@ class PgJobs(Workers):
                 await manager.finish_job_by_id_async(job.id, pjobs.Status.FAILED, delete_job=False)
             except procrastinate.exceptions.ConnectorException:
                 continue  # another worker recovered it first
-            reason = message(
-                "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts
+            reason = say(
+                PEOPLE, "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts
             )
             with job_log(job):
                 log.error("job failed for good: its worker died at every attempt")
@@ -356,7 +357,7 @@ class PgJobs(Workers):
             try:
                 if handler is None:
                     log.error("no handler for job kind")
-                    raise PermanentError(message("no_handler", job_kind=repr(job.kind)))
+                    raise PermanentError(say(PEOPLE, "no_handler", job_kind=repr(job.kind)))
                 await handler(job)
             except asyncio.CancelledError:
                 if context.abort_reason() == job_context.AbortReason.SHUTDOWN:

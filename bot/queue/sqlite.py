@@ -23,7 +23,8 @@ from bot.queue import NewJob, PermanentError, Workers, backoff_seconds, job_log
 from bot.records import jobs as rows
 from bot.records.database import Database
 from bot.records.types import Job
-from bot.texts import message
+from bot.records.vocab import JobState
+from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_j
 
 def _lost(job: Job) -> str:
     """Why a job that ran past its attempts when its process died failed for good."""
-    return message("job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts)
+    return say(PEOPLE, "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts)
 
 
 class Jobs(Workers):
@@ -103,12 +104,12 @@ class Jobs(Workers):
         now = self.clock()
         return await rows.claim(self.db, queue, now, now + LEASE_SECONDS)
 
-    async def _finish(self, job: Job, state: str, error: str | None = None) -> None:
+    async def _finish(self, job: Job, state: JobState, error: str | None = None) -> None:
         await rows.finish(self.db, job.id, state, error, self.clock())
 
     async def _retry_or_fail(self, job: Job, error: str, *, permanent: bool) -> str:
         if permanent or job.attempts >= job.max_attempts:
-            await self._finish(job, "failed", error)
+            await self._finish(job, JobState.FAILED, error)
             await self._gave_up(job, error)
             return "failed"
         await rows.retry_at(self.db, job.id, error, self.clock() + backoff_seconds(job.attempts))
@@ -226,7 +227,9 @@ class Jobs(Workers):
         with job_log(job):
             if handler is None:
                 log.error("no handler for job kind")
-                await self._finish(job, "failed", message("no_handler", job_kind=repr(job.kind)))
+                await self._finish(
+                    job, JobState.FAILED, say(PEOPLE, "no_handler", job_kind=repr(job.kind))
+                )
                 return
             _CURRENT.set(job.id)
             task = asyncio.create_task(handler(job))  # runs with this job as its current one
@@ -235,7 +238,7 @@ class Jobs(Workers):
             try:
                 await asyncio.shield(task)
                 outcome = "done"
-                await self._finish(job, "done")
+                await self._finish(job, JobState.DONE)
             except asyncio.CancelledError:
                 if not task.done():  # the worker itself is being cancelled
                     task.cancel()
@@ -248,7 +251,7 @@ class Jobs(Workers):
                     await self._requeue_uncounted(job)
                 else:
                     outcome = "cancelled"
-                    await self._finish(job, "cancelled", "cancelled")
+                    await self._finish(job, JobState.CANCELLED, "cancelled")
             except Exception as exc:
                 error = f"{exc.__class__.__name__}: {exc}"[:2000]
                 log.warning("job raised", exc_info=True)

@@ -1,4 +1,4 @@
-"""The database contract both backends implement (`bot.records.sqlite.Database` and
+"""The database contract both backends implement (`bot.records.sqlite.SqliteDatabase` and
 `bot.records.postgres.PgDatabase`, one of them opened by `bot.backend.open_backend`). Only
 the records floor runs statements; code above it calls the floor's functions."""
 

@@ -11,6 +11,7 @@ from bot.records import jobs
 from bot.records.database import Database, delete_in_chunks
 from bot.records.sqlite import BUSY_TIMEOUT_MS
 from bot.records.types import StoredDelivery
+from bot.records.vocab import DeliveryStatus
 
 _INSERT = "INSERT INTO deliveries (id, event, action, installation_id, repo, body, received_at)"
 _CHUNK = 500  # ids per statement
@@ -87,7 +88,7 @@ async def queued_delivery(db: Database, delivery_id: str) -> StoredDelivery | No
         "SELECT id, event, installation_id, repo, body, status FROM deliveries WHERE id = ?",
         (delivery_id,),
     )
-    if row is None or row["status"] != "queued":
+    if row is None or row["status"] != DeliveryStatus.QUEUED:
         return None
     return StoredDelivery.from_row(row)
 
@@ -110,5 +111,5 @@ async def prune(db: Database, older_than: float, chunk: int) -> int:
         older_than,
         chunk,
         "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
-        " WHERE status != 'queued' AND received_at < ? LIMIT ?)",
+        f" WHERE status != '{DeliveryStatus.QUEUED}' AND received_at < ? LIMIT ?)",
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 from bot.records.database import Database
 from bot.records.types import EvalCase, EvalRun, Pull, Review, StoredEvalFinding
+from bot.records.vocab import RunStatus
 
 
 def _columns(values: Mapping[str, Any]) -> tuple[str, str]:
@@ -21,7 +22,7 @@ async def create_runs(db: Database, runs: Sequence[Mapping[str, Any]]) -> list[i
     the first one's id."""
     ids: list[int] = []
     for values in runs:
-        row = {**values, "status": "running", "batch": ids[0] if ids else None}
+        row = {**values, "status": RunStatus.RUNNING, "batch": ids[0] if ids else None}
         names, marks = _columns({**row, "started_at": time.time()})
         run_id = await db.execute(
             f"INSERT INTO eval_runs ({names}) VALUES ({marks})", (*row.values(), time.time())

@@ -11,6 +11,7 @@ from typing import Any
 
 from bot.records.database import Database, delete_in_chunks
 from bot.records.types import Job
+from bot.records.vocab import UNFINISHED_JOB, JobState, sql_in
 
 _INSERT = (
     "INSERT INTO jobs (kind, queue, key, payload, max_attempts, run_after, created_at)"
@@ -50,7 +51,7 @@ async def cancel_in(conn: Any, key: str, kind: str | None, now: float) -> list[i
     kind_clause = " AND kind = ?" if kind else ""
     args: tuple = (key, kind) if kind else (key,)
     # The jobs in line first: the head's exit then moves up only a job that stays.
-    for state in ("waiting", "queued"):
+    for state in (JobState.WAITING, JobState.QUEUED):
         await conn.execute(
             "UPDATE jobs SET state = 'cancelled', finished_at = ?, error = 'superseded'"
             f" WHERE key = ? AND state = '{state}'{kind_clause}",
@@ -65,7 +66,7 @@ async def cancel_in(conn: Any, key: str, kind: str | None, now: float) -> list[i
 async def count_open(conn: Any, key: str, kind: str | None) -> int:
     """The key's jobs running or in line (of `kind`, if given), inside a transaction."""
     cursor = await conn.execute(
-        "SELECT COUNT(*) FROM jobs WHERE key = ? AND state IN ('queued', 'running', 'waiting')"
+        f"SELECT COUNT(*) FROM jobs WHERE key = ? AND state IN {sql_in(UNFINISHED_JOB)}"
         + (" AND kind = ?" if kind else ""),
         (key, kind) if kind else (key,),
     )
@@ -156,7 +157,7 @@ async def requeue_lost(
 async def busy(db: Database, key: str) -> bool:
     """Whether the key has a job running or in line."""
     row = await db.fetchone(
-        "SELECT 1 FROM jobs WHERE key = ? AND state IN ('queued', 'running', 'waiting') LIMIT 1",
+        f"SELECT 1 FROM jobs WHERE key = ? AND state IN {sql_in(UNFINISHED_JOB)} LIMIT 1",
         (key,),
     )
     return row is not None

@@ -10,8 +10,7 @@ from typing import Any
 
 from bot.records.database import Database
 from bot.records.types import Finding, LedgerEntry, Review
-
-DRAFTED = ("draft", "revising", "posting", "posted")  # reviews that made a draft
+from bot.records.vocab import DRAFTED, sql_in
 
 
 @dataclass(frozen=True)
@@ -49,9 +48,9 @@ async def history(db: Database, pull_id: int) -> list[tuple[str, str, Finding]]:
     rows = await db.fetchall(
         "SELECT f.*, r.state AS review_state, r.head_sha AS review_head FROM findings f"
         " JOIN reviews r ON r.id = f.review_id"
-        f" WHERE r.pull_id = ? AND r.state IN ({', '.join('?' for _ in DRAFTED)})"
+        f" WHERE r.pull_id = ? AND r.state IN {sql_in(DRAFTED)}"
         " ORDER BY r.id, f.ordinal",
-        (pull_id, *DRAFTED),
+        (pull_id,),
     )
     return [(row["review_state"], row["review_head"], Finding.from_row(row)) for row in rows]
 
@@ -61,8 +60,8 @@ async def last_reviewed(db: Database, pull_id: int, before: int) -> Review | Non
     push's delta starts)."""
     row = await db.fetchone(
         "SELECT * FROM reviews WHERE pull_id = ? AND id < ?"
-        f" AND state IN ({', '.join('?' for _ in DRAFTED)}) ORDER BY id DESC LIMIT 1",
-        (pull_id, before, *DRAFTED),
+        f" AND state IN {sql_in(DRAFTED)} ORDER BY id DESC LIMIT 1",
+        (pull_id, before),
     )
     return Review.from_row(row) if row else None
 

@@ -8,14 +8,15 @@ from collections import Counter
 from typing import Any
 
 from bot.records.database import Database
+from bot.records.vocab import JobState
 
 STATES = {  # procrastinate's statuses as the SQLite queue names them
-    "todo": "queued",
-    "doing": "running",
-    "succeeded": "done",
-    "failed": "failed",
-    "cancelled": "cancelled",
-    "aborted": "cancelled",
+    "todo": JobState.QUEUED,
+    "doing": JobState.RUNNING,
+    "succeeded": JobState.DONE,
+    "failed": JobState.FAILED,
+    "cancelled": JobState.CANCELLED,
+    "aborted": JobState.CANCELLED,
 }
 
 

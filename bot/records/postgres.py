@@ -27,7 +27,7 @@ from bot.records import schema
 from bot.records.database import Interrupted
 from bot.records.schema import Migrated
 from bot.records.schema import SchemaBehind as SchemaBehind  # where callers long found it
-from bot.texts import catalogue
+from bot.texts import OPERATOR, say
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +83,6 @@ class IntegrityError(sqlite3.IntegrityError):
 
 class OperationalError(sqlite3.OperationalError):
     """The database could not run the statement (connection lost, timeout, …)."""
-
-
-def _said(kind: str, **context: Any) -> str:
-    """What the operator is told (templates/cli/messages.txt.j2; `bot.checks.say` is above us)."""
-    return catalogue("cli/messages.txt.j2", kind, **context)
 
 
 def column_type(declaration: str) -> str:
@@ -418,7 +413,9 @@ class PgDatabase:
                     return await work(conn)
             except psycopg.errors.LockNotAvailable as exc:
                 if attempt == MIGRATE_TRIES:
-                    why = _said("migration_locked", error=exc, tries=attempt, wait=LOCK_TIMEOUT)
+                    why = say(
+                        OPERATOR, "migration_locked", error=exc, tries=attempt, wait=LOCK_TIMEOUT
+                    )
                     raise MigrationFailed(why) from None
                 log.warning("migration waits for a lock", extra={"fields": {"try": attempt}})
                 await asyncio.sleep(min(0.5 * attempt, 5.0))

@@ -1,6 +1,14 @@
-"""The SQL of the review state machine: every write of `reviews.state`, `reviews.stale` and
-the findings' `state`, each a compare-and-set that says whether it happened. Only
-`bot.review.state`, which names the transitions, calls it."""
+"""The review state machine: the only code that changes `reviews.state`, `reviews.stale` and
+the findings' `state`. Every transition is a named compare-and-set that says whether it
+happened; the generic moves under them are private.
+
+    queued → running → draft → posting → posted
+       ↘        ↘ failed / cancelled    ↖ (release: nothing went out)
+        superseded (a newer review of the PR was queued)
+                           draft ⇄ revising (send-back: the reviewer's revision is applied)
+    queued / running → held (not started: a policy or the server's state says why; a
+                             maintainer's `review` starts a new one); also created held
+"""
 
 from __future__ import annotations
 
@@ -13,31 +21,33 @@ from bot.records.database import Database
 from bot.records.database import marks as _marks
 from bot.records.ledger import LedgerWrites
 from bot.records.types import DraftFinding, Review
+from bot.records.vocab import ACTIVE, GONE, ReviewState, sql_in
+from bot.texts import PEOPLE, say
 
 # What a draft finding stores: each of its fields is a column of `findings`.
 COLUMNS = tuple(field.name for field in dataclasses.fields(DraftFinding))
 
 
-async def insert(
+async def create(
     conn: Any,
     pull_id: int,
     head_sha: str,
     provider: str,
     *,
-    state: str,
-    progress: str,
-    reason: str | None,
-    requested_by: str | None,
-    supersede: tuple[str, ...],
+    reason: str | None = None,
+    requested_by: str | None = None,
+    held: str | None = None,
 ) -> int:
-    """A new review (inside the caller's transaction); the PR's reviews in `supersede` states
-    become `superseded`."""
+    """A new queued review (inside the caller's transaction), or with `held` one that is not
+    started and says why; the PR's older queued or running review is superseded by it."""
     now = time.time()
     await conn.execute(
         "UPDATE reviews SET state = 'superseded', updated_at = ?"
-        f" WHERE pull_id = ? AND state IN ({_marks(supersede)})",
-        (now, pull_id, *supersede),
+        f" WHERE pull_id = ? AND state IN {sql_in(ACTIVE)}",
+        (now, pull_id),
     )
+    state = ReviewState.HELD if held else ReviewState.QUEUED
+    progress = held or say(PEOPLE, "progress", step="queued")
     cursor = await conn.execute(
         "INSERT INTO reviews (pull_id, head_sha, state, provider, progress, reason,"
         " requested_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -46,24 +56,84 @@ async def insert(
     return int(cursor.lastrowid or 0)
 
 
-async def move(
-    db: Database, review_id: int, to: str, sources: tuple[str, ...], **fields: Any
-) -> bool:
-    """sources → to, with the fields it sets."""
-    fields = {"state": to, **fields, "updated_at": time.time()}
-    changed = await db.execute(
-        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
-        f" WHERE id = ? AND state IN ({_marks(sources)})",
-        (*fields.values(), review_id, *sources),
+async def create_held(
+    db: Database, pull_id: int, head_sha: str, provider: str, why: str, *, reason: str
+) -> int:
+    """A review that is not started (e.g. an outside author's PR); `why` is shown on the PR."""
+    async with db.transaction() as conn:
+        return await create(conn, pull_id, head_sha, provider, reason=reason, held=why)
+
+
+async def hold(db: Database, review_id: int, why: str) -> bool:
+    """queued / running → held: it will not run (today's budget is spent, disk is low …)."""
+    return await _move(db, review_id, ReviewState.HELD, ACTIVE, progress=why)
+
+
+async def fail(db: Database, review_id: int, error: str) -> bool:
+    progress = say(PEOPLE, "progress", step="failed")
+    return await _move(db, review_id, ReviewState.FAILED, ACTIVE, error=error, progress=progress)
+
+
+async def cancel(db: Database, review_id: int, why: str) -> bool:
+    return await _move(db, review_id, ReviewState.CANCELLED, ACTIVE, progress=why)
+
+
+async def cancel_pull(db: Database, pull_id: int, why: str, *, queued_only: bool = False) -> int:
+    """Cancel a PR's queued (and, unless `queued_only`, running) reviews; how many were."""
+    sources = (ReviewState.QUEUED,) if queued_only else ACTIVE
+    return await db.execute(
+        "UPDATE reviews SET state = ?, progress = ?, updated_at = ?"
+        f" WHERE pull_id = ? AND state IN ({_marks(sources)})",
+        (ReviewState.CANCELLED, why, time.time(), pull_id, *sources),
     )
-    return changed == 1
 
 
-async def move_owned(
-    db: Database, review_id: int, owner: str, to: str, **fields: Any
+async def mark_posted(db: Database, review_id: int) -> bool:
+    return await _move(
+        db, review_id, ReviewState.POSTED, (ReviewState.POSTING,), posted_at=time.time()
+    )
+
+
+async def end_revision(db: Database, review_id: int) -> bool:
+    """revising → draft, once GitHub shows the revision (or the attempt gave up)."""
+    return await _move(db, review_id, ReviewState.DRAFT, (ReviewState.REVISING,))
+
+
+async def recover_revisions(db: Database) -> int:
+    """At start-up: a revision interrupted by a crash leaves its draft approvable again
+    (`approve` rebuilds the pending review from the stored findings)."""
+    return await db.execute(
+        "UPDATE reviews SET state = ?, updated_at = ? WHERE state = ?",
+        (ReviewState.DRAFT, time.time(), ReviewState.REVISING),
+    )
+
+
+# -- fencing: one job attempt owns a review's run ---------------------------------------------
+# The job attempt that starts a review owns its run (`run_owner`). When another attempt takes it
+# over (its worker was paused or cut off past the worker timeout, and the job ran again
+# elsewhere), the late one changes nothing: its transitions compare the owner, and it asks
+# `bot.records.reviews.owns_run` before each call to GitHub.
+
+
+async def take_run(db: Database, review_id: int, owner: str, *, config_error: str | None) -> bool:
+    """queued / running → running, owned by `owner` (a later attempt takes it over)."""
+    return await _move(
+        db,
+        review_id,
+        ReviewState.RUNNING,
+        ACTIVE,
+        progress=say(PEOPLE, "progress", step="preparing"),
+        config_error=config_error,
+        run_owner=owner,
+    )
+
+
+async def end_run(
+    db: Database, review_id: int, owner: str, to: ReviewState, **fields: Any
 ) -> Review | None:
-    """running → to, only while `owner` owns the run; the review as it is now, or None when
-    it did not move."""
+    """running → draft / failed / cancelled, only while `owner` owns the run; the review as
+    it ended (None: it did not, this attempt no longer owns it or it ended otherwise)."""
+    assert to in (ReviewState.DRAFT, ReviewState.FAILED, ReviewState.CANCELLED)
     fields = {"state": to, **fields, "updated_at": time.time()}
     row = await db.fetchone(
         f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
@@ -73,22 +143,16 @@ async def move_owned(
     return Review.from_row(row) if row else None
 
 
-async def move_pull(
-    db: Database, pull_id: int, to: str, sources: tuple[str, ...], progress: str
-) -> int:
-    """Every review of the PR in `sources` → to; returns how many moved."""
-    return await db.execute(
-        "UPDATE reviews SET state = ?, progress = ?, updated_at = ?"
-        f" WHERE pull_id = ? AND state IN ({_marks(sources)})",
-        (to, progress, time.time(), pull_id, *sources),
+async def _move(
+    db: Database, review_id: int, to: ReviewState, sources: tuple[str, ...], **fields: Any
+) -> bool:
+    fields = {"state": to, **fields, "updated_at": time.time()}
+    changed = await db.execute(
+        f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
+        f" WHERE id = ? AND state IN ({_marks(sources)})",
+        (*fields.values(), review_id, *sources),
     )
-
-
-async def move_every(db: Database, to: str, source: str) -> int:
-    """Every review in `source` → to (start-up recovery)."""
-    return await db.execute(
-        "UPDATE reviews SET state = ?, updated_at = ? WHERE state = ?", (to, time.time(), source)
-    )
+    return changed == 1
 
 
 async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
@@ -116,11 +180,12 @@ async def drop_findings(
 
 
 async def claim_posting(
-    db: Database, review_id: int, actor: str, event: str, chosen: list[int], progress: str
+    db: Database, review_id: int, actor: str, event: str, chosen: list[int]
 ) -> bool:
-    """draft → posting, recording who publishes what in the same commit (so a crash at any
-    point leaves enough to finish exactly once; findings not chosen are skipped); False when
-    someone else got there first."""
+    """draft → posting by `actor` publishing `chosen` as `event`, recorded in the same commit
+    (so a crash at any point leaves enough to finish exactly once; findings not chosen are
+    skipped); False when someone else got there first."""
+    progress = say(PEOPLE, "progress", step="publishing")
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "UPDATE reviews SET state = 'posting', posted_by = ?, posted_event = ?,"
@@ -180,7 +245,7 @@ async def begin_revision(
             f" {', '.join(f'{k} = ?' for k in texts)}, updated_at = ?"
             " WHERE id = ? AND state = 'draft' AND stale = 0 AND NOT EXISTS (SELECT 1 FROM"
             " reviews newer WHERE newer.pull_id = reviews.pull_id AND newer.id > reviews.id"
-            " AND newer.state NOT IN ('failed', 'cancelled', 'superseded'))",
+            f" AND newer.state NOT IN {sql_in(GONE)})",
             (*texts.values(), time.time(), review_id),
         )
         if cursor.rowcount != 1:
@@ -230,7 +295,6 @@ async def set_findings(
 
 
 def _values(finding: DraftFinding) -> tuple[object, ...]:
-    """A draft finding's values for COLUMNS."""
     values = dataclasses.asdict(finding)
     values.update(side=finding.side or "RIGHT", in_diff=int(finding.in_diff))
     return tuple(values.values())

@@ -1,6 +1,6 @@
 """Reviews and their findings as records: reads, the details a review carries (progress, the
 ids of its GitHub objects, its texts) and their cost. Their state changes only through
-`bot.review.state` (its SQL is in `bot.records.review_state`)."""
+`bot.records.review_state`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from bot.records.database import Database, delete_in_chunks
 from bot.records.types import Finding, Review
+from bot.records.vocab import ACTIVE, DRAFTED, STOPPED, sql_in
 
 
 async def get_review(db: Database, review_id: int) -> Review | None:
@@ -26,8 +27,7 @@ async def latest_review(db: Database, pull_id: int) -> Review | None:
 async def latest_draft(db: Database, pull_id: int) -> Review | None:
     """The newest review that produced a draft (draft, revising, posting or posted)."""
     row = await db.fetchone(
-        "SELECT * FROM reviews WHERE pull_id = ?"
-        " AND state IN ('draft', 'revising', 'posting', 'posted')"
+        f"SELECT * FROM reviews WHERE pull_id = ? AND state IN {sql_in(DRAFTED)}"
         " ORDER BY id DESC LIMIT 1",
         (pull_id,),
     )
@@ -44,9 +44,9 @@ async def head_handled(db: Database, pull_id: int, head_sha: str, since: float) 
     """Whether the head has a review under way or a draft, or one that was stopped, failed or
     held since `since`."""
     row = await db.fetchone(
-        "SELECT 1 FROM reviews WHERE pull_id = ? AND head_sha = ? AND (state IN"
-        " ('queued', 'running', 'draft', 'revising', 'posting', 'posted') OR (state IN"
-        " ('cancelled', 'failed', 'held') AND updated_at >= ?)) LIMIT 1",
+        "SELECT 1 FROM reviews WHERE pull_id = ? AND head_sha = ?"
+        f" AND (state IN {sql_in(ACTIVE + DRAFTED)}"
+        f" OR (state IN {sql_in(STOPPED)} AND updated_at >= ?)) LIMIT 1",
         (pull_id, head_sha, since),
     )
     return row is not None
@@ -105,8 +105,8 @@ async def conversations_of(db: Database, pull_id: int) -> list[tuple[int, int | 
 
 async def update_review(db: Database, review_id: int, **fields: Any) -> Review | None:
     """Write a review's details (progress, ids of its GitHub objects, …) and hand back the
-    review as it is now; its state and staleness change only through `bot.review.state`."""
-    assert not {"state", "stale"} & fields.keys(), "use bot.review.state"
+    review as it is now; its state and staleness change only through `bot.records.review_state`."""
+    assert not {"state", "stale"} & fields.keys(), "use bot.records.review_state"
     fields["updated_at"] = time.time()
     row = await db.fetchone(
         f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ? RETURNING *",

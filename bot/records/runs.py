@@ -1,4 +1,4 @@
-"""The cost ledger: one `runs` row per model execution (whatever started it) and its
+"""Model runs and their spend: one `runs` row per model execution (whatever started it) and its
 per-model `run_usage`, and what they add up to."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ async def start_run(
     since: float,
     admit: Admit | None,
 ) -> int:
-    """The run's ledger row, charged to its PR's installation (a schema trigger does that)
+    """The run's row, charged to its PR's installation (a schema trigger does that)
     and kept only when `admit` lets it through, in one transaction under RUN_START_LOCK."""
     async with db.transaction(lock=RUN_START_LOCK) as conn:
         cursor = await conn.execute(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bot.texts import catalogue
+from bot.texts import OPERATOR, say
 
 # Step 1 of the schema (below): the tables as the last release without versioned steps made
 # them, with its columns added later (ADDED_COLUMNS) and what came after them (AFTER_COLUMNS).
@@ -286,7 +286,7 @@ ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("pulls", "repo_id", "INTEGER"),  # GitHub's id: a renamed repository keeps it
     ("reviews", "reason", "TEXT"),  # what started it: opened, synchronize, command …
     ("reviews", "requested_by", "TEXT"),  # the person who asked, for command reviews
-    ("runs", "installation_id", "INTEGER"),  # the daily budget's ledger outlives the PRs
+    ("runs", "installation_id", "INTEGER"),  # the daily budget's runs outlive the PRs
 )
 AFTER_COLUMNS = """
 CREATE UNIQUE INDEX IF NOT EXISTS pulls_repo_id ON pulls(repo_id, number)
@@ -504,8 +504,8 @@ def behind(version: int, *, missing: int = 0, on_start: bool = False) -> SchemaB
     add, so a rollout may run both). `on_start`: COCKPIT_MIGRATE_ON_START would apply it."""
     if version >= SCHEMA_VERSION and not missing:
         return None
-    said = catalogue(
-        "cli/messages.txt.j2",
+    said = say(
+        OPERATOR,
         "schema_behind",
         version=version,
         needed=SCHEMA_VERSION,

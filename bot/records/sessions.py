@@ -10,9 +10,7 @@ from typing import Any
 
 from bot.records.database import Database, delete_in_chunks
 from bot.records.types import CrossReview, Session
-
-ACTIVE, BUSY, ENDED, FAILED = "active", "busy", "ended", "failed"
-OPEN = (ACTIVE, BUSY)
+from bot.records.vocab import OPEN_SESSION, SessionRole, SessionStatus, sql_in
 
 
 class OneActive(Exception):
@@ -29,7 +27,9 @@ async def create_session(
 ) -> Session:
     """A primary session (a reviewer's conversation)."""
     async with db.transaction() as conn:
-        session_id = await _insert(conn, provider, model, "primary", pull_id, review_id, None)
+        session_id = await _insert(
+            conn, provider, model, SessionRole.PRIMARY, pull_id, review_id, None
+        )
     return await get_session(db, session_id)
 
 
@@ -46,7 +46,7 @@ async def start_verify_session(
     ends with its one turn (`end_session`)."""
     async with db.transaction() as conn:
         session_id = await _insert(
-            conn, provider, model, "verify", pull_id, review_id, draft_session_id
+            conn, provider, model, SessionRole.VERIFY, pull_id, review_id, draft_session_id
         )
     return await get_session(db, session_id)
 
@@ -140,7 +140,8 @@ async def active_cross_review(db: Database, parent_id: int) -> CrossReview | Non
 
 async def open_sessions(db: Database, pull_id: int) -> list[Session]:
     rows = await db.fetchall(
-        "SELECT * FROM sessions WHERE pull_id = ? AND status IN ('active', 'busy')", (pull_id,)
+        f"SELECT * FROM sessions WHERE pull_id = ? AND status IN {sql_in(OPEN_SESSION)}",
+        (pull_id,),
     )
     return [Session.from_row(row) for row in rows]
 
@@ -148,7 +149,7 @@ async def open_sessions(db: Database, pull_id: int) -> list[Session]:
 async def end_review_sessions(db: Database, review_id: int) -> None:
     """A review that failed or was stopped: its conversation ends with it."""
     rows = await db.fetchall(
-        "SELECT id FROM sessions WHERE review_id = ? AND status IN ('active', 'busy')",
+        f"SELECT id FROM sessions WHERE review_id = ? AND status IN {sql_in(OPEN_SESSION)}",
         (review_id,),
     )
     for row in rows:
@@ -166,7 +167,7 @@ async def _set(db: Database, session_id: int, status: str) -> bool:
     """An open session becomes `status` (busy, or active again); False when it is not open."""
     changed = await db.execute(
         "UPDATE sessions SET status = ?, updated_at = ? WHERE id = ? AND status IN (?, ?)",
-        (status, time.time(), session_id, *OPEN),
+        (status, time.time(), session_id, *OPEN_SESSION),
     )
     return changed == 1
 
@@ -177,22 +178,22 @@ async def touch(conn: Any, session_id: int, now: float) -> None:
 
 
 async def mark_busy(db: Database, session_id: int) -> bool:
-    return await _set(db, session_id, BUSY)
+    return await _set(db, session_id, SessionStatus.BUSY)
 
 
 async def mark_idle(db: Database, session_id: int) -> bool:
-    return await _set(db, session_id, ACTIVE)
+    return await _set(db, session_id, SessionStatus.ACTIVE)
 
 
 async def end_session(db: Database, session_id: int, *, failed: str | None = None) -> None:
     """End a session (failed, with the reason, when its provider gave up); its active
     cross-reviews end too, as child or as parent, with their message counts."""
     now = time.time()
-    status = FAILED if failed else ENDED
+    status = SessionStatus.FAILED if failed else SessionStatus.ENDED
     async with db.transaction() as conn:
         await conn.execute(
             "UPDATE sessions SET status = ?, error = ?, updated_at = ?"
-            " WHERE (id = ? OR parent_session_id = ?) AND status IN ('active', 'busy')",
+            f" WHERE (id = ? OR parent_session_id = ?) AND status IN {sql_in(OPEN_SESSION)}",
             (status, failed, now, session_id, session_id),
         )
         await _end_cross_reviews(
@@ -209,7 +210,7 @@ async def end_pull_sessions(db: Database, pull_id: int, *, keep_review: int | No
     async with db.transaction() as conn:
         await conn.execute(
             f"UPDATE sessions SET status = 'ended', updated_at = ? WHERE {where}"
-            " AND status IN ('active', 'busy')",
+            f" AND status IN {sql_in(OPEN_SESSION)}",
             (now, *args),
         )
         await _end_cross_reviews(
@@ -234,7 +235,7 @@ async def sync_message_count(db: Database, child_id: int) -> None:
     )
 
 
-async def reconcile(db: Database) -> int:
+async def settle_sessions_at_start(db: Database) -> int:
     """At start-up: sessions left mid-turn are active again (their turn's job resumes them)
     if their PR is open, and end if it is not. Returns how many ended."""
     await db.execute(
@@ -242,7 +243,7 @@ async def reconcile(db: Database) -> int:
         " (SELECT id FROM pulls WHERE state = 'open')"
     )
     closed = await db.fetchall(
-        "SELECT id FROM sessions WHERE status IN ('active', 'busy') AND pull_id IN"
+        f"SELECT id FROM sessions WHERE status IN {sql_in(OPEN_SESSION)} AND pull_id IN"
         " (SELECT id FROM pulls WHERE state != 'open')"
     )
     for row in closed:
@@ -287,7 +288,7 @@ async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> 
 async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -> int:
     """Delete the sessions of no PR (eval replays make them) last touched before
     `older_than`, and their messages: nobody can continue one, having no PR to comment on.
-    The cost ledger keeps their runs."""
+    Their runs (and what they cost) stay."""
     detached = "SELECT id FROM sessions WHERE pull_id IS NULL AND updated_at < ?"
     return await delete_in_chunks(
         db,

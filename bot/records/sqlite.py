@@ -21,7 +21,7 @@ from bot.records.schema import STEPS, VERSIONS, Migrated, behind
 BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
 
-class Database:
+class SqliteDatabase:
     """`bot.records.database.Database` on one aiosqlite connection (one process owns the
     file); writes and multi-statement work go through `transaction()`."""
 
@@ -41,7 +41,7 @@ class Database:
     @classmethod
     async def open(
         cls, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, migrate: bool = True
-    ) -> Database:
+    ) -> SqliteDatabase:
         """Open the database. `migrate`: create it if need be and apply the schema's steps
         (`migrated` says what that did); else open an existing file as it is. WAL with
         `synchronous=NORMAL` survives a killed process; the inbox commits deliveries on its

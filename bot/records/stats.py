@@ -17,7 +17,7 @@ from typing import Any
 
 from bot.records.database import Database
 from bot.records.database import marks as _marks
-from bot.records.ledger import DRAFTED
+from bot.records.vocab import DRAFTED, dropped_by_person
 
 FIGURES_LOCK = "review-figures"  # one recount at a time: the sums move by differences
 RECOUNT_CHUNK = 500  # stale marks taken per transaction
@@ -33,7 +33,7 @@ SELECT r.id AS review_id, r.pull_id, p.repo, r.created_at,
     (SELECT COUNT(*) FROM findings f WHERE f.review_id = r.id
         AND f.state = 'kept' AND r.state = 'posted') AS published,
     (SELECT COUNT(*) FROM findings f WHERE f.review_id = r.id
-        AND f.state = 'dropped' AND f.checked_by = 'human') AS dropped_by_people,
+        AND {dropped_by_person}) AS dropped_by_people,
     (SELECT COUNT(*) FROM findings f WHERE f.review_id = r.id
         AND f.verify_status = 'refuted') AS refuted,
     (SELECT COUNT(*) FROM findings f WHERE f.review_id = r.id
@@ -116,7 +116,9 @@ _TOTALS = (*_COUNTS, "usd_nanos", "priced_runs")
 
 
 def _per_review(where: str) -> str:
-    return _PER_REVIEW.format(drafted=_marks(DRAFTED), where=where)
+    return _PER_REVIEW.format(
+        drafted=_marks(DRAFTED), dropped_by_person=dropped_by_person("f"), where=where
+    )
 
 
 async def model_figures(

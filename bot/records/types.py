@@ -8,6 +8,8 @@ import dataclasses
 import json
 from typing import Any, Self
 
+from bot.records.vocab import CheckedBy, FindingState
+
 
 class Record:
     """`from_row` for a frozen dataclass whose fields are columns of one row; a field typed
@@ -49,7 +51,7 @@ class Pull(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Review(Record):
-    """One review of a PR head: its state (see bot.review.state), its draft's texts, and the
+    """One review of a PR head: its state (see bot.records.review_state), its draft's texts, and the
     GitHub objects that show it."""
 
     id: int
@@ -121,12 +123,17 @@ class Finding(Record):
     body: str
     suggestion: str | None
     in_diff: bool  # on a line of the diff: an inline comment, else in the review body
-    verify_status: str | None  # confirmed | refuted | uncertain; None: not verified
+    verify_status: str | None  # a VerifyStatus; None: not verified
     verify_note: str | None
-    state: str  # kept | dropped | skipped | withdrawn (see bot.review.state)
-    checked_by: str | None  # human, auto, or the provider that withdrew it
+    state: str  # a FindingState, changed by bot.records.review_state
+    checked_by: str | None  # a CheckedBy, or the provider that withdrew it
     why: str | None = None  # a person's reason for dropping it (`drop F2 <why>`)
     dropped_by: str | None = None  # the login of the person who dropped it
+
+    @property
+    def dropped_by_person(self) -> bool:
+        """A person's no (`drop F2`), not a revision's withdrawal or a verify refutation."""
+        return self.state == FindingState.DROPPED and self.checked_by == CheckedBy.HUMAN
 
 
 @dataclasses.dataclass(frozen=True)

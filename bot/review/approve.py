@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING
 import gidgethub
 
 from bot.github import github_transient
-from bot.queue import REVIEWS, Job
+from bot.queue import REVIEWS
+from bot.records import review_state
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings, mid_publish, update_review
-from bot.records.types import Finding
-from bot.review import state
+from bot.records.types import Finding, Job
+from bot.records.vocab import FindingState, ReviewState
 from bot.review.publish import Publisher
 from bot.review.rules import DraftRules
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -48,7 +49,7 @@ async def approve(
     The claim is made holding the publishing lock, so no recovery can start in between."""
     try:
         async with ctx.db.hold(publishing_key(review_id)):
-            if not await state.claim_posting(ctx.db, review_id, actor, event, chosen):
+            if not await review_state.claim_posting(ctx.db, review_id, actor, event, chosen):
                 return False
             await publish(ctx, publisher, review_id, chosen)
     except Exception as exc:
@@ -63,18 +64,18 @@ async def approve(
                 raise
             pending = None  # GitHub cannot tell us now: the recovery job will
         if pending is not None and pending.get("state") == "PENDING":  # nothing went out
-            await state.release(ctx.db, review_id)
-            raise PublishFailed(message("publish_refused", reason=_describe(exc))) from exc
+            await review_state.release(ctx.db, review_id)
+            raise PublishFailed(say(PEOPLE, "publish_refused", reason=_describe(exc))) from exc
         await waiting_for_github(ctx, publisher, review_id, exc)
         await queue_recovery(ctx, review_id)
-        raise PublishFailed(message("publish_waiting", reason=_describe(exc))) from exc
+        raise PublishFailed(say(PEOPLE, "publish_waiting", reason=_describe(exc))) from exc
     return True
 
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, gidgethub.HTTPException):
-        return message("github_status", status=int(exc.status_code))
-    return message("github_unreachable", error_class=exc.__class__.__name__)
+        return say(PEOPLE, "github_status", status=int(exc.status_code))
+    return say(PEOPLE, "github_unreachable", error_class=exc.__class__.__name__)
 
 
 async def waiting_for_github(
@@ -82,7 +83,7 @@ async def waiting_for_github(
 ) -> None:
     """Say on the review (and, if GitHub lets us, the status comment) that publishing waits."""
     review = await update_review(
-        ctx.db, review_id, progress=message("progress_waiting", reason=_describe(exc))
+        ctx.db, review_id, progress=say(PEOPLE, "progress_waiting", reason=_describe(exc))
     )
     try:
         await publisher.status(review)
@@ -97,7 +98,7 @@ async def publish(ctx: Context, publisher: Publisher, review_id: int, chosen: li
     the check run and status comment (their failures are logged, never reverted). Called
     holding the publishing lock; a review no longer `posting` was published meanwhile."""
     review = await get_review(ctx.db, review_id)
-    if review is None or review.state != state.POSTING:
+    if review is None or review.state != ReviewState.POSTING:
         return
     pending_id = await publisher.pending_review(review, only=set(chosen))
     await publisher.gh.post(
@@ -105,7 +106,7 @@ async def publish(ctx: Context, publisher: Publisher, review_id: int, chosen: li
         {**publisher.owner_repo, "id": pending_id},
         data={"event": review.posted_event},
     )
-    await state.mark_posted(ctx.db, review_id)
+    await review_state.mark_posted(ctx.db, review_id)
     review = await get_review(ctx.db, review_id)
     try:
         await publisher.finish_check(review, with_annotations=False)
@@ -158,20 +159,20 @@ async def recover_posting(ctx: Context, review_id: int) -> str:
     """After a crash between the approve claim and GitHub's answer: look before retrying."""
     async with ctx.db.hold(publishing_key(review_id)):
         review = await get_review(ctx.db, review_id)
-        if review is not None and review.state == state.REVISING:
-            await state.end_revision(ctx.db, review_id)  # its reviser died mid-way
+        if review is not None and review.state == ReviewState.REVISING:
+            await review_state.end_revision(ctx.db, review_id)  # its reviser died mid-way
             return "revision given back"
-        if review is None or review.state != state.POSTING:
+        if review is None or review.state != ReviewState.POSTING:
             return "nothing to do"
         pull = await pull_by_id(ctx.db, review.pull_id)
         publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
         found = await _pending_review(publisher, review.pending_review_id)
         if found is not None and found.get("state") not in ("PENDING", None):
-            await state.mark_posted(ctx.db, review_id)
+            await review_state.mark_posted(ctx.db, review_id)
             await publisher.status(await get_review(ctx.db, review_id))
             return "already published"
         findings = await load_findings(ctx.db, review_id)
-        kept = [f.ordinal for f in findings if f.state == state.KEPT]
+        kept = [f.ordinal for f in findings if f.state == FindingState.KEPT]
         await publish(ctx, publisher, review_id, kept)
         return "published"
 
@@ -192,9 +193,11 @@ async def recover_posting_job(ctx: Context, job: Job) -> None:
         if not isinstance(exc, gidgethub.HTTPException):
             raise
         # GitHub answered no (the PR is locked, the review was removed …): nothing went out.
-        await state.release(ctx.db, review_id)
+        await review_state.release(ctx.db, review_id)
         released = await update_review(
-            ctx.db, review_id, progress=message("progress_publish_failed", reason=_describe(exc))
+            ctx.db,
+            review_id,
+            progress=say(PEOPLE, "progress_publish_failed", reason=_describe(exc)),
         )
         await publisher.status(released)
         log.warning("GitHub refused an interrupted approve", extra={"fields": {"error": str(exc)}})

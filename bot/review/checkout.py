@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bot.queue import Job
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import conversations_of
-from bot.records.types import Pull
+from bot.records.types import Job, Pull
 from bot.worktrees import Worktree
 
 # The remote's HEAD (its default branch, whatever its name), fetched with every PR's refs.

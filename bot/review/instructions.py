@@ -3,7 +3,7 @@ never from the PR: `REVIEW.md` at the root and the nearest one above each review
 review section of `AGENTS.md` (root and nearest, the same way), and `instructions` and
 `[[review.paths]]` of `.github/cockpit.toml`. Each carries the files it is for; together they
 are capped in size, and whatever was cut is said. Pure functions: reading the files is
-`bot.review.base`'s.
+`bot.review.default_branch`'s.
 
 The review section of an `AGENTS.md` is the first heading (any level) with a word starting
 with "review" in it — `## Review guidelines` (Codex's convention), `## Code review`,
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 
 from bot.repo_config import CONFIG_PATH, RepoConfig
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 REVIEW_FILE, AGENTS_FILE, ATTRIBUTES_FILE = "REVIEW.md", "AGENTS.md", ".gitattributes"
 # Files whose default-branch version steers a review: a PR that edits one is reviewed under
@@ -155,7 +155,7 @@ def _source(place: str, *, section: str | None = None, glob: str | None = None) 
     """How an instruction's source is named: a file (`REVIEW.md`) or its section, or the
     config's `instructions` (with `glob`: one `[[review.paths]]` table's)."""
     config = place == CONFIG_PATH  # the config's own key, not a file of instructions
-    return message("instruction_source", place=place, section=section, glob=glob, config=config)
+    return say(PEOPLE, "instruction_source", place=place, section=section, glob=glob, config=config)
 
 
 def assemble(

@@ -1,5 +1,5 @@
 """The review job: one review of a PR's head, from its worktree through the pipeline (and the
-verify pass) to the draft on GitHub, each step a transition of `bot.review.state` owned by
+verify pass) to the draft on GitHub, each step a transition of `bot.records.review_state` owned by
 this job attempt. Queueing it is `bot.review.lifecycle`'s."""
 
 from __future__ import annotations
@@ -19,19 +19,21 @@ from bot.agents.base import AgentError
 from bot.agents.budget import budget_used_up
 from bot.github import describe_failure, github_transient
 from bot.logs import log_context
-from bot.queue import REVIEWS, Job
+from bot.queue import REVIEWS
+from bot.records import review_state
 from bot.records.pulls import pull_by_id
-from bot.records.reviews import get_review, update_review
+from bot.records.reviews import get_review, owns_run, update_review
 from bot.records.sessions import end_review_sessions
-from bot.records.types import DraftFinding, Pull, Review
+from bot.records.types import DraftFinding, Job, Pull, Review
+from bot.records.vocab import ACTIVE, LedgerStatus, ReviewState
 from bot.repo_config import RepoConfig, fetch_repo_config
-from bot.review import ledger, state
+from bot.review import ledger
 from bot.review.checkout import default_branch_commit, prepare_worktree, worktree_name
-from bot.review.lifecycle import end_sessions, held_text
+from bot.review.lifecycle import end_sessions
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
 from bot.review.publish import Publisher
 from bot.review.verify import apply_verification, choose_provider, verify_draft
-from bot.texts import message
+from bot.texts import PEOPLE, say
 from bot.worktrees import GitError, Worktree, disk
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ class Ended(enum.Enum):
 
 
 @dataclass
-class Progress:
+class StatusTicker:
     """Counts tool calls and edits the status comment now and then (not on every call)."""
 
     ctx: Context
@@ -64,7 +66,7 @@ class Progress:
     owner: str
     calls: int = 0
     last: float = field(default_factory=time.monotonic)  # the start was just shown
-    phase: str = field(default_factory=lambda: message("progress", step="reviewing"))
+    phase: str = field(default_factory=lambda: say(PEOPLE, "progress", step="reviewing"))
 
     async def __call__(self, _tool: str) -> None:
         self.calls += 1
@@ -72,9 +74,9 @@ class Progress:
             return
         self.last = time.monotonic()
         try:  # progress is shown when it can be: a hiccup here never fails the review
-            if not await state.owns_run(self.ctx.db, self.review_id, self.owner):
+            if not await owns_run(self.ctx.db, self.review_id, self.owner):
                 return
-            progress = message("progress_calls", phase=self.phase, calls=self.calls)
+            progress = say(PEOPLE, "progress_calls", phase=self.phase, calls=self.calls)
             review = await update_review(self.ctx.db, self.review_id, progress=progress)
             await self.publisher.status(review)
         except (gidgethub.GitHubException, sqlite3.Error):
@@ -83,11 +85,11 @@ class Progress:
 
 async def run_review_job(ctx: Context, job: Job) -> None:
     review = await get_review(ctx.db, job.payload["review_id"])
-    if review is None or review.state not in state.ACTIVE:
+    if review is None or review.state not in ACTIVE:
         return
     pull = await pull_by_id(ctx.db, review.pull_id)
     if pull is None or pull.state != "open":
-        await state.cancel(ctx.db, review.id, message("progress", step="pr_closed"))
+        await review_state.cancel(ctx.db, review.id, say(PEOPLE, "progress", step="pr_closed"))
         return
     with log_context(repo=pull.repo, pr=pull.number, review=review.id):
         gh = ctx.github.installation_api(pull.installation_id)
@@ -118,7 +120,7 @@ class ReviewJob:
     review_id: int
     verify: bool = False
     final_attempt: bool = True  # else a GitHub hiccup is retried by the queue, not reported
-    owner: str = ""  # the job attempt running it (see `state.take_run`)
+    owner: str = ""  # the job attempt running it (see `review_state.take_run`)
 
     async def run(self, config: RepoConfig) -> None:
         why_not = await self._why_not_now()
@@ -126,7 +128,9 @@ class ReviewJob:
             await self._held(why_not)
             return
         ctx = self.ctx
-        if not await state.take_run(ctx.db, self.review_id, self.owner, config_error=config.error):
+        if not await review_state.take_run(
+            ctx.db, self.review_id, self.owner, config_error=config.error
+        ):
             return  # superseded or stopped before it started
         try:
             review = await get_review(self.ctx.db, self.review_id)
@@ -148,7 +152,7 @@ class ReviewJob:
                 raise
             if not isinstance(exc, AgentError | GitError | gidgethub.GitHubException | OSError):
                 log.exception("review crashed")
-                await self._failed(message("internal_error"))
+                await self._failed(say(PEOPLE, "internal_error"))
                 return
             await self._failed(describe_failure(exc))
             return
@@ -164,7 +168,7 @@ class ReviewJob:
         await update_review(ctx.db, review_id, base_sha=tree.base_sha)
         rules_commit = await default_branch_commit(tree)
         items = await ledger.load(ctx.db, self.pull.id)
-        published = [i.ordinal for i in items if i.status == ledger.PUBLISHED]
+        published = [i.ordinal for i in items if i.status == LedgerStatus.PUBLISHED]
         since = await ledger.delta_base(ctx.db, tree, self.pull.id, review_id)
         request = ReviewRequest.of(
             self.pull,
@@ -175,7 +179,7 @@ class ReviewJob:
             ledger=tuple(ledger.brief(items, await self.publisher.thread_replies(published))),
         )
         reviewer = Reviewer.of(ctx)
-        progress = Progress(ctx, self.publisher, review_id, self.owner)
+        progress = StatusTicker(ctx, self.publisher, review_id, self.owner)
         draft = await review_worktree(
             reviewer, tree, request, on_tool_call=progress, on_plan=self._planned
         )
@@ -185,9 +189,9 @@ class ReviewJob:
         current = await get_review(ctx.db, review_id)
         if current is None or current.run_owner != self.owner:
             return Ended.TAKEN_OVER
-        if current.state != state.RUNNING:
+        if current.state != ReviewState.RUNNING:
             return Ended.SUPERSEDED
-        await state.set_findings(ctx.db, review_id, numbered, writes)
+        await review_state.set_findings(ctx.db, review_id, numbered, writes)
         drafted = await update_review(
             ctx.db,
             review_id,
@@ -195,23 +199,23 @@ class ReviewJob:
             summary=draft.summary,
             run_id=draft.run_id,
             skill_version_id=draft.skill_version_id,
-            progress=message("progress", step="publishing"),
+            progress=say(PEOPLE, "progress", step="publishing"),
             rules=draft.rules.to_json() if draft.rules else None,
             ledger=json.dumps(note),
             suppressed=note["suppressed"],
             **verified,
         )
-        if not await state.owns_run(ctx.db, review_id, self.owner):
+        if not await owns_run(ctx.db, review_id, self.owner):
             return Ended.TAKEN_OVER
         await self.publisher.pending_review(drafted)
         pull = await pull_by_id(ctx.db, self.pull.id)
         moved = pull is not None and pull.head_sha != review.head_sha
-        ended = await state.end_run(  # a push may have landed meanwhile: stale
+        ended = await review_state.end_run(  # a push may have landed meanwhile: stale
             ctx.db,
             review_id,
             self.owner,
-            state.DRAFT,
-            progress=message("progress", step="draft"),
+            ReviewState.DRAFT,
+            progress=say(PEOPLE, "progress", step="draft"),
             stale=int(moved),
         )
         if ended is None:
@@ -231,7 +235,7 @@ class ReviewJob:
             self.ctx.db,
             self.review_id,
             not_reviewed=json.dumps(skipped),
-            progress=message("progress", step="reviewing"),
+            progress=say(PEOPLE, "progress", step="reviewing"),
         )
 
     async def _numbered(
@@ -241,7 +245,7 @@ class ReviewJob:
         request: ReviewRequest,
         items: list[ledger.Item],
         draft: Draft,
-        progress: Progress,
+        progress: StatusTicker,
     ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any], dict[str, Any]]:
         """The draft's findings under the PR's ledger numbers, verified when the review asks
         for it; what to write to the ledger, the note the status comment shows, and the verify
@@ -260,7 +264,7 @@ class ReviewJob:
         todo = [f for _, f in numbered if f.verify_status is None]
         error = None
         if todo:
-            progress.phase = message("progress_verifying", count=len(todo), provider=provider)
+            progress.phase = say(PEOPLE, "progress_verifying", count=len(todo), provider=provider)
             await update_review(ctx.db, self.review_id, progress=progress.phase)
             verification = await verify_draft(
                 reviewer,
@@ -283,15 +287,17 @@ class ReviewJob:
         settings, prefix = self.ctx.settings, self.ctx.settings.command_prefix
         space = disk(settings.data_dir, settings.min_free_mb)
         if space.low:
-            return held_text("disk", free_mb=space.free_mb, min_mb=space.min_mb, prefix=prefix)
+            return say(
+                PEOPLE, "held.disk", free_mb=space.free_mb, min_mb=space.min_mb, prefix=prefix
+            )
         spent = await budget_used_up(settings, self.ctx.db, self.pull.installation_id, time.time())
         if spent is not None:
-            return held_text("budget", spent=spent.describe(settings), prefix=prefix)
+            return say(PEOPLE, "held.budget", spent=spent.describe(settings), prefix=prefix)
         return None
 
     async def _held(self, why: str) -> None:
         log.warning("review not started", extra={"fields": {"reason": why}})
-        if await state.hold(self.ctx.db, self.review_id, why):
+        if await review_state.hold(self.ctx.db, self.review_id, why):
             await self.publisher.status(await get_review(self.ctx.db, self.review_id))
 
     async def _ours(self, to: str, **fields: Any) -> Review | None:
@@ -300,14 +306,14 @@ class ReviewJob:
         show). None when another attempt took the run over, or it ended otherwise (failed for
         good elsewhere): whoever ended it shows that end."""
         ctx = self.ctx
-        ended = await state.end_run(ctx.db, self.review_id, self.owner, to, **fields)
+        ended = await review_state.end_run(ctx.db, self.review_id, self.owner, to, **fields)
         if ended is not None:
             return ended
         review = await get_review(ctx.db, self.review_id)
         if (
             review is not None
             and review.run_owner == self.owner
-            and review.state in (state.CANCELLED, state.SUPERSEDED)
+            and review.state in (ReviewState.CANCELLED, ReviewState.SUPERSEDED)
         ):
             return review
         return None
@@ -315,7 +321,7 @@ class ReviewJob:
     async def _failed(self, reason: str) -> None:
         log.warning("review failed", extra={"fields": {"reason": reason}})
         review = await self._ours(
-            state.FAILED, error=reason, progress=message("progress", step="failed")
+            ReviewState.FAILED, error=reason, progress=say(PEOPLE, "progress", step="failed")
         )
         if review is None:
             log.warning("review run ended elsewhere: this failure is not shown")
@@ -333,7 +339,9 @@ class ReviewJob:
             log.exception("could not report the failure on the status comment")
 
     async def _stopped(self) -> None:
-        review = await self._ours(state.CANCELLED, progress=message("progress", step="stopped"))
+        review = await self._ours(
+            ReviewState.CANCELLED, progress=say(PEOPLE, "progress", step="stopped")
+        )
         if review is None:
             log.warning("review run ended elsewhere: this stop is not shown")
             return
@@ -342,7 +350,7 @@ class ReviewJob:
             await self.publisher.finish_check(
                 review, conclusion="cancelled", stopped=review.progress or "stopped"
             )
-            if review.state == state.CANCELLED:
+            if review.state == ReviewState.CANCELLED:
                 await self.publisher.status(review)
         except gidgethub.GitHubException:
             log.exception("could not report the stop on GitHub")
@@ -352,7 +360,9 @@ async def review_gave_up(ctx: Context, job: Job, reason: str) -> None:
     """A review job failed for good without reporting it (e.g. it took the process down at
     every attempt): the review fails with the reason, and a job says so on the PR."""
     review = await get_review(ctx.db, job.payload["review_id"])
-    if review is None or not await state.fail(ctx.db, review.id, message("gave_up", reason=reason)):
+    if review is None or not await review_state.fail(
+        ctx.db, review.id, say(PEOPLE, "gave_up", reason=reason)
+    ):
         return  # it reported its own end already
     await ctx.jobs.enqueue(
         "report_failure", f"status:{review.pull_id}", {"review_id": review.id}, queue=REVIEWS

@@ -16,7 +16,7 @@ the bookkeeping of a push runs in a worker thread: a large file must not hold th
 that acknowledges webhooks.
 
 What people did with a number (published it, dropped it and why) is read from the findings of
-the PR's reviews (`bot.review.state` owns those); the ledger table adds only identity, fixes
+the PR's reviews (`bot.records.review_state` owns those); the ledger table adds only identity, fixes
 and suppressed repeats (its SQL: `bot.records.ledger`).
 """
 
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from bot.records import ledger as sql
 from bot.records.ledger import LedgerWrites, NewEntry
 from bot.records.types import DraftFinding, Finding, LedgerEntry, Review
+from bot.records.vocab import FindingState, LedgerStatus, ReviewState
 from bot.review.plan import placed
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OPEN, PUBLISHED, DROPPED, WITHDRAWN, FIXED = "open", "published", "dropped", "withdrawn", "fixed"
 CODE_LINES = 20  # at most this many lines of code identify a finding
 NEAR = 0.6  # title words shared (Jaccard) for a finding whose code moved on to be the same
 SAME_CODE = 0.25  # … and for one at the same code (a rewording)
@@ -279,7 +279,7 @@ class Item:
 
     ordinal: int
     key: Key
-    status: str  # open | published | dropped | withdrawn | fixed
+    status: LedgerStatus
     last: Finding
     why: str | None = None  # a person's reason for the drop
     fixed_in: str | None = None
@@ -302,19 +302,19 @@ def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) ->
         key = Key(entry.path, entry.code_key, entry.title_key)
         # Only a person's `drop` is a verdict: a finding an approve left out (the verify
         # pass refuted it, or it was not listed) stays open.
-        dropped = [f for _s, f in seen if f.state == "dropped" and f.checked_by == "human"]
-        published = any(s == "posted" and f.state == "kept" for s, f in seen)
+        dropped = [f for _s, f in seen if f.dropped_by_person]
+        published = any(s == ReviewState.POSTED and f.state == FindingState.KEPT for s, f in seen)
         last = seen[-1][1]
         if entry.fixed_in:
-            status = FIXED
+            status = LedgerStatus.FIXED
         elif dropped:
-            status = DROPPED
+            status = LedgerStatus.DROPPED
         elif published:
-            status = PUBLISHED
-        elif last.state == "withdrawn":
-            status = WITHDRAWN
+            status = LedgerStatus.PUBLISHED
+        elif last.state == FindingState.WITHDRAWN:
+            status = LedgerStatus.WITHDRAWN
         else:
-            status = OPEN
+            status = LedgerStatus.OPEN
         why = dropped[-1].why if dropped else None
         items.append(
             Item(
@@ -355,7 +355,7 @@ def brief(items: list[Item], replies: dict[int, list[str]]) -> list[dict[str, An
             "fixed_in": (i.fixed_in or "")[:7],
         }
         for i in items
-        if i.status != FIXED
+        if i.status != LedgerStatus.FIXED
     ]
 
 
@@ -407,7 +407,7 @@ class Reconciled:
             "published": sorted(self.still_published),
             "fixed": [i.ordinal for i in self.fixed],
             "fixed_published": [i.ordinal for i in self.fixed if i.published],
-            "dropped": [i.ordinal for i in items if i.status == DROPPED],
+            "dropped": [i.ordinal for i in items if i.status == LedgerStatus.DROPPED],
             "suppressed": sum(self.suppressed.values()),
             "unconfirmed": sorted(self.unconfirmed),
             "not_open": self.not_open,
@@ -433,8 +433,8 @@ def reconcile(
     Same fingerprints are paired first, near ones after, so an exact pair is never taken by a
     look-alike."""
     out = Reconciled()
-    dropped = [i for i in items if i.status == DROPPED]
-    active = [i for i in items if i.status in (OPEN, PUBLISHED, WITHDRAWN)]
+    dropped = [i for i in items if i.status == LedgerStatus.DROPPED]
+    active = [i for i in items if i.status not in (LedgerStatus.DROPPED, LedgerStatus.FIXED)]
     taken: set[int] = set()
     known: dict[int, Item] = {}  # index into `found` → its ledger item
     repeats: set[int] = set()
@@ -462,13 +462,13 @@ def reconcile(
             continue
         if key != item.key:
             out.rekeyed.append(key.entry(item.ordinal))
-        if item.status == PUBLISHED:
+        if item.status == LedgerStatus.PUBLISHED:
             out.still_published.append(item.ordinal)
         else:
             out.numbered.append((item.ordinal, finding))
     wanted = set(resolved)
     for item in active:
-        if item.ordinal in taken or item.status == WITHDRAWN:
+        if item.ordinal in taken or item.status == LedgerStatus.WITHDRAWN:
             continue
         claimed = item.ordinal in wanted
         if claimed and _changed(item, moved, changed):
@@ -476,11 +476,11 @@ def reconcile(
             continue
         if claimed:
             out.unconfirmed.append(item.ordinal)
-        if item.status == PUBLISHED:
+        if item.status == LedgerStatus.PUBLISHED:
             out.still_published.append(item.ordinal)
         else:
             out.carried.append(item)
-    open_now = {i.ordinal for i in active if i.status != WITHDRAWN}
+    open_now = {i.ordinal for i in active if i.status != LedgerStatus.WITHDRAWN}
     out.not_open = sorted(wanted - open_now)
     out.still_published.sort()
     return out
@@ -568,7 +568,7 @@ class Texts:
             await self.of(finding.path, finding.side)
         for item in items:
             f = item.last
-            if item.status == FIXED:
+            if item.status == LedgerStatus.FIXED:
                 continue
             text = await self.of(f.path, f.side)
             if f.side == "LEFT" or not (item.head and _SHA.fullmatch(item.head)):
@@ -657,7 +657,7 @@ class Texts:
             item.ordinal
             for item in items
             if item.key.code
-            and item.status != FIXED
+            and item.status != LedgerStatus.FIXED
             and self.start(item) is None
             and not self._arrived_as_it_was(item)
         }
@@ -732,10 +732,6 @@ def _reconciled(
     return outcome
 
 
-async def next_number(db: Database, pull_id: int) -> int:
-    return await sql.next_ordinal(db, pull_id)
-
-
 async def without_repeats(
     db: Database, tree: Worktree, review: Review, findings: list[DraftFinding]
 ) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
@@ -745,7 +741,7 @@ async def without_repeats(
     dropped = [
         i
         for i in await load(db, review.pull_id)
-        if i.status == DROPPED and i.last.review_id != review.id
+        if i.status == LedgerStatus.DROPPED and i.last.review_id != review.id
     ]
     texts = Texts(tree)
     await texts.load(findings, dropped)

@@ -12,23 +12,18 @@ from typing import TYPE_CHECKING, Any
 from bot.agents.budget import day_start
 from bot.github import permits
 from bot.queue import REVIEWS, review_key, turn_key
+from bot.records import review_state
 from bot.records.pulls import delete_installation, installation_pulls, upsert_pull
 from bot.records.reviews import automatic_reviews_since, head_handled
 from bot.records.sessions import delete_installation_sessions, end_pull_sessions, open_sessions
 from bot.repo_config import RepoConfig, fetch_repo_config
-from bot.review import state
-from bot.texts import message, render
+from bot.texts import PEOPLE, say
 
 if TYPE_CHECKING:
     from bot.context import Context
 
 OUTSIDE_DAILY_REVIEWS = 3  # automatic reviews per author without write access, per UTC day
 RETRY_AFTER = 3600.0  # a head reviewed, stopped or held this recently is not reviewed again unasked
-
-
-def held_text(kind: str, **context: Any) -> str:
-    """Why a review is not started, one line (templates/held.md.j2)."""
-    return render("held.md.j2", kind=kind, **context).strip()
 
 
 async def record_pull(ctx: Context, data: dict[str, Any]) -> int:
@@ -54,7 +49,9 @@ class DailyCap:
         )
         if done < self.limit:
             return None
-        return held_text("outside_capped", author=self.author, limit=self.limit, prefix=self.prefix)
+        return say(
+            PEOPLE, "held.outside_capped", author=self.author, limit=self.limit, prefix=self.prefix
+        )
 
 
 async def outside_author(ctx: Context, gh: Any, data: dict[str, Any]) -> str | None:
@@ -74,7 +71,7 @@ async def new_head(ctx: Context, gh: Any, data: dict[str, Any], pull_id: int) ->
     (`outside_prs = "on-command"`) or a few times a day."""
     pr, repo = data["pull_request"], data["repository"]
     head_sha = pr["head"]["sha"]
-    went_stale = await state.mark_stale(ctx.db, pull_id, head_sha)
+    went_stale = await review_state.mark_stale(ctx.db, pull_id, head_sha)
     config = await fetch_repo_config(gh, repo["owner"]["login"], repo["name"])
     wanted = config.auto_review and (not pr.get("draft") or config.review_drafts)
     now = time.time()
@@ -85,9 +82,11 @@ async def new_head(ctx: Context, gh: Any, data: dict[str, Any], pull_id: int) ->
     author = await outside_author(ctx, gh, data)
     prefix = ctx.settings.command_prefix
     if author is not None and config.outside_prs == "on-command":
-        held = held_text("outside_on_command", author=author, prefix=prefix)
+        held = say(PEOPLE, "held.outside_on_command", author=author, prefix=prefix)
         provider = config.provider or ctx.settings.provider
-        await state.create_held(ctx.db, pull_id, head_sha, provider, held, reason=data["action"])
+        await review_state.create_held(
+            ctx.db, pull_id, head_sha, provider, held, reason=data["action"]
+        )
         await queue_status_refresh(ctx, pull_id)
         return
     installation_id = data.get("installation", {}).get("id")
@@ -125,7 +124,7 @@ async def enqueue_review(
     async def create_review(conn: Any) -> dict:
         why = await cap.reached(conn) if cap is not None else None
         held.extend([why] if why else [])
-        review_id = await state.create(
+        review_id = await review_state.create(
             conn, pull_id, head_sha, provider, reason=reason, requested_by=requested_by, held=why
         )
         return {"review_id": review_id}
@@ -164,7 +163,7 @@ async def stop_pull_work(ctx: Context, pull_id: int, why: str) -> int:
     returns how many jobs were affected."""
     count = await ctx.jobs.cancel(review_key(pull_id))
     if count:
-        await state.cancel_pull(ctx.db, pull_id, why, queued_only=True)
+        await review_state.cancel_pull(ctx.db, pull_id, why, queued_only=True)
     for session in await open_sessions(ctx.db, pull_id):
         count += await ctx.jobs.cancel(turn_key(session.id))
     return count
@@ -173,7 +172,7 @@ async def stop_pull_work(ctx: Context, pull_id: int, why: str) -> int:
 async def close_pull(ctx: Context, pull_id: int) -> None:
     """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
     await ctx.jobs.cancel(review_key(pull_id))
-    await state.cancel_pull(ctx.db, pull_id, message("progress", step="closed"))
+    await review_state.cancel_pull(ctx.db, pull_id, say(PEOPLE, "progress", step="closed"))
     await end_sessions(ctx, pull_id)
     await ctx.jobs.enqueue(
         "cleanup_pull", f"cleanup:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS

@@ -8,8 +8,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from bot.agents.submit import SEVERITIES
-from bot.texts import message
+from bot.records.vocab import Severity
+from bot.texts import PEOPLE, say
 
 GENERATED_ATTR, VENDORED_ATTR = "linguist-generated", "linguist-vendored"
 ATTRIBUTES = (GENERATED_ATTR, VENDORED_ATTR)  # read from the base's `.gitattributes`
@@ -62,17 +62,17 @@ def file_noise(path: str, attributes: Mapping[str, str] | None = None) -> str | 
     generated = _marked(attributes.get(GENERATED_ATTR))
     vendored = _marked(attributes.get(VENDORED_ATTR))
     if generated or vendored:
-        return message("noise", why="generated" if generated else "vendored", marked=True)
+        return say(PEOPLE, "noise", why="generated" if generated else "vendored", marked=True)
     name = path.rsplit("/", 1)[-1]
     if generated is None:
         if name in LOCKFILES:
-            return message("noise", why="lock", marked=False)
+            return say(PEOPLE, "noise", why="lock", marked=False)
         if _MINIFIED.search(name):
-            return message("noise", why="minified", marked=False)
+            return say(PEOPLE, "noise", why="minified", marked=False)
         if _GENERATED.search(path):
-            return message("noise", why="generated", marked=False)
+            return say(PEOPLE, "noise", why="generated", marked=False)
     if vendored is None and _VENDORED.search(path):
-        return message("noise", why="vendored", marked=False)
+        return say(PEOPLE, "noise", why="vendored", marked=False)
     return None
 
 
@@ -90,13 +90,11 @@ def noise_files(
 
 # -- findings: the severity gate and the inline cap ------------------------------------------
 
-RANK = {severity: n for n, severity in enumerate(SEVERITIES)}  # critical = 0 … nit = 3
-
 
 def folded(severity: str, min_severity: str) -> bool:
     """Whether a finding of `severity` is below `min_severity` (folded away: shown in the
     status comment's "minor" section, left out of the pending review unless listed)."""
-    return RANK.get(severity, len(RANK)) > RANK.get(min_severity, len(RANK))
+    return Severity.rank(severity) > Severity.rank(min_severity)
 
 
 class Placed(Protocol):
@@ -117,7 +115,7 @@ def over_cap(findings: Sequence[Placed], max_findings: int | None) -> set[int]:
     (the most severe go inline first, then in `F` order): they are summarised in the review
     body instead."""
     inline = sorted(
-        (f for f in findings if f.in_diff), key=lambda f: (RANK.get(f.severity, 9), f.ordinal)
+        (f for f in findings if f.in_diff), key=lambda f: (Severity.rank(f.severity), f.ordinal)
     )
     if max_findings is None:
         return set()

@@ -1,7 +1,7 @@
 """The review pipeline: a prepared worktree and a request in, a `Draft` out.
 
 diff → plan (which files) → agent run → findings placed on diff lines. No GitHub call and no
-database write beyond the agent's own ledger (session messages, runs, usage): the review
+database write beyond the agent's own records (session messages, runs, usage): the review
 job, the verify pass and eval replays all run this same function.
 """
 
@@ -22,14 +22,15 @@ from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.sessions import create_session
 from bot.records.types import DraftFinding, Pull, Review, Session, Skill
+from bot.records.vocab import Verdict
 from bot.repo_config import RepoConfig
-from bot.review.base import read_base
+from bot.review.default_branch import read_default_branch
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
 from bot.review.noise import noise_files
 from bot.review.plan import placed, plan_files
 from bot.review.rules import DraftRules, UsedSource
 from bot.skills import load_skill
-from bot.texts import message, render
+from bot.texts import PEOPLE, render, say
 from bot.worktrees import Worktree
 
 if TYPE_CHECKING:
@@ -199,7 +200,7 @@ async def review_worktree(
     diff = await pr_diff(tree)
     touched = changed_paths(diff)
     commit = request.rules_commit or tree.base_sha
-    base = await read_base(tree, commit, touched)
+    base = await read_default_branch(tree, commit, touched)
     noise = noise_files(diff.files, base.attributes)
     plan = plan_files(diff, request.config, noise)
     changed: frozenset[str] = frozenset()
@@ -221,10 +222,10 @@ async def review_worktree(
         ignored=plan.ignored,
     )
     if not plan.reviewed:
-        nothing = message("nothing_to_review")
+        nothing = say(PEOPLE, "nothing_to_review")
         return Draft(
             nothing,
-            "comment",
+            Verdict.COMMENT,
             [],
             plan.skipped,
             rules=rules,

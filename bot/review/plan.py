@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from bot.diff import DiffModel
 from bot.records.types import DraftFinding
 from bot.repo_config import RepoConfig
-from bot.texts import message
+from bot.texts import PEOPLE, say
 
 _TESTS = re.compile(r"(^|/)(tests?|spec|__tests__)/|(^|/)test_[^/]+$|_test\.[a-z]+$")
 _DOCS = re.compile(r"\.(md|rst|txt|adoc)$|(^|/)docs?/")
@@ -41,15 +41,15 @@ def plan_files(diff: DiffModel, config: RepoConfig, noise: Mapping[str, str]) ->
     findings on them are dropped (`bot.review.pipeline`)."""
     skipped: list[tuple[str, str]] = []
     candidates = []
-    ignored, matched = [], message("skipped", why="ignored")
+    ignored, matched = [], say(PEOPLE, "skipped", why="ignored")
     for path, file in diff.files.items():
         if config.ignores(path):
             ignored.append(path)
             skipped.append((path, matched))
         elif file.status == "binary":
-            skipped.append((path, message("skipped", why="binary")))
+            skipped.append((path, say(PEOPLE, "skipped", why="binary")))
         elif file.status == "removed":
-            skipped.append((path, message("skipped", why="removed")))
+            skipped.append((path, say(PEOPLE, "skipped", why="removed")))
         elif path in noise:
             skipped.append((path, noise[path]))
         else:
@@ -60,9 +60,9 @@ def plan_files(diff: DiffModel, config: RepoConfig, noise: Mapping[str, str]) ->
     for path in candidates:
         size = diff.files[path].patch_bytes
         if len(reviewed) >= config.max_files:
-            skipped.append((path, message("skipped", why="files", limit=config.max_files)))
+            skipped.append((path, say(PEOPLE, "skipped", why="files", limit=config.max_files)))
         elif total + size > config.max_diff_bytes:
-            skipped.append((path, message("skipped", why="bytes", limit=config.max_diff_bytes)))
+            skipped.append((path, say(PEOPLE, "skipped", why="bytes", limit=config.max_diff_bytes)))
         else:
             reviewed.append(path)
             total += size

@@ -18,7 +18,6 @@ import gidgethub
 
 from bot.catalog import suggested
 from bot.github import github_transient
-from bot.queue import Job
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import (
     get_review,
@@ -30,11 +29,11 @@ from bot.records.reviews import (
 )
 from bot.records.runs import review_costs
 from bot.records.sessions import has_active_cross_review
-from bot.records.types import Finding, Pull, Review
+from bot.records.types import Finding, Job, Pull, Review
+from bot.records.vocab import ACTIVE, FindingState, ReviewState, Severity
 from bot.redaction import redact
-from bot.review import state
 from bot.review.rules import DraftRules
-from bot.texts import STATUS_MARKER, fit, message, neutralise_mentions, render, repo_url_of, usd
+from bot.texts import PEOPLE, STATUS_MARKER, fit, neutralise_mentions, render, repo_url_of, say, usd
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -43,7 +42,7 @@ log = logging.getLogger(__name__)
 
 CHECK_NAME = "PR Cockpit"
 ANNOTATION_BATCH = 50
-LEVELS = {"critical": "failure", "major": "warning", "minor": "notice", "nit": "notice"}
+LEVELS = {Severity.CRITICAL: "failure", Severity.MAJOR: "warning"}  # annotations; else notice
 
 
 def refs(ordinals: list[int]) -> str:
@@ -179,7 +178,7 @@ class Publisher:
         rules = DraftRules.from_json(review.rules)
         costs = await review_costs(db, review.id)
         stale_sha = None
-        if review.state in ("queued", "running"):
+        if review.state in ACTIVE:
             previous = await latest_draft(db, self.pull.id)
             if previous is not None and previous.stale:
                 stale_sha = previous.head_sha[:7]
@@ -188,7 +187,7 @@ class Publisher:
         )
         return render(
             "status.md.j2",
-            headline=message("headline", state=review.state),
+            headline=say(PEOPLE, "headline", state=review.state),
             state=review.state,
             progress=review.progress or review.state,
             short_sha=review.head_sha[:7],
@@ -300,13 +299,13 @@ class Publisher:
                     await self.gh.graphql(RESOLVE_MUTATION, id=thread.id)
         except UnexpectedAnswer as exc:  # no refusal: no permission would change it
             log.warning("review threads not resolved", extra={"fields": {"missing": exc.missing}})
-            return message("resolve_unanswered", missing=exc.missing)
+            return say(PEOPLE, "resolve_unanswered", missing=exc.missing)
         except Exception as exc:
             if not _github_said_no(exc):
                 raise
             log.warning("review threads not resolved", extra={"fields": {"error": str(exc)}})
             said = redact(str(exc))[:200] or exc.__class__.__name__
-            return message("resolve_refused", error=said)
+            return say(PEOPLE, "resolve_refused", error=said)
         return None
 
     # -- check run ----------------------------------------------------------------
@@ -330,8 +329,8 @@ class Publisher:
                 "started_at": _now(),
                 "external_id": str(review.id),
                 "output": {
-                    "title": message("check_title", state="running", count=0),
-                    "summary": message("check_preparing"),
+                    "title": say(PEOPLE, "check_title", state="running", count=0),
+                    "summary": say(PEOPLE, "check_preparing"),
                 },
             },
         )
@@ -354,7 +353,7 @@ class Publisher:
         findings = [
             f
             for f in await load_findings(self.ctx.db, review.id)
-            if f.state == "kept" and not rules.folds(f)
+            if f.state == FindingState.KEPT and not rules.folds(f)
         ]
         verifier = review.verify_provider
         annotations = (
@@ -380,7 +379,7 @@ class Publisher:
         shown = (
             "stopped" if stopped else "failed" if error else "stale" if review.stale else "draft"
         )
-        title = message("check_title", state=shown, count=len(findings))
+        title = say(PEOPLE, "check_title", state=shown, count=len(findings))
         url = "/repos/{owner}/{repo}/check-runs/{id}"
         params = {**self.owner_repo, "id": review.check_run_id}
         batches = [
@@ -425,7 +424,7 @@ class Publisher:
         rules = DraftRules.from_json(review.rules)
         stored = await load_findings(self.ctx.db, review.id)
         if only is not None:
-            findings = [f for f in stored if f.state == "kept" and f.ordinal in only]
+            findings = [f for f in stored if f.state == FindingState.KEPT and f.ordinal in only]
         else:
             findings = rules.approvable(stored)
         await self.delete_pending()
@@ -468,7 +467,7 @@ class Publisher:
             elif inline and f.in_diff:
                 comments.append(self._inline_comment(f))
             else:
-                reason = message("not_inline", in_diff=f.in_diff)
+                reason = say(PEOPLE, "not_inline", in_diff=f.in_diff)
                 other.append({**listed, "body": f.body, "reason": reason})
         body = fit(
             render(
@@ -592,7 +591,7 @@ async def refresh_status_job(ctx: Context, job: Job) -> None:
         return
     publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
     await publisher.status(review)
-    if review.stale and review.state == state.DRAFT:
+    if review.stale and review.state == ReviewState.DRAFT:
         await publisher.finish_check(review, with_annotations=False)
 
 
@@ -600,7 +599,7 @@ async def report_failure_job(ctx: Context, job: Job) -> None:
     """Show a failed review on the PR: check run `failure` and the status comment."""
     review = await get_review(ctx.db, job.payload["review_id"])
     pull = await pull_by_id(ctx.db, review.pull_id) if review else None
-    if review is None or pull is None or review.state != state.FAILED:
+    if review is None or pull is None or review.state != ReviewState.FAILED:
         return
     publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
     if not review.check_run_id:  # it failed before its check run was made

@@ -10,10 +10,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from bot.records import review_state
+from bot.records.ledger import next_ordinal
 from bot.records.reviews import get_review, load_findings
 from bot.records.types import DraftFinding, Finding, Review
+from bot.records.vocab import FindingState
 from bot.repo_config import RepoConfig
-from bot.review import ledger, state
+from bot.review import ledger
 from bot.review.approve import publishing_key
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.review.publish import Publisher
@@ -72,7 +75,7 @@ def _exact(old: Finding, new: DraftFinding) -> float | None:
     """The same title on the same file; a person's drop only where it was."""
     if not _same_title(old.title, new.title):
         return None
-    if old.state == state.DROPPED and not _near(old, new):
+    if old.state == FindingState.DROPPED and not _near(old, new):
         return None
     distance = _distance(old, new)
     return float(NEAR_LINES if distance is None else distance)
@@ -89,7 +92,7 @@ def _reworded(old: Finding, new: DraftFinding) -> float | None:
 def _restated_drop(old: Finding, new: DraftFinding) -> float | None:
     """A dropped finding said again in other words: close lines, similar words."""
     distance = _distance(old, new)
-    if old.state != state.DROPPED or distance is None or distance > NEAR_LINES:
+    if old.state != FindingState.DROPPED or distance is None or distance > NEAR_LINES:
         return None
     similarity = _similarity(f"{old.title} {old.body}", f"{new.title} {new.body}")
     return None if similarity < SAME_ISSUE else distance - similarity
@@ -143,7 +146,7 @@ def renumber(
     assigned, kept, added, dropped, unverified = [], [], [], [], []
     for n, finding in enumerate(new):
         before = taken.get(n)
-        if before is not None and before.state == state.DROPPED:
+        if before is not None and before.state == FindingState.DROPPED:
             dropped.append(before.ordinal)
             continue
         if before is None:
@@ -167,7 +170,7 @@ def renumber(
         withdrawn=[
             f.ordinal
             for f in old
-            if f.state in (state.KEPT, state.SKIPPED) and f.ordinal not in matched
+            if f.state in (FindingState.KEPT, FindingState.SKIPPED) and f.ordinal not in matched
         ],
         dropped=sorted(dropped),
         unverified=unverified,
@@ -202,7 +205,7 @@ async def apply_revision(
         change = renumber(
             await load_findings(ctx.db, review_id),
             findings,
-            await ledger.next_number(ctx.db, review.pull_id),
+            await next_ordinal(ctx.db, review.pull_id),
         )
         note = {
             "by": by,
@@ -221,7 +224,7 @@ async def apply_revision(
             **({"run_id": draft.run_id} if draft.run_id else {}),
         }
         writes = ledger.revision_writes(review, change.assigned, change.added, keys, repeats)
-        if not await state.begin_revision(
+        if not await review_state.begin_revision(
             ctx.db, review_id, change.assigned, change.withdrawn, by=by, texts=texts, writes=writes
         ):
             return None
@@ -229,7 +232,7 @@ async def apply_revision(
             await publisher.pending_review(await get_review(ctx.db, review_id))
             await publisher.new_check(review_id)
         finally:
-            await state.end_revision(ctx.db, review_id)
+            await review_state.end_revision(ctx.db, review_id)
     await publisher.status(await get_review(ctx.db, review_id))
     return change
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bot.records.types import Finding, Review
-from bot.review import state
+from bot.records.vocab import FindingState, Severity, VerifyStatus
 from bot.review.noise import folded, over_cap
 
 
@@ -27,7 +27,7 @@ class DraftRules:
     used: tuple[UsedSource, ...] = ()
     left_out: tuple[str, ...] = ()  # instruction sources left out whole (size budget)
     edited: tuple[str, ...] = ()  # steering files the PR edits: they apply after merge
-    min_severity: str = "nit"
+    min_severity: str = Severity.NIT
     max_findings: int | None = None
     noise: tuple[str, ...] = ()  # changed files left out as noise
     noise_dropped: int = 0  # findings the reviewer placed on them, dropped
@@ -48,7 +48,7 @@ class DraftRules:
             used=tuple(UsedSource(**u) for u in data.get("used", ())),
             left_out=tuple(data.get("left_out", ())),
             edited=tuple(data.get("edited", ())),
-            min_severity=data.get("min_severity", "nit"),
+            min_severity=data.get("min_severity", Severity.NIT),
             max_findings=data.get("max_findings"),
             noise=tuple(data.get("noise", ())),
             noise_dropped=int(data.get("noise_dropped", 0)),
@@ -62,7 +62,9 @@ class DraftRules:
         return [
             f
             for f in findings
-            if f.state == state.KEPT and f.verify_status != "refuted" and not self.folds(f)
+            if f.state == FindingState.KEPT
+            and f.verify_status != VerifyStatus.REFUTED
+            and not self.folds(f)
         ]
 
     def folds(self, finding: Finding) -> bool:

@@ -1,6 +1,6 @@
 """The verify pass: a second read-only run that tries to refute each finding of a draft.
 
-It runs through the same toolbox, loop, budgets and ledger as the review (its `runs` row has
+It runs through the same toolbox, loop, budgets and runs as the review (its `runs` row has
 `subkind = verify`), preferably on the other provider. It only labels findings (`confirmed`,
 `refuted`, `uncertain`, with evidence); a verify pass that fails leaves the draft as it was
 and says why.
@@ -19,19 +19,18 @@ from typing import Any
 from bot.agents.base import AgentError
 from bot.agents.loop import FinalAnswer
 from bot.agents.providers import other_provider
-from bot.agents.submit import InvalidAnswer, invalid
+from bot.agents.submit import InvalidAnswer
 from bot.agents.toolbox import Toolbox
 from bot.records.sessions import end_session, start_verify_session
 from bot.records.types import DraftFinding
+from bot.records.vocab import VerifyStatus
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.skills import load_skill
-from bot.texts import message, render
+from bot.texts import MODEL, PEOPLE, render, say
 from bot.worktrees import GitError, Worktree
 
 log = logging.getLogger(__name__)
 
-CONFIRMED, REFUTED, UNCERTAIN = "confirmed", "refuted", "uncertain"
-STATUSES = (CONFIRMED, REFUTED, UNCERTAIN)
 MAX_EVIDENCE = 1000
 _REF = re.compile(r"^\s*F?(\d+)\s*$", re.I)
 
@@ -48,7 +47,7 @@ VERIFY_TOOL: dict[str, Any] = {
                     "type": "object",
                     "properties": {
                         "finding": {"type": "integer", "minimum": 1},
-                        "status": {"type": "string", "enum": list(STATUSES)},
+                        "status": {"type": "string", "enum": list(VerifyStatus)},
                         "evidence": {
                             "type": "string",
                             "description": "What you read, as path:line, and why it "
@@ -90,33 +89,43 @@ def parse_verification(data: Any, *, count: int) -> dict[int, Verdict]:
     """Validate `submit_verification` input for a draft of `count` findings; a finding the
     verifier skipped is `uncertain`."""
     if not isinstance(data, dict) or not isinstance(data.get("verdicts"), list):
-        raise InvalidVerification(invalid("verdicts"))
+        raise InvalidVerification(say(MODEL, "invalid_answer", why="verdicts"))
     problems = []
     verdicts: dict[int, Verdict] = {}
     for n, item in enumerate(data["verdicts"]):
         where = f"verdicts[{n}]"
         if not isinstance(item, dict):
-            problems.append(invalid("item_object", where=where))
+            problems.append(say(MODEL, "invalid_answer", why="item_object", where=where))
             continue
         ref = item.get("finding")
         if isinstance(ref, str) and (match := _REF.match(ref)):
             ref = int(match.group(1))
         if isinstance(ref, bool) or not isinstance(ref, int) or not 1 <= ref <= count:
-            problems.append(invalid("finding_number", where=where, count=count))
+            problems.append(
+                say(MODEL, "invalid_answer", why="finding_number", where=where, count=count)
+            )
             continue
         status = item.get("status")
-        if status not in STATUSES:
-            problems.append(invalid("one_of", where=f"{where}.status", choices=STATUSES))
+        if status not in tuple(VerifyStatus):
+            problems.append(
+                say(
+                    MODEL,
+                    "invalid_answer",
+                    why="one_of",
+                    where=f"{where}.status",
+                    choices=tuple(VerifyStatus),
+                )
+            )
             continue
         evidence = item.get("evidence")
         if not isinstance(evidence, str) or not evidence.strip():
-            problems.append(invalid("evidence", where=where))
+            problems.append(say(MODEL, "invalid_answer", why="evidence", where=where))
             continue
         verdicts[ref] = Verdict(status, " ".join(evidence.split())[:MAX_EVIDENCE])
     if problems:
         raise InvalidVerification("; ".join(problems[:20]))
     for ordinal in range(1, count + 1):
-        verdicts.setdefault(ordinal, Verdict(UNCERTAIN, message("no_verdict")))
+        verdicts.setdefault(ordinal, Verdict(VerifyStatus.UNCERTAIN, say(PEOPLE, "no_verdict")))
     return verdicts
 
 
@@ -164,10 +173,12 @@ async def verify_draft(
     except (AgentError, GitError) as exc:
         return Verification(provider, error=str(exc))
     except OSError as exc:
-        return Verification(provider, error=message("local_error", error_class=type(exc).__name__))
+        return Verification(
+            provider, error=say(PEOPLE, "local_error", error_class=type(exc).__name__)
+        )
     except Exception:
         log.exception("verify pass crashed")
-        return Verification(provider, error=message("internal_error"))
+        return Verification(provider, error=say(PEOPLE, "internal_error"))
 
 
 async def _verify(

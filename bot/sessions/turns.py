@@ -25,12 +25,12 @@ from bot.agents.transcript import (
 )
 from bot.github import describe_failure
 from bot.logs import log_context
-from bot.queue import REVIEWS, Job, turn_key
+from bot.queue import REVIEWS, turn_key
 from bot.records import messages, sessions
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings
-from bot.records.types import Message, Pull, Review, Session
-from bot.review import state
+from bot.records.types import Job, Message, Pull, Review, Session
+from bot.records.vocab import FindingState, SessionRole, SessionStatus
 from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
 from bot.review.publish import Publisher, refs, where
@@ -53,7 +53,7 @@ async def queue_turn(
 ) -> bool:
     """Queue the session's next turn; True when it waits behind a turn already under way."""
     key = turn_key(session.id)
-    busy = await ctx.jobs.busy(key) or session.status == sessions.BUSY
+    busy = await ctx.jobs.busy(key) or session.status == SessionStatus.BUSY
     payload = {"session_id": session.id, "mode": mode, "text": text, "comment_id": comment_id}
     await ctx.jobs.enqueue("session_turn", key, {**payload, **extra}, queue=REVIEWS)
     return busy
@@ -84,7 +84,7 @@ async def cross_review_context(
             "body": f.body,
         }
         for f in await load_findings(ctx.db, review.id)
-        if f.state == state.KEPT
+        if f.state == FindingState.KEPT
     ]
     return render_text(
         "prompts/cross_review.md.j2",
@@ -147,7 +147,7 @@ class Turn:
 
     @property
     def child(self) -> bool:
-        return self.session.role == "child"
+        return self.session.role == SessionRole.CHILD
 
     async def run(self) -> None:
         db = self.ctx.db
@@ -174,7 +174,7 @@ class Turn:
             raise  # the job is retried; what was stored is resumed, not paid for again
         except Exception:
             log.exception("session turn crashed")
-            await self._failed(texts.message("internal_error"))
+            await self._failed(texts.say(texts.PEOPLE, "internal_error"))
         finally:
             await sessions.mark_idle(db, self.session.id)
 
@@ -234,7 +234,7 @@ class Turn:
 
     async def _revise(self, tree: Worktree, done: list[Message] | None) -> None:
         ctx = self.ctx
-        child = str(self.payload.get("child") or texts.message("other_reviewer"))
+        child = str(self.payload.get("child") or texts.say(texts.PEOPLE, "other_reviewer"))
         submitted = next(
             (
                 call
@@ -286,8 +286,8 @@ class Turn:
         """What the reviser must know besides the feedback: the findings people dropped and
         those it withdrew itself (so it neither brings them back nor rewords them in)."""
         findings = await load_findings(self.ctx.db, self.review.id)
-        dropped = [f for f in findings if f.state == state.DROPPED]
-        withdrawn = [f for f in findings if f.state == state.WITHDRAWN]
+        dropped = [f for f in findings if f.state == FindingState.DROPPED]
+        withdrawn = [f for f in findings if f.state == FindingState.WITHDRAWN]
         if not dropped and not withdrawn:
             return ""
         return "\n\n" + render_text(

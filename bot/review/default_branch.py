@@ -26,7 +26,7 @@ class BaseFiles:
     attributes: dict[str, dict[str, str]] = field(default_factory=dict)  # path → linguist-*
 
 
-async def read_base(tree: Worktree, commit: str, paths: Iterable[str]) -> BaseFiles:
+async def read_default_branch(tree: Worktree, commit: str, paths: Iterable[str]) -> BaseFiles:
     """The instruction files and attributes of `commit` that apply to `paths`."""
     paths = sorted(set(paths))
     if not paths:
