@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -20,6 +19,7 @@ from bot.agents.providers import ModelClients
 from bot.evals.golden import Label
 from bot.records import evals
 from bot.records.database import Database
+from bot.review.identity import likeness, words
 from bot.skills import prompt_text
 from bot.texts import OPERATOR, render, say
 
@@ -27,13 +27,6 @@ LINE_WINDOW = 10  # a finding this many lines from a label's line can still be a
 LOCATED_MIN = 0.10  # word overlap needed when path (and line) agree
 TEXT_MIN = 0.30  # word overlap needed when the label has no path (free-text labels)
 JUDGES = ("lexical", "claude", "codex", "chat")
-_STOPWORDS = """a an and are as at be been but by can could do does for from has have how if in
-into is it its may might more must no not of on once only or other should so some such than that
-the their them then there these they this those to too under up use used uses using was were
-what when where which while will with would you your"""
-STOPWORDS = frozenset(_STOPWORDS.split())
-_WORD = re.compile(r"[a-z0-9]+")
-_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _DECODER = json.JSONDecoder()
 
 
@@ -76,26 +69,6 @@ def normal_path(path: str | None) -> str | None:
     return path or None
 
 
-def _stem(word: str) -> str:
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
-
-
-def words(text: str) -> frozenset[str]:
-    """Content words: identifiers split (camelCase, snake_case), stop words out, crude stems."""
-    split = _CAMEL.sub(r"\1 \2", text).lower()
-    return frozenset(_stem(w) for w in _WORD.findall(split) if len(w) > 1 and w not in STOPWORDS)
-
-
-def overlap(a: frozenset[str], b: frozenset[str]) -> float:
-    """Dice coefficient of two word sets (0 when either is empty)."""
-    if not a or not b:
-        return 0.0
-    return 2 * len(a & b) / (len(a) + len(b))
-
-
 def _line_distance(finding: EvalFinding, line: int) -> int:
     assert finding.line is not None
     start, end = sorted((finding.line, finding.end_line or finding.line))
@@ -106,7 +79,7 @@ def lexical_score(finding: EvalFinding, label: Label) -> float:
     """0 when they do not match; else higher for a closer match. A label with a path must
     agree on the path (and on the line within LINE_WINDOW when both have one) and share
     some words; a free-text label must share more words."""
-    text = overlap(
+    text = likeness(
         words(f"{finding.title} {finding.body}"), words(f"{label.title or ''} {label.problem}")
     )
     finding_path, label_path = normal_path(finding.path), normal_path(label.path)
