@@ -88,7 +88,7 @@ def lexical_score(finding: EvalFinding, label: Label) -> float:
     if finding_path != label_path:
         return 0.0
     nearness = 0.25
-    if label.line is not None and finding.line is not None:
+    if label.line and finding.line is not None:
         distance = _line_distance(finding, label.line)
         if distance > LINE_WINDOW:
             return 0.0

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.evals.messages import resume_hint
-from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, ProgressSink, add_usd
-from bot.records.vocab import VerifyStatus
+from bot.evals.runner import CaseResult, EvalResult, ModelRun, ProgressSink
+from bot.evals.scoring import add_usd, case_figures
 from bot.texts import OPERATOR, say
 
 BAR_WIDTH = 24
@@ -60,8 +60,8 @@ class ConsoleProgress(ProgressSink):
     def case_done(self, run: ModelRun, result: CaseResult) -> None:
         self.done += 1
         self.failed += bool(result.error)
-        self.usd = add_usd(self.usd, add_usd(result.review_usd, result.verify_usd))
-        counts = result.counts.get(VERIFIED if run.verify else ALL)
+        figures = case_figures(result, run.final, verify=True)  # its whole spend
+        self.usd = add_usd(self.usd, figures.usd)
         if self.tty:
             filled = round(BAR_WIDTH * self.done / max(self.total, 1))
             line = say(
@@ -87,11 +87,9 @@ class ConsoleProgress(ProgressSink):
                     total=self.total,
                     model=run.model,
                     result=result,
-                    counts=counts,
-                    refuted=sum(
-                        1 for f in result.findings if f.verify_status == VerifyStatus.REFUTED
-                    ),
-                    usd=add_usd(result.review_usd, result.verify_usd),
+                    counts=figures,
+                    refuted=figures.refuted,
+                    usd=figures.usd,
                 )
                 + "\n"
             )
