@@ -39,7 +39,14 @@ class GoldenError(ValueError):
     """A golden file that cannot be used; the message lists what is wrong."""
 
 
-class Label(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class _Part(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """A part of a golden file: fields in the file's order, unknown keys refused, written
+    without the ones left at their default."""
+
+
+class Label(_Part, kw_only=True):
     """An issue a good review of the case finds."""
 
     path: Filled | UnsetType = UNSET
@@ -52,7 +59,7 @@ class Label(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
         force_setattr(self, "problem", self.problem.strip())
 
 
-class Case(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Case(_Part, kw_only=True):
     """A pull request at fixed shas, with the issues a good review of it finds."""
 
     id: Annotated[str, Meta(pattern="^[A-Za-z0-9._:/-]+$")]
@@ -65,14 +72,14 @@ class Case(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     base_ref: str | UnsetType = UNSET
     base_sha: Annotated[Sha, Meta(description="null when pending: the base branch is used")]
     head_sha: Annotated[Sha, Meta(description="null when pending: refs/pull/<pr>/head is used")]
-    labels: tuple[Label, ...]
+    labels: list[Label]
     known_false_positives: Annotated[
-        tuple[Label, ...], Meta(description="Findings people dropped (known false positives)")
-    ] = ()
+        list[Label], Meta(description="Findings people dropped (known false positives)")
+    ] = []
     note: str | UnsetType = UNSET
 
 
-class Golden(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Golden(_Part, kw_only=True):
     """Labelled pull requests for `cockpit eval run`, each at fixed shas with the issues to find."""
 
     version: Literal[1] = 1
@@ -83,7 +90,7 @@ class Golden(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     base_ref: Annotated[
         str, Meta(description="Base branch of a case without base_sha (default: the default one)")
     ] = ""
-    cases: tuple[Case, ...]
+    cases: list[Case]
 
     @property
     def labels(self) -> int:
@@ -165,14 +172,14 @@ def parse_golden(data: Any, path: Path, *, repository: str | None = None) -> Gol
         )
     golden = inputs.decode(data, Golden)
     base = Path.cwd() if repository else path.parent
-    cases = tuple(
+    cases = [
         replace(
             case,
             repository=_resolve(repository or case.repository or golden.repository, base),
             base_ref=case.base_ref or golden.base_ref,
         )
         for case in golden.cases
-    )
+    ]
     return replace(golden, name=golden.name or path.stem, cases=cases)
 
 
