@@ -1,9 +1,4 @@
-"""Judges: does a finding describe the same issue as a label?
-
-`lexical` is offline and deterministic (path, line proximity, word overlap); `claude` and
-`codex` ask a model the question public benchmarks ask, once per (finding, label, judge
-model): answers are cached in `eval_judgements`, so scoring again costs nothing.
-"""
+"""Judges: does a finding describe the same issue as a label? (`lexical`, or a model)"""
 
 from __future__ import annotations
 
@@ -11,7 +6,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from bot.agents.base import AgentError, ProviderRequest, Usage, cost_usd
@@ -47,17 +42,7 @@ class EvalFinding:
     @classmethod
     def of(cls, ordinal: int, finding: Any) -> EvalFinding:
         """A draft's finding (`DraftFinding`) or a stored one (`StoredEvalFinding`)."""
-        return cls(
-            ordinal=ordinal,
-            path=finding.path,
-            severity=finding.severity,
-            title=finding.title,
-            body=finding.body or "",
-            line=finding.line,
-            end_line=finding.end_line,
-            verify_status=finding.verify_status,
-            verify_note=finding.verify_note,
-        )
+        return cls(ordinal, *(getattr(finding, f.name) for f in fields(cls)[1:]))
 
 
 def normal_path(path: str | None) -> str | None:
@@ -106,6 +91,8 @@ class Judge(Protocol):
 
 
 class LexicalJudge:
+    """Offline and deterministic: the path, the lines' nearness, the words shared."""
+
     name = "lexical"
     model = None
 
@@ -171,7 +158,9 @@ def parse_answer(text: str) -> Answer | None:
 
 @dataclass
 class LLMJudge:
-    """Asks `provider` whether each (finding, label) pair is the same underlying issue."""
+    """Asks a model whether each (finding, label) pair is the same underlying issue, as
+    public benchmarks ask it; answers are kept in `eval_judgements` per (finding, label,
+    judge model), so scoring again costs nothing."""
 
     db: Database
     models: ModelClients

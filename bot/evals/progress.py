@@ -1,5 +1,4 @@
-"""What `cockpit eval run` shows while it works: a progress bar with ETA and running cost on
-a terminal, one plain line per case otherwise (logs, CI)."""
+"""What `cockpit eval run` shows as it works: a bar with ETA and cost, or a line per case."""
 
 from __future__ import annotations
 
@@ -25,6 +24,8 @@ def eta_text(elapsed: float, done: int, total: int) -> str:
 
 @dataclass
 class ConsoleProgress(ProgressSink):
+    """A bar redrawn in place on a terminal; one plain line per case elsewhere (logs, CI)."""
+
     stream: TextIO
     tty: bool
     total: int = 0

@@ -1,5 +1,4 @@
-"""An eval's figures, computed once: counts from the judge's matches, and per case, model and
-batch the one shape that `--json` encodes and the summary, the report and the database show."""
+"""An eval's scores and figures, computed once for `--json`, the report and the database."""
 
 from __future__ import annotations
 
