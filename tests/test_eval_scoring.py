@@ -182,7 +182,7 @@ def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, pr
     golden = Golden(name="g", cases=(case,))
     options = EvalOptions(("g.json",), "claude", ("m",))
     report, _ = write_report(
-        EvalResult(1, options, {"g.json": golden}, [run], "lexical", None),
+        EvalResult(1, options, {"g.json": golden}, [run], LexicalJudge()),
         tmp_path_factory.mktemp("r"),
         resume=resume_hint(1, Path("data")),
     )

@@ -90,11 +90,11 @@ def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: 
     failed = sum(len(run.failed) for run in result.runs)
     if failed:
         out.write(say(OPERATOR, "eval.failed_cases", count=failed, resume=resume) + "\n")
-    if result.judge_unreadable:
-        out.write(
-            say(OPERATOR, "eval.unreadable", count=result.judge_unreadable, judge=result.judge)
-            + "\n"
+    if result.judge.unreadable:
+        unreadable = say(
+            OPERATOR, "eval.unreadable", count=result.judge.unreadable, judge=result.judge.name
         )
+        out.write(unreadable + "\n")
     if result.source_changed:
         out.write(say(OPERATOR, "eval.source_changed", repos=result.source_changed) + "\n")
     report, chart = write_report(result, Path(args.report_dir), resume=resume)

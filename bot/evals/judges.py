@@ -84,6 +84,9 @@ def lexical_score(finding: EvalFinding, label: Label) -> float:
 class Judge(Protocol):
     name: str
     model: str | None
+    tokens: int
+    cost_usd: float | None
+    unreadable: int  # answers with no verdict to read: scored "no match", asked again
 
     async def scores(
         self, findings: Sequence[EvalFinding], labels: Sequence[Label]
@@ -95,6 +98,7 @@ class LexicalJudge:
 
     name = "lexical"
     model = None
+    tokens, cost_usd, unreadable = 0, 0.0, 0
 
     async def scores(
         self, findings: Sequence[EvalFinding], labels: Sequence[Label]

@@ -51,7 +51,7 @@ class ConsoleProgress(ProgressSink):
                 cases=total // max(len(result.runs), 1),
                 verify=result.options.verify,
                 verifier=result.runs[0].verify_provider if result.runs else None,
-                judge=result.judge,
+                judge=result.judge.name,
                 resume=resume_hint(result.batch, self.data_dir or Path("data"), runner=self.runner),
             )
             + "\n"

@@ -124,11 +124,7 @@ class EvalResult:
     options: EvalOptions
     goldens: dict[str, Golden]  # by the path it was read from
     runs: list[ModelRun]
-    judge: str
-    judge_model: str | None
-    judge_tokens: int = 0
-    judge_usd: float | None = 0.0
-    judge_unreadable: int = 0  # LLM judge answers with no verdict to read: scored "no match"
+    judge: Judge
     source_changed: list[str] = field(default_factory=list)
 
     @property
@@ -400,7 +396,7 @@ async def run_eval(
         if resume is None:
             runs = await _start_batch(db, options, verify_provider)
         batch = runs[0].id if resume is None else resume
-        result = EvalResult(batch, options, goldens, runs, judge.name, judge.model)
+        result = EvalResult(batch, options, goldens, runs, judge)
         cases = [case for golden in goldens.values() for case in golden.cases]
         repositories = sorted({case.repository for case in cases})
         before = {repo: await fingerprint(repo) for repo in repositories}
@@ -416,9 +412,6 @@ async def run_eval(
         result.source_changed = [repo for repo in repositories if before[repo] != after[repo]]
         if result.source_changed:
             await evals.fail_batch(db, result.batch)
-        result.judge_tokens = getattr(judge, "tokens", 0)
-        result.judge_usd = getattr(judge, "cost_usd", 0.0)
-        result.judge_unreadable = getattr(judge, "unreadable", 0)
         return result
     finally:
         await models.close()

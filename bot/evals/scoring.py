@@ -241,8 +241,8 @@ def run_figures(result: EvalResult, run: ModelRun, variant: str) -> RunFigures:
         model=run.model,
         verify=verify,
         verify_provider=run.verify_provider if verify else None,
-        judge=result.judge,
-        judge_model=result.judge_model,
+        judge=result.judge.name,
+        judge_model=result.judge.model,
         strict=total.strict,
         benchmark=total.benchmark,
         tokens=tokens,
@@ -258,16 +258,11 @@ def run_figures(result: EvalResult, run: ModelRun, variant: str) -> RunFigures:
 
 
 def results(result: EvalResult) -> Results:
+    judge = result.judge
     return Results(
         batch=result.batch,
         golden=list(result.goldens),
-        judge=JudgeFigures(
-            result.judge,
-            result.judge_model,
-            result.judge_tokens,
-            result.judge_usd,
-            result.judge_unreadable,
-        ),
+        judge=JudgeFigures(judge.name, judge.model, judge.tokens, judge.cost_usd, judge.unreadable),
         source_changed=result.source_changed,
         runs=[
             run_figures(result, run, variant)
