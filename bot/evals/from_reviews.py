@@ -32,7 +32,6 @@ def check_repo(repo: str) -> None:
 
 
 async def published_repos(db: Database) -> list[str]:
-    """The repositories with at least one published review here."""
     return await evals.repos_with_reviews(db, ReviewState.POSTED)
 
 

@@ -42,8 +42,7 @@ class GoldenError(ValueError):
 class _Part(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
 ):
-    """A part of a golden file: fields in the file's order, unknown keys refused, written
-    without the ones left at their default."""
+    """A part of a golden file: unknown keys refused, written without its defaults."""
 
 
 class Label(_Part, kw_only=True):

@@ -98,7 +98,9 @@ class LexicalJudge:
 
     name = "lexical"
     model = None
-    tokens, cost_usd, unreadable = 0, 0.0, 0
+    tokens = 0
+    cost_usd = 0.0
+    unreadable = 0
 
     async def scores(
         self, findings: Sequence[EvalFinding], labels: Sequence[Label]
