@@ -18,6 +18,7 @@ from bot.evals.golden import (
     load_golden,
     parse_golden,
     repository_key,
+    schema_text,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,13 @@ GOOD = {
 
 def with_case(**changes) -> dict:
     return {**GOOD, "cases": [{**GOOD["cases"][0], **changes}]}
+
+
+def test_the_schema_file_is_generated_from_the_declaration():
+    assert SCHEMA_FILE.read_text() == schema_text(), (
+        "bot/evals/golden.schema.json is out of date: "
+        "python -m bot.evals.golden > bot/evals/golden.schema.json"
+    )
 
 
 def test_shipped_golden_files_match_the_schema():

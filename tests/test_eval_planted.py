@@ -126,6 +126,28 @@ async def test_planted_set_scores_exactly_with_and_without_verify(
     refuted = {c["id"]: c["refuted"] for c in with_verify["cases"] if c["refuted"]}
     assert refuted == {"pr-7-item-tests": 1}
 
+    # The database keeps the figures --json shows, of the variant the run is scored by.
+    from bot.records.sqlite import SqliteDatabase
+
+    db = await SqliteDatabase.open(settings.db_path)
+    [run] = await db.fetchall("SELECT precision, recall, f1, tokens, cost_usd FROM eval_runs")
+    strict = with_verify["strict"]
+    assert tuple(run) == (
+        strict["precision"],
+        strict["recall"],
+        strict["f1"],
+        with_verify["tokens"],
+        with_verify["usd"],
+    )
+    stored = await db.fetchall(
+        "SELECT case_id, true_positives, false_positives, false_negatives, tokens, cost_usd"
+        " FROM eval_cases ORDER BY case_id"
+    )
+    await db.close()
+    assert [tuple(row) for row in stored] == [
+        (c["id"], c["tp"], c["fp"], c["fn"], c["tokens"], c["usd"]) for c in with_verify["cases"]
+    ]
+
     # The stand-ins charge fixed tokens per answer (and the scripted model's rate is $0):
     # 20 review answers from claude, 12 verify answers from codex.
     assert (without["tokens"], without["usd"]) == (47_100, 0.0)

@@ -173,16 +173,16 @@ def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, pr
     from bot.evals.runner import CaseResult, EvalOptions, EvalResult, ModelRun
 
     label = Label(problem=problem, path="a.py", line=1, title=title or None)
-    case = Case("c-1", "/r", "a" * 40, "b" * 40, (label,))
+    case = Case(id="c-1", repository="/r", base_sha="a" * 40, head_sha="b" * 40, labels=(label,))
     found = EvalFinding(1, "a.py", "nit", title or "t", note, line=1, verify_status="refuted")
-    result = CaseResult(case, "g.json", findings=[found], error=error, notes=(note,))
+    result = CaseResult(case=case, findings=[found], error=error, notes=(note,))
     result.counts = {"all": Counts(findings=1, labels=1, fp=1, fn=1)}
     result.counts["verified"] = result.counts["all"]
     run = ModelRun(1, "claude", title or "m", True, "codex", cases=[result])
-    golden = Golden(Path("g.json"), "g", (case,))
+    golden = Golden(name="g", cases=(case,))
     options = EvalOptions(("g.json",), "claude", ("m",))
     report, _ = write_report(
-        EvalResult(1, options, [golden], [run], "lexical", None),
+        EvalResult(1, options, {"g.json": golden}, [run], LexicalJudge()),
         tmp_path_factory.mktemp("r"),
         resume=resume_hint(1, Path("data")),
     )

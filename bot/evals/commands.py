@@ -81,19 +81,20 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
 
 
 def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: Path) -> int:
-    from bot.evals.report import CHART_EXTRA, pct, run_entries, write_json, write_report
+    from bot.evals.report import CHART_EXTRA, pct, write_json, write_report
+    from bot.evals.scoring import results
 
     resume = resume_hint(result.batch, data_dir, runner=args.resume_with)
-    entries = [entry for run in result.runs for entry in run_entries(result, run)]
+    entries = results(result).runs
     out.write(say(OPERATOR, "eval.summary", entries=entries, pct=pct) + "\n")
     failed = sum(len(run.failed) for run in result.runs)
     if failed:
         out.write(say(OPERATOR, "eval.failed_cases", count=failed, resume=resume) + "\n")
-    if result.judge_unreadable:
-        out.write(
-            say(OPERATOR, "eval.unreadable", count=result.judge_unreadable, judge=result.judge)
-            + "\n"
+    if result.judge.unreadable:
+        unreadable = say(
+            OPERATOR, "eval.unreadable", count=result.judge.unreadable, judge=result.judge.name
         )
+        out.write(unreadable + "\n")
     if result.source_changed:
         out.write(say(OPERATOR, "eval.source_changed", repos=result.source_changed) + "\n")
     report, chart = write_report(result, Path(args.report_dir), resume=resume)

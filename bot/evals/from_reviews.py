@@ -1,11 +1,4 @@
-"""`cockpit eval golden-from-reviews`: a golden file from this installation's own history.
-
-Each published review becomes a case at the head it reviewed: the findings people published
-are its labels; the ones a person dropped (`drop F2`) are recorded as known false positives.
-Only a person's verdict counts: a finding the reviewer withdrew in a revision, or left out of
-an approve because the verify pass refuted it, is neither. It is a draft for a person to
-check, not ground truth.
-"""
+"""`cockpit eval golden-from-reviews`: a golden file drafted from this installation's reviews."""
 
 from __future__ import annotations
 
@@ -39,12 +32,14 @@ def check_repo(repo: str) -> None:
 
 
 async def published_repos(db: Database) -> list[str]:
-    """The repositories with at least one published review here."""
     return await evals.repos_with_reviews(db, ReviewState.POSTED)
 
 
 async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
-    """The repository's posted reviews (the newest per PR) as a golden document."""
+    """The repository's posted reviews (the newest per PR), each a case at the head it
+    reviewed: the findings people published are its labels, the ones a person dropped its
+    known false positives (a finding withdrawn or refuted by the bot is neither). A draft
+    for a person to check, not ground truth."""
     check_repo(repo)
     cases = []
     clone_url = None

@@ -1,80 +1,99 @@
-"""Golden files: labelled PRs at fixed shas (format in README and `golden.schema.json`)."""
+"""Golden files: labelled PRs at fixed shas, declared once (`golden.schema.json` is generated)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+from msgspec.structs import force_setattr, replace
+
+from bot import inputs
 from bot.texts import OPERATOR, say
 
 SCHEMA_FILE = Path(__file__).with_name("golden.schema.json")
 URL_SCHEMES = ("https://", "http://", "file://")
-_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-_CASE_ID = re.compile(r"[A-Za-z0-9._:/-]+")
-_TOP_KEYS = {"version", "name", "description", "note", "repository", "base_ref", "cases"}
-_CASE_KEYS = {
-    "id",
-    "pr",
-    "url",
-    "original_url",
-    "repository",
-    "title",
-    "body",
-    "base_ref",
-    "base_sha",
-    "head_sha",
-    "labels",
-    "known_false_positives",
-    "note",
-}
-_LABEL_KEYS = {"path", "line", "title", "problem", "severity"}
+Sha = Annotated[str, Meta(pattern="^([0-9a-f]{40}|[0-9a-f]{64})$")] | None
+Positive = Annotated[int, Meta(ge=1)]
+Filled = Annotated[str, Meta(min_length=1)]
+Severity = Annotated[
+    str, Meta(description="Free text; ours are critical | major | minor | nit, public sets theirs")
+]
+Repository = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        description="Where the code is: a clone URL (https://, http://, file://) or a local path"
+        " (a git repository or a .bundle file) relative to the golden file; a case's own replaces"
+        " the file's, which is required unless every case names one",
+    ),
+]
 
 
 class GoldenError(ValueError):
     """A golden file that cannot be used; the message lists what is wrong."""
 
 
-@dataclass(frozen=True)
-class Label:
-    problem: str
-    path: str | None = None
-    line: int | None = None
-    title: str | None = None
-    severity: str | None = None
+class _Part(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """A part of a golden file: unknown keys refused, written without its defaults."""
 
 
-@dataclass(frozen=True)
-class Case:
-    id: str
-    repository: str  # a clone URL or an absolute local path
-    base_sha: str | None
-    head_sha: str | None
-    labels: tuple[Label, ...]
-    pr: int | None = None
-    url: str | None = None
-    title: str = ""
-    body: str = ""
-    base_ref: str | None = None
-    known_false_positives: tuple[Label, ...] = ()
-    note: str | None = None
+class Label(_Part, kw_only=True):
+    """An issue a good review of the case finds."""
 
-
-@dataclass(frozen=True)
-class Golden:
-    path: Path
-    name: str
-    cases: tuple[Case, ...]
-    description: str = ""
-    note: str | None = None
-    labels: int = field(init=False)
+    path: Filled | UnsetType = UNSET
+    line: Positive | UnsetType = UNSET
+    title: str | UnsetType = UNSET
+    problem: Annotated[str, Meta(pattern=r"\S")]
+    severity: Severity | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", sum(len(c.labels) for c in self.cases))
+        force_setattr(self, "problem", self.problem.strip())
+
+
+class Case(_Part, kw_only=True):
+    """A pull request at fixed shas, with the issues a good review of it finds."""
+
+    id: Annotated[str, Meta(pattern="^[A-Za-z0-9._:/-]+$")]
+    pr: Positive | UnsetType = UNSET
+    url: str | UnsetType = UNSET
+    original_url: str | UnsetType = UNSET
+    repository: Repository | UnsetType = UNSET
+    title: str = ""
+    body: str = ""
+    base_ref: str | UnsetType = UNSET
+    base_sha: Annotated[Sha, Meta(description="null when pending: the base branch is used")]
+    head_sha: Annotated[Sha, Meta(description="null when pending: refs/pull/<pr>/head is used")]
+    labels: list[Label]
+    known_false_positives: Annotated[
+        list[Label], Meta(description="Findings people dropped (known false positives)")
+    ] = []
+    note: str | UnsetType = UNSET
+
+
+class Golden(_Part, kw_only=True):
+    """Labelled pull requests for `cockpit eval run`, each at fixed shas with the issues to find."""
+
+    version: Literal[1] = 1
+    name: Annotated[str, Meta(description="Short name shown in reports")] = ""
+    description: str = ""
+    note: Annotated[str, Meta(description="What to know before using it (shas pending)")] = ""
+    repository: Repository | UnsetType = UNSET
+    base_ref: Annotated[
+        str, Meta(description="Base branch of a case without base_sha (default: the default one)")
+    ] = ""
+    cases: list[Case]
+
+    @property
+    def labels(self) -> int:
+        return sum(len(c.labels) for c in self.cases)
 
 
 def is_url(repository: str) -> bool:
@@ -92,104 +111,47 @@ def repository_key(repository: str) -> str:
     return f"local/{name or 'repo'}-{digest}"
 
 
-def _label_problems(item: Any, where: str) -> list[str]:
-    if not isinstance(item, dict):
-        return [say(OPERATOR, "eval.golden", why="object", where=where)]
-    problems = [
-        say(OPERATOR, "eval.golden", why="unknown", where=where, key=k)
-        for k in sorted(set(item) - _LABEL_KEYS)
-    ]
-    problem = item.get("problem")
-    if not isinstance(problem, str) or not problem.strip():
-        problems.append(say(OPERATOR, "eval.golden", why="non_empty", where=where, key="problem"))
-    for key in ("path", "title", "severity"):
-        if key in item and not isinstance(item[key], str):
-            problems.append(say(OPERATOR, "eval.golden", why="string", where=where, key=key))
-    if "path" in item and isinstance(item["path"], str) and not item["path"]:
-        problems.append(say(OPERATOR, "eval.golden", why="empty", where=where, key="path"))
-    line = item.get("line")
-    if "line" in item and (isinstance(line, bool) or not isinstance(line, int) or line < 1):
-        problems.append(say(OPERATOR, "eval.golden", why="positive", where=where, key="line"))
-    return problems
+# The message for a problem with a key, when its type alone does not say it.
+_WHY = {"version": "version", "id": "case_id", "base_sha": "sha", "head_sha": "sha"}
+_WHY |= {"problem": "non_empty", "pr": "positive", "line": "positive"}
+_WHY |= dict.fromkeys(("cases", "labels", "known_false_positives"), "list")
 
 
-def _case_problems(item: Any, where: str, has_repository: bool) -> list[str]:
-    if not isinstance(item, dict):
-        return [say(OPERATOR, "eval.golden", why="object", where=where)]
-    problems = [
-        say(OPERATOR, "eval.golden", why="unknown", where=where, key=k)
-        for k in sorted(set(item) - _CASE_KEYS)
-    ]
-    case_id = item.get("id")
-    if not isinstance(case_id, str) or not _CASE_ID.fullmatch(case_id):
-        problems.append(say(OPERATOR, "eval.golden", why="case_id", where=where))
-    for key in ("base_sha", "head_sha"):
-        if key not in item:
-            problems.append(say(OPERATOR, "eval.golden", why="sha_required", where=where, key=key))
-        elif item[key] is not None and (
-            not isinstance(item[key], str) or not _SHA.fullmatch(item[key])
-        ):
-            problems.append(say(OPERATOR, "eval.golden", why="sha", where=where, key=key))
-    pr = item.get("pr")
-    if "pr" in item and (isinstance(pr, bool) or not isinstance(pr, int) or pr < 1):
-        problems.append(say(OPERATOR, "eval.golden", why="positive", where=where, key="pr"))
-    for key in ("url", "original_url", "repository", "title", "body", "base_ref", "note"):
-        if key in item and not isinstance(item[key], str):
-            problems.append(say(OPERATOR, "eval.golden", why="string", where=where, key=key))
-    if "repository" in item and item["repository"] == "":
-        problems.append(say(OPERATOR, "eval.golden", why="empty", where=where, key="repository"))
-    if not has_repository and not item.get("repository"):
-        problems.append(say(OPERATOR, "eval.golden", why="no_repository", where=where))
-    if item.get("head_sha") is None and "pr" not in item and "head_sha" in item:
-        problems.append(say(OPERATOR, "eval.golden", why="no_head", where=where))
-    for key in ("labels", "known_false_positives"):
-        if key not in item:
-            if key == "labels":
-                problems.append(say(OPERATOR, "eval.golden", why="labels_required", where=where))
-            continue
-        if not isinstance(item[key], list):
-            problems.append(say(OPERATOR, "eval.golden", why="list", where=where, key=key))
-            continue
-        for n, label in enumerate(item[key]):
-            problems.extend(_label_problems(label, f"{where}.{key}[{n}]"))
-    return problems
+def _said(problem: inputs.Problem) -> str:
+    if not problem.path:
+        return say(OPERATOR, "eval.golden", why="file_object")
+    where = inputs.Problem(problem.path[:-1], problem.why).where or None
+    key = problem.key
+    if problem.why == "unknown":
+        return say(OPERATOR, "eval.golden", why="unknown", where=where, key=problem.got)
+    if isinstance(key, int):  # a case or label that is not an object
+        return say(OPERATOR, "eval.golden", why="object", where=problem.where)
+    if problem.why == "missing" and key in ("base_sha", "head_sha", "labels"):
+        why = "labels_required" if key == "labels" else "sha_required"
+    else:
+        why = _WHY.get(key) or ("empty" if problem.why == "length" else "string")
+    return say(OPERATOR, "eval.golden", why=why, where=where, key=key)
 
 
 def golden_problems(data: Any) -> list[str]:
-    """Everything wrong with a golden document (empty when it is usable)."""
-    if not isinstance(data, dict):
-        return [say(OPERATOR, "eval.golden", why="file_object")]
-    problems = [
-        say(OPERATOR, "eval.golden", why="unknown", where=None, key=k)
-        for k in sorted(set(data) - _TOP_KEYS)
-    ]
-    if "version" in data and (type(data["version"]) is not int or data["version"] != 1):
-        problems.append(say(OPERATOR, "eval.golden", why="version"))
-    for key in ("name", "description", "note", "repository", "base_ref"):
-        if key in data and not isinstance(data[key], str):
-            problems.append(say(OPERATOR, "eval.golden", why="string", where=None, key=key))
-    if data.get("repository") == "":
-        problems.append(say(OPERATOR, "eval.golden", why="empty", where=None, key="repository"))
-    cases = data.get("cases")
-    if not isinstance(cases, list):
-        return [*problems, say(OPERATOR, "eval.golden", why="list", where=None, key="cases")]
-    has_repository = isinstance(data.get("repository"), str) and bool(data["repository"])
-    seen: set[str] = set()
-    for n, case in enumerate(cases):
-        problems.extend(_case_problems(case, f"cases[{n}]", has_repository))
-        if isinstance(case, dict) and isinstance(case.get("id"), str):
-            if case["id"] in seen:
-                problems.append(
-                    say(
-                        OPERATOR,
-                        "eval.golden",
-                        why="id_twice",
-                        where=f"cases[{n}]",
-                        id=repr(case["id"]),
-                    )
-                )
-            seen.add(case["id"])
-    return problems
+    """Everything wrong with a golden document (empty when it is usable): its shape first,
+    then what no type says (a repository for each case, a head to review, unique ids)."""
+    found = [_said(problem) for problem in inputs.problems(data, Golden)]
+    if found:
+        return found
+    golden, seen = inputs.decode(data, Golden), set()
+    for n, case in enumerate(golden.cases):
+        where = f"cases[{n}]"
+        if not (case.repository or golden.repository):
+            found.append(say(OPERATOR, "eval.golden", why="no_repository", where=where))
+        if case.head_sha is None and not case.pr:
+            found.append(say(OPERATOR, "eval.golden", why="no_head", where=where))
+        if case.id in seen:
+            found.append(
+                say(OPERATOR, "eval.golden", why="id_twice", where=where, id=repr(case.id))
+            )
+        seen.add(case.id)
+    return found
 
 
 def _resolve(repository: str, base: Path) -> str:
@@ -199,45 +161,25 @@ def _resolve(repository: str, base: Path) -> str:
     return str(path if path.is_absolute() else (base / path).resolve())
 
 
-def _labels(items: list[dict[str, Any]]) -> tuple[Label, ...]:
-    """Validated labels (their keys are Label's fields) as Labels."""
-    return tuple(Label(**{**item, "problem": item["problem"].strip()}) for item in items)
-
-
 def parse_golden(data: Any, path: Path, *, repository: str | None = None) -> Golden:
-    """A validated golden document; `repository` (from `--repo`) replaces its repositories."""
+    """A usable golden document, each case with its repository resolved (a path is relative
+    to the file; `repository`, from `--repo`, replaces them all) and its base branch."""
     problems = golden_problems(data)
     if problems:
         raise GoldenError(
             say(OPERATOR, "eval.golden", why="file", path=path, problems=problems, shown=15)
         )
-    base = path.parent
-    cases = []
-    for item in data["cases"]:
-        where = repository or item.get("repository") or data["repository"]
-        cases.append(
-            Case(
-                id=item["id"],
-                repository=_resolve(where, Path.cwd() if repository else base),
-                base_sha=item["base_sha"],
-                head_sha=item["head_sha"],
-                labels=_labels(item["labels"]),
-                pr=item.get("pr"),
-                url=item.get("url"),
-                title=item.get("title", ""),
-                body=item.get("body", ""),
-                base_ref=item.get("base_ref") or data.get("base_ref"),
-                known_false_positives=_labels(item.get("known_false_positives", [])),
-                note=item.get("note"),
-            )
+    golden = inputs.decode(data, Golden)
+    base = Path.cwd() if repository else path.parent
+    cases = [
+        replace(
+            case,
+            repository=_resolve(repository or case.repository or golden.repository, base),
+            base_ref=case.base_ref or golden.base_ref,
         )
-    return Golden(
-        path=path,
-        name=data.get("name") or path.stem,
-        cases=tuple(cases),
-        description=data.get("description", ""),
-        note=data.get("note"),
-    )
+        for case in golden.cases
+    ]
+    return replace(golden, name=golden.name or path.stem, cases=cases)
 
 
 def load_golden(path: Path | str, *, repository: str | None = None) -> Golden:
@@ -262,3 +204,17 @@ def write_golden(path: Path, data: dict[str, Any]) -> None:
         raise GoldenError("; ".join(problems[:15]))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def schema_text() -> str:
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://github.com/pr-cockpit/pr-cockpit/bot/evals/golden.schema.json",
+        **inputs.json_schema(Golden),
+        "title": "PR Cockpit golden file",
+    }
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(schema_text())

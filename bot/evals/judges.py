@@ -1,18 +1,12 @@
-"""Judges: does a finding describe the same issue as a label?
-
-`lexical` is offline and deterministic (path, line proximity, word overlap); `claude` and
-`codex` ask a model the question public benchmarks ask, once per (finding, label, judge
-model): answers are cached in `eval_judgements`, so scoring again costs nothing.
-"""
+"""Judges: does a finding describe the same issue as a label? (`lexical`, or a model)"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import json
-import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from bot.agents.base import AgentError, ProviderRequest, Usage, cost_usd
@@ -20,6 +14,7 @@ from bot.agents.providers import ModelClients
 from bot.evals.golden import Label
 from bot.records import evals
 from bot.records.database import Database
+from bot.review.identity import likeness, words
 from bot.skills import prompt_text
 from bot.texts import OPERATOR, render, say
 
@@ -27,13 +22,6 @@ LINE_WINDOW = 10  # a finding this many lines from a label's line can still be a
 LOCATED_MIN = 0.10  # word overlap needed when path (and line) agree
 TEXT_MIN = 0.30  # word overlap needed when the label has no path (free-text labels)
 JUDGES = ("lexical", "claude", "codex", "chat")
-_STOPWORDS = """a an and are as at be been but by can could do does for from has have how if in
-into is it its may might more must no not of on once only or other should so some such than that
-the their them then there these they this those to too under up use used uses using was were
-what when where which while will with would you your"""
-STOPWORDS = frozenset(_STOPWORDS.split())
-_WORD = re.compile(r"[a-z0-9]+")
-_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 _DECODER = json.JSONDecoder()
 
 
@@ -54,17 +42,7 @@ class EvalFinding:
     @classmethod
     def of(cls, ordinal: int, finding: Any) -> EvalFinding:
         """A draft's finding (`DraftFinding`) or a stored one (`StoredEvalFinding`)."""
-        return cls(
-            ordinal=ordinal,
-            path=finding.path,
-            severity=finding.severity,
-            title=finding.title,
-            body=finding.body or "",
-            line=finding.line,
-            end_line=finding.end_line,
-            verify_status=finding.verify_status,
-            verify_note=finding.verify_note,
-        )
+        return cls(ordinal, *(getattr(finding, f.name) for f in fields(cls)[1:]))
 
 
 def normal_path(path: str | None) -> str | None:
@@ -74,26 +52,6 @@ def normal_path(path: str | None) -> str | None:
     for prefix in ("./", "a/", "b/", "/"):
         path = path.removeprefix(prefix)
     return path or None
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
-
-
-def words(text: str) -> frozenset[str]:
-    """Content words: identifiers split (camelCase, snake_case), stop words out, crude stems."""
-    split = _CAMEL.sub(r"\1 \2", text).lower()
-    return frozenset(_stem(w) for w in _WORD.findall(split) if len(w) > 1 and w not in STOPWORDS)
-
-
-def overlap(a: frozenset[str], b: frozenset[str]) -> float:
-    """Dice coefficient of two word sets (0 when either is empty)."""
-    if not a or not b:
-        return 0.0
-    return 2 * len(a & b) / (len(a) + len(b))
 
 
 def _line_distance(finding: EvalFinding, line: int) -> int:
@@ -106,7 +64,7 @@ def lexical_score(finding: EvalFinding, label: Label) -> float:
     """0 when they do not match; else higher for a closer match. A label with a path must
     agree on the path (and on the line within LINE_WINDOW when both have one) and share
     some words; a free-text label must share more words."""
-    text = overlap(
+    text = likeness(
         words(f"{finding.title} {finding.body}"), words(f"{label.title or ''} {label.problem}")
     )
     finding_path, label_path = normal_path(finding.path), normal_path(label.path)
@@ -115,7 +73,7 @@ def lexical_score(finding: EvalFinding, label: Label) -> float:
     if finding_path != label_path:
         return 0.0
     nearness = 0.25
-    if label.line is not None and finding.line is not None:
+    if label.line and finding.line is not None:
         distance = _line_distance(finding, label.line)
         if distance > LINE_WINDOW:
             return 0.0
@@ -126,6 +84,9 @@ def lexical_score(finding: EvalFinding, label: Label) -> float:
 class Judge(Protocol):
     name: str
     model: str | None
+    tokens: int
+    cost_usd: float | None
+    unreadable: int  # answers with no verdict to read: scored "no match", asked again
 
     async def scores(
         self, findings: Sequence[EvalFinding], labels: Sequence[Label]
@@ -133,8 +94,13 @@ class Judge(Protocol):
 
 
 class LexicalJudge:
+    """Offline and deterministic: the path, the lines' nearness, the words shared."""
+
     name = "lexical"
     model = None
+    tokens = 0
+    cost_usd = 0.0
+    unreadable = 0
 
     async def scores(
         self, findings: Sequence[EvalFinding], labels: Sequence[Label]
@@ -198,7 +164,9 @@ def parse_answer(text: str) -> Answer | None:
 
 @dataclass
 class LLMJudge:
-    """Asks `provider` whether each (finding, label) pair is the same underlying issue."""
+    """Asks a model whether each (finding, label) pair is the same underlying issue, as
+    public benchmarks ask it; answers are kept in `eval_judgements` per (finding, label,
+    judge model), so scoring again costs nothing."""
 
     db: Database
     models: ModelClients

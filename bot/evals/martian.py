@@ -1,11 +1,4 @@
-"""`cockpit eval import-martian`: the Martian Code Review Bench's offline golden comments
-(withmartian/code-review-benchmark, MIT) as a golden file.
-
-Each entry is a PR URL with free-text comments and a severity; there is no path, line or sha.
-Shas come from the GitHub API with `--resolve` (`GET /repos/{owner}/{repo}/pulls/{number}`
-against GITHUB_API_URL); without it they stay null, which `cockpit eval run` reads as
-"review refs/pull/N/head against the default branch".
-"""
+"""`cockpit eval import-martian`: the Martian Code Review Bench's golden comments, converted."""
 
 from __future__ import annotations
 
@@ -13,14 +6,16 @@ import asyncio
 import json
 import os
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import aiohttp
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
 
-from bot.evals.golden import GoldenError
+from bot import inputs
+from bot.evals.golden import Case, GoldenError, Label
 from bot.texts import OPERATOR, say
 
 _PR_URL = re.compile(
@@ -29,6 +24,33 @@ _PR_URL = re.compile(
 SOURCE = (
     "withmartian/code-review-benchmark offline/golden_comments (MIT, Copyright (c) 2025 Martian)"
 )
+
+
+class Comment(msgspec.Struct):
+    comment: Annotated[str, Meta(pattern=r"\S")]
+    severity: str | UnsetType = UNSET
+
+
+class Entry(msgspec.Struct):
+    """A pull request of the bench: free-text comments, with no path, line or sha."""
+
+    url: str
+    comments: list[Comment]
+    pr_title: str = ""
+    original_url: str | UnsetType = UNSET
+    az_comment: str | UnsetType = UNSET
+
+
+class Side(msgspec.Struct):
+    sha: str
+    ref: str | None = None
+
+
+class Pull(msgspec.Struct):
+    """What `--resolve` reads of GitHub's answer about a pull request."""
+
+    head: Side
+    base: Side
 
 
 @dataclass(frozen=True)
@@ -51,46 +73,29 @@ def parse_pr_url(url: str) -> PullRef:
 
 def convert_entries(source: str, entries: Any) -> list[dict[str, Any]]:
     """One Martian file's entries as golden cases (ids `<file>-<n>`, shas pending)."""
-    if not isinstance(entries, list):
-        raise GoldenError(say(OPERATOR, "eval.martian_file", why="list", where=source))
+    for problem in inputs.problems(entries, list[Entry])[:1]:
+        path, inside = problem.path, problem.path[1:2] == ("comments",)
+        why = "comment" if inside and len(path) > 2 else "comments" if inside else "entry"
+        where = f"{source}[{path[0]}]" if path else source
+        raise GoldenError(
+            say(OPERATOR, "eval.martian_file", why=why if path else "list", where=where)
+        )
     cases = []
-    for n, entry in enumerate(entries, start=1):
-        if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
-            raise GoldenError(
-                say(OPERATOR, "eval.martian_file", why="entry", where=f"{source}[{n - 1}]")
-            )
-        ref = parse_pr_url(entry["url"])
-        comments = entry.get("comments")
-        if not isinstance(comments, list):
-            raise GoldenError(
-                say(OPERATOR, "eval.martian_file", why="comments", where=f"{source}[{n - 1}]")
-            )
-        labels = []
-        for comment in comments:
-            text = comment.get("comment") if isinstance(comment, dict) else None
-            if not isinstance(text, str) or not text.strip():
-                raise GoldenError(
-                    say(OPERATOR, "eval.martian_file", why="comment", where=f"{source}[{n - 1}]")
-                )
-            label: dict[str, Any] = {"problem": text.strip()}
-            if isinstance(comment.get("severity"), str):
-                label["severity"] = comment["severity"]
-            labels.append(label)
-        case: dict[str, Any] = {
-            "id": f"{source}-{n}",
-            "pr": ref.number,
-            "url": entry["url"],
-            "repository": ref.clone_url,
-            "title": str(entry.get("pr_title", "")),
-            "base_sha": None,
-            "head_sha": None,
-            "labels": labels,
-        }
-        if isinstance(entry.get("original_url"), str):
-            case["original_url"] = entry["original_url"]
-        if isinstance(entry.get("az_comment"), str):
-            case["note"] = entry["az_comment"]
-        cases.append(case)
+    for n, entry in enumerate(inputs.decode(entries, list[Entry]), start=1):
+        ref = parse_pr_url(entry.url)
+        case = Case(
+            id=f"{source}-{n}",
+            pr=ref.number,
+            url=entry.url,
+            original_url=entry.original_url,
+            repository=ref.clone_url,
+            title=entry.pr_title,
+            base_sha=None,
+            head_sha=None,
+            labels=[Label(problem=c.comment, severity=c.severity) for c in entry.comments],
+            note=entry.az_comment,
+        )
+        cases.append(msgspec.to_builtins(case))
     return cases
 
 
@@ -117,9 +122,6 @@ def martian_golden(directory: Path) -> dict[str, Any]:
     }
 
 
-Fetch = Callable[[PullRef], Awaitable[dict[str, Any]]]
-
-
 class PullNotFound(GoldenError):
     """GitHub answered 404: it does not know this pull request (asking again will not help)."""
 
@@ -137,39 +139,37 @@ class Resolution:
         return len(self.unknown) + len(self.failed)
 
 
-def github_fetcher(session: aiohttp.ClientSession, api_url: str, token: str | None) -> Fetch:
+async def _fetch(session: aiohttp.ClientSession, api_url: str, ref: PullRef) -> Pull:
     """`GET /repos/{owner}/{repo}/pulls/{number}` on the API base (never a URL from data)."""
-    headers = {"Accept": "application/vnd.github+json", "User-Agent": "pr-cockpit-eval"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-
-    async def fetch(ref: PullRef) -> dict[str, Any]:
-        url = f"{api_url.rstrip('/')}/repos/{ref.owner}/{ref.name}/pulls/{ref.number}"
-        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(30)) as resp:
-            if resp.status == 404:
-                raise PullNotFound(say(OPERATOR, "eval.martian_file", why="unknown_pull", ref=ref))
-            if resp.status != 200:
-                raise GoldenError(
-                    say(OPERATOR, "eval.martian_file", why="status", ref=ref, status=resp.status)
-                )
-            return await resp.json()
-
-    return fetch
+    url = f"{api_url.rstrip('/')}/repos/{ref.owner}/{ref.name}/pulls/{ref.number}"
+    async with session.get(url, timeout=aiohttp.ClientTimeout(30)) as resp:
+        if resp.status == 404:
+            raise PullNotFound(say(OPERATOR, "eval.martian_file", why="unknown_pull", ref=ref))
+        if resp.status != 200:
+            raise GoldenError(
+                say(OPERATOR, "eval.martian_file", why="status", ref=ref, status=resp.status)
+            )
+        try:
+            return msgspec.json.decode(await resp.read(), type=Pull)
+        except msgspec.DecodeError:
+            raise GoldenError(say(OPERATOR, "eval.martian_file", why="no_shas")) from None
 
 
-async def resolve_shas(golden: dict[str, Any], fetch: Fetch, *, concurrency: int = 4) -> Resolution:
+async def resolve_with_github(golden: dict[str, Any], api_url: str) -> Resolution:
     """Fill in each case's base and head sha from GitHub; says which stay pending and why."""
-    limit = asyncio.Semaphore(concurrency)
-    resolution = Resolution()
+    headers = {"Accept": "application/vnd.github+json", "User-Agent": "pr-cockpit-eval"}
+    if token := os.environ.get("GITHUB_TOKEN"):
+        headers["Authorization"] = f"Bearer {token}"
+    limit, resolution = asyncio.Semaphore(4), Resolution()
 
-    async def one(case: dict[str, Any]) -> None:
+    async def one(session: aiohttp.ClientSession, case: dict[str, Any]) -> None:
         async with limit:
             try:
-                data = await fetch(parse_pr_url(case["url"]))
+                pull = await _fetch(session, api_url, parse_pr_url(case["url"]))
             except PullNotFound:
                 resolution.unknown.append(case["id"])
                 return
-            except (GoldenError, ValueError) as exc:
+            except ValueError as exc:
                 resolution.failed.append((case["id"], str(exc)))
                 return
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -178,25 +178,14 @@ async def resolve_shas(golden: dict[str, Any], fetch: Fetch, *, concurrency: int
                 )
                 resolution.failed.append((case["id"], reason))
                 return
-        head, base = data.get("head") or {}, data.get("base") or {}
-        if not isinstance(head.get("sha"), str) or not isinstance(base.get("sha"), str):
-            resolution.failed.append(
-                (case["id"], say(OPERATOR, "eval.martian_file", why="no_shas"))
-            )
-            return
-        case["head_sha"], case["base_sha"] = head["sha"], base["sha"]
-        if isinstance(base.get("ref"), str):
-            case["base_ref"] = base["ref"]
+        case["head_sha"], case["base_sha"] = pull.head.sha, pull.base.sha
+        if pull.base.ref is not None:
+            case["base_ref"] = pull.base.ref
 
-    await asyncio.gather(*(one(case) for case in golden["cases"]))
+    async with aiohttp.ClientSession(headers=headers) as session:
+        await asyncio.gather(*(one(session, case) for case in golden["cases"]))
     if resolution.pending:
         golden["note"] = say(OPERATOR, "eval.martian_file", why="pending", count=resolution.pending)
     else:
         golden.pop("note", None)
     return resolution
-
-
-async def resolve_with_github(golden: dict[str, Any], api_url: str) -> Resolution:
-    token = os.environ.get("GITHUB_TOKEN") or None
-    async with aiohttp.ClientSession() as session:
-        return await resolve_shas(golden, github_fetcher(session, api_url, token))

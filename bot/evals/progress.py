@@ -1,5 +1,4 @@
-"""What `cockpit eval run` shows while it works: a progress bar with ETA and running cost on
-a terminal, one plain line per case otherwise (logs, CI)."""
+"""What `cockpit eval run` shows as it works: a bar with ETA and cost, or a line per case."""
 
 from __future__ import annotations
 
@@ -9,8 +8,8 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.evals.messages import resume_hint
-from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, ProgressSink, add_usd
-from bot.records.vocab import VerifyStatus
+from bot.evals.runner import CaseResult, EvalResult, ModelRun, ProgressSink
+from bot.evals.scoring import add_usd, case_figures
 from bot.texts import OPERATOR, say
 
 BAR_WIDTH = 24
@@ -25,6 +24,8 @@ def eta_text(elapsed: float, done: int, total: int) -> str:
 
 @dataclass
 class ConsoleProgress(ProgressSink):
+    """A bar redrawn in place on a terminal; one plain line per case elsewhere (logs, CI)."""
+
     stream: TextIO
     tty: bool
     total: int = 0
@@ -50,7 +51,7 @@ class ConsoleProgress(ProgressSink):
                 cases=total // max(len(result.runs), 1),
                 verify=result.options.verify,
                 verifier=result.runs[0].verify_provider if result.runs else None,
-                judge=result.judge,
+                judge=result.judge.name,
                 resume=resume_hint(result.batch, self.data_dir or Path("data"), runner=self.runner),
             )
             + "\n"
@@ -60,8 +61,8 @@ class ConsoleProgress(ProgressSink):
     def case_done(self, run: ModelRun, result: CaseResult) -> None:
         self.done += 1
         self.failed += bool(result.error)
-        self.usd = add_usd(self.usd, add_usd(result.review_usd, result.verify_usd))
-        counts = result.counts.get(VERIFIED if run.verify else ALL)
+        figures = case_figures(result, run.final, verify=True)  # its whole spend
+        self.usd = add_usd(self.usd, figures.usd)
         if self.tty:
             filled = round(BAR_WIDTH * self.done / max(self.total, 1))
             line = say(
@@ -87,11 +88,9 @@ class ConsoleProgress(ProgressSink):
                     total=self.total,
                     model=run.model,
                     result=result,
-                    counts=counts,
-                    refuted=sum(
-                        1 for f in result.findings if f.verify_status == VerifyStatus.REFUTED
-                    ),
-                    usd=add_usd(result.review_usd, result.verify_usd),
+                    counts=figures,
+                    refuted=figures.refuted,
+                    usd=figures.usd,
                 )
                 + "\n"
             )

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bot.evals.messages import Resume
-from bot.evals.runner import ALL, VERIFIED, CaseResult, EvalResult, ModelRun, add_usd, variant_spend
-from bot.records.vocab import VerifyStatus
+from bot.evals.runner import CaseResult, EvalResult
+from bot.evals.scoring import CaseFigures, RunFigures, results
 from bot.texts import OPERATOR, render, say
 
 log = logging.getLogger(__name__)
@@ -19,90 +20,13 @@ log = logging.getLogger(__name__)
 CHART_EXTRA = "pip install 'pr-cockpit[eval]'"
 
 
-def _case_entry(case: CaseResult, variant: str, verify: bool) -> dict[str, Any]:
-    counts = case.counts.get(variant)
-    entry: dict[str, Any] = {"id": case.case.id, "labels": len(case.case.labels)}
-    if counts is None:
-        entry.update(tp=0, fp=0, fn=len(case.case.labels), findings=0)
-    else:
-        entry.update(
-            tp=counts.tp,
-            fp=counts.fp,
-            fn=counts.fn,
-            findings=counts.findings,
-            strict=counts.strict,
-            benchmark={
-                **counts.benchmark,
-                "matched_findings": counts.matched_findings,
-                "labels_hit": counts.labels_hit,
-            },
-            known_fp=counts.known_fp,
-        )
-    tokens, usd, seconds = variant_spend([case], verify)
-    entry.update(
-        tokens=tokens,
-        usd=usd,
-        wall_seconds=round(seconds, 3),
-        head_sha=case.head_sha,
-        error=case.error,
-        notes=list(case.notes),
-    )
-    if verify:
-        entry["refuted"] = sum(1 for f in case.findings if f.verify_status == VerifyStatus.REFUTED)
-        entry["verify_error"] = case.verify_error
-    return entry
-
-
-def run_entries(result: EvalResult, run: ModelRun) -> list[dict[str, Any]]:
-    """One entry per model without the verify pass, and one with it when it ran."""
-    entries = []
-    for variant in (ALL, VERIFIED) if run.verify else (ALL,):
-        verify = variant == VERIFIED
-        total = run.total(variant)  # scores leave failed cases out; spend counts them
-        tokens, usd, seconds = variant_spend(run.cases, verify)
-        entries.append(
-            {
-                "provider": run.provider,
-                "model": run.model,
-                "verify": verify,
-                "verify_provider": run.verify_provider if verify else None,
-                "judge": result.judge,
-                "judge_model": result.judge_model,
-                "strict": total.strict,
-                "benchmark": total.benchmark,
-                "tokens": tokens,
-                "usd": usd,
-                "usd_per_tp": usd / total.tp if usd is not None and total.tp else None,
-                "wall_seconds": round(seconds, 3),
-                "elapsed_seconds": round(run.wall_seconds, 3),
-                "eval_run": run.id,
-                "batch": result.batch,
-                "failed_cases": len(run.failed),
-                "cases": [_case_entry(c, variant, verify) for c in run.cases],
-            }
-        )
-    return entries
-
-
 def results_json(result: EvalResult) -> dict[str, Any]:
-    return {
-        "batch": result.batch,
-        "golden": [str(g.path) for g in result.goldens],
-        "judge": {
-            "name": result.judge,
-            "model": result.judge_model,
-            "tokens": result.judge_tokens,
-            "usd": result.judge_usd,
-            "unreadable": result.judge_unreadable,
-        },
-        "source_changed": result.source_changed,
-        "runs": [entry for run in result.runs for entry in run_entries(result, run)],
-    }
+    return msgspec.to_builtins(results(result))
 
 
 def write_json(result: EvalResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results_json(result), indent=2) + "\n", encoding="utf-8")
+    path.write_bytes(msgspec.json.format(msgspec.json.encode(results(result)), indent=2) + b"\n")
 
 
 @dataclass(frozen=True)
@@ -221,16 +145,23 @@ def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tupl
     data directory). Nothing already there is overwritten."""
     now = dt.datetime.now(dt.UTC)
     path = reserve_report(directory, result.batch, now)
-    entries = [entry for run in result.runs for entry in run_entries(result, run)]
-    chart = draw_chart(
-        chart_spec(entries, result.batch), path.with_name(f"{path.stem}-f1-cost.png")
-    )
+    figures = results(result)
+    spec = chart_spec(msgspec.to_builtins(figures.runs), result.batch)
+    chart = draw_chart(spec, path.with_name(f"{path.stem}-f1-cost.png"))
+    by_run: dict[int, list[RunFigures]] = {}
+    for entry in figures.runs:
+        by_run.setdefault(entry.eval_run, []).append(entry)
+    views = []
+    for run in result.runs:
+        final = by_run[run.id][-1]  # with the verify pass when it ran
+        cases = [_case_view(case, f) for case, f in zip(run.cases, final.cases, strict=True)]
+        views.append({"run": run, "cases": cases})
     markdown = render(
         "eval/report.md.j2",
         result=result,
-        entries=entries,
-        lifts=[_lift(result, run) for run in result.runs if run.verify],
-        models=[_model_view(run) for run in result.runs],
+        entries=figures.runs,
+        lifts=[_lift(*by_run[run.id]) for run in result.runs if run.verify],
+        models=views,
         chart=chart.path.name if chart.path else None,
         chart_missing=chart.missing,
         chart_extra=CHART_EXTRA,
@@ -244,24 +175,18 @@ def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tupl
     return path, chart
 
 
-def _lift(result: EvalResult, run: ModelRun) -> dict[str, Any]:
-    without, with_verify = run_entries(result, run)
-    done = [c for c in run.cases if not c.error]
-    extra_usd = None
-    if with_verify["usd"] is not None and without["usd"] is not None:
-        extra_usd = with_verify["usd"] - without["usd"]
+def _lift(without: RunFigures, verified: RunFigures) -> dict[str, Any]:
+    """What the verify pass changed, over the cases that ran."""
+    done = [(a, b) for a, b in zip(without.cases, verified.cases, strict=True) if not b.error]
+    extra_usd = None if None in (verified.usd, without.usd) else verified.usd - without.usd
     return {
-        "model": run.model,
-        "verifier": run.verify_provider,
         "without": without,
-        "with": with_verify,
-        "refuted": sum(
-            1 for c in done for f in c.findings if f.verify_status == VerifyStatus.REFUTED
-        ),
-        "lost": sum(max(c.counts[ALL].tp - c.counts[VERIFIED].tp, 0) for c in done),
-        "extra_tokens": with_verify["tokens"] - without["tokens"],
+        "with": verified,
+        "refuted": sum(b.refuted or 0 for _, b in done),
+        "lost": sum(max(a.tp - b.tp, 0) for a, b in done),
+        "extra_tokens": verified.tokens - without.tokens,
         "extra_usd": extra_usd,
-        "verify_failed": sum(1 for c in done if c.verify_error),
+        "verify_failed": sum(1 for _, b in done if b.verify_error),
     }
 
 
@@ -269,37 +194,23 @@ def _where(path: str | None, line: int | None) -> str:
     return (path or "—") + (f":{line}" if line else "")
 
 
-def _model_view(run: ModelRun) -> dict[str, Any]:
-    variant = VERIFIED if run.verify else ALL
-    cases = []
-    for case in run.cases:
-        labels = case.case.labels
-        counts = None if case.error else case.counts.get(variant)
-        rows = [
-            {
-                "finding": f,
-                "where": _where(f.path, f.line),
-                "label": labels[case.pairs[n]] if n in case.pairs else None,
-            }
-            for n, f in enumerate(case.findings)
-        ]
-        matched = set(case.pairs.values())
-        cases.append(
-            {
-                "result": case,
-                "counts": counts,
-                "refuted": sum(1 for f in case.findings if f.verify_status == VerifyStatus.REFUTED),
-                "tokens": case.review_tokens + case.verify_tokens,
-                "usd": add_usd(case.review_usd, case.verify_usd),
-                "rows": rows,
-                "missed": [
-                    {"label": label, "where": _where(label.path, label.line)}
-                    for j, label in enumerate(labels)
-                    if j not in matched
-                ],
-            }
-        )
-    return {"run": run, "cases": cases}
+def _case_view(case: CaseResult, figures: CaseFigures) -> dict[str, Any]:
+    labels = case.case.labels
+    rows = [
+        {
+            "finding": f,
+            "where": _where(f.path, f.line),
+            "label": labels[case.pairs[n]] if n in case.pairs else None,
+        }
+        for n, f in enumerate(case.findings)
+    ]
+    matched = set(case.pairs.values())
+    missed = [
+        {"label": label, "where": _where(label.path, label.line)}
+        for j, label in enumerate(labels)
+        if j not in matched
+    ]
+    return {"result": case, "figures": figures, "rows": rows, "missed": missed}
 
 
 def pct(value: float | None) -> str:

@@ -1,10 +1,4 @@
-"""`cockpit eval run`: replay golden cases through the production review pipeline and score them.
-
-Each case gets a worktree of an eval-only mirror at its head sha and goes through
-`review_worktree` (and `verify_draft` with `--verify`) with production's prompts, tools and
-budgets. Nothing here can reach GitHub (no GitHub client is built) and the sources are only
-read: their fingerprints are compared after the run, which fails if one changed.
-"""
+"""`cockpit eval run`: golden cases replayed through the production review pipeline, scored."""
 
 from __future__ import annotations
 
@@ -13,14 +7,15 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+
+import msgspec
 
 from bot.agents.base import AgentError, Budget
 from bot.agents.providers import ModelClients
 from bot.config import PROVIDERS, Settings
 from bot.evals.golden import Case, Golden, load_golden
 from bot.evals.judges import EvalFinding, Judge, make_judge
-from bot.evals.scoring import Counts, score_case
+from bot.evals.scoring import ALL, VERIFIED, Counts, add_usd, case_figures, run_figures, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
 from bot.records import evals
 from bot.records.runs import session_spend as ledger_spend
@@ -33,15 +28,14 @@ from bot.texts import OPERATOR, say
 from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
 from bot.worktrees import GitError
 
-ALL, VERIFIED = "all", "verified"  # the findings scored: every one, or those not refuted
-
 
 class EvalError(Exception):
     """The eval cannot start (bad options, golden file or resume id); exit code 2."""
 
 
-@dataclass(frozen=True)
-class EvalOptions:
+class EvalOptions(msgspec.Struct, frozen=True):
+    """A batch's options, kept in `eval_runs.options` so that `--resume` runs it as it was."""
+
     goldens: tuple[str, ...]
     provider: str
     models: tuple[str, ...]
@@ -51,34 +45,43 @@ class EvalOptions:
     jobs: int = 1
     judge_model: str | None = None
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
 
-    @classmethod
-    def from_json(cls, text: str) -> EvalOptions:
-        data = json.loads(text)
-        return cls(**{**data, "goldens": tuple(data["goldens"]), "models": tuple(data["models"])})
+class Cost(msgspec.Struct, frozen=True):
+    """Tokens and USD (None when a model has no known rate)."""
+
+    tokens: int = 0
+    usd: float | None = 0.0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.tokens + other.tokens, add_usd(self.usd, other.usd))
 
 
-@dataclass
-class CaseResult:
-    """One case under one model: what the reviewer found and how it scored."""
+class CaseScores(msgspec.Struct, kw_only=True):
+    """What `eval_cases.scores` keeps of a case beside its columns: what it spent (also when
+    it failed, for `--resume`), and what the report shows of it."""
 
-    case: Case
-    golden: str
-    findings: list[EvalFinding] = field(default_factory=list)
-    error: str | None = None
-    head_sha: str = ""
-    notes: tuple[str, ...] = ()
-    wall_seconds: float = 0.0
+    counts: dict[str, Counts] = {}
+    pairs: dict[int, int] = {}  # finding index → label index
+    notes: tuple[str, ...] = ()  # fallbacks taken (head or base not found as given)
     verify_seconds: float = 0.0
     review_tokens: int = 0
     review_usd: float | None = 0.0
     verify_tokens: int = 0
     verify_usd: float | None = 0.0
     verify_error: str | None = None
-    counts: dict[str, Counts] = field(default_factory=dict)
-    pairs: dict[int, int] = field(default_factory=dict)  # finding index → label index
+
+    def spent(self) -> tuple[Cost, Cost]:
+        return Cost(self.review_tokens, self.review_usd), Cost(self.verify_tokens, self.verify_usd)
+
+
+class CaseResult(CaseScores, kw_only=True):
+    """One case under one model: what the reviewer found and how it scored."""
+
+    case: Case
+    findings: list[EvalFinding] = []
+    error: str | None = None
+    head_sha: str = ""
+    wall_seconds: float = 0.0
 
     def add_spend(self, review: Cost, verify: Cost) -> None:
         self.review_tokens += review.tokens
@@ -86,18 +89,8 @@ class CaseResult:
         self.verify_tokens += verify.tokens
         self.verify_usd = add_usd(self.verify_usd, verify.usd)
 
-    def to_scores(self) -> dict[str, Any]:
-        return {
-            "counts": {name: c.to_dict() for name, c in self.counts.items()},
-            "pairs": {str(i): j for i, j in self.pairs.items()},
-            "notes": list(self.notes),
-            "verify_seconds": self.verify_seconds,
-            "review_tokens": self.review_tokens,
-            "review_usd": self.review_usd,
-            "verify_tokens": self.verify_tokens,
-            "verify_usd": self.verify_usd,
-            "verify_error": self.verify_error,
-        }
+    def scores(self) -> CaseScores:
+        return CaseScores(**{name: getattr(self, name) for name in CaseScores.__struct_fields__})
 
 
 @dataclass
@@ -116,54 +109,27 @@ class ModelRun:
     def failed(self) -> list[CaseResult]:
         return [c for c in self.cases if c.error]
 
+    @property
+    def final(self) -> str:
+        """The variant its stored scores are of: with the verify pass when it ran."""
+        return VERIFIED if self.verify else ALL
+
     def total(self, variant: str) -> Counts:
-        done = [c.counts[variant] for c in self.cases if not c.error]
-        return sum(done, Counts())
+        return sum((c.counts[variant] for c in self.cases if not c.error), Counts())
 
 
 @dataclass
 class EvalResult:
     batch: int
     options: EvalOptions
-    goldens: list[Golden]
+    goldens: dict[str, Golden]  # by the path it was read from
     runs: list[ModelRun]
-    judge: str
-    judge_model: str | None
-    judge_tokens: int = 0
-    judge_usd: float | None = 0.0
-    judge_unreadable: int = 0  # LLM judge answers with no verdict to read: scored "no match"
+    judge: Judge
     source_changed: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.source_changed and not any(run.failed for run in self.runs)
-
-
-def add_usd(a: float | None, b: float | None) -> float | None:
-    """Unknown stays unknown: a sum with an unknown part is unknown."""
-    return None if a is None or b is None else a + b
-
-
-def variant_spend(cases: list[CaseResult], verify: bool) -> tuple[int, float | None, float]:
-    """Tokens, USD and seconds the cases took, with their verify pass or without it."""
-    tokens, seconds = 0, 0.0
-    usd: float | None = 0.0
-    for case in cases:
-        tokens += case.review_tokens + (case.verify_tokens if verify else 0)
-        usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd if verify else 0.0))
-        seconds += case.wall_seconds - (0 if verify else case.verify_seconds)
-    return tokens, usd, seconds
-
-
-@dataclass(frozen=True)
-class Cost:
-    """Tokens and USD (None when a model has no known rate)."""
-
-    tokens: int = 0
-    usd: float | None = 0.0
-
-    def __add__(self, other: Cost) -> Cost:
-        return Cost(self.tokens + other.tokens, add_usd(self.usd, other.usd))
 
 
 async def session_spend(db: SqliteDatabase, session_id: int) -> tuple[Cost, Cost]:
@@ -197,10 +163,10 @@ class Runner:
     judge: Judge
     progress: ProgressSink
 
-    async def run_case(self, run: ModelRun, golden: Golden, case: Case, index: int) -> CaseResult:
+    async def run_case(self, run: ModelRun, case: Case, index: int) -> CaseResult:
         """Review (and verify) one case. What it spent comes from its runs, so a case
         that fails half-way still shows, and counts, what its model runs cost."""
-        result = CaseResult(case, str(golden.path))
+        result = CaseResult(case=case)
         started = time.monotonic()
         prepared = None
         sessions: list[int] = []
@@ -264,8 +230,8 @@ class Runner:
             result.counts[VERIFIED] = result.counts[ALL]
 
     async def store_case(self, run: ModelRun, result: CaseResult) -> None:
-        final = result.counts.get(VERIFIED if run.verify else ALL, Counts())
-        strict = final.strict
+        figures = case_figures(result, run.final, run.verify)
+        strict = figures.strict or Counts().strict  # a failed case stores no score
         case = {
             "pr": result.case.pr or 0,
             "head_sha": result.head_sha,
@@ -276,11 +242,11 @@ class Runner:
             "precision": strict["precision"],
             "recall": strict["recall"],
             "f1": strict["f1"],
-            "cost_usd": add_usd(result.review_usd, result.verify_usd),
-            "tokens": result.review_tokens + result.verify_tokens,
+            "cost_usd": figures.usd,
+            "tokens": figures.tokens,
             "wall_seconds": result.wall_seconds,
             "error": result.error,
-            "scores": json.dumps(result.to_scores()),
+            "scores": msgspec.json.encode(result.scores()).decode(),
         }
         findings = [  # each EvalFinding field is a column of eval_findings
             {**asdict(f), "matched_label": result.pairs.get(index)}
@@ -288,50 +254,32 @@ class Runner:
         ]
         await evals.store_case(self.db, run.id, result.case.id, case, findings)
 
-    async def earlier_spend(self, run: ModelRun, case: Case) -> tuple[Cost, Cost]:
-        """What earlier failed attempts at this case spent (it runs again on `--resume`):
-        the run's totals keep counting it."""
-        saved = json.loads(await evals.failed_case_scores(self.db, run.id, case.id) or "{}")
-        return (
-            Cost(saved.get("review_tokens", 0), saved.get("review_usd", 0.0)),
-            Cost(saved.get("verify_tokens", 0), saved.get("verify_usd", 0.0)),
-        )
-
-    async def load_case(self, run: ModelRun, golden: Golden, case: Case) -> CaseResult | None:
+    async def load_case(self, run: ModelRun, case: Case) -> CaseResult | None:
         """A case this run already finished (on `--resume`), or None to run it (again)."""
         done = await evals.done_case(self.db, run.id, case.id)
         if done is None:
             return None
         stored, findings = done
-        saved = json.loads(stored.scores or "{}")
         return CaseResult(
-            case,
-            str(golden.path),
+            case=case,
             findings=[EvalFinding.of(f.ordinal, f) for f in findings],
             head_sha=stored.head_sha,
-            notes=tuple(saved.get("notes", ())),
             wall_seconds=stored.wall_seconds or 0.0,
-            verify_seconds=saved.get("verify_seconds", 0.0),
-            review_tokens=saved.get("review_tokens", 0),
-            review_usd=saved.get("review_usd"),
-            verify_tokens=saved.get("verify_tokens", 0),
-            verify_usd=saved.get("verify_usd"),
-            verify_error=saved.get("verify_error"),
+            **msgspec.structs.asdict(_scores(stored.scores)),
         )
 
-    async def run_model(
-        self, run: ModelRun, cases: Sequence[tuple[Golden, Case]], jobs: int
-    ) -> None:
+    async def run_model(self, run: ModelRun, cases: Sequence[Case], jobs: int) -> None:
         started = time.monotonic()
         limit = asyncio.Semaphore(jobs)
 
-        async def one(index: int, golden: Golden, case: Case) -> CaseResult:
+        async def one(index: int, case: Case) -> CaseResult:
             async with limit:
-                result = await self.load_case(run, golden, case)
+                result = await self.load_case(run, case)
                 if result is None:
-                    earlier = await self.earlier_spend(run, case)
-                    result = await self.run_case(run, golden, case, index)
-                    result.add_spend(*earlier)
+                    # What earlier failed attempts at this case spent: the totals keep it.
+                    failed = await evals.failed_case_scores(self.db, run.id, case.id)
+                    result = await self.run_case(run, case, index)
+                    result.add_spend(*_scores(failed).spent())
                 if result.error is None:
                     try:
                         await self.score(result)
@@ -341,29 +289,30 @@ class Runner:
                 self.progress.case_done(run, result)
                 return result
 
-        run.cases = list(
-            await asyncio.gather(*(one(n, g, c) for n, (g, c) in enumerate(cases, start=1)))
-        )
+        run.cases = list(await asyncio.gather(*(one(n, c) for n, c in enumerate(cases, start=1))))
         run.wall_seconds = time.monotonic() - started
-        await self.finish_model(run)
 
-    async def finish_model(self, run: ModelRun) -> None:
-        final = run.total(VERIFIED if run.verify else ALL)
-        strict = final.strict
-        tokens, usd, _ = variant_spend(run.cases, verify=True)  # failed ones too: it was spent
-        scores = {name: run.total(name).to_dict() for name in (ALL, VERIFIED)}
-        await evals.finish_run(
-            self.db,
-            run.id,
-            status=RunStatus.FAILED if run.failed else RunStatus.DONE,
-            precision=strict["precision"],
-            recall=strict["recall"],
-            f1=strict["f1"],
-            cost_usd=usd,
-            tokens=tokens,
-            wall_seconds=run.wall_seconds,
-            scores=json.dumps(scores),
-        )
+
+def _scores(text: str | None) -> CaseScores:
+    return msgspec.json.decode(text or "{}", type=CaseScores)
+
+
+async def finish_run(db: SqliteDatabase, result: EvalResult, run: ModelRun) -> None:
+    """The run's row gets the totals the report shows (the variant it is scored by); its
+    spend counts failed cases too: it was spent."""
+    figures = run_figures(result, run, run.final)
+    await evals.finish_run(
+        db,
+        run.id,
+        status=RunStatus.FAILED if run.failed else RunStatus.DONE,
+        precision=figures.strict["precision"],
+        recall=figures.strict["recall"],
+        f1=figures.strict["f1"],
+        cost_usd=figures.usd,
+        tokens=figures.tokens,
+        wall_seconds=run.wall_seconds,
+        scores=msgspec.json.encode({name: run.total(name) for name in (ALL, VERIFIED)}).decode(),
+    )
 
 
 def resolve_models(settings: Settings, provider: str, models: Sequence[str]) -> tuple[str, ...]:
@@ -385,35 +334,33 @@ def default_model(settings: Settings, provider: str) -> str:
     return settings.chat.model
 
 
-async def _create_batch(
-    db: SqliteDatabase, options: EvalOptions, verify_provider: str | None, judge: str
+async def _start_batch(
+    db: SqliteDatabase, options: EvalOptions, verify_provider: str | None
 ) -> list[ModelRun]:
-    ids = await evals.create_runs(
-        db,
-        [
-            {
-                "golden": json.dumps(list(options.goldens)),
-                "provider": options.provider,
-                "model": model,
-                "verify": int(options.verify),
-                "verify_provider": verify_provider,
-                "judge": judge,
-                "options": options.to_json(),
-            }
-            for model in options.models
-        ],
-    )
+    rows = [
+        {
+            "golden": json.dumps(list(options.goldens)),
+            "provider": options.provider,
+            "model": model,
+            "verify": int(options.verify),
+            "verify_provider": verify_provider,
+            "judge": options.judge,
+            "options": msgspec.json.encode(options).decode(),
+        }
+        for model in options.models
+    ]
+    ids = await evals.create_runs(db, rows)
     return [
         ModelRun(run_id, options.provider, model, options.verify, verify_provider)
         for run_id, model in zip(ids, options.models, strict=True)
     ]
 
 
-async def _load_batch(db: SqliteDatabase, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
+async def _resume_batch(db: SqliteDatabase, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
     found = await evals.resume_batch(db, batch)
     if not found:
         raise EvalError(say(OPERATOR, "eval.bad_option", why="no_run", batch=batch))
-    options = EvalOptions.from_json(found[0].options)
+    options = msgspec.json.decode(found[0].options, type=EvalOptions)
     runs = [ModelRun(r.id, r.provider, r.model, r.verify, r.verify_provider) for r in found]
     return options, runs
 
@@ -426,7 +373,8 @@ async def run_eval(
     resume: int | None = None,
 ) -> EvalResult:
     """Run (or resume) an eval; results are stored as they come, so an interrupted run
-    loses at most the cases in flight."""
+    loses at most the cases in flight. Nothing here can reach GitHub (no GitHub client is
+    built), and the sources are only read: their fingerprints are compared after the run."""
     db = await SqliteDatabase.open(settings.db_path)
     models = ModelClients(settings)
     try:
@@ -434,11 +382,11 @@ async def run_eval(
         # user of its data folder, with no server's maintenance to do it).
         await prune_detached_sessions(db, time.time() - CONVERSATION_TTL, PRUNE_CHUNK)
         if resume is not None:
-            options, runs = await _load_batch(db, resume)
+            options, runs = await _resume_batch(db, resume)
         elif options is None:
             raise EvalError(say(OPERATOR, "eval.bad_option", why="nothing"))
         try:
-            goldens = [load_golden(path, repository=options.repo) for path in options.goldens]
+            goldens = {path: load_golden(path, repository=options.repo) for path in options.goldens}
             judge = make_judge(options.judge, db, models, options.judge_model)
         except (ValueError, AgentError) as exc:
             raise EvalError(str(exc)) from exc
@@ -446,32 +394,24 @@ async def run_eval(
         if options.verify:
             verify_provider = choose_provider(options.provider, None, models.available())
         if resume is None:
-            runs = await _create_batch(db, options, verify_provider, options.judge)
-        cases = [(golden, case) for golden in goldens for case in golden.cases]
-        result = EvalResult(
-            runs[0].id if resume is None else resume,
-            options,
-            goldens,
-            runs,
-            judge.name,
-            judge.model,
-        )
-        repositories = sorted({case.repository for _, case in cases})
+            runs = await _start_batch(db, options, verify_provider)
+        batch = runs[0].id if resume is None else resume
+        result = EvalResult(batch, options, goldens, runs, judge)
+        cases = [case for golden in goldens.values() for case in golden.cases]
+        repositories = sorted({case.repository for case in cases})
         before = {repo: await fingerprint(repo) for repo in repositories}
         progress.start(result, len(cases) * len(runs), resumed=resume is not None)
         runner = Runner(settings, db, models, Sources.under(settings.data_dir), judge, progress)
         try:
             for run in runs:
                 await runner.run_model(run, cases, max(1, options.jobs))
+                await finish_run(db, result, run)
         finally:
             progress.finish()
         after = {repo: await fingerprint(repo) for repo in repositories}
         result.source_changed = [repo for repo in repositories if before[repo] != after[repo]]
         if result.source_changed:
             await evals.fail_batch(db, result.batch)
-        result.judge_tokens = getattr(judge, "tokens", 0)
-        result.judge_usd = getattr(judge, "cost_usd", 0.0)
-        result.judge_unreadable = getattr(judge, "unreadable", 0)
         return result
     finally:
         await models.close()

@@ -1,6 +1,4 @@
-"""Where an eval case's code comes from: a clone URL, a local repository or a git bundle,
-mirrored under the eval's data folder and read only (fingerprints prove the source stayed
-as it was)."""
+"""An eval case's code: a clone URL, a local repository or a bundle, mirrored and only read."""
 
 from __future__ import annotations
 
