@@ -39,11 +39,6 @@ def describe(settings: Settings) -> str:
     return shown_url(settings.database_url.reveal())
 
 
-def missing(settings: Settings) -> bool:
-    """Nothing to read yet: the SQLite file was never made (Postgres is asked, not looked for)."""
-    return settings.database_url is None and not settings.db_path.is_file()
-
-
 @dataclass(frozen=True)
 class Reach:
     """What trying the configured database found (for `check-config`, `serve`'s start and

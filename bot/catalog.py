@@ -56,7 +56,8 @@ COMMANDS = (
     Spec(
         "send-back",
         "[note]",
-        "send the critique back to the first reviewer, which revises the draft",
+        "send the critique back to the first reviewer, which revises the draft (needs"
+        " `approve_permission`, like `approve`: the revision may withdraw findings)",
         starts_model=True,
     ),
     Spec("end", "", "end the active cross-review"),

@@ -34,6 +34,7 @@ from bot.config import (
     ConfigError,
     Settings,
     check_settings,
+    env_file_named,
     in_words,
     missing_model_key,
 )
@@ -113,9 +114,8 @@ def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
             continue
         if provider == settings.provider:
             text = say(OPERATOR, "key_missing", variable=missing.variable, provider=provider)
-            found.append(
-                problem(provider, text, say(OPERATOR, "key_fix", variable=missing.variable))
-            )
+            fix = say(OPERATOR, "key_fix", variable=missing.variable, env_file=env_file_named())
+            found.append(problem(provider, text, fix))
         else:
             text = say(
                 OPERATOR, "other_key_missing", variables=MODEL_KEYS[provider], provider=provider
@@ -288,7 +288,7 @@ async def _probe_sdk(settings: Settings, provider: str) -> str:
     except sdk.AuthenticationError:
         raise ProbeFailed(
             say(OPERATOR, "key_refused", where=where),
-            say(OPERATOR, "key_fix", variable=key_variable),
+            say(OPERATOR, "key_fix", variable=key_variable, env_file=env_file_named()),
         ) from None
     except sdk.NotFoundError:
         raise ProbeFailed(

@@ -26,6 +26,7 @@ from bot.config import (
     load_env_file,
     load_settings,
     missing_model_key,
+    settings_secrets,
 )
 from bot.redaction import environment_secrets, redact, register_all
 from bot.texts import OPERATOR, say
@@ -748,7 +749,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         load_env_file(None if early.env_file is None else Path(early.env_file))
     except ConfigError as exc:
         return _fail(exc)
-    register_all(environment_secrets(os.environ))  # masked in whatever is printed or logged
+    # Masked in whatever any command prints or logs: the environment's secrets and those the
+    # settings hold (the App's key read from its file, the whole database URL).
+    register_all(environment_secrets(os.environ))
+    register_all(settings_secrets(os.environ))
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

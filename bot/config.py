@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import socket
@@ -35,7 +36,7 @@ DEFAULT_DAILY_MAX_RUNS = 200
 DEFAULT_MIN_FREE_MB = 1024
 DEFAULT_SHUTDOWN_GRACE = 20.0
 NO_LIMIT = ("none", "off")  # spelled out to switch a money limit off
-MIN_METRICS_TOKEN = 16  # characters: register_secret redacts from 6, and 16 is not guessed
+MIN_METRICS_TOKEN = 16  # characters: not guessed (and long enough to be redacted anywhere)
 
 
 class ConfigError(Exception):
@@ -126,6 +127,18 @@ class Settings:
         return [s.reveal() for s in secrets if s is not None] + passwords
 
 
+def settings_secrets(env: Mapping[str, str]) -> list[str]:
+    """Every secret the settings in `env` hold (`Settings.secrets`: the App's key read from
+    its file too), each setting read on its own: a bad value, or an App key a command never
+    reads, hides none of the others."""
+    parsers = _GENERAL | _GITHUB
+    read = {}
+    for name in ("private_key", "webhook_secret", "database_url", "metrics_token", "chat"):
+        with contextlib.suppress(ConfigError):
+            read[name] = parsers[name](env)
+    return Settings(data_dir=Path(), **read).secrets()
+
+
 def shown_url(url: str) -> str:
     """A URL fit to print: its user-info (if any) replaced by `***`."""
     return mask(url, [])
@@ -142,7 +155,10 @@ def _private_key(env: Mapping[str, str]) -> Secret:
         try:
             text = Path(path).expanduser().read_text()
         except (OSError, UnicodeDecodeError) as exc:
-            reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else in_words(exc)
+            if isinstance(exc, UnicodeDecodeError):
+                reason = say(OPERATOR, "config.reason", why="not_text")
+            else:
+                reason = in_words(exc)
             raise ConfigError(variable, "unreadable", path=repr(path), reason=reason) from None
     text = text.replace("\\n", "\n").strip() + "\n"
     try:
@@ -245,9 +261,12 @@ def _base_url(env: Mapping[str, str], name: str) -> None:
     url = (env.get(name) or "").strip()
     if not url:
         return
+    if url.partition("://")[0].lower() not in ("http", "https"):
+        raise ConfigError(name, "not_url", url=repr(shown_url(url)))
+    _readable(name, url)
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(name, "not_url", url=repr(url))
+    if not parts.netloc:
+        raise ConfigError(name, "not_url", url=repr(shown_url(url)))
     segments = [s for s in parts.path.split("/") if s]
     if name == "OPENAI_BASE_URL" and "v1" not in segments:
         fixed = url.rstrip("/") + "/v1"
@@ -255,6 +274,20 @@ def _base_url(env: Mapping[str, str], name: str) -> None:
     if name == "ANTHROPIC_BASE_URL" and segments[-1:] == ["v1"]:
         fixed = url.rstrip("/").removesuffix("/v1")
         raise ConfigError(name, "v1_extra", fixed=fixed)
+
+
+def _readable(name: str, url: str) -> None:
+    """`url` as the SDKs' HTTP client reads it (a `/` in a password ends the host there, and
+    what follows the `:` is no port), refused naming `name` only: the URL may hold a
+    password, and the client's own words quote part of it."""
+    import httpx2  # the anthropic and openai SDKs' client; imported only when a URL is set
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+        httpx2.URL(url)
+    except (ValueError, httpx2.InvalidURL):
+        raise ConfigError(name, "url_unreadable") from None
 
 
 def missing_model_key(provider: str, env: Mapping[str, str] | None = None) -> ConfigError | None:
@@ -285,6 +318,7 @@ def _chat(env: Mapping[str, str]) -> ChatSettings | None:
     if not base_url.startswith(("https://", "http://")):
         # The value may hold credentials (user:password@host): name the variable only.
         raise ConfigError("COCKPIT_CHAT_BASE_URL", "chat_not_url")
+    _readable("COCKPIT_CHAT_BASE_URL", base_url)
     if not model:
         raise ConfigError("COCKPIT_CHAT_MODEL", "chat_model_unset")
     key = (env.get("COCKPIT_CHAT_API_KEY") or "").strip()
@@ -433,13 +467,16 @@ def read_env_file(path: Path) -> dict[str, str]:
         raise ConfigError(str(path), "env_file_not_text", line=line) from None
     values = {}
     for binding in parse_stream(io.StringIO(text)):
-        if binding.error:
+        if binding.error or (binding.key is not None and binding.value is None):  # a bare KEY
             said = binding.original.string
             line = binding.original.line + said[: len(said) - len(said.lstrip())].count("\n")
             raise ConfigError(str(path), "env_file_syntax", line=line)
         if binding.key is not None and binding.value is not None:
             values[binding.key] = binding.value
     return values
+
+
+_env_file_read: Path | None = None  # what `load_env_file` read (one file per process)
 
 
 def load_env_file(
@@ -461,7 +498,17 @@ def load_env_file(
         raise ConfigError(str(path), "env_file_unreadable", reason=in_words(exc)) from None
     for key, value in values.items():
         environ.setdefault(key, value)
+    global _env_file_read
+    _env_file_read = path
     return path
+
+
+def env_file_named() -> str:
+    """The env file a fix tells the user to set a variable in: the one read, else the
+    default one."""
+    if _env_file_read is None or _env_file_read == Path(ENV_FILE):
+        return f"./{ENV_FILE}"
+    return str(_env_file_read)
 
 
 def in_words(exc: BaseException) -> str:
@@ -477,9 +524,9 @@ def in_words(exc: BaseException) -> str:
         if isinstance(error, OSError) and error.errno and error.errno > 0:
             return os.strerror(error.errno)
         if isinstance(error, TimeoutError):
-            return "no answer in time"
+            return say(OPERATOR, "config.reason", why="timeout")
         error = _cause(error)
-    return " ".join(str(exc).split()) or "it failed"
+    return " ".join(str(exc).split()) or say(OPERATOR, "config.reason", why="failed")
 
 
 def _cause(error: BaseException) -> BaseException | None:

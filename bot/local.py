@@ -43,7 +43,7 @@ from bot.config import (
 )
 from bot.records.vocab import Verdict
 from bot.texts import OPERATOR, render, say, usd
-from bot.worktrees import GitError, Mirrors, Worktree, run_git
+from bot.worktrees import GitError, Mirrors, Worktree, run_git, with_config
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
 # Where the default branch is looked for, in order: what a pull request would be opened
@@ -57,6 +57,10 @@ DEFAULT_BRANCHES = (
 )
 MAX_LINES_SHOWN = 12  # lines of the head version shown under a finding
 MAX_COMMIT_TEXT = 8000  # characters of commit messages given to the reviewer as the description
+# The uncommitted count is a note, not the review: past this it is left out. Listing untracked
+# files reads each folder's .gitignore, and one that is a FIFO (a hostile repository) holds git
+# until someone writes to it.
+UNCOMMITTED_SECONDS = 10
 # Terminal control characters (ESC sequences, C1 controls, DEL) that model or commit text must
 # not carry to a terminal; newlines and tabs stay.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -131,7 +135,11 @@ class LocalMirrors(Mirrors):
     git command of review-local runs with it, in the repository and in the mirror."""
 
     def env(self, token: str | None = None) -> dict[str, str]:
-        return {**super().env(token), "GIT_ALLOW_PROTOCOL": "", "GIT_ATTR_NOSYSTEM": "1"}
+        env = {**super().env(token), "GIT_ALLOW_PROTOCOL": "", "GIT_ATTR_NOSYSTEM": "1"}
+        # The excludes file the repository's config names is read by more commands than the
+        # untracked listing (`diff-index` too), and one that is a FIFO holds git until someone
+        # writes to it: none is read, but where the listing needs it (`uncommitted_paths`).
+        return with_config(env, {"core.excludesFile": "/dev/null"})
 
 
 async def _git(repo: Path, env: dict[str, str], *args: str, check: bool = True) -> str:
@@ -193,7 +201,7 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
         base_ref, base_sha = await _default_branch(path, env)
     uncommitted = 0
     if bare != "true" and options.head == "HEAD":
-        uncommitted = len(await uncommitted_paths(top, index, env))
+        uncommitted = await uncommitted_count(top, index, env)
     mirror = await borrow(mirrors, mirror_key(top), git_dir, objects, object_format)
     merge_base = await _git(mirror, env, "merge-base", base_sha, head_sha, check=False)
     log = ""
@@ -353,6 +361,16 @@ def worktree_changed(top: Path, entry: IndexEntry, racy_from: int, file_mode: bo
         return True
 
 
+async def uncommitted_count(top: Path, index: Path, env: dict[str, str]) -> int:
+    """How many paths `git status` would name (`uncommitted_paths`); 0, and no note, when git
+    cannot tell within UNCOMMITTED_SECONDS: the review goes on without it."""
+    try:
+        async with asyncio.timeout(UNCOMMITTED_SECONDS):
+            return len(await uncommitted_paths(top, index, env))
+    except (TimeoutError, GitError):
+        return 0
+
+
 async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[str]:
     """The paths `git status` would name, found without `git status`: that command reads
     changed-looking files through the repository's clean filters (programs its config names).
@@ -372,11 +390,23 @@ async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[
         top,
         env,
         "config",
+        "--show-scope",
         "--get-regexp",
-        r"^(core\.filemode|status\.showuntrackedfiles)$",
+        r"^(core\.filemode|core\.excludesfile|status\.showuntrackedfiles)$",
         check=False,
     )
-    config = dict(line.partition(" ")[::2] for line in settings.splitlines())
+    config = {
+        key: value
+        for scope, _, setting in (line.partition("\t") for line in settings.splitlines())
+        if scope != "command"  # the repository's, not `LocalMirrors.env`'s
+        for key, _, value in [setting.partition(" ")]
+    }
+    # The repository's excludes file counts for untracked files, when it is a plain file.
+    excludes = config.get("core.excludesfile", "")
+    if excludes and os.path.isfile(top / excludes):
+        others_env = with_config(env, {"core.excludesFile": excludes})
+    else:
+        others_env = env
     file_mode = config.get("core.filemode", "true").lower() not in ("false", "no", "off", "0")
     listed = ["ls-files", "-z", "-t", "-v", "--stage", "--debug", "--full-name", "--"]
     out = await run_git(listed, cwd=top, env=env, timeout=60, limit=256 << 20)
@@ -397,7 +427,7 @@ async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[
         listed = await run_git(
             [*others, "--no-empty-directory", "--full-name", "--"],
             cwd=top,
-            env=env,
+            env=others_env,
             timeout=60,
             limit=64 << 20,
         )

@@ -3,9 +3,11 @@ masked by one function (`redact`) before a text is logged, shown on GitHub or pr
 
 A secret is masked as a whole: one shorter than `ANYWHERE` characters only where it is not
 part of a longer word (a letter, digit or `_` right before or after it continues the word),
-so a short key such as `erv` leaves `server` alone; a longer one wherever it appears (a random
+so a key such as `gw-erv-7` leaves `server` alone; a longer one wherever it appears (a random
 string that long inside a word is the secret itself). Values shorter than `SHORTEST` are not
-masked at all: masking every `a` would destroy every text and hide nothing.
+secrets at all: the dummy keys local servers take (`test`, `none`, `EMPTY`, `ollama`) hide
+nothing, and masking them turns "add a test for this" into "add a *** for this". A URL's
+password, however short, goes with its user-info, which is masked in any URL.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 
 MASK = "***"
-SHORTEST = 3
+SHORTEST = 8
 ANYWHERE = 12
 
 # The environment's secrets, known by their names' endings: those this release reads (the
@@ -34,9 +36,16 @@ _SHAPES = (
     r"|sk-[A-Za-z0-9_\-]{16,}|(?i:(?:bearer|token|basic)\s+)[A-Za-z0-9._\-+/=]{16,})"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
 )
-# `scheme://user:password@host` (or `scheme://token@host`): everything before the last `@` of
-# the authority.
-_USER_INFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#\"'<>\\]+@")
+# `scheme://user:password@host` (or `scheme://token@host`): everything up to the last `@`
+# before the URL ends (whitespace, a quote, `<>`), for a password may hold `/`, `?` or `#`
+# (`postgresql://cockpit:q8/Zx@db`) or `@`. That needs the `user:` in front; `host:port/path@x`
+# (a port, then a path holding an `@`) is a URL without user-info. A token without a password
+# ends at the authority's end, as the host does (`https://github.com/o/r/@x` holds none).
+_USER_INFO = re.compile(
+    r"(?i)\b([a-z][a-z0-9+.\-]*://)"
+    r"(?:[^\s/?#@:\[\]\"'<>\\]*:(?!\d{1,5}(?:[/?#]|$))[^\s\"'<>\\]*"
+    r"|[^\s/?#\"'<>\\]+)@"
+)
 
 
 class _Registry:
@@ -95,13 +104,17 @@ def environment_secrets(env: Mapping[str, str]) -> list[str]:
 
 
 def url_passwords(url: str) -> list[str]:
-    """The password of `url` as written and percent-decoded. Not its user name: that is often
-    a word (`postgresql://cockpit@db/…`), and the whole user-info is masked in any URL."""
-    try:
-        password = urllib.parse.urlsplit(url.strip()).password
-    except ValueError:
+    """The user-info of `url` and its password, each as written and percent-decoded (the
+    user-info runs to the last `@`, as `_USER_INFO` reads it: a `/` in the password is no
+    end). Not a user name alone: that is often a word (`postgresql://cockpit@db/…`), and the
+    whole user-info is masked in any URL."""
+    scheme, found, rest = url.strip().partition("://")
+    user_info = rest.rpartition("@")[0]
+    user, colon, password = user_info.partition(":")
+    if not (found and scheme and colon and password) or set(user) & set("/?#"):
         return []
-    return sorted({password, urllib.parse.unquote(password)}) if password else []
+    forms = {user_info, password}
+    return sorted(forms | {urllib.parse.unquote(form) for form in forms})
 
 
 def _masked(text: str, pattern: re.Pattern[str]) -> str:

@@ -110,7 +110,8 @@ class RepoConfig:
     approve_permission: str = key(
         "write",
         CHOICE,
-        "who may publish a draft or drop its findings (`approve`, `drop`)",
+        "who may publish a draft, drop its findings or send it back for a revision (`approve`,"
+        " `drop`, `send-back`)",
         choices=COMMAND_LEVELS,
     )
     outside_prs: str = key(

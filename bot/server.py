@@ -34,6 +34,7 @@ from bot.inbox import (
 from bot.logs import log_context
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS
+from bot.records.database import Interrupted
 from bot.records.stats import totals
 from bot.records.vocab import JobState
 from bot.redaction import environment_secrets, register_all
@@ -47,7 +48,8 @@ MAX_BODY_BYTES = 25 * 1024 * 1024
 EVENT_WORKERS = 4
 HEALTH_SECONDS = 1.8  # every health answer comes within 2 s, whatever the database does
 # Changes a scrape counts into the review figures at most (a backlog waits for the next
-# scrapes and the daily maintenance), so a scrape's work never depends on the history.
+# scrapes and the daily maintenance), so a scrape's work never depends on the history; fewer
+# while scrapes run past their deadline (`next_recount`).
 RECOUNT_PER_SCRAPE = 200
 # What one `cockpit serve` process does: `web` stores deliveries and their jobs, `worker`
 # runs jobs, `all` both. Separate roles need a database several processes share (Postgres).
@@ -59,10 +61,32 @@ class Lifecycle:
     stopping: bool = False  # a graceful stop began: deliveries get 503 (GitHub redelivers)
 
 
+@dataclass
+class Recount:
+    chunk: int = RECOUNT_PER_SCRAPE  # changes the next /metrics scrape counts
+
+
+def next_recount(chunk: int, seconds: float | None) -> int:
+    """How many changes the next scrape counts into the review figures, after one that
+    counted `chunk` in `seconds`. None: its deadline stopped it and it was rolled back (the
+    same chunk would be stopped at every scrape, the gauges missing until the daily
+    maintenance): half as many, down to none (the sums are read as they stand). Else a
+    quarter more (one at least), up to RECOUNT_PER_SCRAPE, but no more than what this one's
+    pace fits in half the deadline."""
+    if seconds is None:
+        return chunk // 2
+    if chunk == 0:
+        return 1 if seconds <= HEALTH_SECONDS / 2 else 0
+    more = min(RECOUNT_PER_SCRAPE, chunk + max(1, chunk // 4))
+    fits = int(chunk * HEALTH_SECONDS / 2 / seconds) if seconds > 0 else more
+    return max(1, min(more, fits))
+
+
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 CONTEXT = web.AppKey("context", Context)
 INBOX = web.AppKey("inbox", Inbox)
 METRICS = web.AppKey("metrics", Metrics)
+RECOUNT = web.AppKey("recount", Recount)
 ROLE = web.AppKey("role", str)
 
 # Start-up work given by the caller: job handlers, housekeeping jobs.
@@ -235,19 +259,24 @@ async def metrics_view(request: web.Request) -> web.Response:
         )
     if await ctx.db.ping():
         metrics.set_job_counts(await ctx.jobs.counts())
-        await _review_figures(ctx, metrics)
+        await _review_figures(ctx, metrics, request.app[RECOUNT])
     return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
 
 
-async def _review_figures(ctx: Context, metrics: Metrics) -> None:
+async def _review_figures(ctx: Context, metrics: Metrics, recount: Recount) -> None:
     """`cockpit stats`' figures of every review so far (their sums, after counting what
     changed since the last scrape); when the database cannot give them in time, they are left
-    out, the statement is stopped, and the rest of /metrics is served."""
+    out, the statement is stopped, the next scrape counts fewer changes (`next_recount`), and
+    the rest of /metrics is served."""
+    started = time.monotonic()
     try:
         async with asyncio.timeout(HEALTH_SECONDS):
-            found = await totals(ctx.db, recount=RECOUNT_PER_SCRAPE, timeout=HEALTH_SECONDS)
+            found = await totals(ctx.db, recount=recount.chunk, timeout=HEALTH_SECONDS)
+        recount.chunk = next_recount(recount.chunk, time.monotonic() - started)
         figures = gauges(summarise(found))
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, Interrupted | TimeoutError):
+            recount.chunk = next_recount(recount.chunk, None)
         log.warning("review figures for /metrics could not be read", exc_info=True)
         figures = {}
     metrics.set_review_figures(figures)
@@ -283,6 +312,7 @@ def make_app(
     )
     app[METRICS] = Metrics()
     app[LIFECYCLE] = Lifecycle()
+    app[RECOUNT] = Recount()
     app[ROLE] = role
     if role != "worker":
         app.router.add_post("/webhooks/github", webhook)

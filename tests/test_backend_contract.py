@@ -102,3 +102,20 @@ async def test_leftovers_of_a_dead_process_are_finished_where_no_other_may_be_at
 
     await opened.jobs.finish_leftovers(work)
     assert ran == ([True] if backend == "sqlite" else [])
+
+
+async def test_a_database_with_tables_is_not_empty_and_a_new_one_is(
+    opened, settings, request, tmp_path
+):
+    """`empty` was SQLite's alone, outside the contract."""
+    assert not await opened.db.empty()
+    if settings.database_url is None:
+        (tmp_path / "fresh.sqlite3").touch()  # a file another process is only starting to make
+        fresh = await type(opened.db).open(tmp_path / "fresh.sqlite3", migrate=False)
+    else:
+        url = request.getfixturevalue("pg_cluster").create_database()
+        fresh = await type(opened.db).open(url)
+    try:
+        assert await fresh.empty()
+    finally:
+        await fresh.close()

@@ -206,6 +206,14 @@ MALFORMED = {
         ),
         'usage.prompt_tokens is text ("1200"), not a count of tokens',
     ),
+    "JSON nested past Python's recursion limit": (  # was run_failed (RecursionError)
+        broken("[" * 100_000 + "]" * 100_000),
+        'it sent application/json, not JSON: "[[[[',
+    ),
+    "a content part whose text is a number": (  # was read as no text at all
+        broken(_answer({"role": "assistant", "content": [{"type": "text", "text": 42}]})),
+        "a content part's text is a number (42), not text",
+    ),
 }
 
 

@@ -3,6 +3,7 @@ for `cockpit help environment` and the README), ./cockpit.env, and one-line erro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -299,16 +300,33 @@ def test_eval_without_the_reviewers_key_names_it_before_any_case(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_unless_debug(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "cockpit.sqlite3").write_bytes(b"not a database, whatever its name says" * 100)
-    env = {"COCKPIT_DATA_DIR": str(data)}
+    import sqlite3
+
+    env = {"COCKPIT_DATA_DIR": str(tmp_path / "data")}
+    assert cli("migrate", env=env, cwd=tmp_path).returncode == 0
+    with contextlib.closing(sqlite3.connect(tmp_path / "data" / "cockpit.sqlite3")) as db:
+        db.execute("DROP TABLE reviews")  # its version says current; a table is gone: a bug
+        db.commit()
     plain = cli("eval", "golden-from-reviews", "--repo", "o/r", env=env, cwd=tmp_path)
     assert plain.returncode == 1
     [line] = plain.stderr.strip().splitlines()
     assert line.startswith("cockpit eval: unexpected error (") and "--debug" in line
     debug = cli("eval", "golden-from-reviews", "--repo", "o/r", "--debug", env=env, cwd=tmp_path)
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+
+
+def test_a_file_that_is_not_a_database_is_statss_line_for_golden_from_reviews(tmp_path):
+    """Before: `unexpected error (DatabaseError: file is not a database)`."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "cockpit.sqlite3").write_bytes(b"not a database, whatever its name says" * 100)
+    env = {"COCKPIT_DATA_DIR": str(data)}
+    golden = cli("eval", "golden-from-reviews", "--repo", "o/r", env=env, cwd=tmp_path)
+    stats = cli("stats", env=env, cwd=tmp_path)
+    assert (golden.returncode, stats.returncode) == (2, 2)
+    assert golden.stderr == stats.stderr
+    assert golden.stderr.startswith(f"✗ database: {data / 'cockpit.sqlite3'} is not a SQLite")
+    assert not list(tmp_path.glob("eval/**/*.json"))
 
 
 # -- the README's commands ---------------------------------------------------------------------

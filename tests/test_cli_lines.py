@@ -78,6 +78,33 @@ def test_a_malformed_env_file_names_the_file_and_line_and_stops(tmp_path):
     assert "s3cret-value" not in done.stderr and "dotenv" not in done.stderr
 
 
+def test_a_bare_key_in_the_env_file_is_named_with_its_line(tmp_path):
+    """Before: the line was skipped without a word, then `GITHUB_WEBHOOK_SECRET: not set`."""
+    (tmp_path / "cockpit.env").write_text("GITHUB_APP_ID=12\n\nGITHUB_WEBHOOK_SECRET\n")
+    done = cli("check-config", "--offline", env={}, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "cockpit: configuration error: cockpit.env: line 3 is not KEY=value (a value with"
+        ' spaces or # is quoted: KEY="a value")\n'
+    )
+
+
+def test_the_fix_for_a_missing_key_names_the_env_file_in_use(tmp_path):
+    """Before: `./cockpit.env` whatever `--env-file` said."""
+    (tmp_path / "t.env").write_text("COCKPIT_PROVIDER=codex\n")
+    done = cli("--env-file", "t.env", "check-config", "--offline", env={}, cwd=tmp_path)
+    assert done.returncode == 2
+    fix = (
+        "✗ codex: OPENAI_API_KEY is not set (COCKPIT_PROVIDER=codex reviews with it) → set"
+        " OPENAI_API_KEY in the environment or in t.env"
+    )
+    assert fix in marked(done.stdout)
+    done = cli("check-config", "--offline", env={}, cwd=tmp_path)
+    assert any(
+        line.endswith("in the environment or in ./cockpit.env") for line in marked(done.stdout)
+    )
+
+
 def test_an_env_file_that_is_not_text_is_named_in_words(tmp_path):
     (tmp_path / "cockpit.env").write_bytes(b"GITHUB_APP_ID=12\nKEY=\xff\xfe\n")
     done = cli("check-config", "--offline", env={}, cwd=tmp_path)
@@ -204,3 +231,56 @@ def test_version_names_the_release_the_schema_and_the_checkouts_commit(tmp_path)
         0,
         f"cockpit {__version__} (schema version {SCHEMA_VERSION})\n",
     )
+
+
+# -- passwords holding `/`, `?` or `#` --------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["migrate", "stats", "check-config"])
+def test_a_database_password_with_a_slash_is_never_printed(tmp_path, command):
+    """Before: the user-info rule stopped at the `/` and the password was not found in the
+    URL, so `migrate` and `stats` printed `postgresql://cockpit:q8/Zx+Yw3k@…` in clear."""
+    url = f"postgresql://cockpit:q8/Zx+Yw3k@127.0.0.1:{free_port()}/cockpit"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = cli(command, env=app_env(tmp_path, COCKPIT_DATABASE_URL=url), cwd=elsewhere)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "✗ database:" in said, said
+    assert "q8/Zx" not in said and "Yw3k" not in said and "cockpit://" not in said
+    assert "postgresql://***@127.0.0.1:" in said
+
+
+@pytest.mark.parametrize("password", ["Sekr/etPw99", "Sekr?etPw99", "Sekr#etPw99"])
+def test_a_base_url_password_with_a_slash_is_never_echoed(tmp_path, password):
+    url = f"htp://alice:{password}@host/v1"
+    done = cli("check-config", "--offline", env={"OPENAI_BASE_URL": url}, cwd=tmp_path)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2 and "✗ OPENAI_BASE_URL: expected an http(s) URL" in said, said
+    assert "etPw99" not in said and "Sekr" not in said
+
+
+@pytest.mark.parametrize("variable", ["OPENAI_BASE_URL", "COCKPIT_CHAT_BASE_URL"])
+def test_a_base_url_the_http_client_cannot_read_is_a_setting_to_change(tmp_path, variable):
+    """Before: `check-config` stopped at `unexpected error (InvalidURL: Invalid port: 'Gw')`
+    (a piece of the password) and `serve` started anyway."""
+    url = "http://alice:Gw/Pass-0042@127.0.0.1:1/v1"
+    expected = (
+        f"✗ {variable}: not a URL the HTTP client can read (a port that is not a number, or a"
+        " /, ? or # in the user name or password: write those %2F, %3F and %23)"
+    )
+    with socket.socket() as busy:  # serve stops before it listens either way
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        chat = {"COCKPIT_CHAT_MODEL": "qwen3:32b"} if variable.startswith("COCKPIT") else {}
+        env = app_env(
+            tmp_path,
+            **{variable: url, "OPENAI_API_KEY": "oa-key-0123456789", **chat},
+            COCKPIT_HOST="127.0.0.1",
+            COCKPIT_PORT=str(busy.getsockname()[1]),
+        )
+        check = cli("check-config", env=env, cwd=tmp_path)
+        serve = cli("serve", env=env, cwd=tmp_path)
+    assert check.returncode == 2 and expected in marked(check.stdout), check.stdout + check.stderr
+    assert serve.returncode == 2 and expected in marked(serve.stderr), serve.stderr
+    for said in (check.stdout, check.stderr, serve.stdout, serve.stderr):
+        assert "Gw" not in said and "Pass-0042" not in said and "unexpected" not in said

@@ -233,10 +233,10 @@ def test_root_filesystems_are_read_only_with_scratch_where_the_process_writes(ro
 # (bot.config.ROLE_GITHUB["web"]: the webhook secret; and the database); a worker calls
 # GitHub as the App and the models; the migration needs the database.
 ROLE_SECRETS = {
-    "web": {"GITHUB_WEBHOOK_SECRET", "COCKPIT_DATABASE_URL"},
+    "web": {"GITHUB_WEBHOOK_SECRET", "COCKPIT_DATABASE_URL", "COCKPIT_METRICS_TOKEN"},
     "worker": {
         "GITHUB_APP_ID", "GITHUB_APP_SLUG", "GITHUB_PRIVATE_KEY", "ANTHROPIC_API_KEY",
-        "OPENAI_API_KEY", "COCKPIT_CHAT_API_KEY", "COCKPIT_DATABASE_URL",
+        "OPENAI_API_KEY", "COCKPIT_CHAT_API_KEY", "COCKPIT_DATABASE_URL", "COCKPIT_METRICS_TOKEN",
     },
     "migrate": {"COCKPIT_DATABASE_URL"},
 }  # fmt: skip
@@ -275,6 +275,21 @@ def test_each_pod_gets_only_the_secrets_its_role_reads(role):
     assert {ref["key"] for ref in refs.values() if not ref.get("optional")} <= set(
         secret["stringData"]
     )
+
+
+@pytest.mark.parametrize("role", ["web", "worker"])
+def test_the_metrics_token_reaches_every_pod_that_serves_metrics(role, settings):
+    """Before: no pod got COCKPIT_METRICS_TOKEN, so /metrics stayed open whatever the Secret
+    held. Both roles serve /metrics; the token is optional, and secret.yaml shows where it
+    goes (commented out: a shipped placeholder would be a token anyone knows)."""
+    assert "/metrics" in {
+        r.canonical for r in make_app(settings, router, role=role).router.resources()
+    }
+    [container] = pod_specs()[role]["containers"]
+    ref = secret_refs(container)["COCKPIT_METRICS_TOKEN"]
+    assert ref == {"name": "pr-cockpit", "key": "COCKPIT_METRICS_TOKEN", "optional": True}
+    example = (ROOT / "deploy/kubernetes/secret.yaml").read_text()
+    assert re.search(r"^  # COCKPIT_METRICS_TOKEN: \S+$", example, re.M)
 
 
 def compose() -> dict:

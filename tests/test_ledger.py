@@ -206,6 +206,27 @@ async def test_an_answer_of_github_without_the_threads_leaves_the_re_review_stan
     assert second["state"] == "draft"
 
 
+async def test_threads_github_answers_without_are_said_as_such_not_as_a_permission(world):
+    """Before: the status comment blamed the Contents permission for an answer without the
+    pull request (the App no longer sees it), which no permission changes."""
+    await approve_all(world)
+    world.github.fail_next(  # every GraphQL answer of the re-review
+        "POST",
+        r"/graphql$",
+        200,
+        times=10,
+        body={"data": {"repository": {"pullRequest": None}}},
+    )
+    second = await pushed(world, {"calc.py": FIXED})
+    assert await fixed_in(world, 1) == second["head_sha"]
+    status = world.status_body()
+    assert (
+        "Fixed findings' review threads were not resolved: GitHub's answer about them had no"
+        " `repository.pullRequest.reviewThreads` (the App may no longer see this pull request)"
+    ) in status.replace("\u2060", "")
+    assert "Contents permission" not in status
+
+
 async def test_a_bug_while_reading_review_threads_fails_the_review_as_an_internal_error(
     world, monkeypatch, caplog
 ):
@@ -683,3 +704,75 @@ def test_a_pushs_paths_come_from_name_status_both_sides_of_a_rename():
         "calc.py", "old name.py", "new name.py", "a.py", "b.py", "gone.py"
     ]  # fmt: skip
     assert name_status_paths("") == []
+
+
+TWELVE = "".join(f"RATE_{n} = {n * 7}\n" for n in range(1, 13))
+PAST_THE_END = {
+    "path": "rates.py",
+    "line": 10,
+    "end_line": 15,  # the file has 12 lines
+    "severity": "major",
+    "title": "Rates are magic numbers",
+    "body": "Name where they come from.",
+}
+
+
+def also_past_the_end(conversation) -> Action:
+    """The scripted reviewer, whose first review also flags lines 10 to 15 of a 12-line file."""
+    action = scripted_reviewer(conversation)
+    first = conversation.user_texts[0] if conversation.user_texts else ""
+    if "re-review after a push" in first:
+        return action
+    return replace(
+        action,
+        tools=[
+            (name, {**args, "findings": [*args["findings"], PAST_THE_END]})
+            if name == "submit_review"
+            else (name, args)
+            for name, args in action.tools
+        ],
+    )
+
+
+async def test_a_finding_that_runs_past_the_end_of_its_file_is_found_where_it_was(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin
+):
+    """Before: its code was looked for in windows as long as its lines said (6), which a
+    12-line file does not have, so it always counted as changed and a claimed fix was taken."""
+    world = build_world(
+        github,
+        tmp_path,
+        files=NOTHING_FOLDED,
+        base={"calc.py": CALC, "rates.py": TWELVE},
+        head={**HEAD, "rates.py": "RATE_1 = 0\n" + TWELVE.split("\n", 1)[1]},
+    )
+    world.client = await aiohttp_client(make_app(settings, router))
+    world.model = anthropic_standin
+    anthropic_standin.policy = also_past_the_end
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    first = await world.wait_review("draft")
+    numbers = {title: n for n, title, _state in await findings_of(world, first["id"])}
+    rates = numbers["Rates are magic numbers"]
+
+    anthropic_standin.policy = claiming(rates)
+    second = await pushed(world, {"NOTES.md": "unrelated\n"})
+    assert await fixed_in(world, rates) is None
+    assert (rates, "Rates are magic numbers", "kept") in await findings_of(world, second["id"])
+    assert f"The reviewer said F{rates} is fixed, but the code it points at is as it was" in (
+        world.status_body()
+    )
+
+
+async def test_a_fixed_claim_on_a_file_renamed_with_its_code_as_it_was_is_not_taken(world):
+    """Before: the finding's path was gone at the new head, so its code counted as changed
+    and an injected `F1 resolved` was taken."""
+    world.model.policy = claiming(1)
+    second = await pushed(world, {"calc.py": None, "lib/calc.py": HEAD["calc.py"]})
+    assert await fixed_in(world, 1) is None
+    assert (1, "eval() runs untrusted input", "kept") in await findings_of(world, second["id"])
+    status = world.status_body()
+    assert "The reviewer said F1 is fixed, but the code it points at is as it was" in status
+
+    # A push that then edits F1's code where it went: the claim counts.
+    third = await pushed(world, {"lib/calc.py": FIXED})
+    assert await fixed_in(world, 1) == third["head_sha"]

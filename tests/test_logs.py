@@ -53,7 +53,7 @@ def test_registered_secrets_are_redacted_after_json_escaping(secret):
 
 def test_a_short_secret_after_a_newline_is_redacted_from_log_lines():
     """JSON writes a newline as `\\n`: the secret would follow a letter there."""
-    register("erv")
-    record = logging.LogRecord("x", logging.INFO, __file__, 1, "server said\nerv", (), None)
+    register("ervkey01")
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "server said\nervkey01", (), None)
     line = JsonFormatter().format(record)
     assert json.loads(line)["msg"] == "server said\n***"

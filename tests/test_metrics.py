@@ -28,7 +28,7 @@ from bot.records.postgres import (
 from bot.records.reviews import update_review
 from bot.records.sqlite import SqliteDatabase
 from bot.records.stats import model_figures, totals
-from bot.server import CONTEXT, make_app
+from bot.server import CONTEXT, HEALTH_SECONDS, RECOUNT_PER_SCRAPE, make_app, next_recount
 from handlers import router
 from tests.conftest import WEBHOOK_SECRET, wait_for
 from tests.serverproc import ServerProcess
@@ -412,3 +412,44 @@ async def test_an_upgraded_database_counts_the_reviews_it_already_had(
     assert 'cockpit_review_cost_usd{model="claude-x",provider="claude"} 15.0' in text
     db = client.app[CONTEXT].db
     assert await totals(db, recount=0, timeout=None) == before
+
+
+# -- a scrape counts what fits its deadline -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("chunk", "seconds", "then"),
+    [
+        (200, None, 100),  # stopped at the deadline: half
+        (1, None, 0),  # down to none: the sums are read as they stand
+        (0, None, 0),
+        (0, 0.1, 1),  # in time with none: one again
+        (0, 1.0, 0),  # reading the sums alone takes half the deadline: none still
+        (100, 0.1, 125),  # in time: a quarter more
+        (4, 0.01, 5),  # one at least
+        (200, 0.1, 200),  # never past RECOUNT_PER_SCRAPE
+        (100, 1.5, 60),  # in time, but only 60 fit in half the deadline at this pace
+        (1, 1.7, 1),
+    ],
+)
+def test_the_next_scrape_counts_what_the_last_ones_pace_fits(chunk, seconds, then):
+    assert next_recount(chunk, seconds) == then
+
+
+@pytest.mark.parametrize("base", [0.0, 0.5, 1.5])
+@pytest.mark.parametrize("per_change", [0.0001, 0.002, 0.01, 0.05, 0.5, 2.0])
+def test_scrapes_stopped_at_their_deadline_count_less_until_every_scrape_fits(base, per_change):
+    """Before: a chunk of 200 changes that took longer than the deadline was stopped and
+    rolled back at every scrape, and the gauges stayed missing until the daily maintenance.
+    Here a scrape takes `base` seconds, and `per_change` more for each change it counts."""
+    chunk, stopped = RECOUNT_PER_SCRAPE, []
+    for _ in range(60):
+        seconds = base + per_change * chunk
+        stopped.append(seconds > HEALTH_SECONDS)
+        chunk = next_recount(chunk, None if stopped[-1] else seconds)
+    if base + per_change > HEALTH_SECONDS:  # not even one change fits: every other scrape
+        assert sum(stopped[10:]) <= len(stopped[10:]) / 2
+        return
+    assert not any(stopped[10:]), stopped
+    if base + per_change <= HEALTH_SECONDS / 2:
+        assert chunk >= 1  # changes are still counted at every scrape

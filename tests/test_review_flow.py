@@ -286,3 +286,29 @@ async def test_closing_a_pr_drops_its_head_ref_from_the_mirror(world):
     await world.send("pull_request", world.pull_request_payload("closed"))
     await world.wait_idle()
     assert "refs/pull/" not in git(mirror, "for-each-ref", "--format=%(refname)")
+
+
+async def test_uninstall_takes_the_installations_figures_out_of_stats_and_metrics(world):
+    """Before: its reviews' figures (each with its repository's name) and their sums stayed,
+    where the SPEC says nothing of an uninstalled installation is kept."""
+    from bot.records.stats import model_figures, recount_stale, totals
+
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    db = world.ctx.db
+    await recount_stale(db)  # as the daily maintenance does
+    [counted] = await totals(db, recount=0, timeout=None)
+    assert counted.reviews == 1
+    assert [r["repo"] for r in await db.fetchall("SELECT repo FROM review_figures")] == [
+        world.full_name
+    ]
+    data = deliveries.payload("installation.deleted")
+    data["installation"]["id"] = 7
+    await world.send("installation", data)
+    await world.wait_idle()
+    for table in ("review_figures", "figures_stale"):
+        assert (await db.fetchone(f"SELECT COUNT(*) FROM {table}"))[0] == 0, table
+    sums = await db.fetchall("SELECT reviews, findings, usd_nanos FROM figure_totals")
+    assert [tuple(row) for row in sums] in ([], [(0, 0, 0)])
+    assert await totals(db, recount=200, timeout=None) == []
+    assert await model_figures(db) == []

@@ -553,8 +553,10 @@ async def test_the_uncommitted_count_names_what_git_status_names(tmp_path):
     (repo / "assumed.txt").write_text("assumed, but changed\n")
     (repo / "intent.txt").write_text("intent\n")
     git(repo, "add", "-N", "intent.txt")
-    for name in ("untracked.txt", "folder/a.txt", "folder/b.txt", "debug.log"):
+    for name in ("untracked.txt", "folder/a.txt", "folder/b.txt", "debug.log", "x.tmp"):
         write_files(repo, {name: "?\n"})
+    (repo / ".excludes").write_text("*.tmp\n")  # the repository's own excludes file counts
+    git(repo, "config", "core.excludesFile", ".excludes")
     (repo / "empty").mkdir()
     subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=repo)  # stat data fresh
     index = repo / ".git" / "index"
@@ -573,4 +575,27 @@ async def test_the_uncommitted_count_names_what_git_status_names(tmp_path):
     assert found == expected
     assert {"staged.txt", "edited.txt", "racy.txt", "gone.txt", "mode.txt", "link"} <= found
     assert {"both.txt", "new.txt", "intent.txt", "untracked.txt", "folder/"} <= found
-    assert found.isdisjoint({"touched.txt", "hidden.txt", "assumed.txt", "debug.log", "empty/"})
+    assert found.isdisjoint(
+        {"touched.txt", "hidden.txt", "assumed.txt", "debug.log", "x.tmp", "empty/"}
+    )
+
+
+@pytest.mark.parametrize("where", ["app/.gitignore", "core.excludesFile"])
+async def test_a_fifo_the_untracked_listing_would_read_does_not_stall_the_review(
+    repo, elsewhere, env, where
+):
+    """Before: `git ls-files timed out after 60s` and no review. A FIFO among the work tree's
+    .gitignore files costs the uncommitted note (after UNCOMMITTED_SECONDS); one the
+    repository's core.excludesFile names is not read, and the note stays."""
+    (repo / "scratch.txt").write_text("untracked\n")
+    fifo = repo / (where if "/" in where else "excludes")
+    os.mkfifo(fifo)
+    if "/" not in where:
+        git(repo, "config", "core.excludesFile", "excludes")
+    code, out, err = await cockpit("review-local", str(repo), env=env, cwd=elsewhere)
+    assert code == 0, err
+    assert "F1 · critical · app/calc.py:3" in out and "timed out" not in out + err
+    if "/" in where:
+        assert "uncommitted change(s)" not in out
+    else:
+        assert "1 uncommitted change(s) in the working tree are not reviewed" in out

@@ -17,13 +17,15 @@ from bot.records.types import DraftFinding, Finding
 from bot.records.vocab import ReviewState
 from bot.review.approve import publishing_key
 from bot.review.revise import renumber
+from bot.server import make_app
 from bot.standin.models import Conversation, call
 from bot.standin.scripted import scan_diff, scripted_reviewer
+from handlers import router
 from tests.conftest import wait_for
 from tests.test_sessions import bodies, reactions, rows, say_on_pr, start_world
 from tests.test_verify import HEAD as VERIFY_HEAD
 from tests.test_verify import VERIFY_CONFIG
-from tests.world import HEAD, NOTHING_FOLDED
+from tests.world import HEAD, NOTHING_FOLDED, build_world
 
 pytestmark = pytest.mark.backends
 
@@ -813,3 +815,92 @@ async def test_a_revision_never_puts_a_finding_on_a_file_an_ignore_glob_matches(
     assert "1 finding(s) the reviewer placed on files matching an `ignore` glob were dropped" in (
         status
     )
+
+
+def diffing_each_turn(conversation: Conversation):
+    """The scripted reviewer and verifier, looking at the PR's diff again at the start of
+    every turn: a review, the verify pass, a critique, a revision."""
+    if _after_user(conversation):
+        return call("git_diff")
+    return scripted_reviewer(conversation)
+
+
+def diffs_shown(*standins) -> list[str]:
+    """Every answer of `git_diff` the models were given."""
+    shown = []
+    for standin in standins:
+        for request in standin.requests:
+            conversation = standin.normalise(request)
+            pairs = zip(conversation.tool_calls, conversation.tool_results, strict=False)
+            shown += [result for (name, _args), result in pairs if name == "git_diff"]
+    return shown
+
+
+async def test_no_later_turn_shows_the_model_a_file_the_review_left_out(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    """Before: only the first review's diff left them out; the verify pass, a critique and a
+    revision were shown the ignored and the noise files."""
+    anthropic_standin.policy = openai_standin.policy = diffing_each_turn
+    config = 'verify = true\nmin_severity = "nit"\nignore = ["docs/**"]\n'
+    world = await start_world(
+        github,
+        settings,
+        tmp_path,
+        aiohttp_client,
+        anthropic_standin,
+        openai_standin,
+        head={**HEAD, "docs/design.md": "# Design\n", "yarn.lock": "# yarn lockfile v1\n"},
+        files={".github/cockpit.toml": config},
+    )
+    await say_on_pr(world, "/cockpit codex-review")
+    await say_on_pr(world, "/cockpit send-back")
+    [review] = await world.review_rows()
+    assert review["revision"] == 2
+    kinds = await rows(world, "SELECT kind, subkind FROM runs ORDER BY id")
+    assert {(r["kind"], r["subkind"]) for r in kinds} >= {
+        ("review", None),
+        ("review", "verify"),
+        ("session", "critique"),
+        ("review", "revision"),
+    }
+    shown = diffs_shown(anthropic_standin, openai_standin)
+    assert len(shown) >= 5 and all("calc.py" in diff for diff in shown)
+    for diff in shown:
+        assert "docs/design.md" not in diff and "yarn.lock" not in diff
+
+
+async def test_send_back_needs_the_approve_permission(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    """Before: a writer could `send-back` "refute F1" and the revision withdrew it, where
+    `approve_permission = "maintain"` keeps them from dropping it."""
+    config = 'min_severity = "nit"\napprove_permission = "maintain"\n'
+    world = build_world(
+        github,
+        tmp_path,
+        files={".github/cockpit.toml": config},
+        permissions={"octocat": "admin", "maint": "maintain", "writer": "write"},
+    )
+    world.client = await aiohttp_client(make_app(settings, router))
+    world.anthropic, world.openai = anthropic_standin, openai_standin
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    before = await findings_of(world)
+    await say_on_pr(world, "/cockpit codex-review", user="writer")  # a critique is for anyone
+
+    refused = await say_on_pr(world, f"/cockpit send-back refute {EVAL}", user="writer")
+    assert reactions(world, refused) == ["eyes", "confused"]
+    said = "`send-back` decides what is published, so it needs `maintain` permission here"
+    assert sum(said in body for body in bodies(world)) == 1
+    [review] = await world.review_rows()
+    assert review["revision"] == 1 and await findings_of(world) == before
+    assert revision_requests(world) == []
+
+    sent = await say_on_pr(world, f"/cockpit send-back refute {EVAL}", user="maint")
+    assert reactions(world, sent) == ["eyes", "rocket"]
+    [review] = await world.review_rows()
+    assert review["revision"] == 2
+    assert (EVAL, "withdrawn") in [
+        (title, st) for _l, title, st in (await findings_of(world)).values()
+    ]

@@ -12,10 +12,11 @@ import pytest
 
 from bot.config import Secret
 from bot.logs import JsonFormatter
+from bot.redaction import MASK
 from bot.server import make_app
-from bot.standin.models import fail
+from bot.standin.models import call, fail
 from handlers import router
-from tests.models import chat_settings
+from tests.models import Scripted, chat_settings
 from tests.world import build_world
 
 KEY = "gw-key-7f3a9c2e"  # no known token shape: only the configuration says it is a key
@@ -61,3 +62,29 @@ async def test_a_gateways_words_reach_the_pr_without_its_key_or_password(
     assert any("review failed" in line for line in logged)
     for text in [*joined, *(r["error"] or "" for r in runs), *logged]:
         assert KEY not in text and PASSWORD not in text
+
+
+async def test_a_local_servers_dummy_key_leaves_the_words_it_spells_alone(
+    github, settings, tmp_path, aiohttp_client, chat_standin
+):
+    """Before: with the key `test` (as local servers take), "add a test for this" became
+    "add a *** for this" on the status comment and the check run."""
+    chat_standin.api_key = "test"
+    said = "Nothing checks parse(); add a test for this."
+    found = {"path": "calc.py", "line": 2, "severity": "major", "title": said, "body": said}
+    chat_standin.policy = Scripted(
+        call("git_diff"), call("submit_review", summary=said, verdict="comment", findings=[found])
+    )
+    chat = chat_settings(chat_standin, api_key=Secret("test"))
+    settings = dataclasses.replace(settings, provider="chat", chat=chat)
+    world = build_world(github, tmp_path)
+    world.client = await aiohttp_client(make_app(settings, router))
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+
+    assert chat_standin.headers[-1]["Authorization"] == "Bearer test"  # the key was sent
+    [check] = world.github.check_runs.values()
+    [annotation] = check["annotations"]
+    assert said in annotation["title"] and said in annotation["message"]
+    assert said in world.status_body().replace("\u2060", "")
+    assert MASK not in annotation["message"] + check["output"]["summary"]

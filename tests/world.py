@@ -11,7 +11,7 @@ from typing import Any
 
 from bot.server import CONTEXT
 from bot.standin.github import GitHubStandin, StandinRepo
-from bot.standin.repo import GeneratedPR, git, make_pr
+from bot.standin.repo import GeneratedPR, git, make_pr, write_files
 from tests import deliveries
 from tests.conftest import WEBHOOK_SECRET, wait_for
 
@@ -116,7 +116,7 @@ class World:
 
         await wait_for(idle, timeout=timeout)
 
-    def push(self, files: dict[str, str], *, force: bool = False) -> str:
+    def push(self, files: dict[str, str | None], *, force: bool = False) -> str:
         """A new commit on the PR (the contributor pushes; with `force`, a rewritten branch:
         the commit sits on the base, not on the old head); returns the new head sha."""
         path = self.pr.path
@@ -126,8 +126,7 @@ class World:
             "-q",
             self.pr.base_sha if force else f"refs/pull/{self.pr.number}/head",
         )
-        for name, content in files.items():
-            (path / name).write_text(content)
+        write_files(path, files)  # None deletes a file
         git(path, "add", "-A")
         git(path, "commit", "-q", "-m", "another push")
         head = git(path, "rev-parse", "HEAD").strip()

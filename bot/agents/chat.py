@@ -346,7 +346,10 @@ def read_completion(content_type: str, body: str) -> Completion:
     kind = content_type.split(";", 1)[0].strip().lower()
 
     def wrong(why: str, value: Any = None, **context: Any) -> AgentError:
-        shown = quoted(json.dumps(value, ensure_ascii=False), 80)
+        try:
+            shown = quoted(json.dumps(value, ensure_ascii=False), 80)
+        except (ValueError, RecursionError):  # nested past the limit: the body says enough
+            shown = ""
         what = _what(value)
         said = texts.say(
             texts.PEOPLE,
@@ -363,8 +366,8 @@ def read_completion(content_type: str, body: str) -> Completion:
         raise wrong("stream")
     try:
         data = json.loads(body)
-    except ValueError:
-        raise wrong("not_json", content_type=kind or "a body without a content type") from None
+    except (ValueError, RecursionError):  # JSON nested past Python's limit is none it reads
+        raise wrong("not_json", content_type=kind) from None
     if not isinstance(data, dict):
         raise wrong("not_object", data)
     choices = data.get("choices")
@@ -376,7 +379,10 @@ def read_completion(content_type: str, body: str) -> Completion:
     content = message.get("content")
     if isinstance(content, list):  # content parts, as some servers answer
         parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        content = "".join(p for p in parts if isinstance(p, str))
+        for part in parts:
+            if not isinstance(part, str):
+                raise wrong("content_part", part)
+        content = "".join(parts)
     if content is not None and not isinstance(content, str):
         raise wrong("content", content)
     calls = message.get("tool_calls")
@@ -418,16 +424,16 @@ def _reported_usage(usage: Any, wrong: Callable[..., AgentError]) -> Usage | Non
 
 
 def _what(value: Any) -> str:
-    """A JSON value's kind, as a person names it."""
+    """A JSON value's type, by JSON's name for it (the message says it as a person does)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "true or false"
+        return "boolean"
     if isinstance(value, int | float):
-        return "a number"
+        return "number"
     if isinstance(value, str):
-        return "text"
-    return "a list" if isinstance(value, list) else "an object"
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 # -- what is sent: pure functions of the stored conversation ----------------------------------

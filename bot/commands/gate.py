@@ -21,9 +21,10 @@ async def may_run(pr: PullRequest, required: str = "write") -> bool:
 
 
 async def may_decide(pr: PullRequest, command: str) -> None:
-    """`approve` and `drop` decide what is published: they need the repository's
-    `approve_permission` (read from the default branch), not only the write access every
-    command needs. CommandFailed, saying which permission, when the person lacks it."""
+    """`approve`, `drop` and `send-back` (whose revision may withdraw findings) decide what
+    is published: they need the repository's `approve_permission` (read from the default
+    branch), not only the write access every command needs. CommandFailed, saying which
+    permission, when the person lacks it."""
     config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
     if not permits(await permission(pr), config.approve_permission):
         raise CommandFailed(

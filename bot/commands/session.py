@@ -9,6 +9,7 @@ from bot.agents.base import AgentError
 from bot.agents.budget import DailyBudgetSpent, refuse_when_spent
 from bot.agents.providers import other_provider
 from bot.agents.transcript import answer_text, feedback
+from bot.commands import gate
 from bot.commands.draft import current_draft
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
@@ -138,6 +139,7 @@ async def cmd_send_back(pr: PullRequest, cmd: Command) -> str | None:
     ]
     if not answers:
         raise CommandFailed(say(PEOPLE, "not_answered_yet", provider=child.provider))
+    await gate.may_decide(pr, "send-back")  # the revision may withdraw findings
     await _room_for_a_run(pr)
     sent = feedback(cross_review.child_adapter, answers[-1], cmd.text, pr.actor)
     busy = await queue_turn(

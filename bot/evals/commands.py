@@ -125,7 +125,8 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
     created then, neither a database nor an empty file."""
     import psycopg
 
-    from bot.backend import describe, missing, read_database
+    from bot.backend import describe, reach, read_database
+    from bot.checks import PG_WAIT, database_verdict, exit_code
     from bot.evals.from_reviews import check_repo, golden_from_reviews, published_repos
     from bot.records.postgres import SchemaBehind
 
@@ -134,10 +135,15 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
         check_repo(args.repo)
     except (ConfigError, ValueError) as exc:
         return _error(str(exc))
-    if missing(settings):
+    found = await reach(settings, PG_WAIT)
+    if not found.exists:
         return _error(
             say(OPERATOR, "eval.no_database", path=settings.db_path, data_dir=settings.data_dir)
         )
+    verdict = database_verdict(settings, found, "read")  # `stats`'s line for it
+    if verdict.problem:
+        sys.stderr.write(verdict.line() + "\n")
+        return exit_code([verdict])
     try:  # the server's database, SQLite or Postgres
         db = await read_database(settings)  # as it is: a report never changes the schema
     except (SchemaBehind, OSError, psycopg.Error) as exc:

@@ -60,7 +60,7 @@ _CURRENT: contextvars.ContextVar[job_context.JobContext | None] = contextvars.Co
 )
 
 
-class Interrupted(Exception):
+class WorkerStopped(Exception):
     """The worker stopped while the job ran: it runs again (procrastinate retries it)."""
 
 
@@ -76,7 +76,7 @@ def retry_decision(
 ) -> retry.RetryDecision | None:
     """Retry with the SQLite queue's backoff until `max_attempts`; never a cancelled job
     (stop, supersede) or a PermanentError. An interrupted job retries at once."""
-    if isinstance(exception, Interrupted):
+    if isinstance(exception, WorkerStopped):
         return retry.RetryDecision(retry_in={"seconds": 0})
     if not isinstance(exception, Exception) or isinstance(exception, PermanentError):
         return None
@@ -364,7 +364,7 @@ class PgJobs(Workers):
                     outcome = "interrupted"  # this worker is stopping: run it again later
                     found = context.job
                     self._interrupted[job.id] = (found.worker_id, found.attempts)
-                    raise Interrupted("the worker stopped") from None
+                    raise WorkerStopped("the worker stopped") from None
                 outcome = "cancelled"  # stop, supersede, or the job saw it was superseded
                 raise
             except Exception as exc:

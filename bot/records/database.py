@@ -10,6 +10,12 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 
+def marks(values: Iterable[object]) -> str:
+    """A statement's `?` for each of `values` (`IN (?, ?)`); `NULL` for none, which `IN`
+    matches nothing with."""
+    return ", ".join("?" for _ in values) or "NULL"
+
+
 class Interrupted(sqlite3.OperationalError):
     """A statement ran past its deadline and the database stopped it (SQLite: `interrupt`,
     Postgres: `statement_timeout`); its transaction was rolled back."""
@@ -70,6 +76,11 @@ class Database(Protocol):
         ...
 
     async def schema_version(self) -> int: ...
+
+    async def empty(self) -> bool:
+        """Nothing made yet: not a table (a database another process is only starting to
+        make)."""
+        ...
 
     async def check_schema(self) -> None:
         """`bot.records.schema.SchemaBehind` unless this release's whole schema is there."""

@@ -493,6 +493,13 @@ class PgDatabase:
         recorded = {r[0] for r in await self.fetchall("SELECT name FROM procrastinate_migrations")}
         return [name for name in names if name not in recorded]
 
+    async def empty(self) -> bool:
+        """Nothing made yet: not a table in the connection's schema."""
+        row = await self.fetchone(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+        return not (row and row[0])
+
     async def check_schema(self) -> None:
         """SchemaBehind unless every step and procrastinate migration of this release is
         recorded (a newer schema is fine: steps only add, so a rollout may run both)."""

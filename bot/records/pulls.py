@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from bot.records.database import Database
+from bot.records.stats import FIGURES_LOCK, forget_pulls
 from bot.records.types import Pull
 
 
@@ -108,14 +109,16 @@ async def closed_pull_refs(db: Database) -> dict[str, list[int]]:
 
 
 async def delete_installation(db: Database, installation_id: int) -> list[str]:
-    """Delete the installation's PRs, reviews, findings and processed deliveries (its sessions
-    go first, through `bot.records.sessions`); returns its repositories."""
+    """Delete the installation's PRs, reviews, findings, review figures (out of the sums too)
+    and processed deliveries (its sessions go first, through `bot.records.sessions`);
+    returns its repositories."""
     rows = await db.fetchall(
         "SELECT DISTINCT repo FROM pulls WHERE installation_id = ?", (installation_id,)
     )
-    async with db.transaction() as conn:
+    async with db.transaction(lock=FIGURES_LOCK) as conn:  # no recount moves the sums meanwhile
         pulls = "SELECT id FROM pulls WHERE installation_id = ?"
         reviews = f"SELECT id FROM reviews WHERE pull_id IN ({pulls})"
+        await forget_pulls(conn, pulls, (installation_id,))
         for statement in (
             f"DELETE FROM findings WHERE review_id IN ({reviews})",
             f"DELETE FROM reviews WHERE pull_id IN ({pulls})",

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from bot.records import ledger
 from bot.records.database import Database
+from bot.records.database import marks as _marks
 from bot.records.ledger import LedgerWrites
 from bot.records.types import DraftFinding, Review
 from bot.records.vocab import ACTIVE, GONE, ReviewState, sql_in
@@ -26,10 +26,6 @@ from bot.texts import PEOPLE, say
 
 # What a draft finding stores: each of its fields is a column of `findings`.
 COLUMNS = tuple(field.name for field in dataclasses.fields(DraftFinding))
-
-
-def _marks(values: Iterable[object]) -> str:
-    return ",".join("?" for _ in values) or "NULL"
 
 
 async def create(

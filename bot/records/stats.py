@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from bot.records.database import Database
+from bot.records.database import marks as _marks
 from bot.records.vocab import DRAFTED, dropped_by_person
 
 FIGURES_LOCK = "review-figures"  # one recount at a time: the sums move by differences
@@ -112,10 +113,6 @@ _COUNTS = [field.name for field in fields(ModelFigures) if field.type == "int"]
 # The sums `figure_totals` keeps per provider and model (`usd_nanos` and `priced_runs` give
 # ModelFigures.usd).
 _TOTALS = (*_COUNTS, "usd_nanos", "priced_runs")
-
-
-def _marks(values: Sequence[Any]) -> str:
-    return ", ".join("?" for _ in values)
 
 
 def _per_review(where: str) -> str:
@@ -223,6 +220,26 @@ async def _recount(conn: Any, limit: int) -> int:
             f"INSERT INTO review_figures ({_ROW}) VALUES ({_marks(columns)})",
             [tuple(row[name] for name in columns) for row in after],
         )
+    await _move_totals(conn, before, after)
+    ids = [row["id"] for row in marks]
+    await conn.execute(f"DELETE FROM figures_stale WHERE id IN ({_marks(ids)})", ids)
+    return len(marks)
+
+
+async def forget_pulls(conn: Any, pulls: str, args: Sequence[Any]) -> None:
+    """The figures of the reviews of the PRs `pulls` selects (`SELECT id FROM pulls …` with
+    `args`) taken out of the sums, and their rows and stale marks deleted: their installation
+    is gone, and nothing of it is kept. In the caller's transaction, under FIGURES_LOCK."""
+    cursor = await conn.execute(
+        f"SELECT {_ROW} FROM review_figures WHERE pull_id IN ({pulls})", args
+    )
+    await _move_totals(conn, await cursor.fetchall(), [])
+    await conn.execute(f"DELETE FROM review_figures WHERE pull_id IN ({pulls})", args)
+    await conn.execute(f"DELETE FROM figures_stale WHERE pull_id IN ({pulls})", args)
+
+
+async def _move_totals(conn: Any, before: Sequence[Any], after: Sequence[Any]) -> None:
+    """The sums moved as the figures rows `before` become `after` (`_differences`)."""
     for (provider, model), change in _differences(before, after).items():
         await conn.execute(
             f"INSERT INTO figure_totals (provider, model, {', '.join(_TOTALS)})"
@@ -230,9 +247,6 @@ async def _recount(conn: Any, limit: int) -> int:
             + ", ".join(f"{name} = figure_totals.{name} + excluded.{name}" for name in _TOTALS),
             (provider, model, *(change[name] for name in _TOTALS)),
         )
-    ids = [row["id"] for row in marks]
-    await conn.execute(f"DELETE FROM figures_stale WHERE id IN ({_marks(ids)})", ids)
-    return len(marks)
 
 
 def _differences(before: Sequence[Any], after: Sequence[Any]) -> dict[tuple[str, str], dict]:

@@ -161,11 +161,17 @@ def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
     return start, (start + _span(finding)) if finding.end_line else None
 
 
-def _span(finding: Finding) -> int:
-    return min((finding.end_line or finding.line or 0) - (finding.line or 0), CODE_LINES - 1)
+def _span(finding: Finding, length: int | None = None) -> int:
+    """How many lines the finding's code runs past its first (at most CODE_LINES - 1): to
+    the file's end (`length` lines) at most, as its key was made (`pointed_lines`)."""
+    end = finding.end_line or finding.line or 0
+    if length is not None:
+        end = min(end, length)
+    return max(0, min(end - (finding.line or 0), CODE_LINES - 1))
 
 
 ANCHORS = 64  # past this many places of a code's rarest line, its size's windows are hashed
+ARRIVALS = 100  # files a push added, read for the code of a finding whose file it removed
 
 
 class CodeIndex:
@@ -205,11 +211,13 @@ class CodeIndex:
             lines = self._collapsed[start - 1 : start + span]
         return [line for line in lines if line]
 
-    def find(self, finding: Finding, code: str) -> int | None:
-        """The first line of a window of the finding's size whose code key is `code`."""
+    def find(self, finding: Finding, code: str, length: int | None = None) -> int | None:
+        """The first line of a window of the finding's size whose code key is `code` (its
+        lines up to the end of the file it was keyed in, `length` lines; unknown: this one)."""
         if not (code and finding.line):
             return None
-        return self._windows(_span(finding)).get(code)
+        span = _span(finding, len(self.lines) if length is None else length)
+        return self._windows(span).get(code)
 
     def find_lines(self, code: list[str], span: int) -> int | EllipsisType | None:
         """The first line of a window of span + 1 lines whose code (`window`) is `code`;
@@ -538,6 +546,9 @@ class Texts:
     read: dict[tuple[str, str], str | None] = field(default_factory=dict)
     indexes: dict[tuple[str, str], CodeIndex | None] = field(default_factory=dict, repr=False)
     starts: dict[int, int | None] = field(default_factory=dict, repr=False)  # by F number
+    # (path, earlier head) → the files at the head its code may have gone to: the path is
+    # gone at the head, and since that earlier head it was renamed to these, or they were added
+    arrivals: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False)
 
     async def of(self, path: str, side: str | None) -> str | None:
         where = (path, side or "RIGHT")
@@ -565,6 +576,31 @@ class Texts:
             if (f.path, item.head) not in self.read:
                 same = item.head == self.tree.head_sha
                 self.read[f.path, item.head] = text if same else await self._show(item.head, f.path)
+            if text is None and item.key.code and (f.path, item.head) not in self.arrivals:
+                self.arrivals[f.path, item.head] = await self._arrived(f.path, item.head)
+
+    async def _arrived(self, path: str, since: str) -> list[str]:
+        """The files at the head that `path` (gone there) was renamed to since `since`, and
+        those added since (a rename with other edits shows as one), read: its code may be
+        there as it was. Added files are read ARRIVALS at most."""
+        out = await self.tree.git(
+            "diff", "--name-status", "-z", "-M", "--no-ext-diff", since, self.tree.head_sha
+        )
+        fields = out.decode("utf-8", errors="replace").split("\0")
+        renamed, added, n = [], [], 0
+        while n + 1 < len(fields) and fields[n]:  # a status, then its path (two: R and C)
+            status = fields[n][:1]
+            count = 2 if status in ("R", "C") else 1
+            names = fields[n + 1 : n + 1 + count]
+            if count == 2 and names[0] == path:
+                renamed.append(names[-1])
+            elif status == "A":
+                added.append(names[0])
+            n += 1 + count
+        found = [*renamed, *added[:ARRIVALS]]
+        for arrived in found:
+            await self.of(arrived, "RIGHT")
+        return found
 
     def index(self, path: str, where: str | None) -> CodeIndex | None:
         """The file's index on a side (or at a commit) once `load` read it (None: no text)."""
@@ -592,28 +628,48 @@ class Texts:
         index = self.index(f.path, f.side)
         if index is None or not (item.key.code and f.line):
             return None
-        code = self._code(item)
-        if code is not None:
-            found = index.find_lines(code, _span(f))
-            if found is not ...:
-                return found
-        return index.find(f, item.key.code)
+        return self._find(index, item)
 
-    def _code(self, item: Item) -> list[str] | None:
-        """The item's code as the head it was drafted at shows it at its lines, when that is
-        the code its key names (else the key alone tells it)."""
+    def _find(self, index: CodeIndex, item: Item) -> int | None:
+        """Where the item's code is in the file `index` indexes (None: not there as it was)."""
         f = item.last
         earlier = self.index(f.path, item.head) if item.head and f.side != "LEFT" else None
-        code = earlier.window(f.line or 0, _span(f)) if earlier else None
+        # Its key was made of its lines up to the end of the file it was drafted on.
+        length = len(earlier.lines) if earlier else None
+        code = self._code(item, earlier)
+        if code is not None:
+            found = index.find_lines(code, _span(f, length))
+            if found is not ...:
+                return found
+        return index.find(f, item.key.code, length)
+
+    def _code(self, item: Item, earlier: CodeIndex | None) -> list[str] | None:
+        """The item's code as the head it was drafted at (`earlier`) shows it at its lines,
+        when that is the code its key names (else the key alone tells it)."""
+        f = item.last
+        code = earlier.window(f.line or 0, _span(f, len(earlier.lines))) if earlier else None
         return code if code and code_key(code) == item.key.code else None
 
     def moved(self, items: list[Item]) -> set[int]:
-        """The numbers whose code is not at the head as it was (edited, or gone)."""
+        """The numbers whose code is not at the head as it was (edited, or gone): not where
+        it was, nor in a file its own was renamed to or one added since (`arrivals`)."""
         return {
             item.ordinal
             for item in items
-            if item.key.code and item.status != LedgerStatus.FIXED and self.start(item) is None
+            if item.key.code
+            and item.status != LedgerStatus.FIXED
+            and self.start(item) is None
+            and not self._arrived_as_it_was(item)
         }
+
+    def _arrived_as_it_was(self, item: Item) -> bool:
+        if not item.last.line:
+            return False
+        for path in self.arrivals.get((item.last.path, item.head or ""), ()):
+            index = self.index(path, "RIGHT")
+            if index is not None and self._find(index, item) is not None:
+                return True
+        return False
 
 
 # -- a review job's use of it -----------------------------------------------------------

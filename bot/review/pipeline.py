@@ -8,7 +8,7 @@ job, the verify pass and eval replays all run this same function.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +91,9 @@ class Draft:
     resolved: tuple[int, ...] = ()  # earlier findings (F numbers) the reviewer says are fixed
     changed: frozenset[str] = frozenset()  # in a re-review: the paths the push changed
     diff: DiffModel | None = field(default=None, repr=False, compare=False)  # the PR's
+    # path → why: the changed files the reviewer's diff left out (noise, `ignore` globs); a
+    # later turn on the draft (the verify pass, a revision) leaves them out too
+    left_out: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -221,7 +224,14 @@ async def review_worktree(
     if not plan.reviewed:
         nothing = say(PEOPLE, "nothing_to_review")
         return Draft(
-            nothing, Verdict.COMMENT, [], plan.skipped, rules=rules, changed=changed, diff=diff
+            nothing,
+            Verdict.COMMENT,
+            [],
+            plan.skipped,
+            rules=rules,
+            changed=changed,
+            diff=diff,
+            left_out=plan.left_out,
         )
     provider = reviewer.models.provider(request.provider, request.model)
     session = await create_session(
@@ -269,6 +279,7 @@ async def review_worktree(
         ),
         changed=changed,
         diff=diff,
+        left_out=plan.left_out,
     )
 
 
@@ -287,27 +298,36 @@ async def revise_review(
     *,
     comment_id: int | None = None,
     source: str | None = None,
+    left_out: Mapping[str, str] | None = None,
 ) -> Draft:
     """The reviewer's session continues with `message` (feedback on its draft; None resumes
-    an interrupted turn) and submits its review again."""
+    an interrupted turn) and submits its review again; `left_out`: the files the review left
+    out (`bot.review.rules.files_left_out`), out of its diff again."""
     diff = await pr_diff(tree)
-    return await _submitted(
+    draft = await _submitted(
         reviewer,
-        Toolbox(tree),
+        Toolbox(tree, left_out=left_out),
         session,
         diff,
         message,
         origin=(comment_id, source),
         subkind="revision",
     )
+    return replace(draft, left_out=dict(left_out or {}))
 
 
-async def stored_draft(tree: Worktree, session: Session, submission: dict[str, Any]) -> Draft:
+async def stored_draft(
+    tree: Worktree,
+    session: Session,
+    submission: dict[str, Any],
+    left_out: Mapping[str, str] | None = None,
+) -> Draft:
     """A draft the reviewer submitted before a restart, read back from its conversation."""
     draft = parse_submission(submission)
     diff = await pr_diff(tree)
+    found = placed_findings(draft, diff)
     return Draft(
-        draft.summary, draft.verdict, placed_findings(draft, diff), (), None, None, session.id
+        draft.summary, draft.verdict, found, (), None, None, session.id, left_out=left_out or {}
     )
 
 

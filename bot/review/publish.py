@@ -297,6 +297,9 @@ class Publisher:
             for _number, thread in threads:
                 if not thread.resolved:
                     await self.gh.graphql(RESOLVE_MUTATION, id=thread.id)
+        except UnexpectedAnswer as exc:  # no refusal: no permission would change it
+            log.warning("review threads not resolved", extra={"fields": {"missing": exc.missing}})
+            return say(PEOPLE, "resolve_unanswered", missing=exc.missing)
         except Exception as exc:
             if not _github_said_no(exc):
                 raise
@@ -504,7 +507,11 @@ class Publisher:
 
 class UnexpectedAnswer(Exception):
     """GitHub answered, but without what was asked for (a GraphQL answer whose pull request
-    is null: the App no longer sees it)."""
+    is null: the App no longer sees it); `missing` names the field."""
+
+    def __init__(self, missing: str) -> None:
+        super().__init__(missing)
+        self.missing = missing
 
 
 @dataclass(frozen=True)
@@ -523,12 +530,12 @@ def threads_page(data: Any) -> tuple[list[Thread], str | None]:
     threads = _field(data, "repository", "pullRequest", "reviewThreads")
     nodes, info = _field(threads, "nodes"), _field(threads, "pageInfo")
     if not isinstance(nodes, list):
-        raise UnexpectedAnswer("reviewThreads.nodes is not a list")
+        raise UnexpectedAnswer("reviewThreads.nodes")
     found = []
     for node in nodes:
         comments = _field(node, "comments", "nodes")
         if not isinstance(comments, list) or not all(isinstance(c, dict) for c in comments):
-            raise UnexpectedAnswer("a review thread's comments are not a list")
+            raise UnexpectedAnswer("reviewThreads.nodes.comments.nodes")
         found.append(
             Thread(
                 str(_field(node, "id")),
@@ -541,9 +548,9 @@ def threads_page(data: Any) -> tuple[list[Thread], str | None]:
 
 
 def _field(data: Any, *path: str) -> Any:
-    for name in path:
+    for n, name in enumerate(path, start=1):
         if not isinstance(data, dict) or name not in data:
-            raise UnexpectedAnswer(f"GitHub's answer has no {name}")
+            raise UnexpectedAnswer(".".join(path[:n]))
         data = data[name]
     return data
 

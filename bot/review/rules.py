@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bot.records.types import Finding
+from bot.records.types import Finding, Review
 from bot.records.vocab import FindingState, Severity, VerifyStatus
 from bot.review.noise import folded, over_cap
 
@@ -76,3 +76,12 @@ class DraftRules:
         """Of the findings going into a pending review, those summarised in its body
         (`max_findings` inline comments at most)."""
         return over_cap(findings, self.max_findings)
+
+
+def files_left_out(review: Review) -> dict[str, str]:
+    """The changed files a review's draft left out of the reviewer's diff (noise, `ignore`
+    globs), path → why as the status comment lists them: every later turn on it (a session's,
+    a revision, its verify pass) leaves them out too."""
+    rules = DraftRules.from_json(review.rules)
+    out = {*rules.noise, *rules.ignored}
+    return {path: why for path, why in json.loads(review.not_reviewed or "[]") if path in out}

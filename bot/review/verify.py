@@ -202,7 +202,7 @@ async def _verify(
     skill = await load_skill(reviewer.db, "verify")
     run = reviewer.agent(
         session,
-        Toolbox(tree, on_call=on_tool_call),
+        Toolbox(tree, on_call=on_tool_call, left_out=draft.left_out),
         skill,
         kind="verify",
         final=FinalAnswer(

@@ -35,6 +35,7 @@ from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
 from bot.review.publish import Publisher, refs, where
 from bot.review.revise import apply_revision
+from bot.review.rules import files_left_out
 from bot.skills import load_skill
 from bot.texts import render as render_text
 from bot.worktrees import GitError, Worktree
@@ -192,7 +193,7 @@ class Turn:
             skill = await load_skill(ctx.db, "critic" if self.child else "review")
             run = Reviewer.of(ctx).agent(
                 self.session,
-                Toolbox(tree),
+                Toolbox(tree, left_out=files_left_out(self.review)),
                 skill,
                 kind="session",
                 subkind=self.mode,
@@ -243,8 +244,9 @@ class Turn:
             ),
             None,
         )
+        left_out = files_left_out(self.review)
         if submitted is not None:  # revised before a restart; not yet applied
-            draft = await stored_draft(tree, self.session, submitted)
+            draft = await stored_draft(tree, self.session, submitted, left_out)
         else:
             reviewer = Reviewer.of(ctx)
             message = None if done is not None else self.text + await self._decisions()
@@ -255,6 +257,7 @@ class Turn:
                 message,
                 comment_id=self.comment_id,
                 source=self.source,
+                left_out=left_out,
             )
         change = await apply_revision(
             ctx,

@@ -396,6 +396,24 @@ class GitHubStandin:
             path = f"/repos/{repo.full_name}{match['rest'] or ''}"
         return path
 
+    def _failed(self, request: web.Request, path: str) -> web.Response | None:
+        """The answer of a failure `fail_next` set up for this request, if any."""
+        for failure in self.failures:
+            if (
+                failure.times > 0
+                and failure.method == request.method
+                and failure.pattern.search(path)
+            ):
+                failure.times -= 1
+                if failure.status == 0:  # unreachable: the connection drops, no answer
+                    assert request.transport is not None
+                    request.transport.close()
+                    return web.Response(status=500)
+                return web.json_response(
+                    failure.body, status=failure.status, headers=failure.headers
+                )
+        return None
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
@@ -411,20 +429,8 @@ class GitHubStandin:
             return _error(404, "Not Found")
         if self.validator is not None:
             self.violations.extend(self.validator.check_request(request.method, path, body))
-        for failure in self.failures:
-            if (
-                failure.times > 0
-                and failure.method == request.method
-                and failure.pattern.search(path)
-            ):
-                failure.times -= 1
-                if failure.status == 0:  # unreachable: the connection drops, no answer
-                    assert request.transport is not None
-                    request.transport.close()
-                    return web.Response(status=500)
-                return web.json_response(
-                    failure.body, status=failure.status, headers=failure.headers
-                )
+        if (failed := self._failed(request, path)) is not None:
+            return failed
         for method, pattern, handler in self._routes():
             match = pattern.match(path)
             if match and method == request.method:
@@ -893,6 +899,8 @@ class GitHubStandin:
             body = None
         self._record(request, request.path, body)
         await self.gate.wait()
+        if (failed := self._failed(request, request.path)) is not None:
+            return failed
         scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
         known = self.tokens.get(credential) if scheme.lower() in ("token", "bearer") else None
         if known is None or known[1] < time.time():
