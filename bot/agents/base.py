@@ -7,7 +7,6 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Protocol
 
 from bot.redaction import redact
@@ -15,6 +14,9 @@ from bot.texts import MODEL, say
 
 RATES_FILE = Path(__file__).with_name("rates.json")
 SAID_CHARS = 240  # how much of what a server said is quoted
+# The SDKs retry a network failure, a timeout, 408, 409, 429 and 5xx, honouring Retry-After:
+# five attempts in all, within the run's wall-clock budget.
+MAX_RETRIES = 4
 
 
 class AgentError(Exception):
@@ -165,34 +167,6 @@ def quoted(said: str, limit: int = SAID_CHARS) -> str:
 
 
 @dataclass
-class Transient:
-    retry_after: float | None = None
-
-
-def sdk_transient(sdk: ModuleType, exc: Exception) -> Transient | None:
-    """Retry advice for an `anthropic` or `openai` SDK error (both name them alike): a network
-    failure or timeout, 408, 409, 429 or 5xx, with the server's Retry-After when it sent one."""
-    if isinstance(exc, sdk.APIConnectionError):  # includes timeouts
-        return Transient()
-    if isinstance(exc, sdk.APIStatusError) and (
-        exc.status_code in (408, 409, 429) or exc.status_code >= 500
-    ):
-        return Transient(_retry_after(exc.response.headers))
-    return None
-
-
-def _retry_after(headers: Any) -> float | None:
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value:
-            try:
-                return float(value) / scale
-            except ValueError:
-                continue
-    return None
-
-
-@dataclass
 class ProviderRequest:
     system: str
     tools: list[dict[str, Any]]
@@ -206,9 +180,6 @@ class Provider(Protocol):
     fallback_rate: dict[str, float] | None  # for models not in rates.json (COCKPIT_CHAT_RATES)
 
     async def send(self, request: ProviderRequest) -> ModelReply: ...
-
-    def transient(self, exc: Exception) -> Transient | None:
-        """Retry advice for a transient failure (429, 5xx, overloaded, network), else None."""
 
     def user_message(self, text: str) -> list[dict[str, Any]]: ...
 

@@ -43,15 +43,14 @@ import openai
 
 from bot import texts
 from bot.agents.base import (
+    MAX_RETRIES,
     AgentError,
     ModelReply,
     ProviderRequest,
     ToolCall,
-    Transient,
     Usage,
     arguments_problem,
     quoted,
-    sdk_transient,
     server_said,
 )
 from bot.config import ChatSettings
@@ -101,7 +100,7 @@ class ChatEndpoint:
         client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=key or _no_key,
-            max_retries=0,  # the agent loop retries, with budgets
+            max_retries=MAX_RETRIES,
             # OPENAI_ORG_ID / OPENAI_PROJECT_ID belong to OpenAI, not to this server.
             default_headers={"OpenAI-Organization": openai.Omit(), "OpenAI-Project": openai.Omit()},
         )
@@ -233,7 +232,7 @@ class ChatProvider:
                     )
                     continue
                 if exc.status_code not in (400, 401, 403, 404, 422):
-                    raise  # the loop retries what is transient and describes the rest
+                    raise  # the SDK retried what is transient; the loop describes the rest
                 explained = explain(exc.status_code, said, self.model)
                 log.warning(
                     "chat server refused the request",
@@ -265,9 +264,6 @@ class ChatProvider:
             )
         said = text + "".join(str(c.arguments) for c in calls)
         return Usage(input_tokens=estimated, output_tokens=estimate_tokens(said))
-
-    def transient(self, exc: Exception) -> Transient | None:
-        return sdk_transient(openai, exc)
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": text}]

@@ -7,7 +7,7 @@ from typing import Any
 
 import anthropic
 
-from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage, sdk_transient
+from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Usage
 
 MAX_OUTPUT_TOKENS = 8192
 REQUEST_TIMEOUT = 180.0
@@ -57,9 +57,6 @@ class ClaudeProvider:
             items=[{"role": "assistant", "content": blocks}] if blocks else [],
             model=response.model or self.model,
         )
-
-    def transient(self, exc: Exception) -> Transient | None:
-        return sdk_transient(anthropic, exc)
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": [{"type": "text", "text": text}]}]

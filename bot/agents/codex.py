@@ -12,7 +12,7 @@ from typing import Any
 
 import openai
 
-from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage, sdk_transient
+from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Usage
 
 MAX_OUTPUT_TOKENS = 16_000
 REQUEST_TIMEOUT = 300.0
@@ -69,9 +69,6 @@ class CodexProvider:
             items=items,
             model=response.model or self.model,
         )
-
-    def transient(self, exc: Exception) -> Transient | None:
-        return sdk_transient(openai, exc)
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": text}]

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anthropic
+import openai
+
 from bot.agents.base import (
+    MAX_RETRIES,
     AgentError,
     Budget,
     BudgetExceeded,
@@ -41,11 +44,6 @@ from bot.records.vocab import RunStatus
 from bot.redaction import redact
 from bot.skills import prompt_text
 from bot.texts import PEOPLE, render, say
-
-log = logging.getLogger(__name__)
-
-MAX_ATTEMPTS = 5
-MAX_BACKOFF = 30.0
 
 Origin = tuple[int | None, str | None]  # the PR comment a message came from: id and source
 
@@ -99,7 +97,6 @@ class AgentRun:
     final: FinalAnswer = SUBMIT_REVIEW
     subkind: str | None = None
     metrics: Metrics | None = None
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     async def turn(
         self, user_text: str | None, *, comment_id: int | None = None, source: str | None = None
@@ -256,45 +253,18 @@ class AgentRun:
         return closed[-1] if closed else None
 
     async def _send(self, request: ProviderRequest, started: float) -> ModelReply:
-        attempt = 0
-        while True:
-            remaining = self.budget.max_seconds - (time.monotonic() - started)
-            if remaining <= 0:
-                raise BudgetExceeded(self._out_of_time())
-            attempt += 1
-            try:
-                async with asyncio.timeout(remaining):
-                    return await self.provider.send(request)
-            except TimeoutError:
-                raise BudgetExceeded(self._out_of_time()) from None
-            except AgentError:  # the provider said what went wrong and what to do
-                raise
-            except Exception as exc:
-                advice = self.provider.transient(exc)
-                if advice is None:
-                    raise AgentError(_describe(self.provider.name, exc)) from exc
-                if attempt >= MAX_ATTEMPTS:
-                    raise AgentError(
-                        say(
-                            PEOPLE,
-                            "provider_unavailable",
-                            provider=self.provider.name,
-                            attempts=attempt,
-                            reason=_describe(self.provider.name, exc),
-                        )
-                    ) from exc
-                delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
-                log.warning(
-                    "transient model error, retrying",
-                    extra={
-                        "fields": {
-                            "provider": self.provider.name,
-                            "attempt": attempt,
-                            "delay": delay,
-                        }
-                    },
-                )
-                await self.sleep(min(delay, MAX_BACKOFF, max(remaining - 1, 0)))
+        remaining = self.budget.max_seconds - (time.monotonic() - started)
+        if remaining <= 0:
+            raise BudgetExceeded(self._out_of_time())
+        try:
+            async with asyncio.timeout(remaining):  # the SDK's retries included
+                return await self.provider.send(request)
+        except TimeoutError:
+            raise BudgetExceeded(self._out_of_time()) from None
+        except AgentError:  # the provider said what went wrong and what to do
+            raise
+        except Exception as exc:
+            raise AgentError(_describe(self.provider.name, exc)) from exc
 
     def _count(self, reply: ModelReply, usage: dict[str, Usage]) -> None:
         model = reply.model or self.provider.model
@@ -375,14 +345,22 @@ def _as_dict(arguments: Any) -> Any:
 
 def _describe(provider: str, exc: Exception) -> str:
     """An SDK's error as the PR is told it: the status, and what the server said (redacted;
-    never after 401 or 403, whose message may hold part of the key it refused)."""
+    never after 401 or 403, whose message may hold part of the key it refused); "unavailable"
+    when the SDK gave up retrying it (each request carries its retry count)."""
     status = getattr(exc, "status_code", None)
     said = quoted(server_said(getattr(exc, "body", None))) if status not in (401, 403) else ""
-    return say(
+    error_class = exc.__class__.__name__
+    error = say(
         PEOPLE,
         "provider_error",
         provider=provider,
         status=status,
         said=said,
-        error_class=exc.__class__.__name__,
+        error_class=error_class,
+    )
+    sdk_error = isinstance(exc, anthropic.APIError | openai.APIError)
+    if not sdk_error or exc.request.headers.get("x-stainless-retry-count") != str(MAX_RETRIES):
+        return error
+    return say(
+        PEOPLE, "provider_unavailable", provider=provider, attempts=MAX_RETRIES + 1, reason=error
     )

@@ -9,7 +9,7 @@ from typing import Any
 import anthropic
 import openai
 
-from bot.agents.base import AgentError, Provider, chat_rate, quoted, server_said
+from bot.agents.base import MAX_RETRIES, AgentError, Provider, chat_rate, quoted, server_said
 from bot.agents.chat import ChatEndpoint, ChatProvider
 from bot.agents.claude import ClaudeProvider
 from bot.agents.codex import CodexProvider
@@ -31,8 +31,7 @@ def _not_configured(provider: str, *variables: str) -> AgentError:
 
 class ModelClients:
     """One SDK client per provider per process (connection reuse). `claude` and `codex` take
-    their keys from the SDKs' own environment variables, `chat` from COCKPIT_CHAT_* only.
-    SDK retries are off: the agent loop retries with budgets."""
+    their keys from the SDKs' own environment variables, `chat` from COCKPIT_CHAT_* only."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -44,7 +43,7 @@ class ModelClients:
         if name == "claude":
             if self._anthropic is None:
                 try:
-                    self._anthropic = anthropic.AsyncAnthropic(max_retries=0)
+                    self._anthropic = anthropic.AsyncAnthropic(max_retries=MAX_RETRIES)
                 except anthropic.AnthropicError as exc:
                     raise _not_configured("claude", "ANTHROPIC_API_KEY") from exc
                 _known(self._anthropic.api_key, self._anthropic.auth_token, self._anthropic)
@@ -56,7 +55,7 @@ class ModelClients:
         if name == "codex":
             if self._openai is None:
                 try:
-                    self._openai = openai.AsyncOpenAI(max_retries=0)
+                    self._openai = openai.AsyncOpenAI(max_retries=MAX_RETRIES)
                 except openai.OpenAIError as exc:
                     raise _not_configured("codex", "OPENAI_API_KEY") from exc
                 _known(self._openai.api_key, None, self._openai)
@@ -153,7 +152,7 @@ async def _probe_chat(clients: ModelClients, model: str) -> list[str]:
     assert isinstance(provider, ChatProvider)
     endpoint = provider.endpoint
     try:
-        page = await endpoint.client.models.list(
+        page = await endpoint.client.with_options(max_retries=0).models.list(
             extra_headers=endpoint.headers, timeout=PROBE_TIMEOUT
         )
     except openai.APIConnectionError as exc:

@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -205,7 +205,6 @@ class LLMJudge:
     name: str
     model: str | None = None
     concurrency: int = 8
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     usage: dict[str, Usage] = field(default_factory=dict)
     asked: int = 0
     cached: int = 0
@@ -273,29 +272,18 @@ class LLMJudge:
             ),
             cache_key="pr-cockpit-eval-judge",
         )
-        for attempt in range(1, 6):
-            try:
-                reply = await provider.send(request)
-            except AgentError:  # the provider said what is wrong (a chat server's refusal)
-                raise
-            except Exception as exc:
-                advice = provider.transient(exc)
-                if advice is None or attempt == 5:
-                    raise AgentError(
-                        say(
-                            OPERATOR,
-                            "eval.judge_failed",
-                            judge=self.name,
-                            error_class=exc.__class__.__name__,
-                        )
-                    ) from exc
-                delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
-                await self.sleep(min(delay, 30.0))
-                continue
-            self.asked += 1
-            self.usage.setdefault(reply.model or provider.model, Usage()).add(reply.usage)
-            return parse_answer(reply.text)
-        return None
+        try:
+            reply = await provider.send(request)  # the SDK retried what is transient
+        except AgentError:  # the provider said what is wrong (a chat server's refusal)
+            raise
+        except Exception as exc:
+            error_class = exc.__class__.__name__
+            raise AgentError(
+                say(OPERATOR, "eval.judge_failed", judge=self.name, error_class=error_class)
+            ) from exc
+        self.asked += 1
+        self.usage.setdefault(reply.model or provider.model, Usage()).add(reply.usage)
+        return parse_answer(reply.text)
 
 
 def make_judge(name: str, db: Database, models: ModelClients, model: str | None = None) -> Judge:
