@@ -124,6 +124,16 @@ class ToolCall:
     arguments: Any  # dict (Claude) or JSON text (Codex); the toolbox accepts both
 
 
+def arguments_object(arguments: Any) -> dict[str, Any] | None:
+    """A tool call's arguments as an object (empty text is `{}`); None when they are not one."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError:
+            return None
+    return arguments if isinstance(arguments, dict) else None
+
+
 def arguments_problem(arguments: Any) -> str | None:
     """Why a tool call's arguments cannot be read as an object (None: they can)."""
     if isinstance(arguments, dict):
@@ -185,8 +195,3 @@ class Provider(Protocol):
 
     def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
         """Native messages answering tool calls: (call, output, is_error)."""
-
-    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-        """`messages` with an error result `text` right after the reply of every tool call
-        that has no result (a turn stopped mid-tool, a killed process): the API refuses a
-        conversation holding a call without its result."""

@@ -278,30 +278,6 @@ class ChatProvider:
             for call, output, is_error in results
         ]
 
-    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-        """The results of an assistant message's calls are the `tool` messages right after it;
-        a call without one there is answered at the end of that run of results."""
-        closed: list[dict[str, Any]] = []
-        pending: dict[str, ToolCall] = {}
-        for message in messages:
-            if message.get("role") == "tool" and pending:
-                pending.pop(str(message.get("tool_call_id")), None)
-            elif pending:  # the run of results has ended
-                closed.extend(self.tool_results([(c, text, True) for c in pending.values()]))
-                pending = {}
-            closed.append(message)
-            if message.get("role") == "assistant":
-                pending = {
-                    str(c.get("id")): ToolCall(
-                        str(c.get("id")),
-                        str((c.get("function") or {}).get("name", "")),
-                        (c.get("function") or {}).get("arguments") or "{}",
-                    )
-                    for c in message.get("tool_calls") or []
-                }
-        closed.extend(self.tool_results([(c, text, True) for c in pending.values()]))
-        return closed
-
 
 def _calls(raw: Sequence[dict[str, Any]]) -> list[ToolCall]:
     """The reply's function calls (as `read_completion` checked them), each with an id unique

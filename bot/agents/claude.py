@@ -77,32 +77,6 @@ class ClaudeProvider:
             }
         ]
 
-    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-        answered = {
-            block.get("tool_use_id")
-            for message in messages
-            for block in _blocks(message)
-            if block.get("type") == "tool_result"
-        }
-        closed: list[dict[str, Any]] = []
-        for message in messages:
-            closed.append(message)
-            dangling = [
-                (ToolCall(block["id"], block.get("name", ""), block.get("input") or {}), text, True)
-                for block in _blocks(message)
-                if message.get("role") == "assistant"
-                and block.get("type") == "tool_use"
-                and block.get("id") not in answered
-            ]
-            if dangling:  # the results open the next user turn, before anything said after
-                closed.extend(self.tool_results(dangling))
-        return closed
-
-
-def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    content = message.get("content")
-    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-
 
 def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Join consecutive messages of one role (a tool result then a person's text)."""

@@ -82,23 +82,3 @@ class CodexProvider:
             }
             for call, output, is_error in results
         ]
-
-    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-        answered = {i.get("call_id") for i in messages if i.get("type") == "function_call_output"}
-        closed: list[dict[str, Any]] = []
-        pending: list[tuple[ToolCall, str, bool]] = []
-        for item in messages:
-            if pending and not _from_model(item):  # after the reply that made the calls
-                closed.extend(self.tool_results(pending))
-                pending = []
-            closed.append(item)
-            if item.get("type") == "function_call" and item.get("call_id") not in answered:
-                name, arguments = item.get("name", ""), item.get("arguments") or "{}"
-                pending.append((ToolCall(item["call_id"], name, arguments), text, True))
-        closed.extend(self.tool_results(pending))
-        return closed
-
-
-def _from_model(item: dict[str, Any]) -> bool:
-    """An item of a model reply (its text, reasoning or calls), not a result or a message."""
-    return item.get("type") in ("function_call", "reasoning") or item.get("role") == "assistant"

@@ -7,7 +7,6 @@ with per-model `run_usage`, so cost is known even when a run fails half-way.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from bot.agents.base import (
     ProviderRequest,
     ToolCall,
     Usage,
+    arguments_object,
     arguments_problem,
     cost_usd,
     quoted,
@@ -34,7 +34,7 @@ from bot.agents.base import (
 from bot.agents.budget import admission, day_start
 from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
-from bot.agents.transcript import answer_text
+from bot.agents.transcript import answer_text, close_dangling
 from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.messages import append_messages, load_messages
@@ -202,7 +202,7 @@ class AgentRun:
                         continue
                     if call.name == final.name:
                         try:
-                            answer = final.parse(_as_dict(call.arguments))
+                            answer = final.parse(arguments_object(call.arguments))
                             results.append((call, fragment(final.acknowledgement), False))
                         except InvalidAnswer as exc:
                             if repaired:
@@ -240,14 +240,14 @@ class AgentRun:
         """The stored conversation as the API takes it: a tool call stored without its result
         (its turn was stopped, or the process killed, mid-call) is answered "interrupted"."""
         stored = await load_messages(self.db, self.session.id)
-        return self.provider.answer_dangling(stored, interrupted())
+        return close_dangling(stored, self.provider.tool_results, interrupted())
 
     async def _settle(self) -> dict[str, Any] | None:
         """Before a turn adds to the conversation: store the "interrupted" results of the tool
         calls an earlier turn left unanswered at its end (a killed process had no chance to).
         Returns the conversation's last message."""
         stored = await load_messages(self.db, self.session.id)
-        closed = self.provider.answer_dangling(stored, interrupted())
+        closed = close_dangling(stored, self.provider.tool_results, interrupted())
         if len(closed) > len(stored) and closed[: len(stored)] == stored:
             await self._store(closed[len(stored) :])
         return closed[-1] if closed else None
@@ -331,16 +331,6 @@ def interrupted() -> str:
 
 def unreadable_arguments(tool: str, problem: str) -> str:
     return render("prompts/tool_arguments_invalid.md.j2", tool=tool, problem=problem).strip()
-
-
-def _as_dict(arguments: Any) -> Any:
-    """A tool call's arguments as `arguments_problem` reads them (empty text is `{}`)."""
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments or "{}")
-        except ValueError:
-            return None
-    return arguments
 
 
 def _describe(provider: str, exc: Exception) -> str:
