@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from bot.agents.base import AgentError, Budget, BudgetExceeded
-from bot.agents.loop import AgentRun, interrupted
+from bot.agents.loop import AgentRun, Answer, interrupted
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
 from bot.config import Settings
@@ -58,7 +58,7 @@ async def env(tmp_path):
 
 
 async def make_run(
-    env, provider_name, *, budget=None, model=None, expect_submit=True, session=None
+    env, provider_name, *, budget=None, model=None, answer=Answer.REQUIRED, session=None
 ):
     db = env["db"]
     provider = env["clients"].provider(provider_name, model)
@@ -74,7 +74,7 @@ async def make_run(
         kind="review",
         budget=budget,
         skill_version_id=skill.id,
-        expect_submit=expect_submit,
+        answer=answer,
     )
 
 
@@ -161,7 +161,7 @@ async def test_tool_call_budget_is_enforced(env, provider, anthropic_standin, op
     assert usage[0] > 0  # what the failed run cost is still recorded
     # The call cut short by the budget has its result: the conversation can go on.
     standin.policy = Scripted(say("Six calls were too many."))
-    again = await make_run(env, provider, session=run.session, expect_submit=False)
+    again = await make_run(env, provider, session=run.session, answer=Answer.NONE)
     assert (await again.turn("What did you find?")).text == "Six calls were too many."
     results = standin.normalise(standin.requests[-1]).tool_results
     assert len(results) == 6 and interrupted() in results[-1]
@@ -175,13 +175,23 @@ async def test_a_turn_resumed_after_the_models_answer_takes_the_next_step(
     nudges (a request never ends with the model's own message: Claude refuses prefill)."""
     standin = anthropic_standin if provider == "claude" else openai_standin
     standin.policy = Scripted(say("I will revise the draft."))
-    first = await make_run(env, provider, expect_submit=False)
+    first = await make_run(env, provider, answer=Answer.NONE)
     await first.turn("Review feedback: F2 is a nit.")
     standin.policy = Scripted(call("submit_review", **VALID))
     resumed = await make_run(env, provider, session=first.session)
     assert (await resumed.turn(None)).draft is not None
     texts = standin.normalise(standin.requests[-1]).user_texts
     assert texts[-1].startswith("You ended your turn without calling submit_review")
+
+
+async def test_an_offered_final_tool_is_listed_but_a_call_is_told_not_now(env, anthropic_standin):
+    """A reviewer's later turns keep `submit_review` listed (the prompt cache holds), but a
+    question is answered in prose."""
+    anthropic_standin.policy = Scripted(call("submit_review", **VALID), say("It is the eval."))
+    result = await (await make_run(env, "claude", answer=Answer.OFFERED)).turn("Why?")
+    assert result.text == "It is the eval." and result.answer is None
+    last = anthropic_standin.normalise(anthropic_standin.requests[-1])
+    assert "submit_review" in last.tools and "plain text" in last.tool_results[-1]
 
 
 async def test_an_empty_claude_answer_is_not_stored(env, anthropic_standin):
@@ -287,7 +297,7 @@ async def test_session_messages_have_stable_ids_and_survive_restart(
     await env["db"].close()  # the process restarts …
     env["db"] = await SqliteDatabase.open(tmp_path / "db.sqlite3")
     anthropic_standin.policy = Scripted(say("It is the eval on line 2."))
-    again = await make_run(env, "claude", session=session, expect_submit=False)
+    again = await make_run(env, "claude", session=session, answer=Answer.NONE)
     result = await again.turn("Which finding matters most?")
     assert result.text == "It is the eval on line 2."
     history = await load_messages(env["db"], session.id)

@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import anthropic
@@ -65,6 +66,14 @@ class FinalAnswer:
 SUBMIT_REVIEW = FinalAnswer(SUBMIT_TOOL, parse_submission, "submit_nudge")
 
 
+class Answer(Enum):
+    """What a turn does with its final tool."""
+
+    REQUIRED = "required"  # the turn ends with its answer (a review, a verify pass)
+    OFFERED = "offered"  # listed, so the prompt cache holds, but a call is told "not now"
+    NONE = "none"  # not listed (a critic's turns)
+
+
 @dataclass
 class TurnResult:
     run_id: int
@@ -92,8 +101,7 @@ class AgentRun:
     budget: Budget
     skill_version_id: int | None = None
     review_id: int | None = None
-    expect_submit: bool = True
-    offer_submit: bool | None = None  # default: when expected (a primary session keeps it)
+    answer: Answer = Answer.REQUIRED
     final: FinalAnswer = SUBMIT_REVIEW
     subkind: str | None = None
     metrics: Metrics | None = None
@@ -158,12 +166,12 @@ class AgentRun:
         elif last is not None and last.get("role") == "assistant":
             # Resumed after the model's answer was stored and before the next step was (the
             # process died): take that step now; a request never ends with the model's text.
-            if not self.expect_submit:
+            if self.answer is not Answer.REQUIRED:
                 return TurnResult(run_id, answer_text(last), None, 0)
             await self._store(self.provider.user_message(fragment(final.nudge)))
             repaired = True
-        offer = self.expect_submit if self.offer_submit is None else self.offer_submit
-        tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
+        offered = [final.tool] if self.answer is not Answer.NONE else []
+        tools = [*self.toolbox.definitions, *offered]
         tool_calls = 0
         broken = False  # the last reply had a call whose arguments were not a JSON object
         while True:
@@ -179,7 +187,7 @@ class AgentRun:
             if reply.items:
                 await self._store(reply.items)
             if not reply.tool_calls:
-                if not self.expect_submit:
+                if self.answer is not Answer.REQUIRED:
                     return TurnResult(run_id, reply.text, None, tool_calls)
                 if repaired:
                     raise AgentError(say(PEOPLE, "no_final_answer", tool=final.name))
@@ -197,7 +205,7 @@ class AgentRun:
                     if problem:  # one corrective turn: the next reply's arguments must be valid
                         results.append((call, unreadable_arguments(call.name, problem), True))
                         continue
-                    if call.name == final.name and not self.expect_submit:
+                    if call.name == final.name and self.answer is not Answer.REQUIRED:
                         results.append((call, fragment("not_now"), True))
                         continue
                     if call.name == final.name:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from bot.agents.base import Budget
-from bot.agents.loop import SUBMIT_REVIEW, AgentRun, FinalAnswer
+from bot.agents.loop import SUBMIT_REVIEW, AgentRun, Answer, FinalAnswer
 from bot.agents.providers import ModelClients
 from bot.agents.submit import ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
@@ -117,8 +117,7 @@ class Reviewer:
         kind: str,
         subkind: str | None = None,
         final: FinalAnswer = SUBMIT_REVIEW,
-        expect_submit: bool = True,
-        offer_submit: bool | None = None,
+        answer: Answer = Answer.REQUIRED,
     ) -> AgentRun:
         """A turn of `session` (on its provider and model) with `skill` as its system prompt,
         charged to the session's review, under this reviewer's budgets."""
@@ -133,8 +132,7 @@ class Reviewer:
             budget=self.budget,
             skill_version_id=skill.id,
             review_id=session.review_id,
-            expect_submit=expect_submit,
-            offer_submit=offer_submit,
+            answer=answer,
             final=final,
             metrics=self.metrics,
         )
