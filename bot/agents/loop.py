@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import anthropic
 import openai
 
+from bot.agents.answers import SUBMIT_REVIEW, FinalAnswer, InvalidAnswer, ReviewDraft
 from bot.agents.base import (
     MAX_RETRIES,
     AgentError,
@@ -33,7 +33,6 @@ from bot.agents.base import (
     server_said,
 )
 from bot.agents.budget import admission, day_start
-from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.agents.transcript import answer_text, close_dangling
 from bot.metrics import Metrics
@@ -47,23 +46,6 @@ from bot.skills import prompt_text
 from bot.texts import PEOPLE, render, say
 
 Origin = tuple[int | None, str | None]  # the PR comment a message came from: id and source
-
-
-@dataclass(frozen=True)
-class FinalAnswer:
-    """The tool that ends a turn with a structured answer, and how to read its input."""
-
-    tool: dict[str, Any]
-    parse: Callable[[Any], Any]  # raises InvalidAnswer saying what to fix (one repair turn)
-    nudge: str  # the prompt sent once when the model ends its turn without calling the tool
-    acknowledgement: str = "submitted"  # the prompt the tool call is answered with
-
-    @property
-    def name(self) -> str:
-        return str(self.tool["name"])
-
-
-SUBMIT_REVIEW = FinalAnswer(SUBMIT_TOOL, parse_submission, "submit_nudge")
 
 
 class Answer(Enum):
