@@ -208,7 +208,7 @@ class AgentRun:
                         raise BudgetExceeded(
                             say(PEOPLE, "budget_tool_calls", limit=self.budget.max_tool_calls)
                         )
-                    output = await self.toolbox.call(call.name, call.arguments)
+                    output = await self.toolbox.call(call.name, arguments_object(call.arguments))
                     results.append((call, output, False))
             except BaseException:  # stopped or failed mid-call: every call still gets a result
                 done = {call.id for call, _, _ in results}
