@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,20 +60,17 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
 
+    def counts(self) -> dict[str, int]:
+        """Tokens by kind: input, output, cache_read, cache_write (a rate's keys)."""
+        return {f.name.removesuffix("_tokens"): getattr(self, f.name) for f in fields(self)}
+
     def add(self, other: Usage) -> None:
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.cache_read_tokens += other.cache_read_tokens
-        self.cache_write_tokens += other.cache_write_tokens
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     @property
     def total(self) -> int:
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_tokens
-            + self.cache_write_tokens
-        )
+        return sum(self.counts().values())
 
 
 @cache
@@ -109,19 +106,14 @@ def cost_usd(model: str, usage: Usage, fallback: dict[str, float] | None = None)
     rate = rate_for(model) or fallback
     if rate is None:
         return None
-    return (
-        usage.input_tokens * rate["input"]
-        + usage.output_tokens * rate["output"]
-        + usage.cache_read_tokens * rate["cache_read"]
-        + usage.cache_write_tokens * rate["cache_write"]
-    ) / 1_000_000
+    return sum(count * rate[kind] for kind, count in usage.counts().items()) / 1_000_000
 
 
 @dataclass
 class ToolCall:
     id: str
     name: str
-    arguments: Any  # dict (Claude) or JSON text (Codex); the toolbox accepts both
+    arguments: Any  # an object (Claude) or its JSON text (Codex, chat), maybe broken
 
 
 def arguments_object(arguments: Any) -> dict[str, Any] | None:

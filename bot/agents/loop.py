@@ -260,18 +260,12 @@ class AgentRun:
         model = reply.model or self.provider.model
         usage.setdefault(model, Usage()).add(reply.usage)
         if self.metrics:
-            for kind, value in (
-                ("input", reply.usage.input_tokens),
-                ("output", reply.usage.output_tokens),
-                ("cache_read", reply.usage.cache_read_tokens),
-                ("cache_write", reply.usage.cache_write_tokens),
-            ):
-                self.metrics.model_tokens.labels(
-                    provider=self.provider.name, model=model, kind=kind
-                ).inc(value)
+            labels = {"provider": self.provider.name, "model": model}
+            for kind, count in reply.usage.counts().items():
+                self.metrics.model_tokens.labels(**labels, kind=kind).inc(count)
             cost = cost_usd(model, reply.usage, self.provider.fallback_rate)
             if cost:
-                self.metrics.model_cost.labels(provider=self.provider.name, model=model).inc(cost)
+                self.metrics.model_cost.labels(**labels).inc(cost)
 
     def _out_of_time(self) -> str:
         return say(PEOPLE, "budget_wall_clock", seconds=self.budget.max_seconds)
