@@ -11,11 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.agents.base import ToolCall
+from bot.agents.base import ToolCall, close_dangling
 from bot.agents.chat import ChatProvider, join_user_turns, outgoing
 from bot.agents.claude import ClaudeProvider, merge_roles
 from bot.agents.codex import CodexProvider
-from bot.agents.transcript import close_dangling
 from bot.standin.models import anthropic_rejection, chat_rejection, openai_rejection
 
 INTERRUPTED = "interrupted"

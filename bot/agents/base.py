@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
@@ -144,10 +145,71 @@ class ModelReply:
     """One model response, normalised; `items` are the native messages to store and resend."""
 
     text: str
-    tool_calls: list[ToolCall]
     usage: Usage
     items: list[dict[str, Any]]
     model: str = ""
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [call for item in self.items for call in calls(item)]
+
+
+Results = Callable[[list[tuple[ToolCall, str, bool]]], list[dict[str, Any]]]
+
+
+def calls(item: dict[str, Any]) -> list[ToolCall]:
+    """The tool calls in a native message, whichever provider wrote it."""
+    if item.get("type") == "function_call":  # Responses
+        arguments = item.get("arguments") or "{}"
+        return [ToolCall(str(item.get("call_id")), str(item.get("name", "")), arguments)]
+    made = []
+    for call in item.get("tool_calls") or []:  # Chat Completions
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            arguments = function.get("arguments") or "{}"
+            made.append(ToolCall(str(call.get("id")), str(function.get("name", "")), arguments))
+    for block in blocks(item, "tool_use"):  # Messages
+        arguments = block.get("input") or {}
+        made.append(ToolCall(str(block.get("id")), str(block.get("name", "")), arguments))
+    return made
+
+
+def answered(item: dict[str, Any]) -> set[str]:
+    """The ids of the calls a native message holds the results of."""
+    if item.get("type") == "function_call_output":
+        return {str(item.get("call_id"))}
+    if item.get("role") == "tool":
+        return {str(item.get("tool_call_id"))}
+    return {str(block.get("tool_use_id")) for block in blocks(item, "tool_result")}
+
+
+def close_dangling(messages: list[dict[str, Any]], results: Results, text: str) -> list[dict]:
+    """`messages` with an error result `text` for every call that has none (a turn stopped
+    mid-tool, a killed process): the APIs refuse a call without its result. A reply's results
+    follow it; the missing ones go before the next message that is neither a result nor part
+    of that reply (a Responses reply is several items)."""
+    closed: list[dict[str, Any]] = []
+    pending: dict[str, ToolCall] = {}
+    for item in messages:
+        done = answered(item)
+        in_reply = item.get("type") in ("reasoning", "function_call", "message")
+        if pending and not done and not in_reply:
+            closed.extend(results([(call, text, True) for call in pending.values()]))
+            pending = {}
+        for call_id in done:
+            pending.pop(call_id, None)
+        closed.append(item)
+        pending.update((call.id, call) for call in calls(item))
+    if pending:
+        closed.extend(results([(call, text, True) for call in pending.values()]))
+    return closed
+
+
+def blocks(item: dict[str, Any], *kinds: str) -> list[dict[str, Any]]:
+    content = item.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") in kinds]
 
 
 def server_said(body: Any) -> str:

@@ -15,7 +15,6 @@ from typing import Any
 import openai
 
 from bot import texts
-from bot.agents import transcript
 from bot.agents.base import (
     MAX_RETRIES,
     AgentError,
@@ -125,13 +124,13 @@ class ChatProvider:
         answer = await self._create(messages, tools)
         text = _THINK.sub("", answer.text).strip()
         stored: dict[str, Any] = {"role": "assistant", "content": text or None}
-        if answer.calls:
-            stored["tool_calls"] = _tool_calls(answer.calls)
-        calls = transcript.calls(stored)
+        calls = _tool_calls(answer.calls)
+        if calls:
+            stored["tool_calls"] = calls
+        said = text + "".join(call["function"]["arguments"] for call in calls)
         return ModelReply(
             text=text,
-            tool_calls=calls,
-            usage=self._usage(answer.usage, messages, tools, text, calls),
+            usage=self._usage(answer.usage, request_tokens(messages, tools), said),
             # An empty answer is not stored: the API refuses an assistant message with neither.
             items=[stored] if text or calls else [],
             # Recorded under the configured name (an Azure deployment, an Ollama tag): servers
@@ -182,15 +181,9 @@ class ChatProvider:
                 log.warning("chat server refused the request", extra={"fields": fields})
                 raise AgentError(explain(exc.status_code, said, self.model)) from exc
 
-    def _usage(
-        self,
-        usage: Usage | None,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        text: str,
-        calls: list[ToolCall],
-    ) -> Usage:
-        estimated = request_tokens(messages, tools)
+    def _usage(self, usage: Usage | None, estimated: int, said: str) -> Usage:
+        """The usage the server reported, else an estimate from what was sent (`estimated`
+        tokens) and `said`; a report above the estimate makes later estimates larger."""
         if usage is not None:
             reported = usage.input_tokens + usage.cache_read_tokens
             scale = self.endpoint.scale.get(self.model, 1.0)
@@ -202,7 +195,6 @@ class ChatProvider:
                 "chat server sent no usage; recording estimated tokens",
                 extra={"fields": {"model": self.model}},
             )
-        said = text + "".join(str(c.arguments) for c in calls)
         return Usage(input_tokens=estimated, output_tokens=estimate_tokens(said))
 
     def user_message(self, text: str) -> list[dict[str, Any]]:

@@ -42,11 +42,6 @@ class ClaudeProvider:
         usage = response.usage
         return ModelReply(
             text="\n".join(b.get("text", "") for b in blocks if b.get("type") == "text").strip(),
-            tool_calls=[
-                ToolCall(b["id"], b["name"], b.get("input") or {})
-                for b in blocks
-                if b.get("type") == "tool_use"
-            ],
             usage=Usage(
                 input_tokens=usage.input_tokens or 0,
                 output_tokens=usage.output_tokens or 0,

@@ -27,16 +27,7 @@ class CodexProvider:
     timeout: float | None = None  # None: REQUEST_TIMEOUT
 
     async def send(self, request: ProviderRequest) -> ModelReply:
-        tools = [
-            {
-                "type": "function",
-                "name": t["name"],
-                "description": t["description"],
-                "parameters": t["parameters"],
-                "strict": False,
-            }
-            for t in request.tools
-        ]
+        tools = [{"type": "function", **tool, "strict": False} for tool in request.tools]
         response = await self.client.responses.create(
             model=self.model,
             instructions=request.system,
@@ -53,14 +44,8 @@ class CodexProvider:
         cached = 0
         if usage and usage.input_tokens_details:
             cached = usage.input_tokens_details.cached_tokens or 0
-        calls = [
-            ToolCall(i["call_id"], i["name"], i.get("arguments") or "{}")
-            for i in items
-            if i.get("type") == "function_call"
-        ]
         return ModelReply(
             text=(response.output_text or "").strip(),
-            tool_calls=calls,
             usage=Usage(
                 input_tokens=(usage.input_tokens - cached) if usage else 0,
                 output_tokens=usage.output_tokens if usage else 0,

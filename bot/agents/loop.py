@@ -28,13 +28,14 @@ from bot.agents.base import (
     Usage,
     arguments_object,
     arguments_problem,
+    close_dangling,
     cost_usd,
     quoted,
     server_said,
 )
 from bot.agents.budget import admission, day_start
 from bot.agents.toolbox import Toolbox
-from bot.agents.transcript import answer_text, close_dangling
+from bot.agents.transcript import answer_text
 from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.messages import append_messages, load_messages

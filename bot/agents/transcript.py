@@ -4,18 +4,15 @@ whichever provider wrote them: their calls and results, their text, a critic's e
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bot.agents.base import ToolCall, arguments_object
+from bot.agents.base import arguments_object, blocks, calls
 from bot.texts import render as render_text
 
 MAX_MESSAGES = 50
 MAX_BYTES = 30_000
 TOOL_OUTPUT_CHARS = 600  # a tool result is summarised, not replayed in full
-
-Results = Callable[[list[tuple[ToolCall, str, bool]]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -29,53 +26,6 @@ class Line:
 class Excerpt:
     lines: tuple[Line, ...]
     omitted: int  # older messages left out
-
-
-def calls(item: dict[str, Any]) -> list[ToolCall]:
-    if item.get("type") == "function_call":  # Responses
-        arguments = item.get("arguments") or "{}"
-        return [ToolCall(str(item.get("call_id")), str(item.get("name", "")), arguments)]
-    made = []
-    for call in item.get("tool_calls") or []:  # Chat Completions
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict):
-            arguments = function.get("arguments") or "{}"
-            made.append(ToolCall(str(call.get("id")), str(function.get("name", "")), arguments))
-    for block in _blocks(item, "tool_use"):  # Messages
-        arguments = block.get("input") or {}
-        made.append(ToolCall(str(block.get("id")), str(block.get("name", "")), arguments))
-    return made
-
-
-def answered(item: dict[str, Any]) -> set[str]:
-    """The ids of the calls a native message holds the results of."""
-    if item.get("type") == "function_call_output":
-        return {str(item.get("call_id"))}
-    if item.get("role") == "tool":
-        return {str(item.get("tool_call_id"))}
-    return {str(block.get("tool_use_id")) for block in _blocks(item, "tool_result")}
-
-
-def close_dangling(messages: list[dict[str, Any]], results: Results, text: str) -> list[dict]:
-    """`messages` with an error result `text` for every call that has none (a turn stopped
-    mid-tool, a killed process): the APIs refuse a call without its result. A reply's results
-    follow it; the missing ones go before the next message that is neither a result nor part
-    of that reply (a Responses reply is several items)."""
-    closed: list[dict[str, Any]] = []
-    pending: dict[str, ToolCall] = {}
-    for item in messages:
-        done = answered(item)
-        in_reply = item.get("type") in ("reasoning", "function_call", "message")
-        if pending and not done and not in_reply:
-            closed.extend(results([(call, text, True) for call in pending.values()]))
-            pending = {}
-        for call_id in done:
-            pending.pop(call_id, None)
-        closed.append(item)
-        pending.update((call.id, call) for call in calls(item))
-    if pending:
-        closed.extend(results([(call, text, True) for call in pending.values()]))
-    return closed
 
 
 def tool_call(item: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -95,18 +45,11 @@ def answer_text(item: dict[str, Any]) -> str:
     return "\n".join(_texts(item)).strip()
 
 
-def _blocks(item: dict[str, Any], *kinds: str) -> list[dict[str, Any]]:
-    content = item.get("content")
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, dict) and b.get("type") in kinds]
-
-
 def _texts(item: dict[str, Any]) -> list[str]:
     content = item.get("content")
     if content is None or isinstance(content, str):
         return [content or ""]
-    return [b.get("text", "") for b in _blocks(item, "text", "input_text", "output_text")]
+    return [b.get("text", "") for b in blocks(item, "text", "input_text", "output_text")]
 
 
 def _clip(text: str, limit: int) -> str:
@@ -121,7 +64,7 @@ def _parts(item: dict[str, Any]) -> list[str]:
         output = item.get("output", item.get("content"))
         return [f"[tool result] {_clip(str(output or ''), TOOL_OUTPUT_CHARS)}"]
     parts = _texts(item)
-    for block in _blocks(item, "tool_result"):
+    for block in blocks(item, "tool_result"):
         result = block.get("content")
         if isinstance(result, list):
             result = "".join(p.get("text", "") for p in result if isinstance(p, dict))
