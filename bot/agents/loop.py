@@ -1,8 +1,5 @@
-"""One agent turn, for any provider: model calls, tool calls, budgets, retries, repair.
-
-Every message is stored in the session as it happens; every execution is a `runs` row
-with per-model `run_usage`, so cost is known even when a run fails half-way.
-"""
+"""One agent turn, for any provider: model calls, tool calls, budgets, one repair turn; every
+message stored as it happens, every run a `runs` row (its cost known even when it fails)."""
 
 from __future__ import annotations
 
@@ -143,7 +140,7 @@ class AgentRun:
     ) -> TurnResult:
         final = self.final
         repaired = False
-        last = await self._settle()
+        last = next(reversed(await self._conversation(settle=True)), None)
         if user_text is not None:
             await self._store(self.provider.user_message(user_text), origin)
         elif last is not None and last.get("role") == "assistant":
@@ -221,27 +218,20 @@ class AgentRun:
                 return TurnResult(run_id, reply.text, answer, tool_calls)
 
     async def _store(self, items: list[dict[str, Any]], origin: Origin = (None, None)) -> None:
-        """Add native messages to the session; `origin`: the PR comment they came from."""
-        comment_id, source = origin
+        comment_id, source = origin  # the PR comment the messages came from
         await append_messages(
             self.db, self.session.id, items, github_comment_id=comment_id, source=source
         )
 
-    async def _conversation(self) -> list[dict[str, Any]]:
-        """The stored conversation as the API takes it: a tool call stored without its result
-        (its turn was stopped, or the process killed, mid-call) is answered "interrupted"."""
-        stored = await load_messages(self.db, self.session.id)
-        return close_dangling(stored, self.provider.tool_results, interrupted())
-
-    async def _settle(self) -> dict[str, Any] | None:
-        """Before a turn adds to the conversation: store the "interrupted" results of the tool
-        calls an earlier turn left unanswered at its end (a killed process had no chance to).
-        Returns the conversation's last message."""
+    async def _conversation(self, settle: bool = False) -> list[dict[str, Any]]:
+        """The stored conversation as the API takes it: a tool call without its result (its
+        turn was stopped, or the process killed, mid-call) is answered "interrupted"; `settle`
+        also stores those answers when they come last (before a turn adds to it)."""
         stored = await load_messages(self.db, self.session.id)
         closed = close_dangling(stored, self.provider.tool_results, interrupted())
-        if len(closed) > len(stored) and closed[: len(stored)] == stored:
+        if settle and len(closed) > len(stored) and closed[: len(stored)] == stored:
             await self._store(closed[len(stored) :])
-        return closed[-1] if closed else None
+        return closed
 
     async def _send(self, request: ProviderRequest, started: float) -> ModelReply:
         remaining = self.budget.max_seconds - (time.monotonic() - started)
