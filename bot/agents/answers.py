@@ -22,9 +22,15 @@ NON_BLANK = r"\S"
 MAX_EVIDENCE = 1000
 MAX_PROBLEMS = 20
 _REF = re.compile(r"\s*F?(\d+)\s*", re.I)
+FIXED = (
+    'F numbers (e.g. "F3") of earlier findings you were shown that this head fixes or that '
+    "no longer apply"
+)
+EVIDENCE = "What you read, as path:line, and why it confirms or refutes the finding"
 
 NonBlank = Annotated[str, Meta(pattern=NON_BLANK)]
 Positive = Annotated[int, Meta(ge=1)]
+FNumber = Annotated[str, Meta(pattern="^F[0-9]+$")]
 
 
 class InvalidAnswer(ValueError):
@@ -50,25 +56,13 @@ class Submission(msgspec.Struct, forbid_unknown_fields=True):
     summary: Annotated[str, Meta(description="Markdown overview of the change and risks")]
     verdict: vocab.Verdict
     findings: list[SubmittedFinding]
-    resolved: Annotated[
-        list[Annotated[str, Meta(pattern="^F[0-9]+$")]],
-        Meta(
-            description='F numbers (e.g. "F3") of earlier findings you were shown that this '
-            "head fixes or that no longer apply"
-        ),
-    ] = []
+    resolved: Annotated[list[FNumber], Meta(description=FIXED)] = []
 
 
 class Verdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     finding: Positive
     status: VerifyStatus
-    evidence: Annotated[
-        str,
-        Meta(
-            pattern=NON_BLANK,
-            description="What you read, as path:line, and why it confirms or refutes the finding",
-        ),
-    ]
+    evidence: Annotated[str, Meta(pattern=NON_BLANK, description=EVIDENCE)]
 
 
 class Verdicts(msgspec.Struct, forbid_unknown_fields=True):
@@ -193,25 +187,17 @@ def submit_verification(count: int) -> FinalAnswer:
 
 
 def told(found: list[Problem]) -> str:
-    """Problems as the model is told them, in document order; unknown keys one line per
-    object."""
-    said: list[str | tuple] = []
+    """Problems as the model is told them; an object's unknown keys on one line, first."""
     unknown: dict[tuple, list[Any]] = {}
-    for problem in found[:MAX_PROBLEMS]:
-        if problem.why != "unknown":
-            said.append(_said(problem))
-            continue
-        parent = problem.path[:-1]
-        if parent not in unknown:
-            unknown[parent] = []
-            said.append(parent)
-        unknown[parent].append(problem.got)
-    return "; ".join(
-        line
-        if isinstance(line, str)
-        else say(MODEL, "invalid_answer", why="unknown", where=_where(line), keys=unknown[line])
-        for line in said
-    )
+    for problem in found:
+        if problem.why == "unknown":
+            unknown.setdefault(problem.path[:-1], []).append(problem.got)
+    said = [
+        say(MODEL, "invalid_answer", why="unknown", where=_where(parent), keys=keys)
+        for parent, keys in unknown.items()
+    ]
+    said += [_said(problem) for problem in found if problem.why != "unknown"]
+    return "; ".join(said[:MAX_PROBLEMS])
 
 
 def _where(path: tuple[str | int, ...]) -> str:

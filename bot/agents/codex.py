@@ -1,8 +1,4 @@
-"""`codex`: the OpenAI Responses API function-call loop (official openai SDK).
-
-The conversation is resent in full each turn (`store=False`); nothing relies on
-server-side state, so a session survives restarts and provider-side expiry.
-"""
+"""`codex`: the OpenAI Responses API (official openai SDK), the conversation resent in full."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The reviewer's read-only tools, reading the git object store at the head sha (no write,
-shell or network tool; nothing from the PR is executed or checked out)."""
+"""The reviewer's read-only tools over the git object store at the head sha (no write, shell or
+network tool; nothing from the PR is executed or checked out)."""
 
 from __future__ import annotations
 
@@ -98,9 +98,7 @@ def clean_path(raw: str | None, *, allow_root: bool = False) -> str:
         raise ToolError("path_parent")
     if any(p.lower() == ".git" for p in parts):
         raise ToolError("path_git")
-    if not parts:
-        if allow_root:
-            return ""
+    if not parts and not allow_root:
         raise ToolError("path_required")
     return "/".join(parts)
 
