@@ -51,14 +51,14 @@ async def _no_key() -> str:
 @dataclass
 class ChatEndpoint:
     """One server: its SDK client, and what this process learned about it (which output cap
-    it takes, how far token estimates fell short for each model, what was logged once)."""
+    it takes, how far token estimates fell short, which models report no usage)."""
 
     client: openai.AsyncOpenAI
     keyless: bool
     output_param: str = "max_tokens"
     scale: dict[str, float] = field(default_factory=dict)  # model -> reported / estimated
     no_system: set[str] = field(default_factory=set)  # models whose template refuses `system`
-    logged: set[str] = field(default_factory=set)
+    unreported: set[str] = field(default_factory=set)  # models whose answers carry no usage
 
     @classmethod
     def connect(cls, settings: ChatSettings) -> ChatEndpoint:
@@ -76,13 +76,6 @@ class ChatEndpoint:
     def headers(self) -> dict[str, Any] | None:
         """Every request's own headers: no Authorization when there is no key."""
         return {"Authorization": openai.Omit()} if self.keyless else None
-
-    def once(self, what: str) -> bool:
-        """True the first time `what` happens in this process (a log line, not a flood)."""
-        if what in self.logged:
-            return False
-        self.logged.add(what)
-        return True
 
 
 @dataclass
@@ -190,7 +183,8 @@ class ChatProvider:
             if reported > estimated * scale:  # the estimate fell short: trim earlier from now
                 self.endpoint.scale[self.model] = reported / estimated * 1.05
             return usage
-        if self.endpoint.once(f"no-usage:{self.model}"):
+        if self.model not in self.endpoint.unreported:  # logged once, not at every answer
+            self.endpoint.unreported.add(self.model)
             log.warning(
                 "chat server sent no usage; recording estimated tokens",
                 extra={"fields": {"model": self.model}},
