@@ -262,18 +262,15 @@ class AgentRun:
         return say(PEOPLE, "budget_wall_clock", seconds=self.budget.max_seconds)
 
     def _check_spend(self, usage: dict[str, Usage]) -> None:
+        budget, rate = self.budget, self.provider.fallback_rate
         tokens = sum(u.total for u in usage.values())
-        if tokens > self.budget.max_tokens:
+        if tokens > budget.max_tokens:
             raise BudgetExceeded(
-                say(PEOPLE, "budget_tokens", tokens=tokens, limit=self.budget.max_tokens)
+                say(PEOPLE, "budget_tokens", tokens=tokens, limit=budget.max_tokens)
             )
-        if self.budget.max_usd is not None:
-            rate = self.provider.fallback_rate
-            spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
-            if spent > self.budget.max_usd:
-                raise BudgetExceeded(
-                    say(PEOPLE, "budget_usd", spent=spent, limit=self.budget.max_usd)
-                )
+        spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
+        if budget.max_usd is not None and spent > budget.max_usd:
+            raise BudgetExceeded(say(PEOPLE, "budget_usd", spent=spent, limit=budget.max_usd))
 
     async def _finish(
         self, run_id: int, usage: dict[str, Usage], status: str, error: str | None, tool_calls: int
@@ -314,15 +311,8 @@ def _describe(provider: str, exc: Exception) -> str:
     when the SDK gave up retrying it (each request carries its retry count)."""
     status = getattr(exc, "status_code", None)
     said = quoted(server_said(getattr(exc, "body", None))) if status not in (401, 403) else ""
-    error_class = exc.__class__.__name__
-    error = say(
-        PEOPLE,
-        "provider_error",
-        provider=provider,
-        status=status,
-        said=said,
-        error_class=error_class,
-    )
+    what = {"provider": provider, "status": status, "error_class": exc.__class__.__name__}
+    error = say(PEOPLE, "provider_error", said=said, **what)
     sdk_error = isinstance(exc, anthropic.APIError | openai.APIError)
     if not sdk_error or exc.request.headers.get("x-stainless-retry-count") != str(MAX_RETRIES):
         return error
