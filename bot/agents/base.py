@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -149,7 +149,7 @@ class ModelReply:
     items: list[dict[str, Any]]
     model: str = ""
 
-    @property
+    @cached_property
     def tool_calls(self) -> list[ToolCall]:
         return [call for item in self.items for call in calls(item)]
 
