@@ -194,7 +194,8 @@ def _check(value: Any, info: mi.Type, path: tuple[str | int, ...]) -> list[Probl
         members = [t for t in info.types if _fits(value, t)]
         if not members:
             expected = " or ".join(dict.fromkeys(_expected(t) for t in info.types))
-            return [Problem(path, "type", value, expected)]
+            limits = {k: v for t in info.types for k, v in _bounds(_bare(t)).items()}
+            return [Problem(path, "type", value, expected, limits=limits)]
         return min((_check(value, t, path) for t in members), key=len)  # the one it fits best
     if isinstance(info, mi.LiteralType | mi.EnumType):
         if any(value == c and _json_type(value) == _json_type(c) for c in _choices(info)):

@@ -3,10 +3,12 @@ repair, budgets, retries, usage and cost, and sessions that survive a restart.""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from bot.agents.base import AgentError, Budget, BudgetExceeded
-from bot.agents.loop import AgentRun, interrupted
+from bot.agents.loop import AgentRun, Answer, interrupted
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
 from bot.config import Settings
@@ -56,19 +58,14 @@ async def env(tmp_path):
 
 
 async def make_run(
-    env, provider_name, *, budget=None, model=None, expect_submit=True, session=None
+    env, provider_name, *, budget=None, model=None, answer=Answer.REQUIRED, session=None
 ):
     db = env["db"]
     provider = env["clients"].provider(provider_name, model)
     skill = await load_skill(db)
     session = session or await create_session(db, provider=provider.name, model=provider.model)
-    sleeps = []
-
-    async def no_sleep(seconds):
-        sleeps.append(seconds)
-
     budget = budget or Budget()
-    run = AgentRun(
+    return AgentRun(
         db=db,
         provider=provider,
         session=session,
@@ -77,11 +74,8 @@ async def make_run(
         kind="review",
         budget=budget,
         skill_version_id=skill.id,
-        expect_submit=expect_submit,
-        sleep=no_sleep,
+        answer=answer,
     )
-    run.sleeps = sleeps
-    return run
 
 
 @pytest.mark.parametrize("provider", ["claude", "codex"])
@@ -167,7 +161,7 @@ async def test_tool_call_budget_is_enforced(env, provider, anthropic_standin, op
     assert usage[0] > 0  # what the failed run cost is still recorded
     # The call cut short by the budget has its result: the conversation can go on.
     standin.policy = Scripted(say("Six calls were too many."))
-    again = await make_run(env, provider, session=run.session, expect_submit=False)
+    again = await make_run(env, provider, session=run.session, answer=Answer.NONE)
     assert (await again.turn("What did you find?")).text == "Six calls were too many."
     results = standin.normalise(standin.requests[-1]).tool_results
     assert len(results) == 6 and interrupted() in results[-1]
@@ -181,13 +175,23 @@ async def test_a_turn_resumed_after_the_models_answer_takes_the_next_step(
     nudges (a request never ends with the model's own message: Claude refuses prefill)."""
     standin = anthropic_standin if provider == "claude" else openai_standin
     standin.policy = Scripted(say("I will revise the draft."))
-    first = await make_run(env, provider, expect_submit=False)
+    first = await make_run(env, provider, answer=Answer.NONE)
     await first.turn("Review feedback: F2 is a nit.")
     standin.policy = Scripted(call("submit_review", **VALID))
     resumed = await make_run(env, provider, session=first.session)
     assert (await resumed.turn(None)).draft is not None
     texts = standin.normalise(standin.requests[-1]).user_texts
     assert texts[-1].startswith("You ended your turn without calling submit_review")
+
+
+async def test_an_offered_final_tool_is_listed_but_a_call_is_told_not_now(env, anthropic_standin):
+    """A reviewer's later turns keep `submit_review` listed (the prompt cache holds), but a
+    question is answered in prose."""
+    anthropic_standin.policy = Scripted(call("submit_review", **VALID), say("It is the eval."))
+    result = await (await make_run(env, "claude", answer=Answer.OFFERED)).turn("Why?")
+    assert result.text == "It is the eval." and result.answer is None
+    last = anthropic_standin.normalise(anthropic_standin.requests[-1])
+    assert "submit_review" in last.tools and "plain text" in last.tool_results[-1]
 
 
 async def test_an_empty_claude_answer_is_not_stored(env, anthropic_standin):
@@ -206,37 +210,44 @@ async def test_token_and_dollar_budgets(env, anthropic_standin):
         await (await make_run(env, "claude", budget=Budget(max_usd=0.01))).turn("Review.")
 
 
-async def test_overloaded_529_is_retried_with_backoff(env, anthropic_standin):
+async def test_overloaded_529_is_retried_waiting_what_the_server_asks(
+    env, anthropic_standin, caplog
+):
+    """The SDK retries a transient error; a Retry-After is honoured (a tiny one here, as the
+    stand-in sends by default: the suite does not wait)."""
     anthropic_standin.policy = Scripted(
-        fail(529, headers={"retry-after": "3"}), fail(529), scripted_reviewer
+        fail(529, headers={"retry-after-ms": "7"}), fail(529), scripted_reviewer
     )
-    run = await make_run(env, "claude")
-    result = await run.turn("Review.")
+    with caplog.at_level(logging.INFO):
+        result = await (await make_run(env, "claude")).turn("Review.")
     assert result.draft is not None
-    assert run.sleeps == [3.0, 2.0]  # retry-after honoured, then exponential backoff
+    retries = [{k.lower(): v for k, v in h.items()} for h in anthropic_standin.headers[:3]]
+    assert [h["x-stainless-retry-count"] for h in retries] == ["0", "1", "2"]
+    assert f"in {0.007:f} seconds" in caplog.text  # the server's wait, not the SDK's backoff
 
 
-async def test_rate_limit_429_is_retried_for_codex(env, openai_standin):
+async def test_rate_limit_429_is_retried_for_codex(env, openai_standin, caplog):
     openai_standin.policy = Scripted(
-        fail(429, "rate_limit_exceeded", {"retry-after-ms": "250"}), scripted_reviewer
+        fail(429, "rate_limit_exceeded", {"retry-after-ms": "3"}), scripted_reviewer
     )
-    run = await make_run(env, "codex")
-    assert (await run.turn("Review.")).draft is not None
-    assert run.sleeps == [0.25]
+    with caplog.at_level(logging.INFO):
+        assert (await (await make_run(env, "codex")).turn("Review.")).draft is not None
+    assert len(openai_standin.requests) > 1 and f"in {0.003:f} seconds" in caplog.text
 
 
 async def test_persistent_outage_fails_clearly(env, anthropic_standin):
     anthropic_standin.policy = Scripted(fail(503, "api_error"))
     with pytest.raises(AgentError, match="unavailable after 5 attempts"):
         await (await make_run(env, "claude")).turn("Review.")
+    assert len(anthropic_standin.requests) == 5
 
 
-async def test_bad_key_fails_without_retry(env, anthropic_standin, monkeypatch):
+async def test_bad_key_fails_without_retry(env, anthropic_standin):
     anthropic_standin.policy = Scripted(fail(401, "authentication_error"))
     run = await make_run(env, "claude")
     with pytest.raises(AgentError, match="rejected the API key"):
         await run.turn("Review.")
-    assert run.sleeps == []
+    assert len(anthropic_standin.requests) == 1
 
 
 async def test_usage_and_cost_per_model(env, anthropic_standin):
@@ -286,7 +297,7 @@ async def test_session_messages_have_stable_ids_and_survive_restart(
     await env["db"].close()  # the process restarts …
     env["db"] = await SqliteDatabase.open(tmp_path / "db.sqlite3")
     anthropic_standin.policy = Scripted(say("It is the eval on line 2."))
-    again = await make_run(env, "claude", session=session, expect_submit=False)
+    again = await make_run(env, "claude", session=session, answer=Answer.NONE)
     result = await again.turn("Which finding matters most?")
     assert result.text == "It is the eval on line 2."
     history = await load_messages(env["db"], session.id)

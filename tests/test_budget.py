@@ -14,7 +14,7 @@ import pytest
 
 from bot.agents.base import Budget
 from bot.agents.budget import DailyBudgetSpent
-from bot.agents.loop import AgentRun
+from bot.agents.loop import AgentRun, Answer
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
 from bot.config import Settings
@@ -171,7 +171,7 @@ async def test_concurrent_runs_cannot_both_take_the_last_slot(runs_env, database
             system=skill.text,
             kind="session",
             budget=budget,
-            expect_submit=False,
+            answer=Answer.NONE,
         )
         return await run.turn("What changed?")
 

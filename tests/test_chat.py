@@ -53,7 +53,7 @@ def clients(env, **options) -> ModelClients:
     return ModelClients(Settings(data_dir=env["tmp"], chat=chat))
 
 
-async def run_chat(env, *, model=None, expect_submit=True, session=None, budget=None, models=None):
+async def run_chat(env, *, model=None, session=None, budget=None, models=None):
     db = env["db"]
     provider = (models or env["clients"]).provider("chat", model)
     skill = await load_skill(db)
@@ -67,7 +67,6 @@ async def run_chat(env, *, model=None, expect_submit=True, session=None, budget=
         kind="review",
         budget=budget or Budget(),
         skill_version_id=skill.id,
-        expect_submit=expect_submit,
     )
     return run
 

@@ -172,12 +172,12 @@ def test_which_arguments_cannot_be_read(arguments, problem):
 def test_an_empty_final_answer_is_told_what_it_lacks():
     """Empty arguments read as `{}` everywhere: the repair turn names the missing keys
     instead of saying the input is not an object."""
-    from bot.agents.loop import _as_dict
-    from bot.agents.submit import InvalidAnswer, parse_submission
+    from bot.agents.answers import InvalidAnswer, parse_submission
+    from bot.agents.base import arguments_object
 
-    assert _as_dict("") == {}
+    assert arguments_object("") == {}
     with pytest.raises(InvalidAnswer, match="summary"):
-        parse_submission(_as_dict(""))
+        parse_submission(arguments_object(""))
 
 
 @pytest.mark.parametrize(

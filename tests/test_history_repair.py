@@ -1,6 +1,7 @@
 """Pure: a stored conversation whose tool calls were cut short (a stopped turn, a killed
-process, an older version of the bot) becomes one the real APIs accept once each provider
-answers its dangling calls: the strict stand-ins' checks are the oracle."""
+process, an older version of the bot) becomes one the real APIs accept once its dangling
+calls are answered (one helper for every provider's shapes): the strict stand-ins' checks
+are the oracle."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.agents.base import ToolCall
+from bot.agents.base import ToolCall, close_dangling
 from bot.agents.chat import ChatProvider, join_user_turns, outgoing
 from bot.agents.claude import ClaudeProvider, merge_roles
 from bot.agents.codex import CodexProvider
@@ -82,6 +83,10 @@ def conversation(provider: str, steps: list[tuple[int, bool, bool]], ends_with_c
     return stored
 
 
+def closed(provider: str, messages: list[dict]) -> list[dict]:
+    return close_dangling(messages, PROVIDERS[provider].tool_results, INTERRUPTED)
+
+
 def accepted(provider: str, messages: list[dict]):
     if provider == "claude":
         return anthropic_rejection(
@@ -100,18 +105,17 @@ def test_every_stored_conversation_is_accepted_once_its_calls_are_answered(
     provider, steps, ends_with_call
 ):
     stored = conversation(provider, steps, ends_with_call)
-    closed = PROVIDERS[provider].answer_dangling(stored, INTERRUPTED)
-    assert accepted(provider, closed) is None
-    assert [m for m in closed if m in stored] == stored  # nothing lost or reordered
-    assert PROVIDERS[provider].answer_dangling(closed, INTERRUPTED) == closed  # settled
+    answered = closed(provider, stored)
+    assert accepted(provider, answered) is None
+    assert [m for m in answered if m in stored] == stored  # nothing lost or reordered
+    assert closed(provider, answered) == answered  # settled
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
 def test_a_call_cut_short_before_a_question_is_answered_before_it(provider):
     stored = conversation(provider, [(1, False, True)], False)
     assert accepted(provider, stored) is not None  # what the APIs refused (400)
-    closed = PROVIDERS[provider].answer_dangling(stored, INTERRUPTED)
-    texts = [json.dumps(m) for m in closed]
+    texts = [json.dumps(m) for m in closed(provider, stored)]
     answered = next(n for n, t in enumerate(texts) if INTERRUPTED in t)
     question = next(n for n, t in enumerate(texts) if "question 0" in t)
     assert answered < question

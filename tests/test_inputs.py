@@ -96,12 +96,12 @@ def answer(*findings, **extra):
         (  # a wrong type says what would have been right, bounds too
             answer({**F, "line": "3"}),
             Answer,
-            [Problem(("findings", 0, "line"), "type", "3", "integer or null")],
+            [Problem(("findings", 0, "line"), "type", "3", "integer or null", limits={"ge": 1})],
         ),
         (
             answer({**F, "line": True}),
             Answer,
-            [Problem(("findings", 0, "line"), "type", True, "integer or null")],
+            [Problem(("findings", 0, "line"), "type", True, "integer or null", limits={"ge": 1})],
         ),
         (
             answer({**F, "title": ""}),
@@ -140,7 +140,7 @@ def answer(*findings, **extra):
             {"cases": [{"id": "a", "pr": True}, {"id": "b", "pr": 0}]},
             Golden,
             [
-                Problem(("cases", 0, "pr"), "type", True, "integer or null"),
+                Problem(("cases", 0, "pr"), "type", True, "integer or null", limits={"ge": 1}),
                 Problem(("cases", 1, "pr"), "range", 0, limits={"ge": 1}),
             ],
         ),

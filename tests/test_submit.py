@@ -1,10 +1,11 @@
-"""`submit_review` validation and de-duplication (pure functions, real-looking inputs)."""
+"""`submit_review` read through its declaration and de-duplicated (pure functions, real-looking
+inputs)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bot.agents.submit import InvalidReview, parse_submission
+from bot.agents.answers import InvalidAnswer, parse_submission
 
 F = {"path": "a.py", "line": 3, "severity": "major", "title": "Off by one", "body": "Use <=."}
 
@@ -33,7 +34,7 @@ def review(*findings, **extra):
     ],
 )
 def test_invalid_input_names_the_problem(data, problem):
-    with pytest.raises(InvalidReview, match=problem):
+    with pytest.raises(InvalidAnswer, match=problem):
         parse_submission(data)
 
 

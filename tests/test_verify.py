@@ -9,17 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bot.agents.answers import InvalidAnswer, Verdict, parse_verification
 from bot.records.types import DraftFinding
 from bot.repo_config import parse_repo_config
 from bot.review.rules import DraftRules
-from bot.review.verify import (
-    InvalidVerification,
-    Verdict,
-    Verification,
-    apply_verification,
-    choose_provider,
-    parse_verification,
-)
+from bot.review.verify import Verification, apply_verification, choose_provider
 from bot.server import make_app
 from bot.standin.models import call, fail
 from bot.standin.scripted import scripted_reviewer
@@ -50,22 +44,22 @@ VERIFY_CONFIG = {".github/cockpit.toml": 'verify = true\nmin_severity = "nit"\n'
                 ]
             },
             {
-                1: Verdict("confirmed", "a.py:2 calls eval"),
-                2: Verdict("refuted", "tests/x.py:1 fixture"),
+                1: Verdict(1, "confirmed", "a.py:2 calls eval"),
+                2: Verdict(2, "refuted", "tests/x.py:1 fixture"),
             },
         ),
         (
             {"verdicts": [{"finding": 2, "status": "uncertain", "evidence": "b.py:9 unclear"}]},
             {
-                1: Verdict("uncertain", NO_VERDICT),
-                2: Verdict("uncertain", "b.py:9 unclear"),
+                1: Verdict(1, "uncertain", NO_VERDICT),
+                2: Verdict(2, "uncertain", "b.py:9 unclear"),
             },
         ),
         (
             {"verdicts": []},
             {
-                1: Verdict("uncertain", NO_VERDICT),
-                2: Verdict("uncertain", NO_VERDICT),
+                1: Verdict(1, "uncertain", NO_VERDICT),
+                2: Verdict(2, "uncertain", NO_VERDICT),
             },
         ),
     ],
@@ -77,7 +71,7 @@ def test_verdicts_are_read_per_finding_and_missing_ones_are_uncertain(data, expe
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
-        ([], "an object with a `verdicts` array"),
+        ([], "input must be an object"),
         ({"verdicts": [{"finding": 3, "status": "confirmed", "evidence": "x"}]}, "from 1 to 2"),
         ({"verdicts": [{"finding": True, "status": "confirmed", "evidence": "x"}]}, "from 1 to 2"),
         ({"verdicts": [{"finding": 1, "status": "maybe", "evidence": "x"}]}, "status must be"),
@@ -86,7 +80,7 @@ def test_verdicts_are_read_per_finding_and_missing_ones_are_uncertain(data, expe
     ],
 )
 def test_invalid_verdicts_say_what_to_fix(data, problem):
-    with pytest.raises(InvalidVerification, match=problem):
+    with pytest.raises(InvalidAnswer, match=problem):
         parse_verification(data, count=2)
 
 
@@ -131,7 +125,7 @@ def test_repository_config_reads_verify_provider(text, provider, error):
 
 def test_verdicts_land_on_their_findings_in_order():
     a, b = (DraftFinding("x.py", "minor", title, "body", line=1) for title in "ab")
-    verification = Verification("codex", {2: Verdict("refuted", "x.py:1 is a test")})
+    verification = Verification("codex", {2: Verdict(2, "refuted", "x.py:1 is a test")})
     assert apply_verification([a, b], verification) == [
         a,
         replace(b, verify_status="refuted", verify_note="x.py:1 is a test"),

@@ -1,1 +1,1 @@
-"""Review agents: providers (Claude, Codex) driving one read-only toolbox inside a session."""
+"""Model runs: providers (Claude, Codex, any Chat Completions server) and the read-only toolbox."""

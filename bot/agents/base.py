@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from functools import cache
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from functools import cache, cached_property
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Protocol
 
 from bot.redaction import redact
@@ -15,6 +15,9 @@ from bot.texts import MODEL, say
 
 RATES_FILE = Path(__file__).with_name("rates.json")
 SAID_CHARS = 240  # how much of what a server said is quoted
+# The SDKs retry a network failure, a timeout, 408, 409, 429 and 5xx, honouring Retry-After:
+# five attempts in all, within the run's wall-clock budget.
+MAX_RETRIES = 4
 
 
 class AgentError(Exception):
@@ -58,20 +61,17 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
 
+    def counts(self) -> dict[str, int]:
+        """Tokens by kind: input, output, cache_read, cache_write (a rate's keys)."""
+        return {f.name.removesuffix("_tokens"): getattr(self, f.name) for f in fields(self)}
+
     def add(self, other: Usage) -> None:
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.cache_read_tokens += other.cache_read_tokens
-        self.cache_write_tokens += other.cache_write_tokens
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     @property
     def total(self) -> int:
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_tokens
-            + self.cache_write_tokens
-        )
+        return sum(self.counts().values())
 
 
 @cache
@@ -107,19 +107,24 @@ def cost_usd(model: str, usage: Usage, fallback: dict[str, float] | None = None)
     rate = rate_for(model) or fallback
     if rate is None:
         return None
-    return (
-        usage.input_tokens * rate["input"]
-        + usage.output_tokens * rate["output"]
-        + usage.cache_read_tokens * rate["cache_read"]
-        + usage.cache_write_tokens * rate["cache_write"]
-    ) / 1_000_000
+    return sum(count * rate[kind] for kind, count in usage.counts().items()) / 1_000_000
 
 
 @dataclass
 class ToolCall:
     id: str
     name: str
-    arguments: Any  # dict (Claude) or JSON text (Codex); the toolbox accepts both
+    arguments: Any  # an object (Claude) or its JSON text (Codex, chat), maybe broken
+
+
+def arguments_object(arguments: Any) -> dict[str, Any] | None:
+    """A tool call's arguments as an object (empty text is `{}`); None when they are not one."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError:
+            return None
+    return arguments if isinstance(arguments, dict) else None
 
 
 def arguments_problem(arguments: Any) -> str | None:
@@ -140,10 +145,71 @@ class ModelReply:
     """One model response, normalised; `items` are the native messages to store and resend."""
 
     text: str
-    tool_calls: list[ToolCall]
     usage: Usage
     items: list[dict[str, Any]]
     model: str = ""
+
+    @cached_property
+    def tool_calls(self) -> list[ToolCall]:
+        return [call for item in self.items for call in calls(item)]
+
+
+Results = Callable[[list[tuple[ToolCall, str, bool]]], list[dict[str, Any]]]
+
+
+def calls(item: dict[str, Any]) -> list[ToolCall]:
+    """The tool calls in a native message, whichever provider wrote it."""
+    if item.get("type") == "function_call":  # Responses
+        arguments = item.get("arguments") or "{}"
+        return [ToolCall(str(item.get("call_id")), str(item.get("name", "")), arguments)]
+    made = []
+    for call in item.get("tool_calls") or []:  # Chat Completions
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            arguments = function.get("arguments") or "{}"
+            made.append(ToolCall(str(call.get("id")), str(function.get("name", "")), arguments))
+    for block in blocks(item, "tool_use"):  # Messages
+        arguments = block.get("input") or {}
+        made.append(ToolCall(str(block.get("id")), str(block.get("name", "")), arguments))
+    return made
+
+
+def answered(item: dict[str, Any]) -> set[str]:
+    """The ids of the calls a native message holds the results of."""
+    if item.get("type") == "function_call_output":
+        return {str(item.get("call_id"))}
+    if item.get("role") == "tool":
+        return {str(item.get("tool_call_id"))}
+    return {str(block.get("tool_use_id")) for block in blocks(item, "tool_result")}
+
+
+def close_dangling(messages: list[dict[str, Any]], results: Results, text: str) -> list[dict]:
+    """`messages` with an error result `text` for every call that has none (a turn stopped
+    mid-tool, a killed process): the APIs refuse a call without its result. A reply's results
+    follow it; the missing ones go before the next message that is neither a result nor part
+    of that reply (a Responses reply is several items)."""
+    closed: list[dict[str, Any]] = []
+    pending: dict[str, ToolCall] = {}
+    for item in messages:
+        done = answered(item)
+        in_reply = item.get("type") in ("reasoning", "function_call", "message")
+        if pending and not done and not in_reply:
+            closed.extend(results([(call, text, True) for call in pending.values()]))
+            pending = {}
+        for call_id in done:
+            pending.pop(call_id, None)
+        closed.append(item)
+        pending.update((call.id, call) for call in calls(item))
+    if pending:
+        closed.extend(results([(call, text, True) for call in pending.values()]))
+    return closed
+
+
+def blocks(item: dict[str, Any], *kinds: str) -> list[dict[str, Any]]:
+    content = item.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") in kinds]
 
 
 def server_said(body: Any) -> str:
@@ -165,34 +231,6 @@ def quoted(said: str, limit: int = SAID_CHARS) -> str:
 
 
 @dataclass
-class Transient:
-    retry_after: float | None = None
-
-
-def sdk_transient(sdk: ModuleType, exc: Exception) -> Transient | None:
-    """Retry advice for an `anthropic` or `openai` SDK error (both name them alike): a network
-    failure or timeout, 408, 409, 429 or 5xx, with the server's Retry-After when it sent one."""
-    if isinstance(exc, sdk.APIConnectionError):  # includes timeouts
-        return Transient()
-    if isinstance(exc, sdk.APIStatusError) and (
-        exc.status_code in (408, 409, 429) or exc.status_code >= 500
-    ):
-        return Transient(_retry_after(exc.response.headers))
-    return None
-
-
-def _retry_after(headers: Any) -> float | None:
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value:
-            try:
-                return float(value) / scale
-            except ValueError:
-                continue
-    return None
-
-
-@dataclass
 class ProviderRequest:
     system: str
     tools: list[dict[str, Any]]
@@ -207,15 +245,7 @@ class Provider(Protocol):
 
     async def send(self, request: ProviderRequest) -> ModelReply: ...
 
-    def transient(self, exc: Exception) -> Transient | None:
-        """Retry advice for a transient failure (429, 5xx, overloaded, network), else None."""
-
     def user_message(self, text: str) -> list[dict[str, Any]]: ...
 
     def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
         """Native messages answering tool calls: (call, output, is_error)."""
-
-    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-        """`messages` with an error result `text` right after the reply of every tool call
-        that has no result (a turn stopped mid-tool, a killed process): the API refuses a
-        conversation holding a call without its result."""

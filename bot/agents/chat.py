@@ -1,32 +1,5 @@
-"""`chat`: any OpenAI-compatible Chat Completions endpoint with tool calling (official openai SDK).
-
-vLLM, Ollama, llama.cpp's server, LiteLLM and Azure OpenAI's v1 endpoint all speak it, each a
-little differently. What they differ in is handled here, not assumed away:
-
-- Only what every server takes is sent. No `tool_choice` (`auto` is every server's default
-  when tools are given; Ollama ignores the field and stricter servers refuse it), no
-  `parallel_tool_calls` (not every server has it; the loop answers any number of calls in
-  one reply, and one at a time works too). An output cap only when the context size is known
-  (`COCKPIT_CHAT_CONTEXT_TOKENS`): `max_tokens`, or `max_completion_tokens` from the first
-  time a server refuses the former (OpenAI's reasoning models on Azure do).
-- A refusal is translated into what the operator must do (vLLM without
-  `--enable-auto-tool-choice`, a model that cannot call tools, a context overflow, an unknown
-  model, a wrong key): the run fails with that sentence, shown on the PR and logged.
-- Messages are stored as Chat Completions messages (`assistant` with `tool_calls`, `tool` with
-  `tool_call_id`) and resent in full: nothing relies on server state. What is sent is made
-  acceptable to the strictest servers: unreadable tool arguments go back as `{}` (their call
-  was answered with the problem; vLLM parses them for the chat template), consecutive user
-  messages are joined (templates that insist on alternating roles), a leading `<think>` block
-  is not kept.
-- With `COCKPIT_CHAT_CONTEXT_TOKENS`, what is sent is trimmed to fit (`fit`): the oldest
-  exchanges first, then long tool results, with a note the model reads and a log line.
-  Tokens are estimated without a tokenizer (`estimate_tokens`), conservatively, and the
-  estimate is raised to what the server reports when that is higher.
-- No key (local servers need none): no `Authorization` header at all. The SDK insists on a
-  key, so it is given a key provider that yields none, and every request omits the header
-  explicitly (the SDK's own opt-out); nothing is invented, and `OPENAI_API_KEY` (the `codex`
-  key) never reaches this server.
-"""
+"""`chat`: any OpenAI-compatible Chat Completions server with tool calling, each quirk handled
+here (docs/architecture.md says which and why)."""
 
 from __future__ import annotations
 
@@ -43,15 +16,14 @@ import openai
 
 from bot import texts
 from bot.agents.base import (
+    MAX_RETRIES,
     AgentError,
     ModelReply,
     ProviderRequest,
     ToolCall,
-    Transient,
     Usage,
     arguments_problem,
     quoted,
-    sdk_transient,
     server_said,
 )
 from bot.config import ChatSettings
@@ -65,35 +37,28 @@ ASCII_PER_TOKEN = 2.5  # tokenizers average 3 to 4.5 ASCII characters a token on
 MESSAGE_TOKENS = 8  # a message's role markers and separators (chat templates differ)
 MIN_CLIPPED_CHARS = 1_000  # a tool result is never cut shorter than this
 _THINK = re.compile(r"\A\s*<think>.*?</think>\s*", re.S)
-_CONTEXT_WORDS = (
-    "context length",
-    "context_length",
-    "context window",
-    "context size",
-    "maximum context",
-    "too many tokens",
-    "prompt is too long",
-    "max_model_len",
-    "exceeds the available context",
+_CONTEXT_FULL = re.compile(  # what servers say of a request longer than the context
+    r"context[ _]length|context (window|size)|maximum context|too many tokens"
+    r"|prompt is too long|max_model_len|exceeds the available context"
 )
 
 
 async def _no_key() -> str:
-    """The key provider of an endpoint without a key: none (see the module docstring)."""
+    """A key provider that yields none: the SDK insists on a key, a local server needs none."""
     return ""
 
 
 @dataclass
 class ChatEndpoint:
     """One server: its SDK client, and what this process learned about it (which output cap
-    it takes, how far token estimates fell short for each model, what was logged once)."""
+    it takes, how far token estimates fell short, which models report no usage)."""
 
     client: openai.AsyncOpenAI
     keyless: bool
     output_param: str = "max_tokens"
     scale: dict[str, float] = field(default_factory=dict)  # model -> reported / estimated
     no_system: set[str] = field(default_factory=set)  # models whose template refuses `system`
-    logged: set[str] = field(default_factory=set)
+    unreported: set[str] = field(default_factory=set)  # models whose answers carry no usage
 
     @classmethod
     def connect(cls, settings: ChatSettings) -> ChatEndpoint:
@@ -101,7 +66,7 @@ class ChatEndpoint:
         client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=key or _no_key,
-            max_retries=0,  # the agent loop retries, with budgets
+            max_retries=MAX_RETRIES,
             # OPENAI_ORG_ID / OPENAI_PROJECT_ID belong to OpenAI, not to this server.
             default_headers={"OpenAI-Organization": openai.Omit(), "OpenAI-Project": openai.Omit()},
         )
@@ -111,13 +76,6 @@ class ChatEndpoint:
     def headers(self) -> dict[str, Any] | None:
         """Every request's own headers: no Authorization when there is no key."""
         return {"Authorization": openai.Omit()} if self.keyless else None
-
-    def once(self, what: str) -> bool:
-        """True the first time `what` happens in this process (a log line, not a flood)."""
-        if what in self.logged:
-            return False
-        self.logged.add(what)
-        return True
 
 
 @dataclass
@@ -137,54 +95,35 @@ class ChatProvider:
         return min(MAX_OUTPUT_TOKENS, self.context_tokens // 4)
 
     async def send(self, request: ProviderRequest) -> ModelReply:
-        tools = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t["name"],
-                    "description": t["description"],
-                    "parameters": t["parameters"],
-                },
-            }
-            for t in request.tools
-        ]
+        tools = [{"type": "function", "function": tool} for tool in request.tools]
         messages = [{"role": "system", "content": request.system}, *outgoing(request.messages)]
         scale = self.endpoint.scale.get(self.model, 1.0)
         if self.context_tokens is not None:
             assert self.output_tokens is not None
             fitted = fit_context(messages, tools, self.context_tokens - self.output_tokens, scale)
             if fitted.dropped or fitted.clipped:
+                fields = {
+                    "model": self.model,
+                    "dropped_messages": fitted.dropped,
+                    "clipped_results": fitted.clipped,
+                    "estimated_tokens": fitted.tokens,
+                    "context_tokens": self.context_tokens,
+                }
                 log.warning(
-                    "chat conversation trimmed to fit the model's context",
-                    extra={
-                        "fields": {
-                            "model": self.model,
-                            "dropped_messages": fitted.dropped,
-                            "clipped_results": fitted.clipped,
-                            "estimated_tokens": fitted.tokens,
-                            "context_tokens": self.context_tokens,
-                        }
-                    },
+                    "chat conversation trimmed to fit the model's context", extra={"fields": fields}
                 )
             messages = fitted.messages
         messages = join_user_turns(messages)
         answer = await self._create(messages, tools)
         text = _THINK.sub("", answer.text).strip()
-        calls = _calls(answer.calls)
         stored: dict[str, Any] = {"role": "assistant", "content": text or None}
+        calls = _tool_calls(answer.calls)
         if calls:
-            stored["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments},
-                }
-                for c in calls
-            ]
+            stored["tool_calls"] = calls
+        said = text + "".join(call["function"]["arguments"] for call in calls)
         return ModelReply(
             text=text,
-            tool_calls=calls,
-            usage=self._usage(answer.usage, messages, tools, text, calls),
+            usage=self._usage(answer.usage, request_tokens(messages, tools), said),
             # An empty answer is not stored: the API refuses an assistant message with neither.
             items=[stored] if text or calls else [],
             # Recorded under the configured name (an Azure deployment, an Ollama tag): servers
@@ -195,21 +134,18 @@ class ChatProvider:
     async def _create(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> Completion:
+        timeout = self.timeout or REQUEST_TIMEOUT
         while True:
             sent = fold_system(messages) if self.model in self.endpoint.no_system else messages
-            params: dict[str, Any] = {"model": self.model, "messages": sent}
+            params: dict[str, Any] = {"model": self.model, "messages": sent, "timeout": timeout}
             if tools:  # an empty list is refused (400) by OpenAI
                 params["tools"] = tools
             if self.output_tokens is not None:
                 params[self.endpoint.output_param] = self.output_tokens
             try:
                 # Read as sent, not as the SDK guesses it (a text body came back as a `str`).
-                raw = await self.endpoint.client.chat.completions.with_raw_response.create(
-                    **params,
-                    timeout=self.timeout or REQUEST_TIMEOUT,
-                    extra_headers=self.endpoint.headers,
-                )
-                answer = raw.http_response
+                create = self.endpoint.client.chat.completions.with_raw_response.create
+                answer = (await create(**params, extra_headers=self.endpoint.headers)).http_response
                 return read_completion(answer.headers.get("content-type", ""), answer.text)
             except openai.APIStatusError as exc:
                 said = server_said(exc.body)
@@ -233,41 +169,27 @@ class ChatProvider:
                     )
                     continue
                 if exc.status_code not in (400, 401, 403, 404, 422):
-                    raise  # the loop retries what is transient and describes the rest
-                explained = explain(exc.status_code, said, self.model)
-                log.warning(
-                    "chat server refused the request",
-                    extra={
-                        "fields": {"status": exc.status_code, "server_said": quoted(said, 1000)}
-                    },
-                )
-                raise AgentError(explained) from exc
+                    raise  # the SDK retried what is transient; the loop describes the rest
+                fields = {"status": exc.status_code, "server_said": quoted(said, 1000)}
+                log.warning("chat server refused the request", extra={"fields": fields})
+                raise AgentError(explain(exc.status_code, said, self.model)) from exc
 
-    def _usage(
-        self,
-        usage: Usage | None,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        text: str,
-        calls: list[ToolCall],
-    ) -> Usage:
-        estimated = request_tokens(messages, tools)
+    def _usage(self, usage: Usage | None, estimated: int, said: str) -> Usage:
+        """The usage the server reported, else an estimate from what was sent (`estimated`
+        tokens) and `said`; a report above the estimate makes later estimates larger."""
         if usage is not None:
             reported = usage.input_tokens + usage.cache_read_tokens
             scale = self.endpoint.scale.get(self.model, 1.0)
             if reported > estimated * scale:  # the estimate fell short: trim earlier from now
                 self.endpoint.scale[self.model] = reported / estimated * 1.05
             return usage
-        if self.endpoint.once(f"no-usage:{self.model}"):
+        if self.model not in self.endpoint.unreported:  # logged once, not at every answer
+            self.endpoint.unreported.add(self.model)
             log.warning(
                 "chat server sent no usage; recording estimated tokens",
                 extra={"fields": {"model": self.model}},
             )
-        said = text + "".join(str(c.arguments) for c in calls)
         return Usage(input_tokens=estimated, output_tokens=estimate_tokens(said))
-
-    def transient(self, exc: Exception) -> Transient | None:
-        return sdk_transient(openai, exc)
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": text}]
@@ -282,36 +204,12 @@ class ChatProvider:
             for call, output, is_error in results
         ]
 
-    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-        """The results of an assistant message's calls are the `tool` messages right after it;
-        a call without one there is answered at the end of that run of results."""
-        closed: list[dict[str, Any]] = []
-        pending: dict[str, ToolCall] = {}
-        for message in messages:
-            if message.get("role") == "tool" and pending:
-                pending.pop(str(message.get("tool_call_id")), None)
-            elif pending:  # the run of results has ended
-                closed.extend(self.tool_results([(c, text, True) for c in pending.values()]))
-                pending = {}
-            closed.append(message)
-            if message.get("role") == "assistant":
-                pending = {
-                    str(c.get("id")): ToolCall(
-                        str(c.get("id")),
-                        str((c.get("function") or {}).get("name", "")),
-                        (c.get("function") or {}).get("arguments") or "{}",
-                    )
-                    for c in message.get("tool_calls") or []
-                }
-        closed.extend(self.tool_results([(c, text, True) for c in pending.values()]))
-        return closed
 
-
-def _calls(raw: Sequence[dict[str, Any]]) -> list[ToolCall]:
-    """The reply's function calls (as `read_completion` checked them), each with an id unique
-    in the reply (a server may send none, or repeat one): a made-up id is 9 letters and
-    digits, as Mistral's templates need."""
-    calls: list[ToolCall] = []
+def _tool_calls(raw: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The reply's function calls (as `read_completion` checked them) as they are stored:
+    each with an id unique in the reply (a server may send none, or repeat one; a made-up id
+    is 9 letters and digits, as Mistral's templates need) and its arguments as JSON text."""
+    stored: list[dict[str, Any]] = []
     seen: set[str] = set()
     for item in raw:
         function = item.get("function")
@@ -324,8 +222,9 @@ def _calls(raw: Sequence[dict[str, Any]]) -> list[ToolCall]:
         arguments = function.get("arguments")
         if not isinstance(arguments, str):  # a server that sends an object, not its JSON text
             arguments = json.dumps(arguments)
-        calls.append(ToolCall(call_id, str(function.get("name") or ""), arguments))
-    return calls
+        function = {"name": str(function.get("name") or ""), "arguments": arguments}
+        stored.append({"id": call_id, "type": "function", "function": function})
+    return stored
 
 
 # -- what is answered: read and checked -------------------------------------------------------
@@ -619,7 +518,7 @@ def explain(status: int, said: str, model: str) -> str:
         why = "llama_tools"
     elif "support tools" in low or "tools are not supported" in low:
         why = "no_tools"
-    elif any(word in low for word in _CONTEXT_WORDS):
+    elif _CONTEXT_FULL.search(low):
         why = "context"
     else:
         why = "model" if status == 404 else "other"

@@ -7,7 +7,7 @@ from typing import Any
 
 import anthropic
 
-from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage, sdk_transient
+from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Usage
 
 MAX_OUTPUT_TOKENS = 8192
 REQUEST_TIMEOUT = 180.0
@@ -42,11 +42,6 @@ class ClaudeProvider:
         usage = response.usage
         return ModelReply(
             text="\n".join(b.get("text", "") for b in blocks if b.get("type") == "text").strip(),
-            tool_calls=[
-                ToolCall(b["id"], b["name"], b.get("input") or {})
-                for b in blocks
-                if b.get("type") == "tool_use"
-            ],
             usage=Usage(
                 input_tokens=usage.input_tokens or 0,
                 output_tokens=usage.output_tokens or 0,
@@ -57,9 +52,6 @@ class ClaudeProvider:
             items=[{"role": "assistant", "content": blocks}] if blocks else [],
             model=response.model or self.model,
         )
-
-    def transient(self, exc: Exception) -> Transient | None:
-        return sdk_transient(anthropic, exc)
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": [{"type": "text", "text": text}]}]
@@ -79,32 +71,6 @@ class ClaudeProvider:
                 ],
             }
         ]
-
-    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-        answered = {
-            block.get("tool_use_id")
-            for message in messages
-            for block in _blocks(message)
-            if block.get("type") == "tool_result"
-        }
-        closed: list[dict[str, Any]] = []
-        for message in messages:
-            closed.append(message)
-            dangling = [
-                (ToolCall(block["id"], block.get("name", ""), block.get("input") or {}), text, True)
-                for block in _blocks(message)
-                if message.get("role") == "assistant"
-                and block.get("type") == "tool_use"
-                and block.get("id") not in answered
-            ]
-            if dangling:  # the results open the next user turn, before anything said after
-                closed.extend(self.tool_results(dangling))
-        return closed
-
-
-def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    content = message.get("content")
-    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
 def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

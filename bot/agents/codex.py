@@ -1,8 +1,4 @@
-"""`codex`: the OpenAI Responses API function-call loop (official openai SDK).
-
-The conversation is resent in full each turn (`store=False`); nothing relies on
-server-side state, so a session survives restarts and provider-side expiry.
-"""
+"""`codex`: the OpenAI Responses API (official openai SDK), the conversation resent in full."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ from typing import Any
 
 import openai
 
-from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Transient, Usage, sdk_transient
+from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Usage
 
 MAX_OUTPUT_TOKENS = 16_000
 REQUEST_TIMEOUT = 300.0
@@ -27,16 +23,7 @@ class CodexProvider:
     timeout: float | None = None  # None: REQUEST_TIMEOUT
 
     async def send(self, request: ProviderRequest) -> ModelReply:
-        tools = [
-            {
-                "type": "function",
-                "name": t["name"],
-                "description": t["description"],
-                "parameters": t["parameters"],
-                "strict": False,
-            }
-            for t in request.tools
-        ]
+        tools = [{"type": "function", **tool, "strict": False} for tool in request.tools]
         response = await self.client.responses.create(
             model=self.model,
             instructions=request.system,
@@ -53,14 +40,8 @@ class CodexProvider:
         cached = 0
         if usage and usage.input_tokens_details:
             cached = usage.input_tokens_details.cached_tokens or 0
-        calls = [
-            ToolCall(i["call_id"], i["name"], i.get("arguments") or "{}")
-            for i in items
-            if i.get("type") == "function_call"
-        ]
         return ModelReply(
             text=(response.output_text or "").strip(),
-            tool_calls=calls,
             usage=Usage(
                 input_tokens=(usage.input_tokens - cached) if usage else 0,
                 output_tokens=usage.output_tokens if usage else 0,
@@ -69,9 +50,6 @@ class CodexProvider:
             items=items,
             model=response.model or self.model,
         )
-
-    def transient(self, exc: Exception) -> Transient | None:
-        return sdk_transient(openai, exc)
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": text}]
@@ -85,23 +63,3 @@ class CodexProvider:
             }
             for call, output, is_error in results
         ]
-
-    def answer_dangling(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-        answered = {i.get("call_id") for i in messages if i.get("type") == "function_call_output"}
-        closed: list[dict[str, Any]] = []
-        pending: list[tuple[ToolCall, str, bool]] = []
-        for item in messages:
-            if pending and not _from_model(item):  # after the reply that made the calls
-                closed.extend(self.tool_results(pending))
-                pending = []
-            closed.append(item)
-            if item.get("type") == "function_call" and item.get("call_id") not in answered:
-                name, arguments = item.get("name", ""), item.get("arguments") or "{}"
-                pending.append((ToolCall(item["call_id"], name, arguments), text, True))
-        closed.extend(self.tool_results(pending))
-        return closed
-
-
-def _from_model(item: dict[str, Any]) -> bool:
-    """An item of a model reply (its text, reasoning or calls), not a result or a message."""
-    return item.get("type") in ("function_call", "reasoning") or item.get("role") == "assistant"

@@ -1,20 +1,20 @@
-"""One agent turn, for any provider: model calls, tool calls, budgets, retries, repair.
-
-Every message is stored in the session as it happens; every execution is a `runs` row
-with per-model `run_usage`, so cost is known even when a run fails half-way.
-"""
+"""One agent turn, for any provider: model calls, tool calls, budgets, one repair turn; every
+message stored as it happens, every run a `runs` row (its cost known even when it fails)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
+import anthropic
+import openai
+
+from bot.agents.answers import SUBMIT_REVIEW, FinalAnswer, InvalidAnswer, ReviewDraft
 from bot.agents.base import (
+    MAX_RETRIES,
     AgentError,
     Budget,
     BudgetExceeded,
@@ -23,13 +23,14 @@ from bot.agents.base import (
     ProviderRequest,
     ToolCall,
     Usage,
+    arguments_object,
     arguments_problem,
+    close_dangling,
     cost_usd,
     quoted,
     server_said,
 )
 from bot.agents.budget import admission, day_start
-from bot.agents.submit import SUBMIT_TOOL, InvalidAnswer, ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.agents.transcript import answer_text
 from bot.metrics import Metrics
@@ -42,29 +43,15 @@ from bot.redaction import redact
 from bot.skills import prompt_text
 from bot.texts import PEOPLE, render, say
 
-log = logging.getLogger(__name__)
-
-MAX_ATTEMPTS = 5
-MAX_BACKOFF = 30.0
-
 Origin = tuple[int | None, str | None]  # the PR comment a message came from: id and source
 
 
-@dataclass(frozen=True)
-class FinalAnswer:
-    """The tool that ends a turn with a structured answer, and how to read its input."""
+class Answer(Enum):
+    """What a turn does with its final tool."""
 
-    tool: dict[str, Any]
-    parse: Callable[[Any], Any]  # raises InvalidAnswer saying what to fix (one repair turn)
-    nudge: str  # the prompt sent once when the model ends its turn without calling the tool
-    acknowledgement: str = "submitted"  # the prompt the tool call is answered with
-
-    @property
-    def name(self) -> str:
-        return str(self.tool["name"])
-
-
-SUBMIT_REVIEW = FinalAnswer(SUBMIT_TOOL, parse_submission, "submit_nudge")
+    REQUIRED = "required"  # the turn ends with its answer (a review, a verify pass)
+    OFFERED = "offered"  # listed, so the prompt cache holds, but a call is told "not now"
+    NONE = "none"  # not listed (a critic's turns)
 
 
 @dataclass
@@ -94,12 +81,10 @@ class AgentRun:
     budget: Budget
     skill_version_id: int | None = None
     review_id: int | None = None
-    expect_submit: bool = True
-    offer_submit: bool | None = None  # default: when expected (a primary session keeps it)
+    answer: Answer = Answer.REQUIRED
     final: FinalAnswer = SUBMIT_REVIEW
     subkind: str | None = None
     metrics: Metrics | None = None
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     async def turn(
         self, user_text: str | None, *, comment_id: int | None = None, source: str | None = None
@@ -155,18 +140,18 @@ class AgentRun:
     ) -> TurnResult:
         final = self.final
         repaired = False
-        last = await self._settle()
+        last = next(reversed(await self._conversation(settle=True)), None)
         if user_text is not None:
             await self._store(self.provider.user_message(user_text), origin)
         elif last is not None and last.get("role") == "assistant":
             # Resumed after the model's answer was stored and before the next step was (the
             # process died): take that step now; a request never ends with the model's text.
-            if not self.expect_submit:
+            if self.answer is not Answer.REQUIRED:
                 return TurnResult(run_id, answer_text(last), None, 0)
             await self._store(self.provider.user_message(fragment(final.nudge)))
             repaired = True
-        offer = self.expect_submit if self.offer_submit is None else self.offer_submit
-        tools = [*self.toolbox.definitions, *([final.tool] if offer else [])]
+        offered = [final.tool] if self.answer is not Answer.NONE else []
+        tools = [*self.toolbox.definitions, *offered]
         tool_calls = 0
         broken = False  # the last reply had a call whose arguments were not a JSON object
         while True:
@@ -182,7 +167,7 @@ class AgentRun:
             if reply.items:
                 await self._store(reply.items)
             if not reply.tool_calls:
-                if not self.expect_submit:
+                if self.answer is not Answer.REQUIRED:
                     return TurnResult(run_id, reply.text, None, tool_calls)
                 if repaired:
                     raise AgentError(say(PEOPLE, "no_final_answer", tool=final.name))
@@ -200,12 +185,12 @@ class AgentRun:
                     if problem:  # one corrective turn: the next reply's arguments must be valid
                         results.append((call, unreadable_arguments(call.name, problem), True))
                         continue
-                    if call.name == final.name and not self.expect_submit:
+                    if call.name == final.name and self.answer is not Answer.REQUIRED:
                         results.append((call, fragment("not_now"), True))
                         continue
                     if call.name == final.name:
                         try:
-                            answer = final.parse(_as_dict(call.arguments))
+                            answer = final.parse(arguments_object(call.arguments))
                             results.append((call, fragment(final.acknowledgement), False))
                         except InvalidAnswer as exc:
                             if repaired:
@@ -221,7 +206,7 @@ class AgentRun:
                         raise BudgetExceeded(
                             say(PEOPLE, "budget_tool_calls", limit=self.budget.max_tool_calls)
                         )
-                    output = await self.toolbox.call(call.name, call.arguments)
+                    output = await self.toolbox.call(call.name, arguments_object(call.arguments))
                     results.append((call, output, False))
             except BaseException:  # stopped or failed mid-call: every call still gets a result
                 done = {call.id for call, _, _ in results}
@@ -233,102 +218,59 @@ class AgentRun:
                 return TurnResult(run_id, reply.text, answer, tool_calls)
 
     async def _store(self, items: list[dict[str, Any]], origin: Origin = (None, None)) -> None:
-        """Add native messages to the session; `origin`: the PR comment they came from."""
-        comment_id, source = origin
+        comment_id, source = origin  # the PR comment the messages came from
         await append_messages(
             self.db, self.session.id, items, github_comment_id=comment_id, source=source
         )
 
-    async def _conversation(self) -> list[dict[str, Any]]:
-        """The stored conversation as the API takes it: a tool call stored without its result
-        (its turn was stopped, or the process killed, mid-call) is answered "interrupted"."""
+    async def _conversation(self, settle: bool = False) -> list[dict[str, Any]]:
+        """The stored conversation as the API takes it: a tool call without its result (its
+        turn was stopped, or the process killed, mid-call) is answered "interrupted"; `settle`
+        also stores those answers when they come last (before a turn adds to it)."""
         stored = await load_messages(self.db, self.session.id)
-        return self.provider.answer_dangling(stored, interrupted())
-
-    async def _settle(self) -> dict[str, Any] | None:
-        """Before a turn adds to the conversation: store the "interrupted" results of the tool
-        calls an earlier turn left unanswered at its end (a killed process had no chance to).
-        Returns the conversation's last message."""
-        stored = await load_messages(self.db, self.session.id)
-        closed = self.provider.answer_dangling(stored, interrupted())
-        if len(closed) > len(stored) and closed[: len(stored)] == stored:
+        closed = close_dangling(stored, self.provider.tool_results, interrupted())
+        if settle and len(closed) > len(stored) and closed[: len(stored)] == stored:
             await self._store(closed[len(stored) :])
-        return closed[-1] if closed else None
+        return closed
 
     async def _send(self, request: ProviderRequest, started: float) -> ModelReply:
-        attempt = 0
-        while True:
-            remaining = self.budget.max_seconds - (time.monotonic() - started)
-            if remaining <= 0:
-                raise BudgetExceeded(self._out_of_time())
-            attempt += 1
-            try:
-                async with asyncio.timeout(remaining):
-                    return await self.provider.send(request)
-            except TimeoutError:
-                raise BudgetExceeded(self._out_of_time()) from None
-            except AgentError:  # the provider said what went wrong and what to do
-                raise
-            except Exception as exc:
-                advice = self.provider.transient(exc)
-                if advice is None:
-                    raise AgentError(_describe(self.provider.name, exc)) from exc
-                if attempt >= MAX_ATTEMPTS:
-                    raise AgentError(
-                        say(
-                            PEOPLE,
-                            "provider_unavailable",
-                            provider=self.provider.name,
-                            attempts=attempt,
-                            reason=_describe(self.provider.name, exc),
-                        )
-                    ) from exc
-                delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
-                log.warning(
-                    "transient model error, retrying",
-                    extra={
-                        "fields": {
-                            "provider": self.provider.name,
-                            "attempt": attempt,
-                            "delay": delay,
-                        }
-                    },
-                )
-                await self.sleep(min(delay, MAX_BACKOFF, max(remaining - 1, 0)))
+        remaining = self.budget.max_seconds - (time.monotonic() - started)
+        if remaining <= 0:
+            raise BudgetExceeded(self._out_of_time())
+        try:
+            async with asyncio.timeout(remaining):  # the SDK's retries included
+                return await self.provider.send(request)
+        except TimeoutError:
+            raise BudgetExceeded(self._out_of_time()) from None
+        except AgentError:  # the provider said what went wrong and what to do
+            raise
+        except Exception as exc:
+            raise AgentError(_describe(self.provider.name, exc)) from exc
 
     def _count(self, reply: ModelReply, usage: dict[str, Usage]) -> None:
         model = reply.model or self.provider.model
         usage.setdefault(model, Usage()).add(reply.usage)
         if self.metrics:
-            for kind, value in (
-                ("input", reply.usage.input_tokens),
-                ("output", reply.usage.output_tokens),
-                ("cache_read", reply.usage.cache_read_tokens),
-                ("cache_write", reply.usage.cache_write_tokens),
-            ):
-                self.metrics.model_tokens.labels(
-                    provider=self.provider.name, model=model, kind=kind
-                ).inc(value)
+            labels = {"provider": self.provider.name, "model": model}
+            for kind, count in reply.usage.counts().items():
+                self.metrics.model_tokens.labels(**labels, kind=kind).inc(count)
             cost = cost_usd(model, reply.usage, self.provider.fallback_rate)
             if cost:
-                self.metrics.model_cost.labels(provider=self.provider.name, model=model).inc(cost)
+                self.metrics.model_cost.labels(**labels).inc(cost)
 
     def _out_of_time(self) -> str:
         return say(PEOPLE, "budget_wall_clock", seconds=self.budget.max_seconds)
 
     def _check_spend(self, usage: dict[str, Usage]) -> None:
+        budget, rate = self.budget, self.provider.fallback_rate
         tokens = sum(u.total for u in usage.values())
-        if tokens > self.budget.max_tokens:
+        if tokens > budget.max_tokens:
             raise BudgetExceeded(
-                say(PEOPLE, "budget_tokens", tokens=tokens, limit=self.budget.max_tokens)
+                say(PEOPLE, "budget_tokens", tokens=tokens, limit=budget.max_tokens)
             )
-        if self.budget.max_usd is not None:
-            rate = self.provider.fallback_rate
-            spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
-            if spent > self.budget.max_usd:
-                raise BudgetExceeded(
-                    say(PEOPLE, "budget_usd", spent=spent, limit=self.budget.max_usd)
-                )
+        spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
+        if budget.max_usd is not None and spent > budget.max_usd:
+            raise BudgetExceeded(say(PEOPLE, "budget_usd", spent=spent, limit=budget.max_usd))
 
     async def _finish(
         self, run_id: int, usage: dict[str, Usage], status: str, error: str | None, tool_calls: int
@@ -363,26 +305,17 @@ def unreadable_arguments(tool: str, problem: str) -> str:
     return render("prompts/tool_arguments_invalid.md.j2", tool=tool, problem=problem).strip()
 
 
-def _as_dict(arguments: Any) -> Any:
-    """A tool call's arguments as `arguments_problem` reads them (empty text is `{}`)."""
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments or "{}")
-        except ValueError:
-            return None
-    return arguments
-
-
 def _describe(provider: str, exc: Exception) -> str:
     """An SDK's error as the PR is told it: the status, and what the server said (redacted;
-    never after 401 or 403, whose message may hold part of the key it refused)."""
+    never after 401 or 403, whose message may hold part of the key it refused); "unavailable"
+    when the SDK gave up retrying it (each request carries its retry count)."""
     status = getattr(exc, "status_code", None)
     said = quoted(server_said(getattr(exc, "body", None))) if status not in (401, 403) else ""
+    what = {"provider": provider, "status": status, "error_class": exc.__class__.__name__}
+    error = say(PEOPLE, "provider_error", said=said, **what)
+    sdk_error = isinstance(exc, anthropic.APIError | openai.APIError)
+    if not sdk_error or exc.request.headers.get("x-stainless-retry-count") != str(MAX_RETRIES):
+        return error
     return say(
-        PEOPLE,
-        "provider_error",
-        provider=provider,
-        status=status,
-        said=said,
-        error_class=exc.__class__.__name__,
+        PEOPLE, "provider_unavailable", provider=provider, attempts=MAX_RETRIES + 1, reason=error
     )

@@ -9,7 +9,7 @@ from typing import Any
 import anthropic
 import openai
 
-from bot.agents.base import AgentError, Provider, chat_rate, quoted, server_said
+from bot.agents.base import MAX_RETRIES, AgentError, Provider, chat_rate, quoted, server_said
 from bot.agents.chat import ChatEndpoint, ChatProvider
 from bot.agents.claude import ClaudeProvider
 from bot.agents.codex import CodexProvider
@@ -19,66 +19,57 @@ from bot.texts import PEOPLE, say
 
 PROBE_TIMEOUT = 15.0
 SDK_KEYS = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}  # read by the SDKs themselves
+SDKS = {
+    "claude": (anthropic.AsyncAnthropic, anthropic.AnthropicError),
+    "codex": (openai.AsyncOpenAI, openai.OpenAIError),
+}
 OLLAMA_DEFAULT_TAG = ":latest"  # Ollama serves `qwen3` as `qwen3:latest`
 AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
 
 
 def _not_configured(provider: str, *variables: str) -> AgentError:
-    return AgentError(
-        say(PEOPLE, "provider_not_configured", provider=provider, variables=variables)
-    )
+    said = say(PEOPLE, "provider_not_configured", provider=provider, variables=variables)
+    return AgentError(said)
 
 
 class ModelClients:
     """One SDK client per provider per process (connection reuse). `claude` and `codex` take
-    their keys from the SDKs' own environment variables, `chat` from COCKPIT_CHAT_* only.
-    SDK retries are off: the agent loop retries with budgets."""
+    their keys from the SDKs' own environment variables, `chat` from COCKPIT_CHAT_* only."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._anthropic: anthropic.AsyncAnthropic | None = None
-        self._openai: openai.AsyncOpenAI | None = None
+        self._sdks: dict[str, Any] = {}
         self._chat: ChatEndpoint | None = None
 
     def provider(self, name: str, model: str | None = None) -> Provider:
+        timeout = self.settings.model_timeout
         if name == "claude":
-            if self._anthropic is None:
-                try:
-                    self._anthropic = anthropic.AsyncAnthropic(max_retries=0)
-                except anthropic.AnthropicError as exc:
-                    raise _not_configured("claude", "ANTHROPIC_API_KEY") from exc
-                _known(self._anthropic.api_key, self._anthropic.auth_token, self._anthropic)
-            return ClaudeProvider(
-                self._anthropic,
-                model or self.settings.claude_model,
-                timeout=self.settings.model_timeout,
-            )
+            return ClaudeProvider(self._sdk(name), model or self.settings.claude_model, timeout)
         if name == "codex":
-            if self._openai is None:
-                try:
-                    self._openai = openai.AsyncOpenAI(max_retries=0)
-                except openai.OpenAIError as exc:
-                    raise _not_configured("codex", "OPENAI_API_KEY") from exc
-                _known(self._openai.api_key, None, self._openai)
-            return CodexProvider(
-                self._openai,
-                model or self.settings.codex_model,
-                timeout=self.settings.model_timeout,
-            )
-        if name == "chat":
-            chat = self.settings.chat
-            if chat is None:
-                raise _not_configured("chat", "COCKPIT_CHAT_BASE_URL", "COCKPIT_CHAT_MODEL")
-            if self._chat is None:
-                self._chat = ChatEndpoint.connect(chat)
-            return ChatProvider(
-                self._chat,
-                model or chat.model,
-                timeout=self.settings.model_timeout,
-                context_tokens=chat.context_tokens,
-                fallback_rate=chat_rate(chat.rates),
-            )
-        raise AgentError(say(PEOPLE, "unknown_provider", provider=repr(name), choices=PROVIDERS))
+            return CodexProvider(self._sdk(name), model or self.settings.codex_model, timeout)
+        if name != "chat":
+            choices = PROVIDERS
+            raise AgentError(say(PEOPLE, "unknown_provider", provider=repr(name), choices=choices))
+        chat = self.settings.chat
+        if chat is None:
+            raise _not_configured("chat", "COCKPIT_CHAT_BASE_URL", "COCKPIT_CHAT_MODEL")
+        self._chat = self._chat or ChatEndpoint.connect(chat)
+        rate = chat_rate(chat.rates)
+        return ChatProvider(self._chat, model or chat.model, timeout, chat.context_tokens, rate)
+
+    def _sdk(self, name: str) -> Any:
+        """`claude`'s or `codex`'s SDK client; what it sends (its key, its base URL's password)
+        is masked wherever it could be shown."""
+        if name not in self._sdks:
+            client_class, error = SDKS[name]
+            try:
+                client = client_class(max_retries=MAX_RETRIES)
+            except error as exc:
+                raise _not_configured(name, SDK_KEYS[name]) from exc
+            secrets = [client.api_key, getattr(client, "auth_token", None)]
+            register_all([s or "" for s in secrets] + url_passwords(str(client.base_url)))
+            self._sdks[name] = client
+        return self._sdks[name]
 
     def configured(self, name: str) -> bool:
         """Whether `name` can be used here: its SDK found a key in the environment (`chat`:
@@ -87,25 +78,16 @@ class ModelClients:
             self.provider(name)
         except AgentError:
             return False
-        if name == "claude":
-            assert self._anthropic is not None
-            return bool(self._anthropic.api_key or self._anthropic.auth_token)
-        return True
+        client = self._sdks.get(name)
+        return client is None or bool(client.api_key or getattr(client, "auth_token", None))
 
     def available(self) -> list[str]:
         """The providers configured here, in `PROVIDERS` order."""
         return [p for p in PROVIDERS if self.configured(p)]
 
     async def close(self) -> None:
-        for client in (self._anthropic, self._openai, self._chat and self._chat.client):
-            if client is not None:
-                await client.close()
-
-
-def _known(key: str | None, token: str | None, client: Any) -> None:
-    """What an SDK client sends, masked wherever it could be shown: its key and its base
-    URL's password (each SDK read them from its own variables)."""
-    register_all([key or "", token or "", *url_passwords(str(client.base_url))])
+        for client in [*self._sdks.values(), *([self._chat.client] if self._chat else [])]:
+            await client.close()
 
 
 def other_provider(reviewer: str, available: Collection[str]) -> str:
@@ -153,7 +135,7 @@ async def _probe_chat(clients: ModelClients, model: str) -> list[str]:
     assert isinstance(provider, ChatProvider)
     endpoint = provider.endpoint
     try:
-        page = await endpoint.client.models.list(
+        page = await endpoint.client.with_options(max_retries=0).models.list(
             extra_headers=endpoint.headers, timeout=PROBE_TIMEOUT
         )
     except openai.APIConnectionError as exc:

@@ -1,9 +1,5 @@
-"""The reviewer's read-only tools, reading the git object store at the head sha.
-
-There is no write, shell or network tool. Paths are looked up in the head commit's tree,
-so `..`, absolute paths and `.git` are refused before git is asked, symlinks are reported
-as links (never followed), and nothing from the PR is executed or checked out.
-"""
+"""The reviewer's read-only tools over the git object store at the head sha (no write, shell or
+network tool; nothing from the PR is executed or checked out)."""
 
 from __future__ import annotations
 
@@ -12,8 +8,13 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
+from msgspec import Meta
+
+from bot.agents.answers import Positive, told, tool
+from bot.inputs import decode, problems
 from bot.texts import MODEL, say
 from bot.worktrees import GIT_TIMEOUT, GitError, Worktree, truncated
 
@@ -34,71 +35,60 @@ class ToolError(Exception):
         super().__init__(say(MODEL, "tool", why=why, **context))
 
 
-def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
+class ReadFile(msgspec.Struct, forbid_unknown_fields=True):
+    """Read a file of the PR's head commit, with line numbers. Optional 1-based
+    start_line/end_line select a range (at most 400 lines per call)."""
+
+    path: str
+    start_line: Positive | None = None
+    end_line: Positive | None = None
 
 
-TOOL_DEFINITIONS: list[dict[str, Any]] = [
-    {
-        "name": "read_file",
-        "description": "Read a file of the PR's head commit, with line numbers. Optional 1-based "
-        "start_line/end_line select a range (at most 400 lines per call).",
-        "parameters": _schema(
-            {
-                "path": {"type": "string"},
-                "start_line": {"type": "integer", "minimum": 1},
-                "end_line": {"type": "integer", "minimum": 1},
-            },
-            ["path"],
-        ),
-    },
-    {
-        "name": "list_files",
-        "description": "List a directory of the PR's head commit (the repository root if no "
-        "path). Directories end with '/'.",
-        "parameters": _schema({"path": {"type": "string"}}, []),
-    },
-    {
-        "name": "search_code",
-        "description": "Search the head commit with a regular expression (POSIX extended); "
-        "returns path:line:text matches. Optional path limits the search.",
-        "parameters": _schema(
-            {"pattern": {"type": "string"}, "path": {"type": "string"}}, ["pattern"]
-        ),
-    },
-    {
-        "name": "git_diff",
-        "description": "Unified diff of the pull request (merge-base of base and head → head), "
-        "for the whole PR or one path.",
-        "parameters": _schema({"path": {"type": "string"}}, []),
-    },
-    {
-        "name": "git_log",
-        "description": "Commit history of the head (optionally of one path): short sha, author, "
-        "date, subject.",
-        "parameters": _schema(
-            {
-                "path": {"type": "string"},
-                "max_count": {"type": "integer", "minimum": 1, "maximum": 100},
-            },
-            [],
-        ),
-    },
-]
-READ_ONLY_TOOLS = frozenset(tool["name"] for tool in TOOL_DEFINITIONS)
+class ListFiles(msgspec.Struct, forbid_unknown_fields=True):
+    """List a directory of the PR's head commit (the repository root if no path).
+    Directories end with '/'."""
+
+    path: str | None = None
 
 
-def clean_path(raw: Any, *, allow_root: bool = False) -> str:
-    """A repository-relative path, or ToolError. Never touches the filesystem."""
-    if raw is None:
-        raw = ""  # no path: "" and "." come out as no parts, below
-    if not isinstance(raw, str):
-        raise ToolError("path_type")
+class SearchCode(msgspec.Struct, forbid_unknown_fields=True):
+    """Search the head commit with a regular expression (POSIX extended); returns
+    path:line:text matches. Optional path limits the search."""
+
+    pattern: Annotated[str, Meta(pattern=f"^[^\\n]{{1,{MAX_PATTERN_CHARS}}}$")]
+    path: str | None = None
+
+
+class GitDiff(msgspec.Struct, forbid_unknown_fields=True):
+    """Unified diff of the pull request (merge-base of base and head → head), for the whole
+    PR or one path."""
+
+    path: str | None = None
+
+
+class GitLog(msgspec.Struct, forbid_unknown_fields=True):
+    """Commit history of the head (optionally of one path): short sha, author, date,
+    subject."""
+
+    path: str | None = None
+    max_count: Annotated[int, Meta(ge=1, le=100)] | None = None
+
+
+TOOLS = {
+    "read_file": ReadFile,
+    "list_files": ListFiles,
+    "search_code": SearchCode,
+    "git_diff": GitDiff,
+    "git_log": GitLog,
+}
+TOOL_DEFINITIONS = [tool(name, shape) for name, shape in TOOLS.items()]
+READ_ONLY_TOOLS = frozenset(TOOLS)
+
+
+def clean_path(raw: str | None, *, allow_root: bool = False) -> str:
+    """A repository-relative path, or ToolError: `..`, absolute paths and `.git` are refused
+    before git is asked. Never touches the filesystem."""
+    raw = raw or ""  # no path: "" and "." come out as no parts, below
     if "\x00" in raw or len(raw) > 4096:
         raise ToolError("path_invalid")
     if raw.startswith("/") or raw.startswith("\\") or (len(raw) > 1 and raw[1] == ":"):
@@ -108,9 +98,7 @@ def clean_path(raw: Any, *, allow_root: bool = False) -> str:
         raise ToolError("path_parent")
     if any(p.lower() == ".git" for p in parts):
         raise ToolError("path_git")
-    if not parts:
-        if allow_root:
-            return ""
+    if not parts and not allow_root:
         raise ToolError("path_required")
     return "/".join(parts)
 
@@ -139,7 +127,12 @@ def _tree_entries(out: bytes) -> Iterator[TreeEntry]:
 
 
 class Toolbox:
-    """Executes the read-only tools for one review; `on_call` observes each call (progress)."""
+    """Executes the read-only tools for one review; `on_call` observes each call (progress).
+    `left_out`: changed files the review leaves out (path → why: an `ignore` glob, generated,
+    vendored …): `git_diff` does not show them, `read_file` says so; `since`: a re-review's
+    last reviewed commit, where `git_diff` starts."""
+
+    definitions = TOOL_DEFINITIONS
 
     def __init__(
         self,
@@ -149,41 +142,26 @@ class Toolbox:
         left_out: Mapping[str, str] | None = None,
         since: str | None = None,
     ) -> None:
-        """`left_out`: changed files the review leaves out (path → why: an `ignore` glob,
-        generated, vendored …): `git_diff` does not show them, `read_file` says so; `since`:
-        a re-review's last reviewed commit, where `git_diff` starts."""
         self.tree = tree
         self.on_call = on_call
         self.left_out = dict(left_out or {})
         self.calls = 0
-        self.since = since  # a re-review: `git_diff` shows what changed since this commit
+        self.start = since or tree.merge_base
         self._shown: str | None = None  # the tree `git_diff` compares with (see `_shown_tree`)
-
-    definitions = TOOL_DEFINITIONS
 
     async def call(self, name: str, arguments: Any) -> str:
         """Run one tool; errors come back as text for the model, never as exceptions."""
         self.calls += 1
         if self.on_call is not None:
             await self.on_call(name)
-        if name not in READ_ONLY_TOOLS:
-            return say(
-                MODEL, "tool", why="unknown_tool", tool=repr(name), tools=sorted(READ_ONLY_TOOLS)
-            )
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments or "{}")
-            except ValueError:
-                return say(MODEL, "tool", why="not_json")
-        if not isinstance(arguments, dict):
-            return say(MODEL, "tool", why="not_object")
-        handler = getattr(self, f"_tool_{name}")
+        shape = TOOLS.get(name)
+        if shape is None:
+            return say(MODEL, "tool", why="unknown_tool", tool=repr(name), tools=sorted(TOOLS))
+        found = problems(arguments, shape)
+        if found:
+            return say(MODEL, "tool", why="error", error=told(found))
         try:
-            return cap(await handler(**arguments))
-        except TypeError:
-            return say(
-                MODEL, "tool", why="unexpected_arguments", tool=name, arguments=sorted(arguments)
-            )
+            return cap(await getattr(self, f"_tool_{name}")(decode(arguments, shape)))
         except (ToolError, GitError) as exc:
             return say(MODEL, "tool", why="error", error=exc)
 
@@ -191,22 +169,17 @@ class Toolbox:
         out = await self.tree.git("ls-tree", "-z", "--full-tree", self.tree.head_sha, "--", path)
         return next((entry for entry in _tree_entries(out) if entry.path == path), None)
 
-    async def _tool_read_file(
-        self, path: Any = None, start_line: Any = None, end_line: Any = None
-    ) -> str:
+    async def _tool_read_file(self, args: ReadFile) -> str:
         """A file the review leaves out can still be read (what it says may explain the
         code under review); the answer starts by saying it is not part of the review."""
-        path = clean_path(path)
-        answer = await self._read_file(path, start_line, end_line)
+        path = clean_path(args.path)
+        answer = await self._read_file(path, args.start_line or 1, args.end_line)
         if path not in self.left_out:
             return answer
-        return (
-            say(MODEL, "tool", why="left_out_read", path=path, reason=self.left_out[path])
-            + "\n"
-            + answer
-        )
+        reason = self.left_out[path]
+        return say(MODEL, "tool", why="left_out_read", path=path, reason=reason) + "\n" + answer
 
-    async def _read_file(self, path: str, start_line: Any, end_line: Any) -> str:
+    async def _read_file(self, path: str, start: int, end: int | None) -> str:
         entry = await self._entry(path)
         if entry is None:
             return say(MODEL, "tool", why="missing", path=path)
@@ -215,37 +188,32 @@ class Toolbox:
         if entry.kind == "commit":
             return say(MODEL, "tool", why="submodule", path=path, oid=entry.oid)
         if entry.mode == "120000":
-            target = (await self.tree.git("cat-file", "blob", entry.oid, limit=4096)).decode(
-                errors="replace"
-            )
-            return say(MODEL, "tool", why="symlink", path=path, target=repr(target))
+            target = await self.tree.git("cat-file", "blob", entry.oid, limit=4096)
+            shown = repr(target.decode(errors="replace"))
+            return say(MODEL, "tool", why="symlink", path=path, target=shown)
         size = int((await self.tree.git("cat-file", "-s", entry.oid)).decode().strip())
         data = await self.tree.git("cat-file", "blob", entry.oid, limit=MAX_READ_BYTES)
         if b"\x00" in data[:8192]:
             return say(MODEL, "tool", why="binary", path=path, size=size)
         clipped = size > MAX_READ_BYTES
-        text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
-        lines = text.splitlines()
+        lines = data[:MAX_READ_BYTES].decode("utf-8", errors="replace").splitlines()
         if clipped and lines:
             lines = lines[:-1]  # the last line may be cut mid-way
-        start = _positive(start_line, 1)
-        end = _positive(end_line, start + MAX_LINES - 1)
-        end = min(end, start + MAX_LINES - 1, len(lines))
+        end = min(end or start + MAX_LINES - 1, start + MAX_LINES - 1, len(lines))
         if start > max(len(lines), 1):
             return say(MODEL, "tool", why="past_end", path=path, lines=len(lines))
         width = len(str(end))
         body = "\n".join(f"{n:>{width}}| {lines[n - 1]}" for n in range(start, end + 1))
         notes = []
         if end < len(lines):
-            notes.append(
-                say(MODEL, "tool", why="more_lines", start=start, end=end, lines=len(lines))
-            )
+            more = say(MODEL, "tool", why="more_lines", start=start, end=end, lines=len(lines))
+            notes.append(more)
         if clipped:
             notes.append(say(MODEL, "tool", why="clipped", size=size, read=MAX_READ_BYTES))
         return "\n".join([body, *notes])
 
-    async def _tool_list_files(self, path: Any = None) -> str:
-        path = clean_path(path, allow_root=True)
+    async def _tool_list_files(self, args: ListFiles) -> str:
+        path = clean_path(args.path, allow_root=True)
         if path:
             entry = await self._entry(path)
             if entry is None:
@@ -253,43 +221,31 @@ class Toolbox:
             if entry.kind != "tree":
                 return say(MODEL, "tool", why="not_directory", path=path)
         spec = [f"{path}/"] if path else []
-        out = await self.tree.git(
-            "ls-tree", "-z", self.tree.head_sha, "--", *spec, limit=MAX_GIT_BYTES
-        )
+        head = self.tree.head_sha
+        out = await self.tree.git("ls-tree", "-z", head, "--", *spec, limit=MAX_GIT_BYTES)
         cut = truncated(out, MAX_GIT_BYTES)
         if cut:  # the last record may be cut mid-way
             out = out[:MAX_GIT_BYTES].rpartition(b"\x00")[0]
         names = [e.path + ("/" if e.kind == "tree" else "") for e in _tree_entries(out)]
-        shown_names = names[:MAX_LIST_ENTRIES]
-        more = len(names) - len(shown_names)
-        text = "\n".join(json.dumps(n)[1:-1] if not n.isprintable() else n for n in shown_names)
-        if more:
+        shown = [json.dumps(n)[1:-1] if not n.isprintable() else n for n in names]
+        text = "\n".join(shown[:MAX_LIST_ENTRIES])
+        if len(names) > MAX_LIST_ENTRIES:
+            more = len(names) - MAX_LIST_ENTRIES
             text += "\n" + say(MODEL, "tool", why="more_entries", more=more)
         if cut:
             text += "\n" + say(MODEL, "tool", why="git_truncated", limit=MAX_GIT_BYTES)
         return text or say(MODEL, "tool", why="empty")
 
-    async def _tool_search_code(self, pattern: Any = None, path: Any = None) -> str:
-        if not isinstance(pattern, str) or not pattern:
-            raise ToolError("pattern_empty")
-        if len(pattern) > MAX_PATTERN_CHARS or "\n" in pattern:
-            raise ToolError("pattern_long", limit=MAX_PATTERN_CHARS)
-        path = clean_path(path, allow_root=True)
-        spec = [path] if path else []
+    async def _tool_search_code(self, args: SearchCode) -> str:
+        path = clean_path(args.path, allow_root=True)
         await self.tree.fetch_blobs(path)  # a partial mirror: one request, not one per file
         try:
             out = await self.tree.git(
-                "grep",
-                "-n",
-                "-I",
-                "-E",
-                "--no-color",
-                "--max-count=20",
-                "-e",
-                pattern,
+                *["grep", "-n", "-I", "-E", "--no-color", "--max-count=20", "-e"],
+                args.pattern,
                 self.tree.head_sha,
                 "--",
-                *spec,
+                *([path] if path else []),
                 timeout=SEARCH_TIMEOUT,
                 limit=MAX_GIT_BYTES,
                 check=False,
@@ -297,27 +253,20 @@ class Toolbox:
         except GitError:
             raise ToolError("search_timed_out", seconds=SEARCH_TIMEOUT) from None
         prefix = f"{self.tree.head_sha}:".encode()
-        lines = [
-            line[len(prefix) :] if line.startswith(prefix) else line
-            for line in out[:MAX_GIT_BYTES].splitlines()
-        ]
+        lines = [line.removeprefix(prefix) for line in out[:MAX_GIT_BYTES].splitlines()]
         text = "\n".join(line.decode("utf-8", errors="replace")[:500] for line in lines)
         if truncated(out, MAX_GIT_BYTES):
             text += "\n" + say(MODEL, "tool", why="git_truncated", limit=MAX_GIT_BYTES)
         return text or say(MODEL, "tool", why="no_matches")
 
-    async def _tool_git_diff(self, path: Any = None) -> str:
-        path = clean_path(path, allow_root=True)
+    async def _tool_git_diff(self, args: GitDiff) -> str:
+        path = clean_path(args.path, allow_root=True)
         if path in self.left_out:
             return say(MODEL, "tool", why="left_out_path", path=path, reason=self.left_out[path])
         hidden = sum(1 for p in self.left_out if _under(p, path))
         out = await self.tree.git(
-            "diff",
-            "--no-color",
-            "--no-ext-diff",
-            "--no-textconv",
-            "-M",
-            self._start,
+            *["diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M"],
+            self.start,
             await self._shown_tree() if hidden else self.tree.head_sha,
             "--",
             *([path] if path else []),
@@ -326,14 +275,8 @@ class Toolbox:
         text = _text(out)
         if not hidden:
             return text or say(MODEL, "tool", why="no_changes")
-        note = say(
-            MODEL, "tool", why="left_out", count=hidden
-        )  # first: a long diff is cut at its end
+        note = say(MODEL, "tool", why="left_out", count=hidden)  # first: a long diff is cut
         return note + "\n" + text if text else note
-
-    @property
-    def _start(self) -> str:
-        return self.since or self.tree.merge_base
 
     async def _shown_tree(self) -> str:
         """The head's tree with every left-out file as `git_diff`'s start has it: diffed
@@ -342,14 +285,11 @@ class Toolbox:
         scratch index (`--index-info` on stdin); its few new tree objects are unreachable,
         and the mirror's garbage collection drops them."""
         if self._shown is None:
+            head = self.tree.head_sha
             raw = await self.tree.git(
-                "diff",
-                "--raw",
-                "-z",
-                "--no-renames",
-                "--no-abbrev",
-                self._start,
-                self.tree.head_sha,
+                *["diff", "--raw", "-z", "--no-renames", "--no-abbrev"],
+                self.start,
+                head,
                 timeout=GIT_TIMEOUT,
                 limit=RAW_DIFF_BYTES,
             )
@@ -361,29 +301,21 @@ class Toolbox:
             )
             with tempfile.TemporaryDirectory(prefix="cockpit-diff-") as scratch:
                 index = Path(scratch) / "index"
-                head = self.tree.head_sha
                 await self.tree.git("read-tree", head, index=index, timeout=GIT_TIMEOUT)
-                await self.tree.git(
-                    "update-index", "-z", "--index-info", stdin=restore, index=index
-                )
+                info = ("update-index", "-z", "--index-info")
+                await self.tree.git(*info, stdin=restore, index=index)
                 tree = await self.tree.git("write-tree", "--missing-ok", index=index)
             self._shown = tree.decode().strip()
         return self._shown
 
-    async def _tool_git_log(self, path: Any = None, max_count: Any = None) -> str:
-        path = clean_path(path, allow_root=True)
-        count = min(_positive(max_count, 20), 100)
-        spec = [path] if path else []
+    async def _tool_git_log(self, args: GitLog) -> str:
+        path = clean_path(args.path, allow_root=True)
         out = await self.tree.git(
-            "log",
-            "--no-color",
-            "--no-show-signature",
-            f"--max-count={count}",
-            "--format=%h %an %ad %s",
-            "--date=short",
+            *["log", "--no-color", "--no-show-signature", "--format=%h %an %ad %s", "--date=short"],
+            f"--max-count={args.max_count or 20}",
             self.tree.head_sha,
             "--",
-            *spec,
+            *([path] if path else []),
             limit=MAX_GIT_BYTES,
         )
         return _text(out) or say(MODEL, "tool", why="no_commits")
@@ -410,11 +342,3 @@ def _as_at_start(meta: bytes, name: bytes) -> bytes:
 
 def _under(path: str, folder: str) -> bool:
     return not folder or path == folder or path.startswith(folder + "/")
-
-
-def _positive(value: Any, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ToolError("not_positive")
-    return value

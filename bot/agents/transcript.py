@@ -1,5 +1,5 @@
-"""Pure: a session's native messages (Claude's, Codex's or Chat Completions' shapes) as plain
-text, and the capped excerpt of a parent conversation that a cross-review child is given."""
+"""Pure: a session's native messages (Messages, Responses or Chat Completions shapes) read
+whichever provider wrote them: their calls and results, their text, a critic's excerpt."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from bot.agents.base import arguments_object, blocks, calls
 from bot.texts import render as render_text
 
 MAX_MESSAGES = 50
@@ -27,92 +28,53 @@ class Excerpt:
     omitted: int  # older messages left out
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more chars)"
+def tool_call(item: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The input of a call to tool `name` in an assistant message (None: no readable one)."""
+    call = next((call for call in calls(item) if call.name == name), None)
+    return arguments_object(call.arguments) if call is not None else None
 
 
-def _arguments(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _parts(item: dict[str, Any]) -> list[str]:
-    """Readable pieces of one native message, whichever provider wrote it."""
-    kind = item.get("type")
-    if kind == "function_call":
-        return [f"[called {item.get('name')} {_arguments(item.get('arguments'))}]"]
-    if kind == "function_call_output":
-        return [f"[tool result] {_clip(str(item.get('output', '')), TOOL_OUTPUT_CHARS)}"]
-    if kind == "reasoning":
-        return []
-    content = item.get("content")
-    if item.get("role") == "tool":  # Chat Completions: a tool's result
-        return [f"[tool result] {_clip(str(content or ''), TOOL_OUTPUT_CHARS)}"]
-    calls = [
-        f"[called {c['function'].get('name')} {_arguments(c['function'].get('arguments'))}]"
-        for c in item.get("tool_calls") or []
-        if isinstance(c, dict) and isinstance(c.get("function"), dict)
-    ]  # Chat Completions: an assistant message's calls
-    if content is None or isinstance(content, str):
-        return [content or "", *calls]
-    parts = []
-    for block in content or []:
-        block_type = block.get("type")
-        if block_type in ("text", "input_text", "output_text"):
-            parts.append(block.get("text", ""))
-        elif block_type == "tool_use":
-            parts.append(f"[called {block.get('name')} {_arguments(block.get('input'))}]")
-        elif block_type == "tool_result":
-            result = block.get("content")
-            if isinstance(result, list):
-                result = "".join(p.get("text", "") for p in result if isinstance(p, dict))
-            parts.append(f"[tool result] {_clip(str(result or ''), TOOL_OUTPUT_CHARS)}")
-    return parts
+def calls_tools(item: dict[str, Any]) -> bool:
+    return bool(calls(item))
 
 
 def answer_text(item: dict[str, Any]) -> str:
     """The prose of an assistant message (its tool calls left out); "" for anything else."""
     if item.get("role") != "assistant":
         return ""
+    return "\n".join(_texts(item)).strip()
+
+
+def _texts(item: dict[str, Any]) -> list[str]:
     content = item.get("content")
     if content is None or isinstance(content, str):
-        return (content or "").strip()
-    texts = [b.get("text", "") for b in content or [] if b.get("type") in ("text", "output_text")]
-    return "\n".join(texts).strip()
+        return [content or ""]
+    return [b.get("text", "") for b in blocks(item, "text", "input_text", "output_text")]
 
 
-def tool_call(item: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """The input of a call to tool `name` in an assistant message, whichever provider wrote it."""
-    if item.get("type") == "function_call" and item.get("name") == name:
-        return _json_object(item.get("arguments"))
-    for call in item.get("tool_calls") or []:  # Chat Completions
-        function = call.get("function") if isinstance(call, dict) else None
-        if isinstance(function, dict) and function.get("name") == name:
-            return _json_object(function.get("arguments"))
-    content = item.get("content")
-    for block in content if isinstance(content, list) else []:
-        if block.get("type") == "tool_use" and block.get("name") == name:
-            return block.get("input") or {}
-    return None
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit} more chars)"
 
 
-def _json_object(arguments: str | None) -> dict[str, Any] | None:
-    try:
-        value = json.loads(arguments or "{}")
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def calls_tools(item: dict[str, Any]) -> bool:
-    """Whether a native message makes tool calls, whichever provider wrote it."""
-    if item.get("type") == "function_call" or item.get("tool_calls"):
-        return True
-    content = item.get("content")
-    return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_use" for b in content
-    )
+def _parts(item: dict[str, Any]) -> list[str]:
+    """Readable pieces of one native message."""
+    if item.get("type") == "reasoning":
+        return []
+    if item.get("type") == "function_call_output" or item.get("role") == "tool":
+        output = item.get("output", item.get("content"))
+        return [f"[tool result] {_clip(str(output or ''), TOOL_OUTPUT_CHARS)}"]
+    parts = _texts(item)
+    for block in blocks(item, "tool_result"):
+        result = block.get("content")
+        if isinstance(result, list):
+            result = "".join(p.get("text", "") for p in result if isinstance(p, dict))
+        parts.append(f"[tool result] {_clip(str(result or ''), TOOL_OUTPUT_CHARS)}")
+    for call in calls(item):
+        arguments = call.arguments
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
+        parts.append(f"[called {call.name} {arguments}]")
+    return parts
 
 
 def to_lines(messages: list[tuple[str, str, dict[str, Any]]]) -> list[Line]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
@@ -173,7 +173,6 @@ class LLMJudge:
     name: str
     model: str | None = None
     concurrency: int = 8
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     usage: dict[str, Usage] = field(default_factory=dict)
     asked: int = 0
     cached: int = 0
@@ -241,29 +240,18 @@ class LLMJudge:
             ),
             cache_key="pr-cockpit-eval-judge",
         )
-        for attempt in range(1, 6):
-            try:
-                reply = await provider.send(request)
-            except AgentError:  # the provider said what is wrong (a chat server's refusal)
-                raise
-            except Exception as exc:
-                advice = provider.transient(exc)
-                if advice is None or attempt == 5:
-                    raise AgentError(
-                        say(
-                            OPERATOR,
-                            "eval.judge_failed",
-                            judge=self.name,
-                            error_class=exc.__class__.__name__,
-                        )
-                    ) from exc
-                delay = advice.retry_after if advice.retry_after is not None else 0.5 * 2**attempt
-                await self.sleep(min(delay, 30.0))
-                continue
-            self.asked += 1
-            self.usage.setdefault(reply.model or provider.model, Usage()).add(reply.usage)
-            return parse_answer(reply.text)
-        return None
+        try:
+            reply = await provider.send(request)  # the SDK retried what is transient
+        except AgentError:  # the provider said what is wrong (a chat server's refusal)
+            raise
+        except Exception as exc:
+            error_class = exc.__class__.__name__
+            raise AgentError(
+                say(OPERATOR, "eval.judge_failed", judge=self.name, error_class=error_class)
+            ) from exc
+        self.asked += 1
+        self.usage.setdefault(reply.model or provider.model, Usage()).add(reply.usage)
+        return parse_answer(reply.text)
 
 
 def make_judge(name: str, db: Database, models: ModelClients, model: str | None = None) -> Judge:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from bot.agents.answers import SUBMIT_REVIEW, FinalAnswer, ReviewDraft, parse_submission
 from bot.agents.base import Budget
-from bot.agents.loop import SUBMIT_REVIEW, AgentRun, FinalAnswer
+from bot.agents.loop import AgentRun, Answer
 from bot.agents.providers import ModelClients
-from bot.agents.submit import ReviewDraft, parse_submission
 from bot.agents.toolbox import Toolbox
 from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
@@ -120,8 +120,7 @@ class Reviewer:
         kind: str,
         subkind: str | None = None,
         final: FinalAnswer = SUBMIT_REVIEW,
-        expect_submit: bool = True,
-        offer_submit: bool | None = None,
+        answer: Answer = Answer.REQUIRED,
     ) -> AgentRun:
         """A turn of `session` (on its provider and model) with `skill` as its system prompt,
         charged to the session's review, under this reviewer's budgets."""
@@ -136,8 +135,7 @@ class Reviewer:
             budget=self.budget,
             skill_version_id=skill.id,
             review_id=session.review_id,
-            expect_submit=expect_submit,
-            offer_submit=offer_submit,
+            answer=answer,
             final=final,
             metrics=self.metrics,
         )
@@ -181,9 +179,8 @@ async def pr_diff(tree: Worktree) -> DiffModel:
 
 
 def placed_findings(draft: ReviewDraft, diff: DiffModel) -> list[DraftFinding]:
-    """The submitted findings (their fields are a draft finding's first ones) placed on the
-    diff (see `bot.review.plan.placed`)."""
-    return [placed(DraftFinding(**asdict(f)), diff) for f in draft.findings]
+    """The submitted findings placed on the diff (see `bot.review.plan.placed`)."""
+    return [placed(f, diff) for f in draft.findings]
 
 
 async def review_worktree(

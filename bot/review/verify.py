@@ -10,69 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Any
 
+from bot.agents.answers import Verdict, submit_verification
 from bot.agents.base import AgentError
-from bot.agents.loop import FinalAnswer
 from bot.agents.providers import other_provider
-from bot.agents.submit import InvalidAnswer
 from bot.agents.toolbox import Toolbox
 from bot.records.sessions import end_session, start_verify_session
 from bot.records.types import DraftFinding
-from bot.records.vocab import VerifyStatus
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.skills import load_skill
-from bot.texts import MODEL, PEOPLE, render, say
+from bot.texts import PEOPLE, render, say
 from bot.worktrees import GitError, Worktree
 
 log = logging.getLogger(__name__)
-
-MAX_EVIDENCE = 1000
-_REF = re.compile(r"^\s*F?(\d+)\s*$", re.I)
-
-VERIFY_TOOL: dict[str, Any] = {
-    "name": "submit_verification",
-    "description": "Submit one verdict per finding, once, when you are done checking. "
-    "`finding` is the finding's number (F1 is 1).",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "verdicts": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "finding": {"type": "integer", "minimum": 1},
-                        "status": {"type": "string", "enum": list(VerifyStatus)},
-                        "evidence": {
-                            "type": "string",
-                            "description": "What you read, as path:line, and why it "
-                            "confirms or refutes the finding",
-                        },
-                    },
-                    "required": ["finding", "status", "evidence"],
-                    "additionalProperties": False,
-                },
-            }
-        },
-        "required": ["verdicts"],
-        "additionalProperties": False,
-    },
-}
-
-
-class InvalidVerification(InvalidAnswer):
-    """The model's `submit_verification` input does not match the schema."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    status: str
-    evidence: str
 
 
 @dataclass(frozen=True)
@@ -83,50 +35,6 @@ class Verification:
     verdicts: dict[int, Verdict] = field(default_factory=dict)
     run_id: int | None = None
     error: str | None = None
-
-
-def parse_verification(data: Any, *, count: int) -> dict[int, Verdict]:
-    """Validate `submit_verification` input for a draft of `count` findings; a finding the
-    verifier skipped is `uncertain`."""
-    if not isinstance(data, dict) or not isinstance(data.get("verdicts"), list):
-        raise InvalidVerification(say(MODEL, "invalid_answer", why="verdicts"))
-    problems = []
-    verdicts: dict[int, Verdict] = {}
-    for n, item in enumerate(data["verdicts"]):
-        where = f"verdicts[{n}]"
-        if not isinstance(item, dict):
-            problems.append(say(MODEL, "invalid_answer", why="item_object", where=where))
-            continue
-        ref = item.get("finding")
-        if isinstance(ref, str) and (match := _REF.match(ref)):
-            ref = int(match.group(1))
-        if isinstance(ref, bool) or not isinstance(ref, int) or not 1 <= ref <= count:
-            problems.append(
-                say(MODEL, "invalid_answer", why="finding_number", where=where, count=count)
-            )
-            continue
-        status = item.get("status")
-        if status not in tuple(VerifyStatus):
-            problems.append(
-                say(
-                    MODEL,
-                    "invalid_answer",
-                    why="one_of",
-                    where=f"{where}.status",
-                    choices=tuple(VerifyStatus),
-                )
-            )
-            continue
-        evidence = item.get("evidence")
-        if not isinstance(evidence, str) or not evidence.strip():
-            problems.append(say(MODEL, "invalid_answer", why="evidence", where=where))
-            continue
-        verdicts[ref] = Verdict(status, " ".join(evidence.split())[:MAX_EVIDENCE])
-    if problems:
-        raise InvalidVerification("; ".join(problems[:20]))
-    for ordinal in range(1, count + 1):
-        verdicts.setdefault(ordinal, Verdict(VerifyStatus.UNCERTAIN, say(PEOPLE, "no_verdict")))
-    return verdicts
 
 
 def choose_provider(
@@ -205,12 +113,7 @@ async def _verify(
         Toolbox(tree, on_call=on_tool_call, left_out=draft.left_out),
         skill,
         kind="verify",
-        final=FinalAnswer(
-            VERIFY_TOOL,
-            partial(parse_verification, count=len(draft.findings)),
-            "verify_nudge",
-            "verified",
-        ),
+        final=submit_verification(len(draft.findings)),
     )
     prompt = render(
         "prompts/verify_request.md.j2",

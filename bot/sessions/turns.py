@@ -12,6 +12,7 @@ import gidgethub
 from bot import texts
 from bot.agents.base import AgentError
 from bot.agents.budget import DailyBudgetSpent
+from bot.agents.loop import Answer
 from bot.agents.toolbox import Toolbox
 from bot.agents.transcript import (
     MAX_BYTES,
@@ -197,8 +198,7 @@ class Turn:
                 skill,
                 kind="session",
                 subkind=self.mode,
-                expect_submit=False,
-                offer_submit=not self.child,  # the reviewer's earlier turns used it
+                answer=Answer.NONE if self.child else Answer.OFFERED,  # as its earlier turns
             )
             result = await run.turn(message, comment_id=self.comment_id, source=self.source)
             answered = result.text

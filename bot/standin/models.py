@@ -100,9 +100,11 @@ def fail(
     headers: dict[str, str] | None = None,
     message: str = "stand-in error",
 ) -> Action:
-    return Action(
-        status=status, error_type=error_type, headers=headers or {}, error_message=message
-    )
+    """An HTTP error; it asks a retrying client to wait a millisecond (the SDKs' own backoff
+    starts at half a second, which a test suite would sit through)."""
+    if headers is None:
+        headers = {"retry-after-ms": "1"}
+    return Action(status=status, error_type=error_type, headers=headers, error_message=message)
 
 
 def broken(body: str, content_type: str = "application/json") -> Action:
