@@ -36,6 +36,7 @@ from bot.records import ledger as sql
 from bot.records.ledger import LedgerWrites, NewEntry
 from bot.records.types import DraftFinding, Finding, LedgerEntry, Review
 from bot.records.vocab import FindingState, LedgerStatus, ReviewState
+from bot.review.identity import pair, same, words
 from bot.review.plan import placed
 
 if TYPE_CHECKING:
@@ -46,40 +47,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CODE_LINES = 20  # at most this many lines of code identify a finding
-NEAR = 0.6  # title words shared (Jaccard) for a finding whose code moved on to be the same
-SAME_CODE = 0.25  # … and for one at the same code (a rewording)
 _WORD = re.compile(r"[a-z0-9_]+")
 _SHA = re.compile(r"[0-9a-f]{40}")
-_STOP = frozenset(  # words that do not tell two findings apart
-    [
-        "a",
-        "an",
-        "the",
-        "is",
-        "are",
-        "was",
-        "be",
-        "been",
-        "of",
-        "in",
-        "on",
-        "at",
-        "to",
-        "for",
-        "with",
-        "and",
-        "or",
-        "not",
-        "no",
-        "this",
-        "that",
-        "it",
-        "its",
-        "by",
-        "as",
-        "from",
-    ]
-)
+# Left out of a stored title key. Never change it: fingerprints in the ledger are made of it.
+_FILLER = """a an the is are was be been of in on at to for with and or not no this that it its by
+as from"""
+_STOP = frozenset(_FILLER.split())
 
 
 # -- fingerprints ---------------------------------------------------------------------------
@@ -97,17 +70,13 @@ class Key:
     def fingerprint(self) -> str:
         return hashlib.sha256(f"{self.path}\0{self.code}\0{self.title}".encode()).hexdigest()[:24]
 
-    def near(self, other: Key, *, moved: bool) -> bool:
-        """`other` is this finding said again: on the same path, at the same code in (some
-        of) the same words, or — when this finding's code is no longer as it was (`moved`:
-        edited or gone at the new head) — in mostly the same words. The same title at other
-        code that still stands beside the old one is another occurrence, not a repeat."""
+    def near(self, other: Key, *, moved: bool) -> float | None:
+        """`other` is this finding said again (`identity.same`): at the same code, or, when this
+        finding's code moved on (edited or gone at the new head), anywhere on its file."""
         if self.path != other.path:
-            return False
-        words = similarity(self.title, other.title)
-        if self.code and self.code == other.code:
-            return words >= SAME_CODE
-        return moved and words >= NEAR
+            return None
+        placed = bool(self.code) and self.code == other.code
+        return same(words(self.title), words(other.title), placed=placed, moved=moved)
 
     def entry(self, ordinal: int) -> NewEntry:
         return NewEntry(ordinal, self.fingerprint, self.path, self.code, self.title)
@@ -115,13 +84,6 @@ class Key:
 
 def title_key(title: str) -> str:
     return " ".join(w for w in _WORD.findall(title.casefold()) if w not in _STOP)
-
-
-def similarity(a: str, b: str) -> float:
-    left, right = set(a.split()), set(b.split())
-    if not left or not right:
-        return 0.0
-    return len(left & right) / len(left | right)
 
 
 def code_key(lines: Iterable[str]) -> str:
@@ -435,31 +397,21 @@ def reconcile(
     out = Reconciled()
     dropped = [i for i in items if i.status == LedgerStatus.DROPPED]
     active = [i for i in items if i.status not in (LedgerStatus.DROPPED, LedgerStatus.FIXED)]
+    candidates = dropped + active
+    paired = _pairs([key for _f, key in found], candidates, moved, shared=range(len(dropped)))
     taken: set[int] = set()
-    known: dict[int, Item] = {}  # index into `found` → its ledger item
-    repeats: set[int] = set()
-    for exact in (True, False):
-        for n, (_finding, key) in enumerate(found):
-            if n in known or n in repeats:
-                continue
-            repeat = _match(key, dropped, set(), moved, exact=exact)
-            if repeat is not None:
-                out.suppressed[repeat.ordinal] += 1
-                repeats.add(n)
-                continue
-            item = _match(key, active, taken, moved, exact=exact)
-            if item is not None:
-                taken.add(item.ordinal)
-                known[n] = item
     for n, (finding, key) in enumerate(found):
-        if n in repeats:
+        at = paired.get(n)
+        if at is not None and at < len(dropped):
+            out.suppressed[dropped[at].ordinal] += 1
             continue
-        item = known.get(n)
-        if item is None:
+        if at is None:
             out.new.append(key.entry(next_ordinal))
             out.numbered.append((next_ordinal, finding))
             next_ordinal += 1
             continue
+        item = candidates[at]
+        taken.add(item.ordinal)
         if key != item.key:
             out.rekeyed.append(key.entry(item.ordinal))
         if item.status == LedgerStatus.PUBLISHED:
@@ -497,16 +449,20 @@ def _changed(item: Item, moved: Collection[int], changed: set[str] | None) -> bo
     return changed is not None and item.key.path in changed
 
 
-def _match(
-    key: Key, items: list[Item], taken: set[int], moved: Collection[int], *, exact: bool
-) -> Item | None:
-    """The item `key` names: the same fingerprint (`exact`), else a near one."""
-    for item in items:
-        if item.ordinal in taken:
-            continue
-        if item.key == key if exact else item.key.near(key, moved=item.ordinal in moved):
-            return item
-    return None
+def _pairs(
+    keys: list[Key], items: list[Item], moved: Collection[int], *, shared: Collection[int]
+) -> dict[int, int]:
+    """Which item (by index) each key names: the same fingerprint first, then the most alike
+    near one (`Key.near`)."""
+
+    def exact(o: int, n: int) -> float | None:
+        return 0.0 if items[o].key == keys[n] else None
+
+    def near(o: int, n: int) -> float | None:
+        alike = items[o].key.near(keys[n], moved=items[o].ordinal in moved)
+        return None if alike is None else -alike
+
+    return pair(len(items), len(keys), (exact, near), shared=shared)
 
 
 def carry(item: Item, start: int | None) -> DraftFinding:
@@ -752,17 +708,14 @@ def _repeats_left_out(
     texts: Texts, dropped: list[Item], findings: list[DraftFinding]
 ) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
     """`without_repeats`'s pure part, on the files `texts` read."""
-    moved = texts.moved(dropped)
+    found = [texts.key(finding) for finding in findings]
+    paired = _pairs(found, dropped, texts.moved(dropped), shared=range(len(dropped)))
     kept, keys, repeats = [], {}, Counter[int]()
-    for finding in findings:
-        key = texts.key(finding)
-        repeat = _match(key, dropped, set(), moved, exact=True) or _match(
-            key, dropped, set(), moved, exact=False
-        )
-        if repeat is not None:
-            repeats[repeat.ordinal] += 1
+    for n, finding in enumerate(findings):
+        if n in paired:
+            repeats[dropped[paired[n]].ordinal] += 1
             continue
-        keys[_spot(finding)] = key
+        keys[_spot(finding)] = found[n]
         kept.append(finding)
     return kept, keys, repeats
 

@@ -5,8 +5,7 @@ check run and status comment follow the new findings."""
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -18,6 +17,7 @@ from bot.records.vocab import FindingState
 from bot.repo_config import RepoConfig
 from bot.review import ledger
 from bot.review.approve import publishing_key
+from bot.review.identity import NEAR_LINES, pair, same, words
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.review.publish import Publisher
 from bot.review.rules import DraftRules
@@ -26,11 +26,6 @@ from bot.worktrees import Worktree
 
 if TYPE_CHECKING:
     from bot.context import Context
-
-NEAR_LINES = 5  # a finding that moved this far (or less) on its file may be the same one
-SAME_TITLE = 0.5  # share of title words two wordings of one finding have in common
-SAME_ISSUE = 0.3  # share of title and body words a restated dropped finding keeps
-_WORD = re.compile(r"[a-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -45,87 +40,36 @@ class Renumbered:
     unverified: list[int]  # indexes (into the revision's findings) with no verdict yet
 
 
-def _words(text: str) -> set[str]:
-    return set(_WORD.findall(text.casefold()))
-
-
-def _similarity(a: str, b: str) -> float:
-    words_a, words_b = _words(a), _words(b)
-    union = words_a | words_b
-    return len(words_a & words_b) / len(union) if union else 0.0
-
-
-def _same_title(a: str, b: str) -> bool:
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
-
-
-def _distance(old: Finding, new: DraftFinding) -> int | None:
-    """Lines between the two; None when either has no line."""
-    if old.line is None or new.line is None:
-        return None
-    return abs(old.line - new.line)
-
-
-def _near(old: Finding, new: DraftFinding) -> bool:
-    distance = _distance(old, new)
-    return distance is None or distance <= NEAR_LINES
-
-
-def _exact(old: Finding, new: DraftFinding) -> float | None:
-    """The same title on the same file; a person's drop only where it was."""
-    if not _same_title(old.title, new.title):
-        return None
-    if old.state == FindingState.DROPPED and not _near(old, new):
-        return None
-    distance = _distance(old, new)
-    return float(NEAR_LINES if distance is None else distance)
-
-
-def _reworded(old: Finding, new: DraftFinding) -> float | None:
-    """Nearby on the same file, with mostly the same title words."""
-    similarity = _similarity(old.title, new.title)
-    if not _near(old, new) or similarity < SAME_TITLE:
-        return None
-    return (_distance(old, new) or 0) - similarity
-
-
-def _restated_drop(old: Finding, new: DraftFinding) -> float | None:
-    """A dropped finding said again in other words: close lines, similar words."""
-    distance = _distance(old, new)
-    if old.state != FindingState.DROPPED or distance is None or distance > NEAR_LINES:
-        return None
-    similarity = _similarity(f"{old.title} {old.body}", f"{new.title} {new.body}")
-    return None if similarity < SAME_ISSUE else distance - similarity
-
-
-PASSES: tuple[Callable[[Finding, DraftFinding], float | None], ...] = (
-    _exact,
-    _reworded,
-    _restated_drop,
-)
-
-
 def match(old: Sequence[Finding], new: Sequence[DraftFinding]) -> dict[int, Finding]:
-    """Which old finding each revised one is (by index into `new`), one to one. Pass by
-    pass (the same title; then a rewording nearby; then a dropped finding said again), the
-    closest pairs on the same file are matched first."""
-    taken: dict[int, Finding] = {}
-    used: set[int] = set()
-    for score in PASSES:
-        pairs = sorted(
-            (cost, n, o)
-            for n, finding in enumerate(new)
-            if n not in taken
-            for o, candidate in enumerate(old)
-            if candidate.ordinal not in used
-            and candidate.path == finding.path
-            and (cost := score(candidate, finding)) is not None
-        )
-        for _cost, n, o in pairs:
-            if n not in taken and old[o].ordinal not in used:
-                taken[n] = old[o]
-                used.add(old[o].ordinal)
-    return taken
+    """Which old finding each revised one is (by index into `new`), one to one: the same
+    title on its file, nearest first (a person's drop only where it was), then a rewording
+    at the same place (`identity.same`)."""
+    titles = [words(f.title) for f in old], [words(f.title) for f in new]
+    texts = [words(f"{f.title} {f.body}") for f in old], [words(f"{f.title} {f.body}") for f in new]
+
+    def apart(o: int, n: int) -> int | None:
+        if old[o].path != new[n].path:
+            return None
+        if old[o].line is None or new[n].line is None:
+            return NEAR_LINES
+        return abs(old[o].line - new[n].line)
+
+    def exact(o: int, n: int) -> float | None:
+        lines = apart(o, n)
+        if lines is None or titles[0][o] != titles[1][n]:
+            return None
+        if old[o].state == FindingState.DROPPED and lines > NEAR_LINES:
+            return None
+        return lines
+
+    def reworded(o: int, n: int) -> float | None:
+        lines = apart(o, n)
+        if lines is None:
+            return None
+        alike = same(texts[0][o], texts[1][n], placed=lines <= NEAR_LINES)
+        return None if alike is None else lines - alike
+
+    return {n: old[o] for n, o in pair(len(old), len(new), (exact, reworded)).items()}
 
 
 def _claim(f: Finding | DraftFinding) -> tuple[object, ...]:
