@@ -1,5 +1,4 @@
-"""Running the commands of one comment: acknowledge, check permission, run each in order,
-then say how it went (`rocket`, or `confused` plus a reply)."""
+"""Running the commands of one comment: acknowledge, check permission, run, say how it went."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Publishing a draft exactly once: claim (`draft → posting`), submit, and recovery after a
-crash or a GitHub error between the claim and GitHub's answer."""
+"""Publishing a draft exactly once: claim, submit, and recovery after a crash."""
 
 from __future__ import annotations
 

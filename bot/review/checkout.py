@@ -1,5 +1,4 @@
-"""A PR's read-only worktrees, where reviews and their sessions read the code: named per
-review (and per session of it), prepared from the repository's mirror, removed with the PR."""
+"""A PR's read-only worktrees (per review and per session), prepared from its mirror."""
 
 from __future__ import annotations
 

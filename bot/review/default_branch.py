@@ -1,7 +1,4 @@
-"""What a review reads from the default branch's commit and never from the PR: the `REVIEW.md`
-and `AGENTS.md` files above its changed paths, and the `linguist-*` attributes its
-`.gitattributes` files give them — through git, from the object store (nothing is checked
-out, and a partial mirror fetches just those blobs)."""
+"""What a review reads from the default branch's commit, never from the PR."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""The team's review instructions, which a review reads from the default branch's commit and
-never from the PR: `REVIEW.md` at the root and the nearest one above each reviewed file, the
-review section of `AGENTS.md` (root and nearest, the same way), and `instructions` and
-`[[review.paths]]` of `.github/cockpit.toml`. Each carries the files it is for; together they
-are capped in size, and whatever was cut is said. Pure functions: reading the files is
-`bot.review.default_branch`'s.
-
-The review section of an `AGENTS.md` is the first heading (any level) with a word starting
-with "review" in it — `## Review guidelines` (Codex's convention), `## Code review`,
-`### Reviewing` — down to the next heading of the same or a higher level.
-"""
+"""The team's review instructions (REVIEW.md, AGENTS.md, cockpit.toml), capped in size."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The review job: one review of a PR's head, from its worktree through the pipeline (and the
-verify pass) to the draft on GitHub, each step a transition of `bot.records.review_state` owned by
-this job attempt. Queueing it is `bot.review.lifecycle`'s."""
+"""The review job: one review of a PR's head, from its worktree to the draft on GitHub."""
 
 from __future__ import annotations
 

@@ -1,24 +1,4 @@
-"""The finding ledger: a PR's findings for the PR's life.
-
-Every finding gets a fingerprint that survives line shifts — its path, the code it points at
-(whitespace collapsed) and its title's words, never its line number — and keeps its `F` number
-from the push that raised it to the last one. A new head's draft is reconciled with the ledger
-(`reconcile`): a finding a person dropped is never raised again (a repeat, exact or near, is
-suppressed and counted), one already published is not posted twice, one the reviewer says a
-push fixed is marked fixed in that push — only when the code it points at changed or is gone:
-the reviewer's word alone (which a prompt injection in the PR can steer) fixes nothing — and
-open ones the reviewer did not touch stay open.
-
-Finding a finding's code again costs one pass over the file whatever the number of findings
-(`CodeIndex`: by its lines, read at the head it was drafted at, where its rarest line is; by
-its key alone among the windows of its size, hashed once for all findings of that size), and
-the bookkeeping of a push runs in a worker thread: a large file must not hold the event loop
-that acknowledges webhooks.
-
-What people did with a number (published it, dropped it and why) is read from the findings of
-the PR's reviews (`bot.records.review_state` owns those); the ledger table adds only identity, fixes
-and suppressed repeats (its SQL: `bot.records.ledger`).
-"""
+"""The finding ledger: a PR's findings, by fingerprint and `F` number, for the PR's life."""
 
 from __future__ import annotations
 

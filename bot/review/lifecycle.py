@@ -1,7 +1,4 @@
-"""What handlers and commands ask of a PR's reviews: record the PR, decide whether a new head
-is reviewed (the new-head policy), queue a review or hold it, refresh the status comment, stop
-the work, close the PR, end its conversations, forget an installation. Running a review is
-`bot.review.job`'s."""
+"""What handlers and commands ask of a PR's reviews (running one is `bot.review.job`'s)."""
 
 from __future__ import annotations
 
@@ -91,55 +88,56 @@ async def new_head(ctx: Context, gh: Any, data: dict[str, Any], pull_id: int) ->
         return
     installation_id = data.get("installation", {}).get("id")
     # The new review's status comment also says the older draft went stale.
-    await enqueue_review(
-        ctx,
-        pull_id,
-        head_sha,
-        provider=config.provider,
-        verify=config.verify,
-        config=config,
-        reason=data["action"],
-        cap=None if author is None else DailyCap(installation_id, author, day_start(now), prefix),
-    )
+    cap = None if author is None else DailyCap(installation_id, author, day_start(now), prefix)
+    action = data["action"]
+    ask = ReviewAsk(pull_id, head_sha, config.provider, config.verify, config, action, cap=cap)
+    await enqueue_review(ctx, ask)
 
 
-async def enqueue_review(
-    ctx: Context,
-    pull_id: int,
-    head_sha: str,
-    *,
-    provider: str | None,
-    verify: bool,
-    config: RepoConfig,
-    reason: str,
-    requested_by: str | None = None,
-    cap: DailyCap | None = None,
-) -> int:
-    """Queue a review of `head_sha`, superseding any queued or running review of the PR.
+@dataclass(frozen=True)
+class ReviewAsk:
+    pull_id: int
+    head_sha: str
+    provider: str | None  # None: the server's
+    verify: bool
+    config: RepoConfig
+    reason: str
+    requested_by: str | None = None
+    cap: DailyCap | None = None
+
+
+async def enqueue_review(ctx: Context, ask: ReviewAsk) -> int:
+    """Queue a review of the head, superseding any queued or running review of the PR.
     A `cap` reached (counted in the same transaction, so concurrent deliveries count right)
     holds the review instead: the status comment says why, and the job finds nothing to run."""
-    provider = provider or ctx.settings.provider
+    provider = ask.provider or ctx.settings.provider
     held: list[str] = []
 
     async def create_review(conn: Any) -> dict:
-        why = await cap.reached(conn) if cap is not None else None
+        why = await ask.cap.reached(conn) if ask.cap is not None else None
         held.extend([why] if why else [])
         review_id = await review_state.create(
-            conn, pull_id, head_sha, provider, reason=reason, requested_by=requested_by, held=why
+            conn,
+            ask.pull_id,
+            ask.head_sha,
+            provider,
+            reason=ask.reason,
+            requested_by=ask.requested_by,
+            held=why,
         )
         return {"review_id": review_id}
 
     job_id = await ctx.jobs.enqueue(
         "review",
-        review_key(pull_id),
+        review_key(ask.pull_id),
         {
-            "pull_id": pull_id,
-            "head_sha": head_sha,
+            "pull_id": ask.pull_id,
+            "head_sha": ask.head_sha,
             "provider": provider,
-            "verify": verify,
-            "config": config.to_payload(),
-            "reason": reason,
-            "requested_by": requested_by,
+            "verify": ask.verify,
+            "config": ask.config.to_payload(),
+            "reason": ask.reason,
+            "requested_by": ask.requested_by,
         },
         queue=REVIEWS,
         supersede=True,
@@ -147,7 +145,7 @@ async def enqueue_review(
         prepare=create_review,
     )
     if held:
-        await queue_status_refresh(ctx, pull_id)
+        await queue_status_refresh(ctx, ask.pull_id)
     return job_id
 
 

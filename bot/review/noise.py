@@ -1,6 +1,4 @@
-"""Less noise: which changed files are generated, vendored, lock or minified files (left out of
-a review and never given findings), and which findings a draft folds away (`min_severity`) or
-summarises in its body instead of commenting inline (`max_findings`). Pure functions."""
+"""Less noise: generated, vendored, lock or minified files; folded and summarised findings."""
 
 from __future__ import annotations
 

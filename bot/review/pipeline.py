@@ -1,9 +1,4 @@
-"""The review pipeline: a prepared worktree and a request in, a `Draft` out.
-
-diff → plan (which files) → agent run → findings placed on diff lines. No GitHub call and no
-database write beyond the agent's own records (session messages, runs, usage): the review
-job, the verify pass and eval replays all run this same function.
-"""
+"""The review pipeline: a prepared worktree and a request in, a `Draft` out."""
 
 from __future__ import annotations
 

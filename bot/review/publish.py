@@ -1,8 +1,4 @@
-"""The draft on GitHub: status comment, `PR Cockpit` check run, and the pending review.
-
-Every call is built from owner, repo and number against GITHUB_API_URL; no URL from a
-payload is ever called.
-"""
+"""The draft on GitHub: status comment, check run, review threads and the pending review."""
 
 from __future__ import annotations
 

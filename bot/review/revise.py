@@ -1,6 +1,4 @@
-"""A revised draft (after `send-back`): finding numbers stay stable across revisions, a
-person's decisions stand, verdicts carry over or are renewed, and the draft's pending review,
-check run and status comment follow the new findings."""
+"""A revised draft (after `send-back`): stable numbers, a person's decisions stand."""
 
 from __future__ import annotations
 

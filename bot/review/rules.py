@@ -1,7 +1,4 @@
-"""The rules a draft was made under, stored with it (`reviews.rules`, JSON) so that its
-pending review, `approve` and the status comment apply the same ones whatever the config says
-later: the team's instructions it used (and what was cut), the steering files the PR edits,
-the severity gate and inline cap, and the files left out of it (noise, `ignore` globs)."""
+"""The rules a draft was made under, stored with it so later config changes never apply."""
 
 from __future__ import annotations
 

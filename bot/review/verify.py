@@ -1,10 +1,4 @@
-"""The verify pass: a second read-only run that tries to refute each finding of a draft.
-
-It runs through the same toolbox, loop, budgets and runs as the review (its `runs` row has
-`subkind = verify`), preferably on the other provider. It only labels findings (`confirmed`,
-`refuted`, `uncertain`, with evidence); a verify pass that fails leaves the draft as it was
-and says why.
-"""
+"""The verify pass: a second read-only run that tries to refute each finding of a draft."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Session turns as jobs: a cross-review's critique, an `ask`, and the revision `send-back`
-starts. A session's turns run one at a time, in order; a turn interrupted by a restart
-resumes from what was stored."""
+"""Session turns as jobs, one at a time per session, resumed after a restart."""
 
 from __future__ import annotations
 
