@@ -54,7 +54,6 @@ class PullRequest:
         return self.pull
 
     async def known(self) -> Pull:
-        """The stored PR, read from GitHub the first time a command needs it."""
         return self.pull or await self.refresh()
 
     def publisher(self) -> Publisher:

@@ -37,7 +37,6 @@ assert HANDLERS.keys() == {spec.name for spec in COMMANDS}, "the catalog lists e
 
 
 async def run_comment(ctx: Context, gh: Any, data: dict[str, Any], number: int, kind: str) -> None:
-    """The commands in a new PR comment (`kind`: "issues" or "pulls", where it lives)."""
     comment = data["comment"]
     commands = parse_commands(comment.get("body"), ctx.settings.command_prefix)
     if not commands:

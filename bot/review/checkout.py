@@ -23,8 +23,6 @@ def worktree_name(pull: Pull, review_id: int, session_id: int | None = None) -> 
 
 
 async def prepare_worktree(ctx: Context, pull: Pull, head_sha: str, name: str) -> Worktree:
-    """Fetch the base branch, `refs/pull/N/head` and the default branch (`DEFAULT_BRANCH`)
-    into the mirror; add the review's tree."""
     clone_url = pull.clone_url
     installation = pull.installation_id
     token_source = None

@@ -24,7 +24,6 @@ class BaseFiles:
 
 
 async def read_default_branch(tree: Worktree, commit: str, paths: Iterable[str]) -> BaseFiles:
-    """The instruction files and attributes of `commit` that apply to `paths`."""
     paths = sorted(set(paths))
     if not paths:
         return BaseFiles(commit)

@@ -24,8 +24,6 @@ _MARKDOWN = MarkdownIt("commonmark")
 
 @dataclass(frozen=True)
 class Instruction:
-    """One source of the team's rules, as the model reads it and the status comment lists it."""
-
     source: str  # what it is called (markdown): "`REVIEW.md`", "`AGENTS.md` § Review", …
     text: str
     files: tuple[str, ...] = ()  # the reviewed files it is for; () for every file
@@ -44,7 +42,6 @@ class Instructions:
 
 
 def folders(path: str) -> list[str]:
-    """The folders above `path`, the root ("") first: `a/b/c.py` → ["", "a", "a/b"]."""
     parts = path.split("/")[:-1]
     return ["/".join(parts[:n]) for n in range(len(parts) + 1)]
 
@@ -54,7 +51,6 @@ def joined(folder: str, name: str) -> str:
 
 
 def candidates(paths: Iterable[str], names: Iterable[str] = STEERING) -> set[str]:
-    """Every place a file of `names` could sit that applies to one of `paths`."""
     names = tuple(names)
     return {joined(folder, name) for path in paths for folder in folders(path) for name in names}
 
@@ -75,7 +71,6 @@ def nearest(
 
 
 def review_section(markdown: str) -> tuple[str, str] | None:
-    """`AGENTS.md`'s review section: (its heading, the text under it), or None."""
     tokens = _MARKDOWN.parse(markdown)
     lines = markdown.splitlines()
     headings = [
@@ -92,12 +87,10 @@ def review_section(markdown: str) -> tuple[str, str] | None:
 
 
 def edited(changed: Iterable[str]) -> tuple[str, ...]:
-    """The steering files (and `.github/cockpit.toml`) among a PR's changed paths."""
     return tuple(sorted(p for p in changed if p == CONFIG_PATH or p.rsplit("/", 1)[-1] in STEERING))
 
 
 def _clip(text: str, limit: int) -> tuple[str, bool]:
-    """`text` cut to `limit` characters, at a line end when one is near."""
     if len(text) <= limit:
         return text, False
     kept = text[:limit]

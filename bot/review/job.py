@@ -30,7 +30,7 @@ from bot.review.checkout import default_branch_commit, prepare_worktree, worktre
 from bot.review.lifecycle import end_sessions
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
 from bot.review.publish import Publisher
-from bot.review.verify import apply_verification, choose_provider, verify_draft
+from bot.review.verify import choose_provider, verify_unverified
 from bot.texts import PEOPLE, say
 from bot.worktrees import GitError, Worktree, disk
 
@@ -44,8 +44,6 @@ PROGRESS_EVERY = 10.0  # seconds between status-comment progress edits
 
 
 class Ended(enum.Enum):
-    """How a review run ended, when it ended by itself."""
-
     DRAFTED = "drafted"
     # Superseded or stopped while the model worked (the cancellation may still be on its way
     # from another process): nothing is published for an older head.
@@ -56,8 +54,6 @@ class Ended(enum.Enum):
 
 @dataclass
 class StatusTicker:
-    """Counts tool calls and edits the status comment now and then (not on every call)."""
-
     ctx: Context
     publisher: Publisher
     review_id: int
@@ -259,24 +255,21 @@ class ReviewJob:
         )
         # A finding carried from the last draft with its code as it was keeps its verdict;
         # the rest (new, said again, or moved on) are verified.
-        todo = [f for _, f in numbered if f.verify_status is None]
-        error = None
+        todo = sum(1 for _, f in numbered if f.verify_status is None)
         if todo:
-            progress.phase = say(PEOPLE, "progress_verifying", count=len(todo), provider=provider)
+            progress.phase = say(PEOPLE, "progress_verifying", count=todo, provider=provider)
             await update_review(ctx.db, self.review_id, progress=progress.phase)
-            verification = await verify_draft(
-                reviewer,
-                tree,
-                request,
-                replace(draft, findings=todo),
-                provider=provider,
-                on_tool_call=progress,
-            )
-            error = verification.error
-            if error:
-                log.warning("verify pass failed", extra={"fields": {"reason": error}})
-            checked = iter(apply_verification(todo, verification))
-            numbered = [(n, next(checked) if f.verify_status is None else f) for n, f in numbered]
+        findings, error = await verify_unverified(
+            reviewer,
+            tree,
+            request,
+            replace(draft, findings=[f for _, f in numbered]),
+            provider=provider,
+            on_tool_call=progress,
+        )
+        if error:
+            log.warning("verify pass failed", extra={"fields": {"reason": error}})
+        numbered = [(n, f) for (n, _), f in zip(numbered, findings, strict=True)]
         return numbered, writes, note, {"verify_provider": provider, "verify_error": error}
 
     async def _why_not_now(self) -> str | None:

@@ -35,13 +35,8 @@ as from"""
 _STOP = frozenset(_FILLER.split())
 
 
-# -- fingerprints ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Key:
-    """What identifies a finding across pushes."""
-
     path: str
     code: str  # hash of the code it points at, whitespace collapsed ('' when unknown)
     title: str  # its title's words, lower case, without filler words
@@ -76,7 +71,6 @@ def code_key(lines: Iterable[str]) -> str:
 
 
 def pointed_lines(text: str, line: int | None, end_line: int | None) -> list[str]:
-    """The lines `line`…`end_line` (1-based) of a file's text, at most CODE_LINES."""
     if not line:
         return []
     lines = text.splitlines()
@@ -85,7 +79,6 @@ def pointed_lines(text: str, line: int | None, end_line: int | None) -> list[str
 
 
 def key_of(finding: DraftFinding | Finding, text: str | None) -> Key:
-    """`text`: the file's content on the finding's side (None: unknown)."""
     code = code_key(pointed_lines(text, finding.line, finding.end_line)) if text else ""
     return Key(finding.path, code, title_key(finding.title))
 
@@ -97,7 +90,6 @@ def relocate(finding: Finding, code: str, text: str | None) -> tuple[int | None,
 
 
 def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
-    """The finding's lines moved to `start` (None: where they were)."""
     if start is None:
         return finding.line, finding.end_line
     return start, (start + _span(finding)) if finding.end_line else None
@@ -131,13 +123,11 @@ class CodeIndex:
 
     @property
     def collapsed(self) -> list[str]:
-        """Each line with its whitespace collapsed ('' for a blank one), as `code_key` sees it."""
         if self._collapsed is None:
             self._collapsed = [" ".join(line.split()) for line in self.lines]
         return self._collapsed
 
     def key(self, line: int | None, end_line: int | None) -> str:
-        """The code key of lines `line`…`end_line` (see `pointed_lines`)."""
         if not line:
             return ""
         return code_key(self.lines[line - 1 : min(end_line or line, line + CODE_LINES - 1)])
@@ -212,13 +202,8 @@ class CodeIndex:
         return starts
 
 
-# -- the ledger as it stands ----------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Item:
-    """One `F` number as it stands: its key, status and its newest finding."""
-
     ordinal: int
     key: Key
     status: LedgerStatus
@@ -230,7 +215,6 @@ class Item:
 
 
 def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) -> list[Item]:
-    """The ledger's items from its entries and the PR's findings (oldest review first)."""
     by_number: dict[int, list[tuple[str, Finding]]] = {}
     heads: dict[int, str] = {}  # each number's newest finding's head
     for review_state, head, finding in history:
@@ -306,13 +290,8 @@ def _line(text: str) -> str:
     return " ".join(text.split())
 
 
-# -- a new head against the ledger ----------------------------------------------------------
-
-
 @dataclass
 class Reconciled:
-    """A new draft's findings under their numbers, and what the push did to the ledger."""
-
     numbered: list[tuple[int, DraftFinding]] = field(default_factory=list)
     carried: list[Item] = field(default_factory=list)  # open, not touched: still in the draft
     new: list[NewEntry] = field(default_factory=list)
@@ -337,7 +316,6 @@ class Reconciled:
         )
 
     def note(self, items: list[Item], *, since: str | None, head_sha: str) -> dict[str, Any]:
-        """What the status comment shows of the ledger after this push."""
         fresh = {e.ordinal for e in self.new}
         drafted = [n for n, _ in self.numbered]
         return {
@@ -432,8 +410,6 @@ def _changed(item: Item, moved: Collection[int], changed: set[str] | None) -> bo
 def _pairs(
     keys: list[Key], items: list[Item], moved: Collection[int], *, shared: Collection[int]
 ) -> dict[int, int]:
-    """Which item (by index) each key names: the same fingerprint first, then the most alike
-    near one (`Key.near`)."""
 
     def exact(o: int, n: int) -> float | None:
         return 0.0 if items[o].key == keys[n] else None
@@ -464,9 +440,6 @@ def carry(item: Item, start: int | None) -> DraftFinding:
         verify_status=f.verify_status if same else None,
         verify_note=f.verify_note if same else None,
     )
-
-
-# -- reading the code a finding points at ---------------------------------------------------
 
 
 @dataclass
@@ -539,7 +512,6 @@ class Texts:
         return found
 
     def index(self, path: str, where: str | None) -> CodeIndex | None:
-        """The file's index on a side (or at a commit) once `load` read it (None: no text)."""
         at = (path, where or "RIGHT")
         if at not in self.indexes:
             text = self.read.get(at)
@@ -547,7 +519,6 @@ class Texts:
         return self.indexes[at]
 
     def key(self, finding: DraftFinding | Finding) -> Key:
-        """`key_of` the finding, from its file's index."""
         index = self.index(finding.path, finding.side)
         code = index.key(finding.line, finding.end_line) if index else ""
         return Key(finding.path, code, title_key(finding.title))
@@ -567,7 +538,6 @@ class Texts:
         return self._find(index, item)
 
     def _find(self, index: CodeIndex, item: Item) -> int | None:
-        """Where the item's code is in the file `index` indexes (None: not there as it was)."""
         f = item.last
         earlier = self.index(f.path, item.head) if item.head and f.side != "LEFT" else None
         # Its key was made of its lines up to the end of the file it was drafted on.
@@ -606,9 +576,6 @@ class Texts:
             if index is not None and self._find(index, item) is not None:
                 return True
         return False
-
-
-# -- a review job's use of it -----------------------------------------------------------
 
 
 async def delta_base(db: Database, tree: Worktree, pull_id: int, review_id: int) -> str | None:
@@ -651,7 +618,6 @@ async def numbered(
 def _reconciled(
     texts: Texts, items: list[Item], draft: Draft, since: str | None, next_ordinal: int
 ) -> Reconciled:
-    """`numbered`'s pure part, on the files `texts` read."""
     keys = [texts.key(f) for f in draft.findings]
     outcome = reconcile(
         items,
@@ -687,7 +653,6 @@ async def without_repeats(
 def _repeats_left_out(
     texts: Texts, dropped: list[Item], findings: list[DraftFinding]
 ) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
-    """`without_repeats`'s pure part, on the files `texts` read."""
     found = [texts.key(finding) for finding in findings]
     paired = _pairs(found, dropped, texts.moved(dropped), shared=range(len(dropped)))
     kept, keys, repeats = [], {}, Counter[int]()
@@ -711,7 +676,6 @@ def revision_writes(
     keys: dict[tuple[object, ...], Key],
     repeats: Counter[int],
 ) -> LedgerWrites:
-    """The ledger entries of a revision's new findings (`keys` as `without_repeats` gave)."""
     fresh = set(added)
     return LedgerWrites(
         review.pull_id,

@@ -24,15 +24,12 @@ RETRY_AFTER = 3600.0  # a head reviewed, stopped or held this recently is not re
 
 
 async def record_pull(ctx: Context, data: dict[str, Any]) -> int:
-    """The PR of a `pull_request` event, stored as the payload shows it; its `pulls.id`."""
     installation_id = data.get("installation", {}).get("id")
     return await upsert_pull(ctx.db, installation_id, data["repository"], data["pull_request"])
 
 
 @dataclass(frozen=True)
 class DailyCap:
-    """Automatic reviews of an outside author's PRs per UTC day, across the installation."""
-
     installation_id: int | None
     author: str
     day_start: float
@@ -52,7 +49,6 @@ class DailyCap:
 
 
 async def outside_author(ctx: Context, gh: Any, data: dict[str, Any]) -> str | None:
-    """The PR author's login when they lack write access to the repository."""
     repo, pr = data["repository"], data["pull_request"]
     author = (pr.get("user") or {}).get("login")
     if not author:
@@ -150,7 +146,6 @@ async def enqueue_review(ctx: Context, ask: ReviewAsk) -> int:
 
 
 async def queue_status_refresh(ctx: Context, pull_id: int) -> None:
-    """Re-render the PR's status comment in a job (handlers never call GitHub for it)."""
     await ctx.jobs.enqueue(
         "refresh_status", f"status:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS, supersede=True
     )
@@ -168,7 +163,6 @@ async def stop_pull_work(ctx: Context, pull_id: int, why: str) -> int:
 
 
 async def close_pull(ctx: Context, pull_id: int) -> None:
-    """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
     await ctx.jobs.cancel(review_key(pull_id))
     await review_state.cancel_pull(ctx.db, pull_id, say(PEOPLE, "progress", step="closed"))
     await end_sessions(ctx, pull_id)
@@ -187,7 +181,6 @@ async def end_sessions(ctx: Context, pull_id: int, *, keep_review: int | None = 
 
 
 async def forget_installation(ctx: Context, installation_id: int) -> None:
-    """App uninstalled: cancel its work, delete its rows, and queue removal of its mirrors."""
     for pull_id in await installation_pulls(ctx.db, installation_id):
         await ctx.jobs.cancel(review_key(pull_id))
         await end_sessions(ctx, pull_id)

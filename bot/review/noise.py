@@ -77,16 +77,12 @@ def file_noise(path: str, attributes: Mapping[str, str] | None = None) -> str | 
 def noise_files(
     paths: Iterable[str], attributes: Mapping[str, Mapping[str, str]]
 ) -> dict[str, str]:
-    """The noise among `paths`: path → why (see `file_noise`)."""
     found = {}
     for path in paths:
         why = file_noise(path, attributes.get(path))
         if why is not None:
             found[path] = why
     return found
-
-
-# -- findings: the severity gate and the inline cap ------------------------------------------
 
 
 def folded(severity: str, min_severity: str) -> bool:
@@ -96,8 +92,6 @@ def folded(severity: str, min_severity: str) -> bool:
 
 
 class Placed(Protocol):
-    """What the cap reads of a finding (a stored `Finding`)."""
-
     @property
     def ordinal(self) -> int: ...
 

@@ -36,8 +36,6 @@ MAX_DIFF_BYTES = 50 * 1024 * 1024
 
 @dataclass(frozen=True)
 class ReviewRequest:
-    """What the reviewer is told about the PR, and the rules it is reviewed under."""
-
     repo: str
     number: int
     title: str
@@ -58,7 +56,6 @@ class ReviewRequest:
 
     @classmethod
     def of(cls, pull: Pull, review: Review, config: RepoConfig, **more: Any) -> ReviewRequest:
-        """A server's request for `review` of the stored PR."""
         return cls(
             repo=pull.repo,
             number=pull.number,
@@ -103,7 +100,6 @@ class Reviewer:
 
     @classmethod
     def of(cls, ctx: Context) -> Reviewer:
-        """A server's: its database, model clients, settings' budgets and metrics."""
         return cls(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
 
     def agent(
@@ -174,7 +170,6 @@ async def pr_diff(tree: Worktree) -> DiffModel:
 
 
 def placed_findings(draft: ReviewDraft, diff: DiffModel) -> list[DraftFinding]:
-    """The submitted findings placed on the diff (see `bot.review.plan.placed`)."""
     return [placed(f, diff) for f in draft.findings]
 
 
@@ -276,7 +271,6 @@ async def review_worktree(
 
 
 def changed_paths(diff: DiffModel) -> list[str]:
-    """Every path the diff touches: each file's, and where a renamed one came from."""
     return sorted(
         {path for f in diff.files.values() for path in (f.path, f.old_path) if path is not None}
     )
@@ -314,7 +308,6 @@ async def stored_draft(
     submission: dict[str, Any],
     left_out: Mapping[str, str] | None = None,
 ) -> Draft:
-    """A draft the reviewer submitted before a restart, read back from its conversation."""
     draft = parse_submission(submission)
     diff = await pr_diff(tree)
     found = placed_findings(draft, diff)
@@ -334,7 +327,6 @@ async def _submitted(
     origin: tuple[int | None, str | None] = (None, None),
     subkind: str | None = None,
 ) -> Draft:
-    """One reviewer turn that ends with `submit_review`, as a Draft placed on the diff."""
     skill = await load_skill(reviewer.db)
     run = reviewer.agent(session, toolbox, skill, kind="review", subkind=subkind)
     result = await run.turn(message, comment_id=origin[0], source=origin[1])

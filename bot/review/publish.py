@@ -46,12 +46,10 @@ def refs(ordinals: list[int]) -> str:
 
 
 def where(finding: Finding) -> str:
-    """`path:line` (or the path alone), as a finding's place is shown."""
     return finding.path + (f":{finding.line}" if finding.line else "")
 
 
 def revision_note(stored: str | None) -> dict[str, Any] | None:
-    """The latest revision's note as the status comment shows it (stored as JSON)."""
     if not stored:
         return None
     note = json.loads(stored)
@@ -60,7 +58,6 @@ def revision_note(stored: str | None) -> dict[str, Any] | None:
 
 
 def ledger_note(stored: str | None) -> dict[str, Any] | None:
-    """What the last push did to the PR's findings as the status comment shows it (JSON)."""
     if not stored:
         return None
     note = json.loads(stored)
@@ -90,7 +87,6 @@ _INLINE_NUMBER = re.compile(r"\*\*F(\d+) ·")  # how templates/inline_comment.md
 
 
 def _account(author: Any) -> tuple[str, str] | None:
-    """A GraphQL author as (`__typename`, login); None for a deleted account (`ghost`)."""
     if not isinstance(author, dict) or not isinstance(author.get("login"), str):
         return None
     return str(author.get("__typename") or ""), author["login"]
@@ -117,7 +113,6 @@ class Publisher:
         return {"owner": owner, "repo": name, "number": self.pull.number}
 
     async def comment(self, body: str) -> int:
-        """Post a new comment on the PR (a reply, or a session's answer)."""
         created = await self.gh.post(
             "/repos/{owner}/{repo}/issues/{number}/comments",
             self.owner_repo,
@@ -130,10 +125,7 @@ class Publisher:
             return None
         return f"{self.pull.html_url}#issuecomment-{review.status_comment_id}"
 
-    # -- status comment -------------------------------------------------------
-
     async def status(self, review: Review) -> int:
-        """Create or edit the PR's one status comment to show this review's state."""
         body = fit(redact(await self.render_status(review)))
         comment_id = review.status_comment_id or await self._find_status_comment()
         if comment_id:
@@ -236,8 +228,6 @@ class Publisher:
             "verifier": review.verify_provider,
         }
 
-    # -- review threads ------------------------------------------------------------
-
     async def _app_account(self) -> tuple[str, str]:
         """The App's bot account as GraphQL names an author: (`__typename`, login). REST's
         `<slug>[bot]` is GraphQL's `Bot` of login `<slug>`; a person, or another App, whose
@@ -304,10 +294,7 @@ class Publisher:
             return say(PEOPLE, "resolve_refused", error=said)
         return None
 
-    # -- check run ----------------------------------------------------------------
-
     async def start_check(self, review: Review) -> Review:
-        """The review's check run in progress (a new one unless it has one); the review with it."""
         if review.check_run_id:  # a retried or recovered job: reuse its check run
             await self.gh.patch(
                 "/repos/{owner}/{repo}/check-runs/{id}",
@@ -397,8 +384,6 @@ class Publisher:
         review = await update_review(self.ctx.db, review_id, check_run_id=None)
         if review is not None:
             await self.finish_check(await self.start_check(review))
-
-    # -- pending review ---------------------------------------------------------------
 
     async def delete_pending(self) -> None:
         """GitHub allows one pending review per user and PR: remove the bot's old one."""
@@ -580,7 +565,6 @@ def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
 
 
 async def refresh_status_job(ctx: Context, job: Job) -> None:
-    """Re-render the PR's status comment (and the check run of a stale draft)."""
     pull = await pull_by_id(ctx.db, job.payload["pull_id"])
     review = await latest_review(ctx.db, job.payload["pull_id"]) if pull else None
     if pull is None or review is None:
@@ -592,7 +576,6 @@ async def refresh_status_job(ctx: Context, job: Job) -> None:
 
 
 async def report_failure_job(ctx: Context, job: Job) -> None:
-    """Show a failed review on the PR: check run `failure` and the status comment."""
     review = await get_review(ctx.db, job.payload["review_id"])
     pull = await pull_by_id(ctx.db, review.pull_id) if review else None
     if review is None or pull is None or review.state != ReviewState.FAILED:

@@ -19,7 +19,7 @@ from bot.review.identity import NEAR_LINES, pair, same, words
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.review.publish import Publisher
 from bot.review.rules import DraftRules
-from bot.review.verify import apply_verification, verify_draft
+from bot.review.verify import verify_unverified
 from bot.worktrees import Worktree
 
 if TYPE_CHECKING:
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Renumbered:
-    """How a revision's findings map onto the draft's `F` numbers."""
-
     assigned: list[tuple[int, DraftFinding]]  # (ordinal, finding) the draft now holds
     kept: list[int]  # old numbers that carry on (a returning withdrawn one too)
     added: list[int]  # numbers taken by new findings
@@ -207,13 +205,12 @@ async def _verified(
         return draft.findings, {}
     # The verifier reads the findings and the worktree only: no repository config.
     request = ReviewRequest.of(publisher.pull, review, RepoConfig())
-    reviewer = Reviewer.of(ctx)
-    subset = [draft.findings[n] for n in change.unverified]
-    verification = await verify_draft(
-        reviewer, tree, request, replace(draft, findings=subset), provider=review.verify_provider
+    findings, error = await verify_unverified(
+        Reviewer.of(ctx),
+        tree,
+        request,
+        draft,
+        provider=review.verify_provider,
+        todo=change.unverified,
     )
-    findings = list(draft.findings)
-    checked = apply_verification(subset, verification)
-    for n, finding in zip(change.unverified, checked, strict=True):
-        findings[n] = finding
-    return findings, {"verify_error": verification.error}
+    return findings, {"verify_error": error}

@@ -50,7 +50,6 @@ CRITIQUE, ASK, REVISE = "critique", "ask", "revise"
 async def queue_turn(
     ctx: Context, session: Session, mode: str, *, text: str, comment_id: int | None, **extra: Any
 ) -> bool:
-    """Queue the session's next turn; True when it waits behind a turn already under way."""
     key = turn_key(session.id)
     busy = await ctx.jobs.busy(key) or session.status == SessionStatus.BUSY
     payload = {"session_id": session.id, "mode": mode, "text": text, "comment_id": comment_id}
@@ -59,7 +58,6 @@ async def queue_turn(
 
 
 async def draft_message_id(ctx: Context, session_id: int) -> str | None:
-    """The message in which the reviewer submitted its (latest) draft."""
     for message in reversed(await messages.messages(ctx.db, session_id)):
         if tool_call(message.item, "submit_review") is not None:
             return message.id
