@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from bot.records.types import Finding
 from bot.records.vocab import LedgerStatus
 from bot.review import ledger
-from bot.review.publish import Thread, UnexpectedAnswer, threads_page
+from bot.review.threads import Thread, UnexpectedAnswer, threads_page
 from bot.server import make_app
 from bot.standin.models import Action
 from bot.standin.scripted import scripted_reviewer

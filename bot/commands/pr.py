@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.records.pulls import find_pull, upsert_pull
 from bot.records.types import Pull
-from bot.review.publish import Publisher
+from bot.review.status import Target
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -56,6 +56,6 @@ class PullRequest:
     async def known(self) -> Pull:
         return self.pull or await self.refresh()
 
-    def publisher(self) -> Publisher:
+    def target(self) -> Target:
         assert self.pull is not None
-        return Publisher(self.ctx, self.gh, self.pull)
+        return Target(self.ctx, self.gh, self.pull)

@@ -27,9 +27,12 @@ from bot.records.vocab import ACTIVE, LedgerStatus, ReviewState
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.review import ledger
 from bot.review.checkout import default_branch_commit, prepare_worktree, worktree_name
+from bot.review.checkrun import finish_check, start_check
 from bot.review.lifecycle import end_sessions
+from bot.review.pending import pending_review
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
-from bot.review.publish import Publisher
+from bot.review.status import Target, show_status
+from bot.review.threads import resolve_threads, thread_replies
 from bot.review.verify import choose_provider, verify_unverified
 from bot.texts import PEOPLE, say
 from bot.worktrees import GitError, Worktree, disk
@@ -55,7 +58,7 @@ class Ended(enum.Enum):
 @dataclass
 class StatusTicker:
     ctx: Context
-    publisher: Publisher
+    target: Target
     review_id: int
     owner: str
     calls: int = 0
@@ -72,7 +75,7 @@ class StatusTicker:
                 return
             progress = say(PEOPLE, "progress_calls", phase=self.phase, calls=self.calls)
             review = await update_review(self.ctx.db, self.review_id, progress=progress)
-            await self.publisher.status(review)
+            await show_status(self.target, review)
         except (gidgethub.GitHubException, sqlite3.Error):
             log.warning("progress update failed", exc_info=True)
 
@@ -97,7 +100,7 @@ async def run_review_job(ctx: Context, job: Job) -> None:
         final = job.attempts >= job.max_attempts
         await ReviewJob(
             ctx,
-            Publisher(ctx, gh, pull),
+            Target(ctx, gh, pull),
             pull,
             review.id,
             verify,
@@ -109,7 +112,7 @@ async def run_review_job(ctx: Context, job: Job) -> None:
 @dataclass
 class ReviewJob:
     ctx: Context
-    publisher: Publisher
+    target: Target
     pull: Pull
     review_id: int
     verify: bool = False
@@ -128,8 +131,8 @@ class ReviewJob:
             return  # superseded or stopped before it started
         try:
             review = await get_review(self.ctx.db, self.review_id)
-            await self.publisher.status(review)
-            await self.publisher.start_check(review)
+            await show_status(self.target, review)
+            await start_check(self.target, review)
             ended = await self._review(review, config)
         except asyncio.CancelledError:
             if not self.ctx.jobs.interrupted():  # an interrupted job runs again: state stays
@@ -170,10 +173,10 @@ class ReviewJob:
             config,
             rules_commit=rules_commit,
             since=since,
-            ledger=tuple(ledger.brief(items, await self.publisher.thread_replies(published))),
+            ledger=tuple(ledger.brief(items, await thread_replies(self.target, published))),
         )
         reviewer = Reviewer.of(ctx)
-        progress = StatusTicker(ctx, self.publisher, review_id, self.owner)
+        progress = StatusTicker(ctx, self.target, review_id, self.owner)
         draft = await review_worktree(
             reviewer, tree, request, on_tool_call=progress, on_plan=self._planned
         )
@@ -201,7 +204,7 @@ class ReviewJob:
         )
         if not await owns_run(ctx.db, review_id, self.owner):
             return Ended.TAKEN_OVER
-        await self.publisher.pending_review(drafted)
+        await pending_review(self.target, drafted)
         pull = await pull_by_id(ctx.db, self.pull.id)
         moved = pull is not None and pull.head_sha != review.head_sha
         ended = await review_state.end_run(  # a push may have landed meanwhile: stale
@@ -215,13 +218,13 @@ class ReviewJob:
         if ended is None:
             return Ended.TAKEN_OVER
         await end_sessions(ctx, self.pull.id, keep_review=review_id)  # the old drafts' talk
-        await self.publisher.finish_check(ended)
+        await finish_check(self.target, ended)
         if note["fixed_published"]:  # their review threads on GitHub are resolved
-            refused = await self.publisher.resolve_threads(note["fixed_published"])
+            refused = await resolve_threads(self.target, note["fixed_published"])
             if refused:
                 note["resolve_error"] = refused
                 ended = await update_review(ctx.db, review_id, ledger=json.dumps(note)) or ended
-        await self.publisher.status(ended)
+        await show_status(self.target, ended)
         return Ended.DRAFTED
 
     async def _planned(self, skipped: tuple[tuple[str, str], ...]) -> None:
@@ -289,7 +292,7 @@ class ReviewJob:
     async def _held(self, why: str) -> None:
         log.warning("review not started", extra={"fields": {"reason": why}})
         if await review_state.hold(self.ctx.db, self.review_id, why):
-            await self.publisher.status(await get_review(self.ctx.db, self.review_id))
+            await show_status(self.target, await get_review(self.ctx.db, self.review_id))
 
     async def _ours(self, to: str, **fields: Any) -> Review | None:
         """End the run as `to`; the review when this attempt did, or when a person or a newer
@@ -319,15 +322,9 @@ class ReviewJob:
             return
         await end_review_sessions(self.ctx.db, self.review_id)
         try:
-            if not review.check_run_id:  # it failed before its check run was made
-                review = await self.publisher.start_check(review)
-            await self.publisher.finish_check(review, conclusion="failure", error=reason)
+            await show_end(self.target, review, reason)
         except gidgethub.GitHubException:
-            log.exception("could not report the failure on the check run")
-        try:
-            await self.publisher.status(review)
-        except gidgethub.GitHubException:
-            log.exception("could not report the failure on the status comment")
+            log.exception("could not report the failure on GitHub")
 
     async def _stopped(self) -> None:
         review = await self._ours(
@@ -338,13 +335,30 @@ class ReviewJob:
             return
         await end_review_sessions(self.ctx.db, self.review_id)
         try:
-            await self.publisher.finish_check(
-                review, conclusion="cancelled", stopped=review.progress or "stopped"
-            )
-            if review.state == ReviewState.CANCELLED:
-                await self.publisher.status(review)
+            await show_end(self.target, review)
         except gidgethub.GitHubException:
             log.exception("could not report the stop on GitHub")
+
+
+async def show_end(target: Target, review: Review, error: str | None = None) -> None:
+    """A failed (`error`) or stopped review on the PR: its check run completed (made first
+    when it failed before it had one), then the status comment, which a superseded review
+    leaves to its successor. GitHub refusing the check run does not hold the comment back."""
+    refused = None
+    try:
+        if error is None:
+            stopped = review.progress or "stopped"
+            await finish_check(target, review, conclusion="cancelled", stopped=stopped)
+        else:
+            if not review.check_run_id:
+                review = await start_check(target, review)
+            await finish_check(target, review, conclusion="failure", error=error)
+    except gidgethub.GitHubException as exc:
+        refused = exc
+    if error is not None or review.state == ReviewState.CANCELLED:
+        await show_status(target, review)
+    if refused is not None:
+        raise refused
 
 
 async def review_gave_up(ctx: Context, job: Job, reason: str) -> None:
@@ -358,3 +372,12 @@ async def review_gave_up(ctx: Context, job: Job, reason: str) -> None:
     await ctx.jobs.enqueue(
         "report_failure", f"status:{review.pull_id}", {"review_id": review.id}, queue=REVIEWS
     )
+
+
+async def report_failure_job(ctx: Context, job: Job) -> None:
+    review = await get_review(ctx.db, job.payload["review_id"])
+    pull = await pull_by_id(ctx.db, review.pull_id) if review else None
+    if review is None or pull is None or review.state != ReviewState.FAILED:
+        return
+    target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    await show_end(target, review, review.error or "")

@@ -15,10 +15,12 @@ from bot.records.vocab import FindingState
 from bot.repo_config import RepoConfig
 from bot.review import ledger
 from bot.review.approve import publishing_key
+from bot.review.checkrun import new_check
 from bot.review.identity import NEAR_LINES, pair, same, words
+from bot.review.pending import pending_review
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
-from bot.review.publish import Publisher
 from bot.review.rules import DraftRules
+from bot.review.status import Target, show_status
 from bot.review.verify import verify_unverified
 from bot.worktrees import Worktree
 
@@ -119,7 +121,7 @@ def renumber(
 
 async def apply_revision(
     ctx: Context,
-    publisher: Publisher,
+    target: Target,
     review_id: int,
     draft: Draft,
     *,
@@ -139,7 +141,7 @@ async def apply_revision(
     draft, noise_texts = _without_noise(draft, DraftRules.from_json(review.rules))
     findings, verified = draft.findings, {}
     if review.verify_provider:
-        findings, verified = await _verified(ctx, publisher, review, draft, tree)
+        findings, verified = await _verified(ctx, target, review, draft, tree)
     async with ctx.db.hold(publishing_key(review_id)):
         findings, keys, repeats = await ledger.without_repeats(ctx.db, tree, review, findings)
         change = renumber(
@@ -169,11 +171,11 @@ async def apply_revision(
         ):
             return None
         try:
-            await publisher.pending_review(await get_review(ctx.db, review_id))
-            await publisher.new_check(review_id)
+            await pending_review(target, await get_review(ctx.db, review_id))
+            await new_check(target, review_id)
         finally:
             await review_state.end_revision(ctx.db, review_id)
-    await publisher.status(await get_review(ctx.db, review_id))
+    await show_status(target, await get_review(ctx.db, review_id))
     return change
 
 
@@ -196,7 +198,7 @@ def _without_noise(draft: Draft, rules: DraftRules) -> tuple[Draft, dict[str, ob
 
 
 async def _verified(
-    ctx: Context, publisher: Publisher, review: Review, draft: Draft, tree: Worktree
+    ctx: Context, target: Target, review: Review, draft: Draft, tree: Worktree
 ) -> tuple[list[DraftFinding], dict[str, object]]:
     """The revision's findings, those that are new or changed (or never verified) checked by
     the review's verifier, and the review's `verify_error` when a pass ran."""
@@ -204,7 +206,7 @@ async def _verified(
     if not change.unverified:
         return draft.findings, {}
     # The verifier reads the findings and the worktree only: no repository config.
-    request = ReviewRequest.of(publisher.pull, review, RepoConfig())
+    request = ReviewRequest.of(target.pull, review, RepoConfig())
     findings, error = await verify_unverified(
         Reviewer.of(ctx),
         tree,

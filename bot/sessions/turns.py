@@ -32,9 +32,9 @@ from bot.records.types import Job, Message, Pull, Review, Session
 from bot.records.vocab import FindingState, SessionRole, SessionStatus
 from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
-from bot.review.publish import Publisher, refs, where
 from bot.review.revise import apply_revision
 from bot.review.rules import files_left_out
+from bot.review.status import Target, refs, where
 from bot.skills import load_skill
 from bot.texts import render as render_text
 from bot.worktrees import GitError, Worktree
@@ -114,8 +114,8 @@ async def session_turn_job(ctx: Context, job: Job) -> None:
     if pull is None or review is None or pull.state != "open":
         await sessions.end_session(ctx.db, session.id)
         return
-    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
-    turn = Turn(ctx, publisher, session, pull, review, payload)
+    target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    turn = Turn(ctx, target, session, pull, review, payload)
     with log_context(repo=pull.repo, pr=pull.number, session=session.id):
         await turn.run()
 
@@ -124,14 +124,14 @@ class Turn:
     def __init__(
         self,
         ctx: Context,
-        publisher: Publisher,
+        target: Target,
         session: Session,
         pull: Pull,
         review: Review,
         payload: dict[str, Any],
     ) -> None:
         self.ctx = ctx
-        self.publisher = publisher
+        self.target = target
         self.session = session
         self.pull = pull
         self.review = review
@@ -205,13 +205,13 @@ class Turn:
             provider_name=self.session.provider.title(),
             model=self.session.model,
             parent_name=await self._parent_name(),
-            status_link=self.publisher.status_link(self.review) or "#",
+            status_link=self.target.status_link(self.review) or "#",
             question=self.text if self.mode == ASK else None,
             answer=answered,
             prefix=ctx.settings.command_prefix,
-            repo_url=self.publisher.repo_url,
+            repo_url=self.target.repo_url,
         )
-        await self._link(await self.publisher.comment(body))
+        await self._link(await self.target.comment(body))
         if self.child:
             await sessions.sync_message_count(ctx.db, self.session.id)
 
@@ -257,7 +257,7 @@ class Turn:
             )
         change = await apply_revision(
             ctx,
-            self.publisher,
+            self.target,
             self.review.id,
             draft,
             by=self.session.provider,
@@ -323,4 +323,4 @@ class Turn:
         body = render_text(
             "reply.md.j2", kind=kind, prefix=self.ctx.settings.command_prefix, **context
         )
-        return await self.publisher.comment(body)
+        return await self.target.comment(body)
