@@ -150,17 +150,19 @@ def status(text: dict[str, str], state: str) -> str:
 def check_run(text: dict[str, str], kind: str) -> str:
     return render(
         "check_run.md.j2",
+        review={
+            "verdict": "comment",
+            "summary": text["summary"],
+            "stale": True,
+            "verify_provider": "codex",
+            "verify_error": text["error"] if kind == "unverified" else None,
+        },
         stopped=text["progress"] if kind == "stopped" else None,
         error=text["error"] if kind == "error" else None,
-        verdict="comment",
-        summary=text["summary"],
         findings=[
             {"ordinal": n, "verify_status": status, "verify_note": text["verify"]}
             for n, status in ((1, "confirmed"), (2, "refuted"), (3, "uncertain"))
         ],
-        stale=True,
-        verifier="codex",
-        verify_error=text["error"] if kind == "unverified" else None,
         repo_url=REPO_URL,
     )
 
@@ -168,10 +170,7 @@ def check_run(text: dict[str, str], kind: str) -> str:
 def inline_comment(text: dict[str, str], _kind: str) -> str:
     return render(
         "inline_comment.md.j2",
-        ordinal=1,
-        severity="nit",
-        title=text["title"],
-        body=text["body"],
+        f={"ordinal": 1, "severity": "nit", "title": text["title"], "body": text["body"]},
         suggestion=text["suggestion"],
         repo_url=REPO_URL,
     )
@@ -195,9 +194,7 @@ def review_body(text: dict[str, str], _kind: str) -> str:
     ]
     return render(
         "review_body.md.j2",
-        provider="claude",
-        verdict="comment",
-        summary=text["summary"],
+        review={"provider": "claude", "verdict": "comment", "summary": text["summary"]},
         other=other,
         summarised=summarised,
         max_findings=10,
@@ -361,10 +358,7 @@ def test_suggestion_cannot_close_its_fence():
     hostile_code = "x = 1\n```\nping @octocat\n````"
     body = render(
         "inline_comment.md.j2",
-        ordinal=1,
-        severity="nit",
-        title="t",
-        body="b",
+        f={"ordinal": 1, "severity": "nit", "title": "t", "body": "b"},
         suggestion=hostile_code,
     )
     lines = body.strip().split("\n")

@@ -35,9 +35,7 @@ class PublishFailed(Exception):
 def select_findings(
     findings: list[Finding], listed: tuple[int, ...], rules: DraftRules
 ) -> list[int]:
-    """What `approve` publishes: the listed findings, or every kept one that verification
-    did not refute and that is not below the draft's `min_severity` (a refuted or folded
-    finding is published only when listed explicitly)."""
+    """The listed findings, or what a plain approve publishes (`DraftRules.approvable`)."""
     if listed:
         return sorted(listed)
     return [f.ordinal for f in rules.approvable(findings)]
@@ -95,9 +93,8 @@ async def waiting_for_github(
 
 
 async def publish(ctx: Context, target: Target, review_id: int, chosen: list[int]) -> None:
-    """Rebuild the pending review with exactly the chosen findings, submit it, then refresh
-    the check run and status comment (their failures are logged, never reverted). Called
-    holding the publishing lock; a review no longer `posting` was published meanwhile."""
+    """Rebuild the pending review with exactly the chosen findings and submit it. Called holding
+    the publishing lock; a review no longer `posting` was published meanwhile."""
     review = await get_review(ctx.db, review_id)
     if review is None or review.state != ReviewState.POSTING:
         return

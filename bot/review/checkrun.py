@@ -75,15 +75,11 @@ async def finish_check(
         redact(
             render(
                 "check_run.md.j2",
+                review=review,
                 stopped=stopped,
                 error=error,
-                verdict=review.verdict,
-                summary=review.summary,
                 findings=findings,
-                stale=bool(review.stale),
                 repo_url=target.repo_url,
-                verifier=verifier,
-                verify_error=review.verify_error,
             )
         ),
         65_000,
@@ -105,25 +101,14 @@ async def finish_check(
 
 
 async def new_check(target: Target, review_id: int) -> None:
-    """A new check run showing the draft as it stands now (after a revision or a drop):
-    annotations cannot be withdrawn from a check run, so the old one is left behind and
-    GitHub shows the newest run of the name."""
+    """A new check run for the draft as it stands: annotations cannot be withdrawn from one."""
     review = await update_review(target.ctx.db, review_id, check_run_id=None)
     if review is not None:
         await finish_check(target, await start_check(target, review))
 
 
 def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
-    text = render(
-        "annotation.txt.j2",
-        ordinal=finding.ordinal,
-        severity=finding.severity,
-        title=finding.title,
-        body=finding.body,
-        verify_status=finding.verify_status,
-        verify_note=finding.verify_note,
-        verifier=verifier,
-    )
+    text = render("annotation.txt.j2", f=finding, verifier=verifier)
     title, _, message = text.partition("\n")
     return {
         "path": finding.path,

@@ -62,10 +62,9 @@ def pair(
     *,
     shared: Collection[int] = (),
 ) -> dict[int, int]:
-    """Which old claim (by index) each new one is, one to one except for the `shared` old ones
-    (a dropped finding absorbs every repeat). Pass by pass (exact pairs first, so a look-alike
-    never takes an exact pair's place), the cheapest pairs a pass's cost gives are taken first;
-    None: not a pair."""
+    """Which old claim each new one is (index → index), one to one but for the `shared` ones (a
+    dropped finding absorbs every repeat). Pass by pass, cheapest first: exact pairs come
+    first so a look-alike never takes one."""
     taken: dict[int, int] = {}
     used: set[int] = set()
     for cost in passes:

@@ -150,10 +150,9 @@ def assemble(
     file_chars: int = FILE_CHARS,
     total_chars: int = TOTAL_CHARS,
 ) -> Instructions:
-    """The instructions for a review of `reviewed`, from the default branch's files in
-    `texts` (path → text) and the config: each file's text cut to `file_chars`, and all of
-    them to `total_chars` in the order of `sources`: a source that does not fit is cut to
-    the room left, or left out whole when less than MIN_PART characters are left."""
+    """The instructions for a review of `reviewed`: each file cut to `file_chars`, all to
+    `total_chars` in `sources` order (a source is cut to the room left, or left out under
+    MIN_PART)."""
     used: list[Instruction] = []
     left_out: list[str] = []
     room = total_chars

@@ -244,9 +244,8 @@ class ReviewJob:
         draft: Draft,
         progress: StatusTicker,
     ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any], dict[str, Any]]:
-        """The draft's findings under the PR's ledger numbers, verified when the review asks
-        for it; what to write to the ledger, the note the status comment shows, and the verify
-        pass's fields of the review (none without a pass)."""
+        """The draft's findings under the ledger's numbers (verified when asked), the ledger
+        writes, the status note and the verify pass's fields of the review."""
         ctx = self.ctx
         numbered, writes, note = await ledger.numbered(
             ctx.db, tree, self.pull.id, self.review_id, items, draft, request.since
@@ -341,9 +340,8 @@ class ReviewJob:
 
 
 async def show_end(target: Target, review: Review, error: str | None = None) -> None:
-    """A failed (`error`) or stopped review on the PR: its check run completed (made first
-    when it failed before it had one), then the status comment, which a superseded review
-    leaves to its successor. GitHub refusing the check run does not hold the comment back."""
+    """A failed (`error`) or stopped review on the PR: check run, then status comment (a
+    superseded review's is its successor's); a refused check run does not hold it back."""
     refused = None
     try:
         if error is None:

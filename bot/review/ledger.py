@@ -242,18 +242,8 @@ def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) ->
         else:
             status = LedgerStatus.OPEN
         why = dropped[-1].why if dropped else None
-        items.append(
-            Item(
-                entry.ordinal,
-                key,
-                status,
-                last,
-                why,
-                entry.fixed_in,
-                published,
-                heads.get(entry.ordinal),
-            )
-        )
+        head = heads.get(entry.ordinal)
+        items.append(Item(entry.ordinal, key, status, last, why, entry.fixed_in, published, head))
     return items
 
 
@@ -266,9 +256,8 @@ REPLIES = 5  # the last ones of each thread
 
 
 def brief(items: list[Item], replies: dict[int, list[str]]) -> list[dict[str, Any]]:
-    """What the reviewer is told of the ledger (rendered in its request): each number's
-    status, place and title, a person's reason for a drop, and the last replies people wrote
-    in a published finding's thread."""
+    """What the reviewer is told of the ledger, with the last replies in each published
+    finding's thread."""
     return [
         {
             "replies": [_line(r)[:REPLY_CHARS] for r in replies.get(i.ordinal, [])[-REPLIES:]],
@@ -343,15 +332,9 @@ def reconcile(
     next_ordinal: int,
     moved: Collection[int] = (),
 ) -> Reconciled:
-    """The reviewer's findings for a new head (`found`, each with its key) against the ledger: a
-    repeat of a dropped finding is suppressed; one the ledger knows keeps its number (one
-    already published is not drafted again); the rest get new numbers. Open and published
-    numbers the reviewer `resolved` are fixed when the head shows it (`_changed`: their code
-    is among the `moved`, or for one without code, its path among those the push `changed`;
-    None: a full review), the other claims are noted and ignored, and the open ones it did not
-    touch stay in the draft. `moved`: numbers whose code is not at the new head as it was.
-    Same fingerprints are paired first, near ones after, so an exact pair is never taken by a
-    look-alike."""
+    """A new head's findings (each with its key) against the ledger. A claimed fix counts only
+    when the head shows it (`_changed`): the reviewer's word alone, which a prompt injection
+    in the PR can steer, fixes nothing."""
     out = Reconciled()
     dropped = [i for i in items if i.status == LedgerStatus.DROPPED]
     active = [i for i in items if i.status not in (LedgerStatus.DROPPED, LedgerStatus.FIXED)]
@@ -422,9 +405,8 @@ def _pairs(
 
 
 def carry(item: Item, start: int | None) -> DraftFinding:
-    """An open finding the push did not touch, as the new draft holds it (moved to `start`,
-    where its code is now, keeping its verdict only while that code is as it was — None: it
-    is not; the caller places it on the new diff)."""
+    """An open finding the push did not touch, moved to `start` (None: its code changed, and
+    its verdict no longer holds)."""
     f = item.last
     same = start is not None  # its code is as it was: the verify pass's verdict still holds
     line, end_line = _at(f, start)
@@ -598,10 +580,9 @@ async def numbered(
     draft: Draft,
     since: str | None,
 ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any]]:
-    """A new head's draft against the PR's ledger: its findings under their numbers (open ones
-    the push did not touch carried over, moved to where their code is now), what to write to
-    the ledger, and the note the status comment shows. The files are read here; the
-    bookkeeping (`_reconciled`) runs in a worker thread."""
+    """A new head's draft against the ledger: numbered findings (untouched open ones carried to
+    where their code is now), the ledger writes and the status note. The bookkeeping runs in a
+    worker thread: a large file must not hold the event loop that acknowledges webhooks."""
     texts = Texts(tree)
     await texts.load(draft.findings, items)
     next_ordinal = await sql.next_ordinal(db, pull_id)
@@ -637,9 +618,8 @@ def _reconciled(
 async def without_repeats(
     db: Database, tree: Worktree, review: Review, findings: list[DraftFinding]
 ) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
-    """A revision's findings without repeats of ones people dropped from earlier drafts (one
-    dropped from this draft stays dropped where it is), each kept one's key by index, and
-    the repeats suppressed by dropped number."""
+    """A revision's findings without repeats of ones people dropped from earlier drafts, each
+    kept one's key, and the repeats by dropped number."""
     dropped = [
         i
         for i in await load(db, review.pull_id)

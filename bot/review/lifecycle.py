@@ -58,10 +58,8 @@ async def outside_author(ctx: Context, gh: Any, data: dict[str, Any]) -> str | N
 
 
 async def new_head(ctx: Context, gh: Any, data: dict[str, Any], pull_id: int) -> None:
-    """A PR shows a head (opened, reopened, ready for review, pushed): drafts of older heads
-    go stale, and the head is reviewed when the repository's rules want it and it was not
-    reviewed, stopped or held lately. An outside author's PR is reviewed on command only
-    (`outside_prs = "on-command"`) or a few times a day."""
+    """A PR shows a head: older drafts go stale, and the head is reviewed when the repository
+    wants it and it was not reviewed, stopped or held lately."""
     pr, repo = data["pull_request"], data["repository"]
     head_sha = pr["head"]["sha"]
     went_stale = await review_state.mark_stale(ctx.db, pull_id, head_sha)
@@ -103,9 +101,8 @@ class ReviewAsk:
 
 
 async def enqueue_review(ctx: Context, ask: ReviewAsk) -> int:
-    """Queue a review of the head, superseding any queued or running review of the PR.
-    A `cap` reached (counted in the same transaction, so concurrent deliveries count right)
-    holds the review instead: the status comment says why, and the job finds nothing to run."""
+    """Queue a review, superseding the PR's queued or running one. A `cap` is counted in the
+    transaction that creates the review, so concurrent deliveries count right."""
     provider = ask.provider or ctx.settings.provider
     held: list[str] = []
 

@@ -33,11 +33,9 @@ async def delete_pending(target: Target) -> None:
 
 
 async def pending_review(target: Target, review: Review, *, only: set[int] | None = None) -> int:
-    """Create the pending review: inline comments where GitHub allows them, the rest in the
-    body. If GitHub still refuses the inline comments (422) they move to the body: the
-    draft is never lost. `only` limits it to those finding ordinals (a partial approve);
-    without it, findings the verify pass refuted and those below `min_severity` stay out, as
-    `approve` leaves them out. Past `max_findings`, inline ones are summarised in the body."""
+    """Create the pending review (`only`: those ordinals, a partial approve; else what a plain
+    approve publishes). When GitHub refuses the inline comments (422) they move to the body:
+    the draft is never lost."""
     rules = DraftRules.from_json(review.rules)
     stored = await load_findings(target.ctx.db, review.id)
     if only is not None:
@@ -64,7 +62,7 @@ async def pending_review(target: Target, review: Review, *, only: set[int] | Non
 
 
 def _review_payload(
-    target,
+    target: Target,
     review: Review,
     findings: list[Finding],
     *,
@@ -90,9 +88,7 @@ def _review_payload(
     body = fit(
         render(
             "review_body.md.j2",
-            provider=review.provider,
-            verdict=review.verdict,
-            summary=review.summary,
+            review=review,
             other=other,
             summarised=summarised,
             max_findings=rules.max_findings if rules is not None else None,
@@ -110,10 +106,7 @@ def _inline_comment(target: Target, f: Finding) -> dict[str, Any]:
         "body": fit(
             render(
                 "inline_comment.md.j2",
-                ordinal=f.ordinal,
-                severity=f.severity,
-                title=f.title,
-                body=f.body,
+                f=f,
                 suggestion=f.suggestion if f.side == "RIGHT" else None,
                 repo_url=target.repo_url,
             )

@@ -232,13 +232,8 @@ async def review_worktree(
         await on_session(session.id)
     prompt = render(
         "prompts/review_request.md.j2",
-        number=request.number,
-        repo=request.repo,
-        head_sha=tree.head_sha,
-        merge_base=tree.merge_base,
-        base_ref=request.base_ref,
-        title=request.title,
-        body=request.body,
+        request=request,
+        tree=tree,
         reviewed=plan.reviewed,
         # a re-review names only what the push changed: the rest was told the first time
         skipped=[(p, why) for p, why in plan.skipped if not changed or p in changed],
@@ -286,9 +281,8 @@ async def revise_review(
     source: str | None = None,
     left_out: Mapping[str, str] | None = None,
 ) -> Draft:
-    """The reviewer's session continues with `message` (feedback on its draft; None resumes
-    an interrupted turn) and submits its review again; `left_out`: the files the review left
-    out (`bot.review.rules.files_left_out`), out of its diff again."""
+    """The reviewer's session continues with `message` (None resumes an interrupted turn) and
+    submits its review again."""
     diff = await pr_diff(tree)
     draft = await _submitted(
         reviewer,

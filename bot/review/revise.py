@@ -78,10 +78,8 @@ def _claim(f: Finding | DraftFinding) -> tuple[object, ...]:
 def renumber(
     old: Sequence[Finding], new: Sequence[DraftFinding], next_free: int | None = None
 ) -> Renumbered:
-    """The revision's findings under the draft's numbers: a match keeps its `F` number (and
-    its verdict when the claim is unchanged), a new finding takes the next free number, an
-    unmatched old one is withdrawn (one already withdrawn stays so, and takes its number back
-    if it returns). A finding a person dropped stays dropped, whatever the revision says."""
+    """The revision's findings under the draft's numbers: a match keeps its number (and its
+    verdict when the claim is unchanged); a person's drop stays dropped whatever it says."""
     taken = match(old, new)
     if next_free is None:  # the PR's next number (its ledger's), else after the draft's
         next_free = max((f.ordinal for f in old), default=0) + 1
@@ -129,13 +127,10 @@ async def apply_revision(
     after: str,
     tree: Worktree,
 ) -> Renumbered | None:
-    """Store the revised findings under stable numbers, then rebuild the pending review, give
-    the revision its own check run (annotations cannot be withdrawn from the old one) and
-    refresh the status comment. `by` revised it after `after`'s critique. When the review
-    has a verify pass, the findings that are new or changed are verified first. None when
-    the draft may not be revised any more (published, stale, or a newer review exists):
-    nothing changes. While GitHub is being updated the draft is `revising`, so an approve
-    cannot race it, and the draft's publishing lock is held, so a drop cannot either."""
+    """Store the revised findings under stable numbers, then rebuild the pending review, a new
+    check run and the status comment; None when the draft may not be revised any more. While
+    GitHub is updated the draft is `revising` (no approve races it) and its publishing lock is
+    held (no drop races it)."""
     review = await get_review(ctx.db, review_id)
     assert review is not None
     draft, noise_texts = _without_noise(draft, DraftRules.from_json(review.rules))
@@ -180,9 +175,8 @@ async def apply_revision(
 
 
 def _without_noise(draft: Draft, rules: DraftRules) -> tuple[Draft, dict[str, object]]:
-    """A revision never puts findings on the files its review left out (noise, or matching
-    an `ignore` glob): they are dropped and counted (the review's new `rules` when there were
-    any)."""
+    """A revision never puts findings on the files its review left out: they are dropped and
+    counted."""
     noise, ignored = set(rules.noise), set(rules.ignored)
     on_noise = sum(1 for f in draft.findings if f.path in noise)
     on_ignored = sum(1 for f in draft.findings if f.path in ignored)
@@ -200,8 +194,7 @@ def _without_noise(draft: Draft, rules: DraftRules) -> tuple[Draft, dict[str, ob
 async def _verified(
     ctx: Context, target: Target, review: Review, draft: Draft, tree: Worktree
 ) -> tuple[list[DraftFinding], dict[str, object]]:
-    """The revision's findings, those that are new or changed (or never verified) checked by
-    the review's verifier, and the review's `verify_error` when a pass ran."""
+    """The revision's new or changed findings verified, and the pass's `verify_error`."""
     change = renumber(await load_findings(ctx.db, review.id), draft.findings)
     if not change.unverified:
         return draft.findings, {}

@@ -76,9 +76,8 @@ class DraftRules:
 
 
 def files_left_out(review: Review) -> dict[str, str]:
-    """The changed files a review's draft left out of the reviewer's diff (noise, `ignore`
-    globs), path → why as the status comment lists them: every later turn on it (a session's,
-    a revision, its verify pass) leaves them out too."""
+    """The changed files the draft left out of the reviewer's diff, path → why: every later
+    turn on it leaves them out too."""
     rules = DraftRules.from_json(review.rules)
     out = {*rules.noise, *rules.ignored}
     return {path: why for path, why in json.loads(review.not_reviewed or "[]") if path in out}

@@ -51,9 +51,8 @@ async def _app_account(target: Target) -> tuple[str, str]:
 
 
 async def _finding_threads(target: Target, wanted: set[int]) -> list[tuple[int, Thread]]:
-    """The bot's review threads of these findings: (F number, thread). Only a thread the
-    App's bot account started is its own: one a person (or another bot) started with the
-    same words is not."""
+    """The bot's review threads of these findings: only a thread the App's own account started
+    (one a person started with the same words is not)."""
     app = await _app_account(target)
     owner, name = target.pull.repo.split("/", 1)
     found, after = [], None

@@ -34,7 +34,7 @@ from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
 from bot.review.revise import apply_revision
 from bot.review.rules import files_left_out
-from bot.review.status import Target, refs, where
+from bot.review.status import Target, refs
 from bot.skills import load_skill
 from bot.texts import render as render_text
 from bot.worktrees import GitError, Worktree
@@ -70,30 +70,14 @@ async def cross_review_context(
     """The child's first message: the PR, the draft, the parent's conversation (capped) and
     what to do."""
     stored = await messages.messages(ctx.db, parent.id)
-    lines = to_lines([(m.id, m.role, m.item) for m in stored])
-    part = excerpt(lines)
-    findings = [
-        {
-            "ordinal": f.ordinal,
-            "severity": f.severity,
-            "where": where(f),
-            "title": f.title,
-            "body": f.body,
-        }
-        for f in await load_findings(ctx.db, review.id)
-        if f.state == FindingState.KEPT
-    ]
+    part = excerpt(to_lines([(m.id, m.role, m.item) for m in stored]))
+    findings = await load_findings(ctx.db, review.id)
     return render_text(
         "prompts/cross_review.md.j2",
-        number=pull.number,
-        repo=pull.repo,
-        head_sha=review.head_sha,
-        parent_provider=parent.provider,
-        title=pull.title,
-        body=pull.body,
-        verdict=review.verdict,
-        summary=review.summary,
-        findings=findings,
+        pull=pull,
+        review=review,
+        parent=parent,
+        findings=[f for f in findings if f.state == FindingState.KEPT],
         omitted=part.omitted,
         shown=len(part.lines),
         max_messages=MAX_MESSAGES,
