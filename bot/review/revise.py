@@ -144,14 +144,8 @@ async def apply_revision(
             findings,
             await next_ordinal(ctx.db, review.pull_id),
         )
-        note = {
-            "by": by,
-            "after": after,
-            "kept": change.kept,
-            "added": change.added,
-            "withdrawn": change.withdrawn,
-            "dropped": change.dropped,
-        }
+        lists = ("kept", "added", "withdrawn", "dropped")
+        note = {"by": by, "after": after, **{k: getattr(change, k) for k in lists}}
         texts = {
             "verdict": draft.verdict,
             "summary": draft.summary,
