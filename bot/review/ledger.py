@@ -70,23 +70,10 @@ def code_key(lines: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
 
 
-def pointed_lines(text: str, line: int | None, end_line: int | None) -> list[str]:
-    if not line:
-        return []
-    lines = text.splitlines()
-    last = min(end_line or line, line + CODE_LINES - 1)
-    return lines[line - 1 : last]
-
-
-def key_of(finding: DraftFinding | Finding, text: str | None) -> Key:
-    code = code_key(pointed_lines(text, finding.line, finding.end_line)) if text else ""
+def key_of(finding: DraftFinding | Finding, index: CodeIndex | None) -> Key:
+    """`index`: the finding's file on its side (None: unknown)."""
+    code = index.key(finding.line, finding.end_line) if index else ""
     return Key(finding.path, code, title_key(finding.title))
-
-
-def relocate(finding: Finding, code: str, text: str | None) -> tuple[int | None, int | None]:
-    """Where the code a carried finding points at is now (its lines shift when code above
-    them changes): (line, end_line), or its old ones when the code is not found as it was."""
-    return _at(finding, CodeIndex(text).find(finding, code) if text else None)
 
 
 def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
@@ -97,7 +84,7 @@ def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
 
 def _span(finding: Finding, length: int | None = None) -> int:
     """How many lines the finding's code runs past its first (at most CODE_LINES - 1): to
-    the file's end (`length` lines) at most, as its key was made (`pointed_lines`)."""
+    the file's end (`length` lines) at most, as its key was made (`CodeIndex.key`)."""
     end = finding.end_line or finding.line or 0
     if length is not None:
         end = min(end, length)
@@ -501,9 +488,7 @@ class Texts:
         return self.indexes[at]
 
     def key(self, finding: DraftFinding | Finding) -> Key:
-        index = self.index(finding.path, finding.side)
-        code = index.key(finding.line, finding.end_line) if index else ""
-        return Key(finding.path, code, title_key(finding.title))
+        return key_of(finding, self.index(finding.path, finding.side))
 
     def start(self, item: Item) -> int | None:
         """The line where the item's code starts at the head; None when its code is not there
