@@ -205,10 +205,8 @@ def review_body(text: dict[str, str], _kind: str) -> str:
 def session_answer(text: dict[str, str], kind: str) -> str:
     return render(
         "session_answer.md.j2",
-        session_id=3,
+        session={"id": 3, "provider": "codex", "model": "gpt-5.3-codex"},
         child=kind == "child",
-        provider_name="Codex",
-        model="gpt-5.3-codex",
         parent_name="Claude",
         status_link=f"{PR_URL}#issuecomment-1",
         question=text["title"] if kind == "ask" else None,

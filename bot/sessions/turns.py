@@ -184,10 +184,8 @@ class Turn:
             answered = result.text
         body = render_text(
             "session_answer.md.j2",
-            session_id=self.session.id,
+            session=self.session,
             child=self.child,
-            provider_name=self.session.provider.title(),
-            model=self.session.model,
             parent_name=await self._parent_name(),
             status_link=self.target.status_link(self.review) or "#",
             question=self.text if self.mode == ASK else None,
