@@ -195,7 +195,11 @@ def _check(value: Any, info: mi.Type, path: tuple[str | int, ...]) -> list[Probl
         if not members:
             expected = " or ".join(dict.fromkeys(_expected(t) for t in info.types))
             limits = {k: v for t in info.types for k, v in _bounds(_bare(t)).items()}
-            return [Problem(path, "type", value, expected, limits=limits)]
+            kinds = [_bare(t) for t in info.types]
+            allowed = [
+                c for t in kinds if isinstance(t, mi.LiteralType | mi.EnumType) for c in _choices(t)
+            ]
+            return [Problem(path, "type", value, expected, tuple(allowed), limits)]
         return min((_check(value, t, path) for t in members), key=len)  # the one it fits best
     if isinstance(info, mi.LiteralType | mi.EnumType):
         if any(value == c and _json_type(value) == _json_type(c) for c in _choices(info)):
