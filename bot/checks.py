@@ -39,7 +39,7 @@ from bot.config import (
     missing_model_key,
 )
 from bot.records.schema import SCHEMA_VERSION
-from bot.redaction import redact, register_all
+from bot.redaction import redact
 from bot.texts import OPERATOR, say
 
 if TYPE_CHECKING:
@@ -389,26 +389,45 @@ async def github_check(settings: Settings) -> Check:
 # -- together ---------------------------------------------------------------------------------
 
 
-async def check_everything(env: Mapping[str, str], *, offline: bool) -> list[Check]:
-    """Every check `cockpit check-config` runs, in the order it prints them."""
+async def preflight(
+    env: Mapping[str, str],
+    role: str = "all",
+    listen: tuple[str | None, int | None] | None = None,
+    *,
+    offline: bool = False,
+) -> list[Check]:
+    """Every check before a `role` process starts, in the order they print: `serve` gives
+    where it will `listen` (that address is checked, and the rest within seconds);
+    `check-config` gives none and asks each model endpoint and GitHub as well. `listen`:
+    the `--host` and `--port` given (None: the settings')."""
+    from bot.backend import check_role
     from bot.config import load_settings
 
-    found = settings_checks(env)
+    found = settings_checks(env, role=role)
     try:
         settings = load_settings(env, github=False)
     except ConfigError:
-        return found  # the general settings themselves are broken: nothing more to check
-    register_all(settings.secrets())
-    found += model_key_checks(settings, env)
+        return found  # the general settings are broken: nothing more to check
+    try:
+        check_role(settings, role)
+    except ConfigError as exc:
+        found.append(problem(exc.variable, exc.problem))
+    if role != "web":  # a web process runs no model
+        found += model_key_checks(settings, env)
     if offline:
         return found
     found += [git_check(), data_dir_check(settings.data_dir)]
-    # The default reviewer first, then every other provider whose key is set.
-    providers = [settings.provider, *(p for p in PROVIDERS if p != settings.provider)]
-    live: list[Awaitable[Check]] = [database_check(settings)]
-    live += [model_check(settings, p) for p in providers if not missing_model_key(p, env)]
-    # Without the App's settings (listed above) GitHub cannot be asked.
-    with contextlib.suppress(ConfigError):
-        live.append(github_check(load_settings(env)))
-    found += await asyncio.gather(*live)
-    return found
+    if listen is not None:
+        host, port = listen
+        found.append(port_check(host or settings.host, settings.port if port is None else port))
+    live: list[Awaitable[Check]] = []
+    if listen is None or not found[-2].problem:  # serve: no database where no data directory
+        live.append(database_check(settings))
+    if listen is None:
+        # The default reviewer first, then every other provider whose key is set.
+        providers = [settings.provider, *(p for p in PROVIDERS if p != settings.provider)]
+        live += [model_check(settings, p) for p in providers if not missing_model_key(p, env)]
+        # Without the App's settings (listed above) GitHub cannot be asked.
+        with contextlib.suppress(ConfigError):
+            live.append(github_check(load_settings(env)))
+    return found + list(await asyncio.gather(*live))
