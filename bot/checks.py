@@ -329,7 +329,7 @@ async def preflight(
     try:
         check_role(settings, role)
     except ConfigError as exc:
-        found.append(problem(exc.variable, exc.problem))
+        found.append(Check(exc.variable, exc.problem, problem=True))
     if role != "web":  # a web process runs no model
         found += model_key_checks(settings, env)
     if offline:

@@ -38,8 +38,7 @@ MIN_METRICS_TOKEN = 16  # characters: not guessed (and long enough to be redacte
 
 
 class ConfigError(Exception):
-    """A missing or malformed setting; the message names the variable. The problem is the
-    `why` of templates/cli/config.txt.j2, told with `context`."""
+    """A missing or malformed setting; the message names the variable."""
 
     def __init__(self, variable: str, why: str, **context: object) -> None:
         self.variable = variable
@@ -48,32 +47,18 @@ class ConfigError(Exception):
         super().__init__(said.strip())
 
 
+@dataclass(frozen=True)
 class Secret:
     """A string that never shows itself in repr, str or logs."""
 
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
+    value: str = field(repr=False)
 
     def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
+        return self.value
 
 
 def shown_url(url: str) -> str:
-    """A URL fit to print: its user-info (if any) replaced by `***`."""
-    return mask(url, [])
+    return mask(url, [])  # its user-info (if any) replaced by `***`
 
 
 def _private_key(env: Mapping[str, str], variable: str) -> Secret:
@@ -172,7 +157,6 @@ def _readable(variable: str, url: str) -> None:
 
 
 def missing_model_key(provider: str, env: Mapping[str, str] | None = None) -> ConfigError | None:
-    """Which variable to set before `provider` can run here (None: it is set)."""
     env = os.environ if env is None else env
     names = MODEL_KEYS.get(provider, ())
     if not names or any((env.get(name) or "").strip() for name in names):
@@ -233,6 +217,10 @@ def _database_url(env: Mapping[str, str], variable: str) -> Secret | None:
     return Secret(url)
 
 
+def _secret(env: Mapping[str, str], variable: str) -> Secret | None:
+    return Secret(raw) if (raw := (env.get(variable) or "").strip()) else None
+
+
 def _metrics_token(env: Mapping[str, str], variable: str) -> Secret | None:
     if not (token := (env.get(variable) or "").strip()):
         return None
@@ -243,8 +231,8 @@ def _metrics_token(env: Mapping[str, str], variable: str) -> Secret | None:
 
 
 def from_env(variable: str, read: Reader | None = None) -> dict[str, Any]:
-    """A field's metadata: the environment variable it is read from, and how when its type
-    does not say all (else the declared type, bounds included, reads it)."""
+    """A field's metadata: the variable it is read from, and how where its declared type
+    (bounds included) does not say all."""
     return {"env": variable, "read": read}
 
 
@@ -252,6 +240,11 @@ Reader = Callable[[Mapping[str, str], str], Any]  # (the environment, the variab
 Whole = Annotated[int, Meta(ge=1)]
 Limit = Annotated[float, Meta(gt=0, le=1e15)] | None  # `none`/`off`: no limit
 Seconds = Annotated[float, Meta(ge=0, le=3600)]
+WholeSeconds = Annotated[int, Meta(ge=2, le=3600)]
+Port = Annotated[int, Meta(ge=0, le=65535)]
+Workers = Annotated[int, Meta(ge=1, le=64)]
+Megabytes = Annotated[int, Meta(ge=0, le=10**9)]
+OneOrZero = Annotated[int, Meta(ge=0, le=1)]
 
 
 @dataclass(frozen=True)
@@ -260,7 +253,7 @@ class ChatSettings:
 
     base_url: str = field(metadata=from_env("COCKPIT_CHAT_BASE_URL"))
     model: str = field(metadata=from_env("COCKPIT_CHAT_MODEL"))
-    api_key: Secret | None = field(default=None, metadata=from_env("COCKPIT_CHAT_API_KEY"))
+    api_key: Secret | None = field(default=None, metadata=from_env("COCKPIT_CHAT_API_KEY", _secret))
     # The model's context window: what is sent is bounded.
     context_tokens: Annotated[int, Meta(ge=1024, le=100_000_000)] | None = field(
         default=None, metadata=from_env("COCKPIT_CHAT_CONTEXT_TOKENS")
@@ -272,15 +265,13 @@ class ChatSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting, each read from the variable its field names (`from_env`); what each
-    means is `templates/environment.toml`'s."""
+    """Every setting, read from the variable its field names; `templates/environment.toml`
+    says what each means."""
 
     data_dir: Path = field(metadata=from_env("COCKPIT_DATA_DIR", _directory))
     # A container listens on all interfaces.
     host: str = field(default="0.0.0.0", metadata=from_env("COCKPIT_HOST"))  # noqa: S104
-    port: Annotated[int, Meta(ge=0, le=65535)] = field(
-        default=8080, metadata=from_env("COCKPIT_PORT")
-    )
+    port: Port = field(default=8080, metadata=from_env("COCKPIT_PORT"))
     api_url: str = field(default=DEFAULT_API_URL, metadata=from_env("GITHUB_API_URL", _api_url))
     app_id: str | None = field(default=None, metadata=from_env("GITHUB_APP_ID", _app_id))
     private_key: Secret | None = field(
@@ -298,16 +289,14 @@ class Settings:
     chat: ChatSettings | None = field(
         default=None, metadata=from_env("COCKPIT_CHAT_BASE_URL", _chat)
     )
-    max_concurrent_reviews: Annotated[int, Meta(ge=1, le=64)] = field(
+    max_concurrent_reviews: Workers = field(
         default=2, metadata=from_env("COCKPIT_MAX_CONCURRENT_REVIEWS")
     )
     # SPEC: unset is no cap per run (the daily budget still holds).
     review_max_usd: Limit = field(default=None, metadata=from_env("COCKPIT_REVIEW_MAX_USD"))
     daily_max_usd: Limit = field(default=25.0, metadata=from_env("COCKPIT_DAILY_MAX_USD"))
     daily_max_runs: Whole | None = field(default=200, metadata=from_env("COCKPIT_DAILY_MAX_RUNS"))
-    min_free_mb: Annotated[int, Meta(ge=0, le=10**9)] = field(
-        default=1024, metadata=from_env("COCKPIT_MIN_FREE_MB")
-    )
+    min_free_mb: Megabytes = field(default=1024, metadata=from_env("COCKPIT_MIN_FREE_MB"))
     shutdown_grace: Seconds = field(
         default=20.0, metadata=from_env("COCKPIT_SHUTDOWN_GRACE_SECONDS")
     )
@@ -321,14 +310,9 @@ class Settings:
     database_url: Secret | None = field(  # Postgres; None: SQLite
         default=None, metadata=from_env("COCKPIT_DATABASE_URL", _database_url)
     )
-    # Postgres: a worker silent this long is dead.
-    worker_timeout: Annotated[int, Meta(ge=2, le=3600)] = field(
-        default=20, metadata=from_env("COCKPIT_WORKER_TIMEOUT")
-    )
-    # Postgres: `serve` applies missing schema steps itself.
-    migrate_on_start: Annotated[int, Meta(ge=0, le=1)] = field(
-        default=0, metadata=from_env("COCKPIT_MIGRATE_ON_START")
-    )
+    # Postgres: a worker silent this long is dead; `serve` applies missing schema steps itself.
+    worker_timeout: WholeSeconds = field(default=20, metadata=from_env("COCKPIT_WORKER_TIMEOUT"))
+    migrate_on_start: OneOrZero = field(default=0, metadata=from_env("COCKPIT_MIGRATE_ON_START"))
     metrics_token: Secret | None = field(
         default=None, metadata=from_env("COCKPIT_METRICS_TOKEN", _metrics_token)
     )
@@ -388,7 +372,7 @@ def _typed(variable: str, raw: str, shape: Any) -> Any:
     if optional and raw.casefold() in NO_LIMIT:
         return None
     try:
-        value = msgspec.convert(raw, shape, strict=False, dec_hook=lambda _, v: Secret(v))
+        value = msgspec.convert(raw, shape, strict=False)
     except msgspec.ValidationError:
         pass
     else:
@@ -418,11 +402,8 @@ def settings_secrets(env: Mapping[str, str]) -> list[str]:
 def load_settings(
     env: Mapping[str, str] | None = None, *, github: bool = True, role: str = "all"
 ) -> Settings:
-    """Read settings; raise the first ConfigError.
-
-    `github=False` skips the App credentials (for commands that never talk to GitHub);
-    `role` reads only those a `serve --role` process uses (`ROLE_GITHUB`).
-    """
+    """The settings, or the first ConfigError. `github=False` skips the App credentials (for
+    commands that never talk to GitHub); `role` reads only those its process uses."""
     values, problems = _settings(env, github, role)
     if problems:
         raise problems[0]
@@ -432,7 +413,6 @@ def load_settings(
 def check_settings(
     env: Mapping[str, str] | None = None, *, github: bool = True, role: str = "all"
 ) -> list[ConfigError]:
-    """Every problem with the environment, not just the first (for `cockpit check-config`)."""
     return _settings(env, github, role)[1]
 
 
@@ -505,8 +485,7 @@ def load_env_file(
 
 
 def env_file_named() -> str:
-    """The env file a fix tells the user to set a variable in: the one read, else the
-    default one."""
+    """The env file a fix says to set a variable in: the one read, else the default one."""
     if _env_file_read is None or _env_file_read == Path(ENV_FILE):
         return f"./{ENV_FILE}"
     return str(_env_file_read)
@@ -546,7 +525,7 @@ def _cause(error: BaseException) -> BaseException | None:
 
 @dataclass(frozen=True)
 class Variable:
-    """One row of the environment table (`cockpit help environment`, the README's)."""
+    """One row of `cockpit help environment` and the README's table."""
 
     names: tuple[str, ...]
     meaning: str
@@ -554,7 +533,6 @@ class Variable:
 
 
 def environment() -> list[Variable]:
-    """Every environment variable the bot reads, from `templates/environment.toml`."""
     data = tomllib.loads(resources.files("templates").joinpath("environment.toml").read_text())
     return [
         Variable(tuple(row["names"]), row["meaning"], row["default"]) for row in data["variable"]

@@ -1,12 +1,4 @@
-"""Per-repository rules from `.github/cockpit.toml` on the default branch (never the PR's).
-
-`Keys` declares the file once; parsing, the editors' JSON Schema (`templates/cockpit.schema.json`),
-the README's reference table and `/cockpit config` are all derived from it. A key that is
-unknown or has a bad value is reported and left at its default; the rest of the file applies.
-
-    python -m bot.repo_config schema   # the JSON Schema (tests hold the shipped file to it)
-    python -m bot.repo_config table    # the README's reference table (tests hold it too)
-"""
+"""Per-repository rules from `.github/cockpit.toml` on the default branch (never the PR's)."""
 
 from __future__ import annotations
 
@@ -44,7 +36,6 @@ Glob = Annotated[str, Meta(min_length=1)]
 
 
 def key(meaning: str, unset: str = "", **bounds: Any) -> Meta:
-    """A key's meaning (and what leaving it unset means), for every derived form."""
     return Meta(description=meaning, extra={"unset": unset} if unset else {}, **bounds)
 
 
@@ -151,8 +142,8 @@ def unset_of(name: str) -> str:
 
 class RepoConfig(Keys, frozen=True, kw_only=True):
     """The keys as read, and what reading found: the file's problems (each shown on the status
-    comment), the keys it set, where it was read (None: there is no file); equal when the
-    keys are."""
+    comment), the keys it set, where it was read (None: there is no file). A bad or unknown
+    key is a problem and keeps its default; the rest of the file applies."""
 
     problems: tuple[str, ...] = ()
     unusable: bool = False  # nothing in the file applied
@@ -164,22 +155,21 @@ class RepoConfig(Keys, frozen=True, kw_only=True):
             getattr(self, name) == getattr(other, name) for name in KEYS
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in KEYS))
 
     @property
     def error(self) -> str | None:
         """What the status comment says about the file, or None when all of it applied."""
         if not self.problems:
             return None
-        problems, unusable = self.problems, self.unusable
-        return say(PEOPLE, "config_error", path=CONFIG_PATH, problems=problems, unusable=unusable)
+        return say(PEOPLE, "config_error", path=CONFIG_PATH, **msgspec.structs.asdict(self))
 
     def ignores(self, path: str) -> bool:
         return bool(self.ignore) and _spec(self.ignore).match_file(path)
 
     def to_payload(self) -> dict[str, Any]:
-        """As plain JSON, so a job can carry the config its handler already read."""
-        return msgspec.to_builtins(self)
+        return msgspec.to_builtins(self)  # a job carries the config its handler read
 
     @classmethod
     def from_payload(cls, data: dict[str, Any]) -> RepoConfig:
@@ -275,7 +265,6 @@ def parse_repo_config(text: str, source: Source | None = None) -> RepoConfig:
 
 
 def from_data(data: dict[str, Any], source: Source | None = None) -> RepoConfig:
-    """The config from the file's parsed TOML."""
     problems: list[str] = []
     entries: list[tuple[str, str, Any]] = []  # (where it was written, key, value)
     for name, value in data.items():
@@ -357,7 +346,6 @@ def effective(config: RepoConfig) -> list[Setting]:
 
 
 def reference_table() -> str:
-    """The README's table of keys (tests/test_repo_config.py holds the README to it)."""
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for row in inputs.reference_rows(Keys):
         kind = row.type.replace(" or null", "").replace("|", "\\|")
@@ -368,7 +356,7 @@ def reference_table() -> str:
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of the file for editors (Taplo / Even Better TOML), from the keys."""
+    """For editors (Taplo / Even Better TOML)."""
     schema = inputs.json_schema(Keys)
     properties = schema.pop("properties")
     del schema["required"]
@@ -395,4 +383,5 @@ if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what not in ("schema", "table"):
         sys.exit("usage: python -m bot.repo_config schema|table")
+    # The JSON Schema (templates/cockpit.schema.json) or the README's table: tests hold both.
     sys.stdout.write(schema_text() if what == "schema" else reference_table() + "\n")
