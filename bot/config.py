@@ -294,12 +294,10 @@ class Settings:
     )
     # SPEC: unset is no cap per run (the daily budget still holds).
     review_max_usd: Limit = field(default=None, metadata=from_env("COCKPIT_REVIEW_MAX_USD"))
-    daily_max_usd: Limit = field(default=25.0, metadata=from_env("COCKPIT_DAILY_MAX_USD"))
+    daily_max_usd: Limit = field(default=25, metadata=from_env("COCKPIT_DAILY_MAX_USD"))
     daily_max_runs: Whole | None = field(default=200, metadata=from_env("COCKPIT_DAILY_MAX_RUNS"))
     min_free_mb: Megabytes = field(default=1024, metadata=from_env("COCKPIT_MIN_FREE_MB"))
-    shutdown_grace: Seconds = field(
-        default=20.0, metadata=from_env("COCKPIT_SHUTDOWN_GRACE_SECONDS")
-    )
+    shutdown_grace: Seconds = field(default=20, metadata=from_env("COCKPIT_SHUTDOWN_GRACE_SECONDS"))
     # Per model request; 0 or unset: each provider's own.
     model_timeout: Seconds | None = field(
         default=None, metadata=from_env("COCKPIT_MODEL_TIMEOUT_SECONDS")
@@ -533,7 +531,12 @@ class Variable:
 
 
 def environment() -> list[Variable]:
+    """`templates/environment.toml`'s rows; a row that says no default shows the declared ones."""
+    declared = {f.metadata["env"]: f.default for f in fields(Settings) if f.default is not None}
     data = tomllib.loads(resources.files("templates").joinpath("environment.toml").read_text())
-    return [
-        Variable(tuple(row["names"]), row["meaning"], row["default"]) for row in data["variable"]
-    ]
+    rows = []
+    for row in data["variable"]:
+        names = tuple(row["names"])
+        default = row.get("default") or ", ".join(f"`{declared[name]}`" for name in names)
+        rows.append(Variable(names, row["meaning"], default))
+    return rows
