@@ -76,16 +76,6 @@ def exit_code(checks: list[Check]) -> int:
     return EXIT_CONFIG if EXIT_CONFIG in codes else max(codes, default=0)
 
 
-# -- offline -------------------------------------------------------------------------------
-
-
-def settings_checks(
-    env: Mapping[str, str], *, github: bool = True, role: str = "all"
-) -> list[Check]:
-    found = check_settings(env, github=github, role=role)
-    return [Check(exc.variable, exc.problem, problem=True) for exc in found]
-
-
 def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
     """The default provider's key is required; another provider's is optional (it serves
     `codex-review` and a cross-vendor verify pass). `chat` is opt-in: unset, it is not
@@ -321,7 +311,7 @@ async def preflight(
     from bot.backend import check_role
     from bot.config import load_settings
 
-    found = settings_checks(env, role=role)
+    found = [Check(e.variable, e.problem, problem=True) for e in check_settings(env, role=role)]
     try:
         settings = load_settings(env, github=False)
     except ConfigError:

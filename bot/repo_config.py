@@ -221,8 +221,8 @@ def _refused(name: str, value: Any) -> str | None:
         return _said("minimum", minimum=problem.limits["ge"])
     if problem.why == "length":
         return _said("long", limit=MAX_TEXT)
-    types = {"boolean": "boolean", "integer": "integer", "string": "string", "array": "globs"}
-    return _said(types[problem.expected.split(" or ")[0]])
+    expected = problem.expected.split(" or ")[0]  # "integer or null": an integer
+    return _said("globs" if expected == "array" else expected)
 
 
 def _paths_refused(value: Any) -> str | None:
