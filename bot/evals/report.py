@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 
 from bot.evals.messages import Resume
-from bot.evals.runner import CaseResult, EvalResult
-from bot.evals.scoring import CaseFigures, RunFigures, results
+from bot.evals.runner import EvalResult
+from bot.evals.scoring import RunFigures, results
 from bot.texts import OPERATOR, render, say
 
 log = logging.getLogger(__name__)
@@ -143,17 +143,12 @@ def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tupl
     by_run: dict[int, list[RunFigures]] = {}
     for entry in figures.runs:
         by_run.setdefault(entry.eval_run, []).append(entry)
-    views = []
-    for run in result.runs:
-        final = by_run[run.id][-1]  # with the verify pass when it ran
-        cases = [_case_view(case, f) for case, f in zip(run.cases, final.cases, strict=True)]
-        views.append({"run": run, "cases": cases})
     markdown = render(
         "eval/report.md.j2",
         result=result,
         entries=figures.runs,
         lifts=[_lift(*by_run[run.id]) for run in result.runs if run.verify],
-        models=views,
+        models=[(run, by_run[run.id][-1]) for run in result.runs],  # with verify when it ran
         chart=chart,
         chart_extra=CHART_EXTRA,
         resume=resume,
@@ -175,26 +170,3 @@ def _lift(without: RunFigures, verified: RunFigures) -> dict[str, Any]:
         "extra_usd": extra_usd,
         "verify_failed": sum(1 for _, b in done if b.verify_error),
     }
-
-
-def _where(path: str | None, line: int | None) -> str:
-    return (path or "—") + (f":{line}" if line else "")
-
-
-def _case_view(case: CaseResult, figures: CaseFigures) -> dict[str, Any]:
-    labels = case.case.labels
-    rows = [
-        {
-            "finding": f,
-            "where": _where(f.path, f.line),
-            "label": labels[case.pairs[n]] if n in case.pairs else None,
-        }
-        for n, f in enumerate(case.findings)
-    ]
-    matched = set(case.pairs.values())
-    missed = [
-        {"label": label, "where": _where(label.path, label.line)}
-        for j, label in enumerate(labels)
-        if j not in matched
-    ]
-    return {"result": case, "figures": figures, "rows": rows, "missed": missed}
