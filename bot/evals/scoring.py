@@ -38,8 +38,6 @@ class CaseBenchmark(Benchmark):
 
 
 class Counts(msgspec.Struct, frozen=True):
-    """What one case (or a sum of cases) scored."""
-
     findings: int = 0
     labels: int = 0
     tp: int = 0  # strict: one finding per label, one label per finding
@@ -73,7 +71,6 @@ class Counts(msgspec.Struct, frozen=True):
 
 
 def _ratio(part: int, whole: int) -> float | None:
-    """None when there is nothing to divide by (no findings: precision is undefined)."""
     return part / whole if whole else None
 
 
@@ -108,8 +105,8 @@ def score_case(
     kept: Sequence[bool] | None = None,
     known_fp: Sequence[bool] | None = None,
 ) -> tuple[Counts, dict[int, int]]:
-    """Counts for one case and its strict pairs. `kept` leaves findings out (those the verify
-    pass refuted); `known_fp` marks findings that match a known false positive."""
+    """`kept` leaves findings out (those the verify pass refuted); `known_fp` marks findings
+    that match a known false positive."""
     rows = [i for i in range(len(scores)) if kept is None or kept[i]]
     sub = [list(scores[i]) for i in rows]
     local = greedy_pairs(sub)
@@ -128,7 +125,6 @@ def score_case(
 
 
 def add_usd(a: float | None, b: float | None) -> float | None:
-    """Unknown stays unknown: a sum with an unknown part is unknown."""
     return None if a is None or b is None else a + b
 
 
@@ -191,7 +187,6 @@ class Results(msgspec.Struct):
 
 
 def _spend(cases: Sequence[CaseResult], verify: bool) -> tuple[int, float | None, float]:
-    """Tokens, USD and seconds the cases took, with their verify pass or without it."""
     tokens, usd, seconds = 0, 0.0, 0.0
     for case in cases:
         tokens += case.review_tokens + (case.verify_tokens if verify else 0)
