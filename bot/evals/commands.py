@@ -15,7 +15,7 @@ from bot.texts import OPERATOR, say
 
 if TYPE_CHECKING:
     from bot.evals.progress import ConsoleProgress
-    from bot.evals.runner import EvalResult
+    from bot.evals.results import EvalResult
 
 # Each command imports what only it needs when it runs: `eval run` needs the model SDKs (a
 # second or more to import), `import-martian` and `golden-from-reviews` do not.
@@ -43,7 +43,8 @@ def cmd_eval_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgress) -> int:
-    from bot.evals.runner import EvalError, EvalOptions, resolve_models, run_eval
+    from bot.evals.results import EvalOptions
+    from bot.evals.runner import EvalError, resolve_models, run_eval
 
     try:
         settings = load_settings(github=False)
@@ -82,7 +83,7 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
 
 def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: Path) -> int:
     from bot.evals.report import CHART_EXTRA, write_json, write_report
-    from bot.evals.scoring import results
+    from bot.evals.results import results
 
     resume = resume_hint(result.batch, data_dir, runner=args.resume_with)
     entries = results(result).runs

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.evals.messages import resume_hint
-from bot.evals.runner import CaseResult, EvalResult, ModelRun, ProgressSink
-from bot.evals.scoring import add_usd, case_figures
+from bot.evals.results import CaseResult, EvalResult, ModelRun, ProgressSink, case_figures
+from bot.evals.scoring import add_usd
 from bot.texts import OPERATOR, say
 
 BAR_WIDTH = 24

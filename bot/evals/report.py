@@ -11,8 +11,7 @@ from typing import Any
 import msgspec
 
 from bot.evals.messages import Resume
-from bot.evals.runner import EvalResult
-from bot.evals.scoring import RunFigures, results
+from bot.evals.results import EvalResult, RunFigures, results
 from bot.texts import OPERATOR, render, say
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import msgspec
@@ -14,9 +14,20 @@ import msgspec
 from bot.agents.base import AgentError, Budget
 from bot.agents.providers import ModelClients
 from bot.config import PROVIDERS, Settings
-from bot.evals.golden import Case, Golden, load_golden
+from bot.evals.golden import Case, load_golden
 from bot.evals.judges import EvalFinding, Judge, make_judge
-from bot.evals.scoring import ALL, VERIFIED, Counts, add_usd, case_figures, run_figures, score_case
+from bot.evals.results import (
+    CaseResult,
+    CaseScores,
+    Cost,
+    EvalOptions,
+    EvalResult,
+    ModelRun,
+    ProgressSink,
+    case_figures,
+    run_figures,
+)
+from bot.evals.scoring import ALL, VERIFIED, Counts, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
 from bot.records import evals
 from bot.records.runs import session_spend as ledger_spend
@@ -34,98 +45,6 @@ class EvalError(Exception):
     """The eval cannot start; exit code 2."""
 
 
-class EvalOptions(msgspec.Struct, frozen=True):
-    """A batch's options, kept in `eval_runs.options` so that `--resume` runs it as it was."""
-
-    goldens: tuple[str, ...]
-    provider: str
-    models: tuple[str, ...]
-    verify: bool = False
-    judge: str = "lexical"
-    repo: str | None = None
-    jobs: int = 1
-    judge_model: str | None = None
-
-
-class Cost(msgspec.Struct, frozen=True):
-    tokens: int = 0
-    usd: float | None = 0.0
-
-    def __add__(self, other: Cost) -> Cost:
-        return Cost(self.tokens + other.tokens, add_usd(self.usd, other.usd))
-
-
-class CaseScores(msgspec.Struct, kw_only=True):
-    """What `eval_cases.scores` keeps beside its columns: what a case spent (also when it
-    failed, for `--resume`), and what the report shows of it."""
-
-    counts: dict[str, Counts] = {}
-    pairs: dict[int, int] = {}  # finding index → label index
-    notes: tuple[str, ...] = ()  # fallbacks taken (head or base not found as given)
-    verify_seconds: float = 0.0
-    review_tokens: int = 0
-    review_usd: float | None = 0.0
-    verify_tokens: int = 0
-    verify_usd: float | None = 0.0
-    verify_error: str | None = None
-
-    def spent(self) -> tuple[Cost, Cost]:
-        return Cost(self.review_tokens, self.review_usd), Cost(self.verify_tokens, self.verify_usd)
-
-
-class CaseResult(CaseScores, kw_only=True):
-    case: Case
-    findings: list[EvalFinding] = []
-    error: str | None = None
-    head_sha: str = ""
-    wall_seconds: float = 0.0
-
-    def add_spend(self, review: Cost, verify: Cost) -> None:
-        self.review_tokens += review.tokens
-        self.review_usd = add_usd(self.review_usd, review.usd)
-        self.verify_tokens += verify.tokens
-        self.verify_usd = add_usd(self.verify_usd, verify.usd)
-
-    def scores(self) -> CaseScores:
-        return CaseScores(**{name: getattr(self, name) for name in CaseScores.__struct_fields__})
-
-
-@dataclass
-class ModelRun:
-    id: int
-    provider: str
-    model: str
-    verify: bool
-    verify_provider: str | None
-    cases: list[CaseResult] = field(default_factory=list)
-    wall_seconds: float = 0.0
-
-    @property
-    def failed(self) -> list[CaseResult]:
-        return [c for c in self.cases if c.error]
-
-    @property
-    def final(self) -> str:
-        return VERIFIED if self.verify else ALL
-
-    def total(self, variant: str) -> Counts:
-        return sum((c.counts[variant] for c in self.cases if not c.error), Counts())
-
-
-@dataclass
-class EvalResult:
-    batch: int
-    options: EvalOptions
-    goldens: dict[str, Golden]  # by the path it was read from
-    runs: list[ModelRun]
-    judge: Judge
-    source_changed: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.source_changed and not any(run.failed for run in self.runs)
-
-
 async def session_spend(db: SqliteDatabase, session_id: int) -> tuple[Cost, Cost]:
     """(review, verify) spend of a case's session and those it started, failed runs included."""
     review, verify = Cost(), Cost()
@@ -135,14 +54,6 @@ async def session_spend(db: SqliteDatabase, session_id: int) -> tuple[Cost, Cost
         else:
             review += Cost(tokens, usd)
     return review, verify
-
-
-class ProgressSink:
-    def start(self, result: EvalResult, total: int, resumed: bool) -> None: ...
-
-    def case_done(self, run: ModelRun, result: CaseResult) -> None: ...
-
-    def finish(self) -> None: ...
 
 
 @dataclass
