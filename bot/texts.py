@@ -118,29 +118,28 @@ class Audience(StrEnum):
 
 PEOPLE, OPERATOR, MODEL = Audience.PEOPLE, Audience.OPERATOR, Audience.MODEL
 
-# Each audience's messages by section: a key `section.kind` (`demo.failed`) is that section's,
-# a bare key the audience's first (today the sections are catalogue templates).
-SECTIONS = {
-    PEOPLE: {"": "messages.txt.j2", "held": "held.md.j2"},
-    OPERATOR: {
-        "": "cli/messages.txt.j2",
-        "config": "cli/config.txt.j2",
-        "demo": "demo/messages.txt.j2",
-        "local": "local/messages.txt.j2",
-        "eval": "eval/messages.txt.j2",
-        "register": "register/messages.txt.j2",
-    },
-    MODEL: {"": "messages.txt.j2"},
-}
+@cache
+def _table(to: Audience) -> dict[str, Any]:
+    """An audience's messages (templates/text/AUDIENCE.toml): a key is an entry, a table a
+    section (`demo.failed`) whose `_macros` are defined for each of its entries."""
+    import tomllib
+    from importlib import resources
+
+    return tomllib.loads(resources.files("templates").joinpath(f"text/{to}.toml").read_text())
+
+
+@cache
+def _message(to: Audience, key: str, strict: bool) -> jinja2.Template:
+    section, _, kind = key.rpartition(".")
+    entries = _table(to)[section] if section else _table(to)
+    return _environment(strict).from_string(entries.get("_macros", "") + entries[kind])
 
 
 def say(to: Audience, key: str, /, **values: Any) -> str:
     """The message `key` for an audience, as written: only the lines around it are trimmed,
     never a value's own spaces (a path that begins with one is shown as it is)."""
-    section, _, kind = key.rpartition(".")
     values.setdefault("repo_url", None)
-    template = _environment(_strict).get_template(SECTIONS[to][section])
-    text = template.render(kind=kind, **values).strip("\n")
+    text = _message(to, key, _strict).render(**values).strip("\n")
     return redact(text) if to is OPERATOR else text
 
 
