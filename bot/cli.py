@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -462,192 +462,6 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
     return {}
 
 
-# -- the parser ------------------------------------------------------------------------------
-
-
-@cache
-def _texts() -> dict[str, dict[str, str]]:
-    import tomllib
-    from importlib import resources
-
-    return tomllib.loads(resources.files("templates").joinpath("cli/commands.toml").read_text())
-
-
-def _epilog(name: str) -> str:
-    text = _texts()[name]
-    footer = "\n\n" + text["footer"].strip() if "footer" in text else ""
-    return "examples:\n" + text["examples"].rstrip() + footer
-
-
-def _common(*, top: bool) -> argparse.ArgumentParser:
-    """`--env-file` and `--debug`, before or after the command (after it, SUPPRESS keeps a
-    sub-parser from resetting what was given before it)."""
-    common = argparse.ArgumentParser(add_help=False)
-    default: Any = None if top else argparse.SUPPRESS
-    common.add_argument(
-        "--env-file",
-        metavar="PATH",
-        default=default,
-        help="read variables from PATH (default: ./cockpit.env when it exists; the"
-        " environment wins)",
-    )
-    common.add_argument(
-        "--debug",
-        action="store_true",
-        default=False if top else argparse.SUPPRESS,
-        help="show the traceback of an unexpected error (and debug logs)",
-    )
-    return common
-
-
-def _command(
-    sub: argparse._SubParsersAction,
-    name: str,
-    func: Callable[[argparse.Namespace], int],
-    *,
-    parent: str = "",
-) -> argparse.ArgumentParser:
-    """The parser of `cockpit NAME` (`cockpit PARENT NAME`), its texts from
-    templates/cli/commands.toml; `func` runs it."""
-    full = f"{parent} {name}".strip()
-    text = _texts()[full]
-    command = sub.add_parser(
-        name,
-        help=text["summary"],
-        description=text["description"].strip(),
-        epilog=_epilog(full),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_common(top=False)],
-    )
-    command.set_defaults(func=func)
-    return command
-
-
-def build_parser() -> argparse.ArgumentParser:
-    text = _texts()["cockpit"]
-    parser = argparse.ArgumentParser(
-        prog="cockpit",
-        description=text["description"].strip(),
-        epilog=_epilog("cockpit"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_common(top=True)],
-    )
-    parser.add_argument(
-        "--version",
-        action=_Version,
-        help="show the release, the schema version it needs and a checkout's commit, and exit",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-
-    serve = _command(sub, "serve", cmd_serve)
-    serve.add_argument("--host", help="address to listen on (default: $COCKPIT_HOST, else 0.0.0.0)")
-    serve.add_argument(
-        "--port", type=port, help="port to listen on (default: $COCKPIT_PORT, else 8080)"
-    )
-    serve.add_argument(
-        "--role",
-        choices=("web", "worker", "all"),
-        default="all",
-        help="web: store deliveries and their jobs; worker: run jobs; all: both (default: all)",
-    )
-
-    _command(sub, "migrate", cmd_migrate)
-
-    check = _command(sub, "check-config", cmd_check_config)
-    check.add_argument(
-        "--offline",
-        action="store_true",
-        help="check only the settings' syntax and which keys are set (no network)",
-    )
-
-    demo = _command(sub, "demo", cmd_demo)
-    demo.add_argument(
-        "--live",
-        action="store_true",
-        help="use the real Anthropic and OpenAI APIs (ANTHROPIC_API_KEY, OPENAI_API_KEY;"
-        " spends money) instead of the offline scripted models",
-    )
-    demo.add_argument("--keep", action="store_true", help="keep the demo's data folder")
-    demo.add_argument(
-        "--critic", choices=PROVIDERS, default="codex", help="the cross-AI critic (default codex)"
-    )
-
-    local = _command(sub, "review-local", cmd_review_local)
-    local.add_argument(
-        "path", nargs="?", default=".", metavar="PATH", help="the repository (default: .)"
-    )
-    local.add_argument(
-        "--base",
-        metavar="REF",
-        help="compare with this branch or commit (default: the default branch)",
-    )
-    local.add_argument(
-        "--head", metavar="REF", default="HEAD", help="review up to this commit (default: HEAD)"
-    )
-    local.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        help="the reviewer (default: $COCKPIT_PROVIDER, else claude; the model:"
-        " $COCKPIT_CLAUDE_MODEL / $COCKPIT_CODEX_MODEL / $COCKPIT_CHAT_MODEL)",
-    )
-    local.add_argument(
-        "--verify",
-        action="store_true",
-        help="also run the verify pass (the other provider when its key is set)",
-    )
-    local.add_argument("--json", action="store_true", help="print the draft as JSON")
-
-    from bot.register import DEFAULT_PORT, DEFAULT_TIMEOUT, GITHUB_WEB_URL
-
-    register = _command(sub, "register", cmd_register)
-    register.add_argument(
-        "--org", help="create it for this organisation (default: your personal account)"
-    )
-    register.add_argument(
-        "--public-url",
-        help="where GitHub reaches the server, for the webhook (default: none; the webhook"
-        " starts inactive)",
-    )
-    register.add_argument(
-        "--github-url",
-        default=GITHUB_WEB_URL,
-        help=f"GitHub Enterprise Server's web address (default: {GITHUB_WEB_URL})",
-    )
-    register.add_argument(
-        "--out", default="cockpit.env", help="env file to write, mode 0600 (default: cockpit.env)"
-    )
-    register.add_argument(
-        "--port",
-        type=port,
-        default=DEFAULT_PORT,
-        help=f"the local page's port (default: {DEFAULT_PORT})",
-    )
-    register.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"how long to wait for the browser (default: {DEFAULT_TIMEOUT:g} s)",
-    )
-    register.add_argument("--no-browser", action="store_true", help="only print the page URL")
-
-    add_eval_parser(sub)
-
-    stats = _command(sub, "stats", cmd_stats)
-    stats.add_argument(
-        "--since", metavar="DATE", help="reviews created from this day on, YYYY-MM-DD (UTC)"
-    )
-    stats.add_argument("--repo", metavar="OWNER/NAME", help="one repository's reviews")
-    stats.add_argument("--json", action="store_true", help="print one JSON object")
-
-    helper = _command(sub, "help", cmd_help)
-    helper.add_argument("topic", nargs="?", metavar="COMMAND|environment")
-    helper.add_argument(
-        "--markdown", action="store_true", help="environment: the README's markdown table"
-    )
-    return parser
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.eval_func == "cmd_eval_run" and (code := _eval_keys(args)) is not None:
         return code
@@ -675,66 +489,90 @@ def _eval_keys(args: argparse.Namespace) -> int | None:
     return None
 
 
-def add_eval_parser(sub: argparse._SubParsersAction) -> None:
-    evals = _command(sub, "eval", cmd_eval)
-    commands = evals.add_subparsers(dest="eval_command", required=True, metavar="COMMAND")
+@cache
+def _commands() -> dict[str, dict[str, Any]]:
+    import tomllib
+    from importlib import resources
 
-    run = _command(commands, "run", cmd_eval, parent="eval")
-    run.add_argument("--golden", nargs="+", metavar="FILE", help="golden file(s)")
-    run.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        help="the reviewer (default: $COCKPIT_PROVIDER, else claude)",
-    )
-    run.add_argument(
-        "--model",
-        help="model id(s), comma-separated, compared in one run (default:"
-        " $COCKPIT_CLAUDE_MODEL / $COCKPIT_CODEX_MODEL)",
-    )
-    run.add_argument("--verify", action="store_true", help="also run the verify pass")
-    run.add_argument(
-        "--judge",
-        choices=("lexical", *PROVIDERS),
-        default="lexical",
-        help="who decides a finding matches a label (default: lexical, offline)",
-    )
-    run.add_argument("--judge-model", metavar="M", help="the LLM judge's model id")
-    run.add_argument("--repo", metavar="PATH", help="a local clone to use as the repository")
-    run.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="cases at a time (default: 1)"
-    )
-    run.add_argument("--resume", type=int, metavar="RUN", help="finish (or re-score) a run")
-    run.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    run.add_argument(
-        "--report-dir",
-        default="eval/reports",
-        metavar="DIR",
-        help="where the report goes (default: eval/reports)",
-    )
-    # Not for people: the command the resume hints name, when another program runs this one
-    # (scripts/eval_offline.py: its stand-in models are needed to finish a run it started).
-    run.add_argument("--resume-with", metavar="COMMAND", help=argparse.SUPPRESS)
-    run.set_defaults(func=cmd_eval, eval_func="cmd_eval_run")
+    return tomllib.loads(resources.files("templates").joinpath("cli/commands.toml").read_text())
 
-    history = _command(commands, "golden-from-reviews", cmd_eval, parent="eval")
-    history.add_argument("--repo", required=True, metavar="OWNER/NAME")
-    history.add_argument(
-        "--out", metavar="FILE", help="default: eval/golden/OWNER-NAME-from-reviews.json"
-    )
-    history.set_defaults(func=cmd_eval, eval_func="cmd_golden_from_reviews")
 
-    martian = _command(commands, "import-martian", cmd_eval, parent="eval")
-    martian.add_argument("dir", metavar="DIR", help="folder with the benchmark's *.json files")
-    martian.add_argument(
-        "--out",
-        metavar="FILE",
-        default="eval/golden/martian.json",
-        help="default: eval/golden/martian.json",
+def _named() -> dict[str, Any]:
+    """The values templates/cli/commands.toml names (a type, choices, an action, a default)."""
+    from bot.register import DEFAULT_PORT, DEFAULT_TIMEOUT, GITHUB_WEB_URL
+
+    return {
+        "port": port,
+        "int": int,
+        "float": float,
+        "version": _Version,
+        "providers": PROVIDERS,
+        "judges": ("lexical", *PROVIDERS),
+        "github_url": GITHUB_WEB_URL,
+        "register_port": DEFAULT_PORT,
+        "register_timeout": DEFAULT_TIMEOUT,
+    }
+
+
+def _add_options(
+    parser: argparse.ArgumentParser, options: dict[str, dict[str, Any]], **override: Any
+) -> None:
+    named = _named()
+    for flag, declared in options.items():
+        option = {**declared, **override}
+        for key in ("type", "choices", "action"):
+            if isinstance(option.get(key), str) and option[key] in named:
+                option[key] = named[option[key]]
+        if str(option.get("default")).startswith("@"):
+            option["default"] = named[option["default"][1:]]
+        if option.get("help") is False:
+            option["help"] = argparse.SUPPRESS
+        parser.add_argument(flag, **option)
+
+
+def _common(*, top: bool) -> argparse.ArgumentParser:
+    """`--env-file` and `--debug`, before or after the command (after it, SUPPRESS keeps a
+    sub-parser from resetting what was given before it)."""
+    common = argparse.ArgumentParser(add_help=False)
+    options = {k: v for k, v in _commands()["cockpit"]["options"].items() if k != "--version"}
+    _add_options(common, options, **({} if top else {"default": argparse.SUPPRESS}))
+    return common
+
+
+def _texts(text: dict[str, Any]) -> dict[str, Any]:
+    footer = "\n\n" + text["footer"].strip() if "footer" in text else ""
+    return {
+        "description": text["description"].strip(),
+        "epilog": "examples:\n" + text["examples"].rstrip() + footer,
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser templates/cli/commands.toml declares: each command runs `cmd_NAME`."""
+    commands = _commands()
+    parser = argparse.ArgumentParser(
+        prog="cockpit", parents=[_common(top=True)], **_texts(commands["cockpit"])
     )
-    martian.add_argument(
-        "--resolve", action="store_true", help="look up shas on GitHub ($GITHUB_TOKEN if set)"
-    )
-    martian.set_defaults(func=cmd_eval, eval_func="cmd_import_martian")
+    _add_options(parser, {"--version": commands["cockpit"]["options"]["--version"]})
+    parsers = {"": parser}
+    subs = {"": parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")}
+    for full, text in list(commands.items())[1:]:
+        parent, _, name = full.rpartition(" ")
+        if parent not in subs:
+            subs[parent] = parsers[parent].add_subparsers(
+                dest=f"{parent}_command", required=True, metavar="COMMAND"
+            )
+        command = subs[parent].add_parser(
+            name, help=text["summary"], parents=[_common(top=False)], **_texts(text)
+        )
+        _add_options(command, text.get("options", {}))
+        if parent:
+            command.set_defaults(func=cmd_eval, eval_func=text["run"])
+        else:
+            command.set_defaults(func=globals()["cmd_" + name.replace("-", "_")])
+        parsers[full] = command
+    return parser
 
 
 # -- main -----------------------------------------------------------------------------------
