@@ -15,9 +15,6 @@ Offline always, whatever keys the shell has: the SDKs are pointed at the loopbac
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import json
 import logging
 import os
 import secrets
@@ -47,6 +44,7 @@ from bot.texts import OPERATOR, say
 from handlers import router
 
 OWNER, NAME, NUMBER, INSTALLATION, MAINTAINER = "demo", "widgets", 1, 1, "maintainer"
+PR_BODY = "Adds user lookup and a calculator parser."
 REPO_CONFIG = "verify = true  # a second read-only run tries to refute each finding\n"
 LIVE = (  # provider, SDK key, SDK base URL, its default
     ("claude", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
@@ -67,65 +65,6 @@ HEAD = {
     "tests/test_db.py": 'API_TOKEN = "test-token-not-a-secret"\n\n\ndef test_find_user():\n'
     "    assert API_TOKEN\n",
 }
-
-
-def _signed(event: str, data: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
-    body = json.dumps(data).encode()
-    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return body, {
-        "X-GitHub-Event": event,
-        "X-GitHub-Delivery": secrets.token_hex(8),
-        "X-Hub-Signature-256": signature,
-        "Content-Type": "application/json",
-    }
-
-
-def _repository(clone_url: str) -> dict[str, Any]:
-    return {
-        "id": 1,
-        "name": NAME,
-        "full_name": f"{OWNER}/{NAME}",
-        "private": False,
-        "owner": {"login": OWNER, "type": "Organization"},
-        "clone_url": clone_url,
-        "default_branch": "main",
-    }
-
-
-def _pull_request_opened(pr: Any) -> dict[str, Any]:
-    return {
-        "action": "opened",
-        "number": NUMBER,
-        "installation": {"id": INSTALLATION},
-        "repository": _repository(pr.clone_url),
-        "sender": {"login": "contributor", "type": "User"},
-        "pull_request": {
-            "number": NUMBER,
-            "state": "open",
-            "draft": False,
-            "title": "Look users up by name",
-            "body": "Adds user lookup and a calculator parser.",
-            "user": {"login": "contributor", "type": "User"},
-            "html_url": f"https://github.test/{OWNER}/{NAME}/pull/{NUMBER}",
-            "head": {"sha": pr.head_sha, "ref": "feature"},
-            "base": {"sha": pr.base_sha, "ref": pr.base_ref},
-        },
-    }
-
-
-def _comment(pr: Any, body: str, comment_id: int) -> dict[str, Any]:
-    return {
-        "action": "created",
-        "installation": {"id": INSTALLATION},
-        "repository": _repository(pr.clone_url),
-        "sender": {"login": MAINTAINER, "type": "User"},
-        "issue": {
-            "number": NUMBER,
-            "title": "Look users up by name",
-            "pull_request": {"url": f"https://github.test/{OWNER}/{NAME}/pull/{NUMBER}"},
-        },
-        "comment": {"id": comment_id, "body": body, "user": {"login": MAINTAINER, "type": "User"}},
-    }
 
 
 def _section(title: str) -> None:
@@ -159,7 +98,7 @@ async def demo(
     pr = await asyncio.to_thread(make_pr, root / "origin", base=BASE, head=HEAD, number=NUMBER)
     github = GitHubStandin(slug="pr-cockpit")
     await github.start()
-    github.add_generated_pr(
+    repo = github.add_generated_pr(
         OWNER,
         NAME,
         pr,
@@ -207,23 +146,25 @@ async def demo(
             live=live,
         )
     )
-    comments = iter(range(424242, 424300))
+    pull = github.pulls[(repo.full_name, NUMBER)]
     try:
         async with aiohttp.ClientSession() as http:
 
             async def deliver(event: str, data: dict[str, Any], what: str) -> None:
-                body, headers = _signed(event, data, secret)
+                body, headers = github.delivery(event, data, secret)
                 async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as r:
                     print("\n" + say(OPERATOR, "demo.delivery", what=what, status=r.status))
                 await _wait(lambda: _idle(app), what)
 
-            async def command(text: str) -> None:
-                data = _comment(pr, text, next(comments))
+            async def command(text: str) -> int:
+                data = github.pull_request_comment(pull, text, by=MAINTAINER)
                 await deliver(
                     "issue_comment", data, say(OPERATOR, "demo.comment", text=text, by=MAINTAINER)
                 )
+                return data["comment"]["id"]
 
-            await deliver("pull_request", _pull_request_opened(pr), "pull_request.opened")
+            opened = github.pull_request_opened(pull, body=PR_BODY)
+            await deliver("pull_request", opened, "pull_request.opened")
             _section(say(OPERATOR, "demo.section", part="status"))
             print(_status(github))
             if await _review_state(app) != ReviewState.DRAFT:
@@ -244,7 +185,7 @@ async def demo(
             _section(say(OPERATOR, "demo.section", part="revised"))
             print(_status(github))
 
-            await command("/cockpit approve")
+            approve = await command("/cockpit approve")
             if await _review_state(app) != ReviewState.POSTED:
                 print(_latest_reply(github))
                 return 1
@@ -258,7 +199,7 @@ async def demo(
         for comment in review["comments"]:
             print("\n" + say(OPERATOR, "demo.inline", comment=comment))
             print("  " + comment["body"].replace("\n", "\n  "))
-        reactions = [r["content"] for r in github.reactions if r["comment_id"] == 424244]
+        reactions = [r["content"] for r in github.reactions if r["comment_id"] == approve]
         print("\n" + say(OPERATOR, "demo.reactions", reactions=reactions))
         print(
             say(
