@@ -1,9 +1,4 @@
-"""The `cockpit` command line (`python -m bot` is the same): options in, exit codes out.
-
-`main` reads `./cockpit.env` (or `--env-file PATH`) before anything else is imported: aiohttp
-reads SSL_CERT_FILE as it is imported, so a private CA named there must be in the
-environment first. Exit codes: 0 done, 1 a failure at run time, 2 a setting to change.
-"""
+"""The `cockpit` command line (`python -m bot` is the same): options in, exit codes out."""
 
 from __future__ import annotations
 
@@ -53,9 +48,8 @@ def version() -> str:
 
 
 def checkout_commit() -> str | None:
-    """The commit of the git checkout this code runs from (its folder is the top of a work
-    tree), `, modified` when tracked files differ from it; None for an installed wheel (every
-    release says the same version, so a checkout names its commit)."""
+    """The commit of the git checkout this code runs from, `, modified` when tracked files
+    differ from it; None for an installed wheel (every release says the same version)."""
     import os
     import subprocess
 
@@ -80,8 +74,7 @@ def checkout_commit() -> str | None:
 
 
 class _Version(argparse.Action):
-    """`--version`: the release, the schema version it needs, and a checkout's commit (asked
-    of git only when the flag is given)."""
+    """`--version` (git is asked for the checkout's commit only when the flag is given)."""
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
@@ -102,7 +95,7 @@ class _Version(argparse.Action):
 
 
 def port(text: str) -> int:
-    """An argparse type: a TCP port (0: any free one)."""
+    """A TCP port (0: any free one)."""
     try:
         number = int(text)
     except ValueError:
@@ -110,9 +103,6 @@ def port(text: str) -> int:
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(say(OPERATOR, "bad_port", text=repr(text)))
     return number
-
-
-# -- serve ------------------------------------------------------------------------------------
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -228,12 +218,8 @@ async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
         await runner.cleanup()
 
 
-# -- migrate, check-config ------------------------------------------------------------------
-
-
 def cmd_migrate(_args: argparse.Namespace) -> int:
-    """Apply the schema's missing steps (ours and procrastinate's on Postgres), record them,
-    and say what changed; a database it cannot use is `serve`'s line for it."""
+    """A database it cannot use is `serve`'s line for it."""
     import asyncio
     import sqlite3
 
@@ -262,7 +248,7 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
 
 
 def _problems(checks: list[Any]) -> int:
-    """Print the problems among `checks` as `serve` does, one line each; their exit code."""
+    """Print the problems among `checks` as `serve` does; their exit code."""
     from bot.checks import exit_code
 
     for check in checks:
@@ -288,9 +274,6 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return code
 
 
-# -- demo, register, review-local -----------------------------------------------------------
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from bot.demo import run_demo
 
@@ -300,39 +283,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_register(args: argparse.Namespace) -> int:
     from bot.register import Options, run
 
-    return run(
-        Options(
-            github_url=args.github_url,
-            org=args.org,
-            public_url=args.public_url,
-            out=Path(args.out),
-            port=args.port,
-            timeout=args.timeout,
-            open_browser=not args.no_browser,
-        )
-    )
+    return run(Options(**_fields(args, Options)))
 
 
 def cmd_review_local(args: argparse.Namespace) -> int:
     from bot.local import LocalOptions, run_review_local
 
-    return run_review_local(
-        LocalOptions(
-            path=args.path,
-            base=args.base,
-            head=args.head,
-            provider=args.provider,
-            verify=args.verify,
-            json=args.json,
-        )
-    )
+    return run_review_local(LocalOptions(**_fields(args, LocalOptions)))
 
 
-# -- stats ----------------------------------------------------------------------------------
+def _fields(args: argparse.Namespace, options: Any) -> dict[str, Any]:
+    """The options' fields as parsed (commands.toml names each option by its field)."""
+    import dataclasses
+
+    return {field.name: getattr(args, field.name) for field in dataclasses.fields(options)}
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Per provider and model, the reviews in the server's database (see `bot.stats`)."""
     import asyncio
     import json
 
@@ -394,9 +361,6 @@ async def _stats(settings: Settings, since: float, repo: str | None) -> tuple[li
         return summarise(await model_figures(db, since=since, repo=repo)), describe(settings)
     finally:
         await db.close()
-
-
-# -- help -------------------------------------------------------------------------------------
 
 
 def environment_markdown() -> str:
@@ -471,8 +435,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_keys(args: argparse.Namespace) -> int | None:
-    """An eval without the reviewer's (or the LLM judge's) key stops before any case runs,
-    naming the variable (a resumed run's provider is read later, with the run)."""
+    """An eval without the reviewer's (or the LLM judge's) key stops before any case runs (a
+    resumed run's provider is read later, with the run)."""
     import os
 
     try:
@@ -505,6 +469,7 @@ def _named() -> dict[str, Any]:
         "port": port,
         "int": int,
         "float": float,
+        "path": Path,
         "version": _Version,
         "providers": PROVIDERS,
         "judges": ("lexical", *PROVIDERS),
@@ -573,9 +538,6 @@ def build_parser() -> argparse.ArgumentParser:
             command.set_defaults(func=globals()["cmd_" + name.replace("-", "_")])
         parsers[full] = command
     return parser
-
-
-# -- main -----------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:

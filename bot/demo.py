@@ -1,16 +1,4 @@
-"""`cockpit demo`: the whole flow on this machine, no GitHub account and no API key needed.
-
-It generates a repository with a pull request, starts the local GitHub stand-in, offline
-scripted models and the real bot server; sends a signed `pull_request` delivery; prints the
-draft as the status comment shows it (the repository's config turns the verify pass on); runs
-one cross-AI round (`codex-review`, then `send-back` so the reviewer revises its draft); then
-comments `/cockpit approve` and prints the published review. Nothing is left running.
-`--critic` chooses the cross-AI critic (Codex by default; `chat` runs it on the offline Chat
-Completions stand-in, as a local model would; with `claude`, Codex reviews).
-
-Offline always, whatever keys the shell has: the SDKs are pointed at the loopback stand-ins.
-`--live` opts in to the real Anthropic and OpenAI APIs (both keys needed) and says so first.
-"""
+"""`cockpit demo`: the whole flow on this machine, offline unless `--live`, nothing left running."""
 
 from __future__ import annotations
 
@@ -90,8 +78,6 @@ async def _idle(app: web.Application) -> bool:
 async def demo(
     root: Path, *, live: bool = False, critic: str = "codex", started: float | None = None
 ) -> int:
-    """The demo; `started` is when the command started (what the closing line measures
-    from), else now."""
     started = time.monotonic() if started is None else started
     reviewer = "codex" if critic == "claude" else "claude"
     verifier = "Claude" if reviewer == "codex" else "Codex"  # the other provider configured
@@ -229,7 +215,6 @@ def _latest_reply(github: GitHubStandin) -> str:
 
 
 def live_problem() -> str | None:
-    """Why `--live` cannot run (a key it needs is not set), else None."""
     missing = [key for _, key, _, _ in LIVE if not os.environ.get(key)]
     return say(OPERATOR, "demo.live_needs", missing=missing) if missing else None
 
