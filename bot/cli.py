@@ -35,6 +35,11 @@ def _fail(exc: ConfigError, command: str = "") -> int:
     return EXIT_CONFIG
 
 
+def _failed(command: str, exc: Exception, code: int) -> int:
+    print(say(OPERATOR, "failed", command=command, error=exc), file=sys.stderr)
+    return code
+
+
 def version() -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
@@ -242,8 +247,7 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(backend.migrate(settings)))
     except (MigrationFailed, OSError, sqlite3.Error, psycopg.Error) as exc:
-        print(say(OPERATOR, "failed", command="migrate", error=exc), file=sys.stderr)
-        return EXIT_RUNTIME
+        return _failed("migrate", exc, EXIT_RUNTIME)
     return 0
 
 
@@ -314,8 +318,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(exc, "stats")
     except ValueError as exc:
-        print(say(OPERATOR, "failed", command="stats", error=exc), file=sys.stderr)
-        return EXIT_CONFIG
+        return _failed("stats", exc, EXIT_CONFIG)
     from bot.backend import reach
     from bot.checks import PG_WAIT, database_verdict
 
@@ -337,11 +340,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     try:
         rows, where = asyncio.run(_stats(settings, since, args.repo))
     except SchemaBehind as exc:  # migrated back meanwhile: not likely, but said as it is
-        print(say(OPERATOR, "failed", command="stats", error=exc), file=sys.stderr)
-        return EXIT_CONFIG
+        return _failed("stats", exc, EXIT_CONFIG)
     except (OSError, sqlite3.Error, psycopg.Error) as exc:
-        print(say(OPERATOR, "failed", command="stats", error=exc), file=sys.stderr)
-        return EXIT_RUNTIME
+        return _failed("stats", exc, EXIT_RUNTIME)
     from bot.stats import render_text, to_json
 
     if args.json:

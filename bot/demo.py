@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from bot.checks import git_check
 from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL, ChatSettings
@@ -25,7 +24,7 @@ from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
 from bot.standin.github import GitHubStandin
 from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin
-from bot.standin.repo import make_pr
+from bot.standin.repo import SAMPLE_BASE, SAMPLE_HEAD, make_pr
 from bot.standin.scripted import MODEL as SCRIPTED_MODEL
 from bot.standin.scripted import scripted_reviewer
 from bot.texts import OPERATOR, say
@@ -38,25 +37,16 @@ LIVE = (  # provider, SDK key, SDK base URL, its default
     ("claude", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
     ("codex", "OPENAI_API_KEY", "OPENAI_BASE_URL", "https://api.openai.com/v1"),
 )
-BASE = {
-    "app/db.py": "import sqlite3\n\n\ndef find_user(conn, name):\n"
-    "    return conn.execute('SELECT * FROM users WHERE name = ?', (name,))\n",
-    "app/calc.py": "def parse(text):\n    return int(text)\n",
-    "README.md": "# widgets\n",
-    CONFIG_PATH: REPO_CONFIG,
-}
-HEAD = {
-    "app/db.py": 'import sqlite3\n\nPASSWORD = "hunter2-prod"\n\n\ndef find_user(conn, name):\n'
-    "    return conn.execute(f\"SELECT * FROM users WHERE name = '{name}'\")\n",
-    "app/calc.py": "def parse(text):\n    if text == None:\n        return None\n    try:\n"
-    "        return eval(text)\n    except:\n        return None\n",
-    "tests/test_db.py": 'API_TOKEN = "test-token-not-a-secret"\n\n\ndef test_find_user():\n'
-    "    assert API_TOKEN\n",
-}
+BASE = {**SAMPLE_BASE, CONFIG_PATH: REPO_CONFIG}
+HEAD = SAMPLE_HEAD
 
 
 def _section(title: str) -> None:
     print(f"\n{'─' * 8} {title} {'─' * max(4, 70 - len(title))}\n")
+
+
+async def idle(jobs: Any) -> bool:
+    return await jobs.pending() == 0
 
 
 async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
@@ -65,14 +55,6 @@ async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(say(OPERATOR, "demo.timed_out", what=what))
         await asyncio.sleep(0.05)
-
-
-async def _review_state(app: web.Application) -> str | None:
-    return await newest_state(app[CONTEXT].db)
-
-
-async def _idle(app: web.Application) -> bool:
-    return await app[CONTEXT].jobs.pending() == 0
 
 
 async def demo(
@@ -140,7 +122,7 @@ async def demo(
                 body, headers = github.delivery(event, data, secret)
                 async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as r:
                     print("\n" + say(OPERATOR, "demo.delivery", what=what, status=r.status))
-                await _wait(lambda: _idle(app), what)
+                await _wait(lambda: idle(app[CONTEXT].jobs), what)
 
             async def command(text: str) -> int:
                 data = github.pull_request_comment(pull, text, by=MAINTAINER)
@@ -153,7 +135,7 @@ async def demo(
             await deliver("pull_request", opened, "pull_request.opened")
             _section(say(OPERATOR, "demo.section", part="status"))
             print(_status(github))
-            if await _review_state(app) != ReviewState.DRAFT:
+            if await newest_state(app[CONTEXT].db) != ReviewState.DRAFT:
                 return 1
             print(say(OPERATOR, "demo.verify_column", verifier=verifier))
 
@@ -172,7 +154,7 @@ async def demo(
             print(_status(github))
 
             approve = await command("/cockpit approve")
-            if await _review_state(app) != ReviewState.POSTED:
+            if await newest_state(app[CONTEXT].db) != ReviewState.POSTED:
                 print(_latest_reply(github))
                 return 1
         _section(say(OPERATOR, "demo.section", part="published"))

@@ -220,15 +220,8 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     merge_base = await _git(mirror, env, "merge-base", base_sha, head_sha, check=False)
     log = ""
     if merge_base:
-        log = await _git(
-            mirror,
-            env,
-            "log",
-            "--no-color",
-            "--no-show-signature",
-            "--format=%s%n%n%b%x00",
-            f"{merge_base}..{head_sha}",
-        )
+        log_args = ["log", "--no-color", "--no-show-signature", "--format=%s%n%n%b%x00"]
+        log = await _git(mirror, env, *log_args, f"{merge_base}..{head_sha}")
     messages = [m.strip() for m in log.split("\x00") if m.strip()]
     show = ["cat-file", "blob", f"{base_sha}:.github/cockpit.toml"]
     config = await run_git(show, cwd=mirror, env=env, timeout=30, limit=64 * 1024, check=False)
