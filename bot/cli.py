@@ -462,8 +462,10 @@ def _commands() -> dict[str, dict[str, Any]]:
     return tomllib.loads(resources.files("templates").joinpath("cli/commands.toml").read_text())
 
 
+@cache
 def _named() -> dict[str, Any]:
-    """The values templates/cli/commands.toml names (a type, choices, an action, a default)."""
+    """The values templates/cli/commands.toml names. Not before `main` has read cockpit.env:
+    bot.register imports aiohttp, which reads SSL_CERT_FILE as it is imported."""
     from bot.register import DEFAULT_PORT, DEFAULT_TIMEOUT, GITHUB_WEB_URL
 
     return {
@@ -483,14 +485,11 @@ def _named() -> dict[str, Any]:
 def _add_options(
     parser: argparse.ArgumentParser, options: dict[str, dict[str, Any]], **override: Any
 ) -> None:
-    named = _named()
     for flag, declared in options.items():
         option = {**declared, **override}
-        for key in ("type", "choices", "action"):
-            if isinstance(option.get(key), str) and option[key] in named:
-                option[key] = named[option[key]]
-        if str(option.get("default")).startswith("@"):
-            option["default"] = named[option["default"][1:]]
+        for key, value in option.items():
+            if isinstance(value, str) and value.startswith("@"):
+                option[key] = _named()[value[1:]]
         if option.get("help") is False:
             option["help"] = argparse.SUPPRESS
         parser.add_argument(flag, **option)
