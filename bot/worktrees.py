@@ -202,6 +202,13 @@ def _stop(proc: asyncio.subprocess.Process) -> None:
             pipe.close()
 
 
+async def commit_of(repo: Path, env: dict[str, str], rev: str) -> str | None:
+    """The commit `rev` names in the git repository at `repo` (None when it names none)."""
+    verify = ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"]
+    out = await run_git(verify, cwd=repo, env=env, timeout=60, check=False)
+    return out.decode().strip() or None
+
+
 def truncated(out: bytes, limit: int = OUTPUT_LIMIT) -> bool:
     return len(out) > limit
 
