@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import sys
@@ -112,43 +111,24 @@ def port(text: str) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
-    import os
 
-    from bot.backend import check_role
-    from bot.checks import Check, exit_code, model_key_checks, settings_checks
+    from bot.checks import exit_code, listen_problem, preflight
 
-    env = os.environ
-    checks: list[Check] = settings_checks(env, role=args.role)
-    app_missing = any(c.name in ("GITHUB_APP_ID", "GITHUB_PRIVATE_KEY") for c in checks)
-    settings = general = None
-    with contextlib.suppress(ConfigError):  # the App's settings need the general ones
-        general = load_settings(env, github=False)
-        # What this role reads (web: not the App's key; worker: not the webhook secret),
-        # every secret of it known, to redact (the private key read from its file too).
-        settings = general = load_settings(env, role=args.role)
-        register_all(settings.secrets())
-    host = port = None
-    if general is not None:
-        try:
-            check_role(general, args.role)
-        except ConfigError as exc:
-            checks.append(Check(exc.variable, exc.problem, problem=True))
-        host = args.host or general.host
-        port = general.port if args.port is None else args.port
-        if args.role != "web":  # a worker runs the models: the same checks as check-config's
-            checks += model_key_checks(general, env)
-        checks += asyncio.run(_preflight(general, host, port))
+    checks = asyncio.run(preflight(os.environ, args.role, listen=(args.host, args.port)))
     for check in checks:
         if check.problem or check.warning:
             print(check.line(), file=sys.stderr)
-    code = exit_code(checks)
-    if code or settings is None:
+    if code := exit_code(checks):
         problems = sum(c.problem for c in checks)
+        app_missing = any(c.name in ("GITHUB_APP_ID", "GITHUB_PRIVATE_KEY") for c in checks)
         print(
             say(OPERATOR, "serve_failed", count=problems, app_missing=app_missing), file=sys.stderr
         )
-        return code or EXIT_CONFIG
-    assert host is not None and port is not None
+        return code
+    # What this role reads (web: not the App's key; worker: not the webhook secret).
+    settings = load_settings(role=args.role)
+    host = args.host or settings.host
+    port = settings.port if args.port is None else args.port
     from bot.logs import setup_logging
     from bot.records.postgres import MigrationFailed
     from bot.records.schema import SchemaBehind
@@ -160,22 +140,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(say(OPERATOR, "failed", command="serve", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     except OSError as exc:  # the address was taken between the check and the start
-        from bot.checks import listen_problem
-
         print(listen_problem(host, port, exc).line(), file=sys.stderr)
         return EXIT_RUNTIME
     return 0
-
-
-async def _preflight(settings: Settings, host: str, port: int) -> list[Any]:
-    """What `serve` needs of this machine, each in a few seconds at most (Postgres:
-    `bot.checks.PG_WAIT`): git, the data directory, the address, the database."""
-    from bot.checks import data_dir_check, database_check, git_check, port_check
-
-    found = [git_check(), data_dir_check(settings.data_dir), port_check(host, port)]
-    if not found[1].problem:
-        found.append(await database_check(settings))
-    return found
 
 
 def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
@@ -265,9 +232,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
-    from bot.checks import check_everything, exit_code
+    from bot.checks import exit_code, preflight
 
-    checks = asyncio.run(check_everything(os.environ, offline=args.offline))
+    checks = asyncio.run(preflight(os.environ, offline=args.offline))
     for check in checks:
         print(check.line())
     code = exit_code(checks)
