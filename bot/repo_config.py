@@ -46,7 +46,7 @@ class PathRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     instructions: Text
 
     def matches(self, path: str) -> bool:
-        return _spec((self.glob,)).match_file(path)
+        return _matches((self.glob,), path)
 
 
 class Source(msgspec.Struct, frozen=True):
@@ -166,7 +166,7 @@ class RepoConfig(Keys, frozen=True, kw_only=True):
         return say(PEOPLE, "config_error", path=CONFIG_PATH, **msgspec.structs.asdict(self))
 
     def ignores(self, path: str) -> bool:
-        return bool(self.ignore) and _spec(self.ignore).match_file(path)
+        return bool(self.ignore) and _matches(self.ignore, path)
 
     def to_payload(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)  # a job carries the config its handler read
@@ -181,6 +181,12 @@ class RepoConfig(Keys, frozen=True, kw_only=True):
 @functools.lru_cache(maxsize=256)
 def _spec(globs: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines(globs)
+
+
+def _matches(globs: tuple[str, ...], path: str) -> bool:
+    # pathspec's regexes read `.` and `$` as Python does (no newline; before a last newline), git's
+    # wildmatch takes a newline as any other character: a path never holds NUL, so it stands in
+    return _spec(globs).match_file(path.replace("\n", "\0"))
 
 
 def glob_problem(glob: Any, *, negation: bool = True) -> str | None:

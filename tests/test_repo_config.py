@@ -279,6 +279,8 @@ def test_ignore_globs_follow_gitignore_rules(globs, path, ignored):
         ("src/api/**", "src/apikeys.py", False),
         ("*.sql", "db/migrations/001.sql", True),
         ("tests/", "tests/unit/test_x.py", True),
+        ("*", "\n", True),  # git's `*` takes a newline as any character
+        ("*.py", "a.py\n", False),  # and a name ending in one is not a .py file
     ],
 )
 def test_path_rules_match_like_ignore_globs(glob, path, matches):
