@@ -1,29 +1,16 @@
-"""What `cockpit check-config` and `cockpit serve` check before they start: each check is one
-line, and a problem says its cause and its fix.
-
-Offline: the settings' syntax and what each configured provider needs set. Live: git on PATH,
-the data directory writable, the database reachable (and its schema version), each configured
-provider's key and endpoint (one probe per provider: `MODEL_PROBES`), the GitHub App's auth.
-
-How serious a finding is, one rule for every command that checks (`serve`, `check-config`,
-`migrate`, `stats`): a problem (✗) stops what needs it, with exit code 2 when a setting must
-change (a value, a key, a file in the way) and 1 when something only does not answer
-(Postgres, GitHub, a model endpoint, a port another program holds); a warning (!) is worth
-saying and stops nothing. When there are both, a setting to change decides (2).
-"""
+"""What `cockpit check-config` and `cockpit serve` check before they start, one line each."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import errno
-import functools
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +26,7 @@ from bot.config import (
     missing_model_key,
 )
 from bot.records.schema import SCHEMA_VERSION
-from bot.redaction import redact, register_all
+from bot.redaction import redact
 from bot.texts import OPERATOR, say
 
 if TYPE_CHECKING:
@@ -67,40 +54,26 @@ class Check:
         return redact(f"{mark} {self.name}: {self.text}{fix}")
 
 
-def ok(name: str, text: str) -> Check:
-    return Check(name, text)
+def ok(name: str, key: str, **values: object) -> Check:
+    return Check(name, say(OPERATOR, key, **values))
 
 
-def problem(name: str, text: str, fix: str = "", code: int = EXIT_CONFIG) -> Check:
-    """A setting to change (exit 2), unless `code` says it only does not answer."""
-    return Check(name, text, fix, problem=True, code=code)
+def problem(name: str, key: str, fix: str = "", code: int = EXIT_CONFIG, **values: object) -> Check:
+    """A setting to change (exit 2), unless `code` says it only does not answer; `key` and
+    `fix` are the operator's messages, each said with `values`."""
+    said = say(OPERATOR, fix, **values) if fix else ""
+    return Check(name, say(OPERATOR, key, **values), said, problem=True, code=code)
 
 
-def unanswered(name: str, text: str, fix: str = "") -> Check:
+def unanswered(name: str, key: str, fix: str = "", **values: object) -> Check:
     """Something that only does not answer (exit 1): nothing in the settings to change."""
-    return problem(name, text, fix, EXIT_RUNTIME)
-
-
-def warning(name: str, text: str) -> Check:
-    return Check(name, text, warning=True)
+    return problem(name, key, fix, EXIT_RUNTIME, **values)
 
 
 def exit_code(checks: list[Check]) -> int:
-    """The rule above: 0 when nothing is wrong; 2 when any problem is a setting to change;
-    else 1."""
+    """0 when nothing is wrong; 2 when any problem is a setting to change; else 1."""
     codes = {c.code for c in checks if c.problem}
     return EXIT_CONFIG if EXIT_CONFIG in codes else max(codes, default=0)
-
-
-# -- offline -------------------------------------------------------------------------------
-
-
-def settings_checks(
-    env: Mapping[str, str], *, github: bool = True, role: str = "all"
-) -> list[Check]:
-    return [
-        problem(exc.variable, exc.problem) for exc in check_settings(env, github=github, role=role)
-    ]
 
 
 def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
@@ -113,14 +86,13 @@ def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
         if missing is None or (provider == "chat" and provider != settings.provider):
             continue
         if provider == settings.provider:
-            text = say(OPERATOR, "key_missing", variable=missing.variable, provider=provider)
-            fix = say(OPERATOR, "key_fix", variable=missing.variable, env_file=env_file_named())
-            found.append(problem(provider, text, fix))
+            values = {"variable": missing.variable, "env_file": env_file_named()}
+            found.append(problem(provider, "key_missing", "key_fix", provider=provider, **values))
         else:
             text = say(
                 OPERATOR, "other_key_missing", variables=MODEL_KEYS[provider], provider=provider
             )
-            found.append(warning(provider, text))
+            found.append(Check(provider, text, warning=True))
     return found
 
 
@@ -129,46 +101,36 @@ def model_key_checks(settings: Settings, env: Mapping[str, str]) -> list[Check]:
 
 def git_check() -> Check:
     if shutil.which("git") is None:
-        return problem("git", say(OPERATOR, "no_git"), say(OPERATOR, "no_git_fix"))
+        return problem("git", "no_git", "no_git_fix")
     try:
         done = subprocess.run(
             ["git", "--version"], capture_output=True, text=True, timeout=10, check=True
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        return problem(
-            "git", say(OPERATOR, "git_broken", reason=in_words(exc)), say(OPERATOR, "no_git_fix")
-        )
-    return ok("git", done.stdout.strip())
+        return problem("git", "git_broken", "no_git_fix", reason=in_words(exc))
+    return Check("git", done.stdout.strip())
 
 
 def data_dir_check(data_dir: Path) -> Check:
     """Writable where it is, or creatable under its nearest existing parent."""
-    path = data_dir.absolute()
-    existing = path
+    path = existing = data_dir.absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     name = "data directory"
     if not existing.is_dir():
-        return problem(
-            name, say(OPERATOR, "data_not_folder", path=existing), say(OPERATOR, "data_fix")
-        )
+        return problem(name, "data_not_folder", "data_fix", path=existing)
     try:
         fd, probe = tempfile.mkstemp(dir=existing, prefix=".cockpit-check-")
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        reason = in_words(exc)
-        if existing == path:
-            text = say(OPERATOR, "data_unwritable", path=path, reason=reason)
-        else:
-            text = say(OPERATOR, "data_uncreatable", path=path, parent=existing, reason=reason)
-        return problem(name, text, say(OPERATOR, "data_fix"))
-    return ok(name, say(OPERATOR, "data_ok", path=path, created=path != existing))
+        key = "data_unwritable" if existing == path else "data_uncreatable"
+        return problem(name, key, "data_fix", path=path, parent=existing, reason=in_words(exc))
+    return ok(name, "data_ok", path=path, created=path != existing)
 
 
 def port_check(host: str, port: int) -> Check:
     """Whether `cockpit serve` can listen there (a port another program holds fails fast)."""
-    name = "listen address"
     try:
         infos = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -179,29 +141,22 @@ def port_check(host: str, port: int) -> Check:
                 sock.bind(address)
     except OSError as exc:
         return listen_problem(host, port, exc)
-    return ok(name, f"{host}:{port} is free")
+    return Check("listen address", f"{host}:{port} is free")
 
 
 def listen_problem(host: str, port: int, exc: OSError) -> Check:
     """The port another program holds (it may go away: exit 1), or an address or port this
     machine cannot listen on, with the setting to change."""
-    name, reason = "listen address", in_words(exc)
+    name, values = "listen address", {"host": host, "port": port, "reason": in_words(exc)}
     if exc.errno == errno.EADDRINUSE:
-        return unanswered(
-            name, say(OPERATOR, "port_in_use", host=host, port=port), say(OPERATOR, "port_fix")
-        )
+        return unanswered(name, "port_in_use", "port_fix", **values)
     if isinstance(exc, socket.gaierror):
-        return problem(
-            name, say(OPERATOR, "host_unknown", host=host, reason=reason), say(OPERATOR, "host_fix")
-        )
-    text = say(OPERATOR, "cannot_listen", host=host, port=port, reason=reason)
-    return problem(
-        name, text, say(OPERATOR, "host_fix" if exc.errno == errno.EADDRNOTAVAIL else "port_fix")
-    )
+        return problem(name, "host_unknown", "host_fix", **values)
+    fix = "host_fix" if exc.errno == errno.EADDRNOTAVAIL else "port_fix"
+    return problem(name, "cannot_listen", fix, **values)
 
 
 async def database_check(settings: Settings, purpose: str = "serve") -> Check:
-    """The configured database tried within PG_WAIT seconds (see `database_verdict`)."""
     from bot.backend import reach
 
     return database_verdict(settings, await reach(settings, PG_WAIT), purpose)
@@ -214,54 +169,31 @@ def database_verdict(settings: Settings, found: Reach, purpose: str = "serve") -
     `read` (a reporting command) one whose schema is current, for it changes nothing."""
     name, label = "database", found.label
     if found.timed_out:
-        return unanswered(
-            name, say(OPERATOR, "pg_timeout", url=label, wait=PG_WAIT), say(OPERATOR, "pg_fix")
-        )
+        return unanswered(name, "pg_timeout", "pg_fix", url=label, wait=PG_WAIT)
     if found.error is not None and not found.shared:
-        path = settings.db_path
-        kind = "sqlite_not_database" if found.not_database else "sqlite_failed"
-        text = say(OPERATOR, kind, path=path, reason=found.error)
-        return (
-            problem(name, text, say(OPERATOR, "sqlite_fix"))
-            if found.refused
-            else unanswered(name, text)
-        )
-    if found.error is not None:
-        reason = found.error
-        text = say(OPERATOR, "pg_failed", url=label, reason=reason[:300])
+        key = "sqlite_not_database" if found.not_database else "sqlite_failed"
+        values = {"path": settings.db_path, "reason": found.error}
         if found.refused:
-            return problem(name, text, say(OPERATOR, "pg_auth_fix"))
-        return unanswered(name, text, say(OPERATOR, "pg_fix"))
+            return problem(name, key, "sqlite_fix", **values)
+        return unanswered(name, key, **values)
+    if found.error is not None:
+        values = {"url": label, "reason": found.error[:300]}
+        if found.refused:
+            return problem(name, "pg_failed", "pg_auth_fix", **values)
+        return unanswered(name, "pg_failed", "pg_fix", **values)
     applies = purpose == "migrate" or (
         purpose == "serve" and (settings.migrate_on_start or not found.shared)
     )
     if found.behind is not None and not applies:
-        return problem(name, say(OPERATOR, "behind", label=label, reason=found.behind))
+        return problem(name, "behind", label=label, reason=found.behind)
     if not found.shared:
         version = found.version if found.exists else None
-        return ok(
-            name, say(OPERATOR, "sqlite", label=label, version=version, current=SCHEMA_VERSION)
-        )
-    if found.behind is not None:
-        return ok(name, say(OPERATOR, "pg_migrates", url=label, version=found.version))
-    return ok(name, say(OPERATOR, "pg_ok", url=label, version=found.version))
+        return ok(name, "sqlite", label=label, version=version, current=SCHEMA_VERSION)
+    key = "pg_ok" if found.behind is None else "pg_migrates"
+    return ok(name, key, url=label, version=found.version)
 
 
-# -- live: the model providers ----------------------------------------------------------
-
-
-class ProbeFailed(Exception):
-    """A provider's endpoint did not accept the key or the model: the cause and the fix."""
-
-    def __init__(self, text: str, fix: str, code: int = EXIT_CONFIG) -> None:
-        super().__init__(text)
-        self.text, self.fix, self.code = text, fix, code
-
-
-# A provider's live check: ask its endpoint about the configured model with the configured
-# key (no tokens spent); return what answered, or raise ProbeFailed.
-ModelProbe = Callable[[Settings], Awaitable[str]]
-
+# -- live: the model providers and GitHub ---------------------------------------------------
 
 # What the providers served by an SDK read: the key, the model, the endpoint.
 _SDK_VARIABLES = {
@@ -270,10 +202,22 @@ _SDK_VARIABLES = {
 }
 
 
-async def _probe_sdk(settings: Settings, provider: str) -> str:
+async def model_check(settings: Settings, provider: str) -> Check:
+    """The provider's endpoint asked about the configured model with the configured key (no
+    tokens spent)."""
+    try:
+        async with asyncio.timeout(PROBE_WAIT + 5):
+            if provider == "chat":
+                return await _chat_check(settings)
+            return await _sdk_check(settings, provider)
+    except TimeoutError:
+        return unanswered(provider, "probe_timeout", wait=PROBE_WAIT)
+
+
+async def _sdk_check(settings: Settings, provider: str) -> Check:
     """`claude` through the anthropic SDK, `codex` through the openai SDK (the two raise the
     same errors by the same names)."""
-    key_variable, model_variable, url_variable = _SDK_VARIABLES[provider]
+    key, model_variable, url_variable = _SDK_VARIABLES[provider]
     if provider == "claude":
         import anthropic as sdk
 
@@ -282,70 +226,41 @@ async def _probe_sdk(settings: Settings, provider: str) -> str:
         import openai as sdk
 
         model, client = settings.codex_model, sdk.AsyncOpenAI(max_retries=0, timeout=PROBE_WAIT)
-    where = str(client.base_url).rstrip("/")
+    said = {"model": model, "where": str(client.base_url).rstrip("/")}
     try:
         await client.models.retrieve(model)
     except sdk.AuthenticationError:
-        raise ProbeFailed(
-            say(OPERATOR, "key_refused", where=where),
-            say(OPERATOR, "key_fix", variable=key_variable, env_file=env_file_named()),
-        ) from None
+        env_file = env_file_named()
+        return problem(provider, "key_refused", "key_fix", variable=key, env_file=env_file, **said)
     except sdk.NotFoundError:
-        raise ProbeFailed(
-            say(OPERATOR, "model_unknown", model=model, where=where),
-            say(OPERATOR, "model_fix", variable=model_variable),
-        ) from None
+        return problem(provider, "model_unknown", "model_fix", variable=model_variable, **said)
     except sdk.APIStatusError as exc:
-        raise ProbeFailed(
-            say(OPERATOR, "endpoint_status", where=where, status=exc.status_code),
-            say(OPERATOR, "endpoint_fix", variable=url_variable),
-            EXIT_RUNTIME,
-        ) from None
+        status = exc.status_code
+        return unanswered(
+            provider,
+            "endpoint_status",
+            "endpoint_fix",
+            variable=url_variable,
+            status=status,
+            **said,
+        )
     except sdk.APIConnectionError:
-        raise ProbeFailed(
-            say(OPERATOR, "unreachable", where=where),
-            say(OPERATOR, "endpoint_fix", variable=url_variable),
-            EXIT_RUNTIME,
-        ) from None
+        return unanswered(provider, "unreachable", "endpoint_fix", variable=url_variable, **said)
     finally:
         await client.close()
-    return say(OPERATOR, "model_ok", model=model, where=where)
+    return ok(provider, "model_ok", **said)
 
 
-async def _probe_chat(settings: Settings) -> str:
+async def _chat_check(settings: Settings) -> Check:
     """The chat server lists COCKPIT_CHAT_MODEL (bot.agents.providers.probe); its base URL is
     never printed: it may hold a password."""
     from bot.agents.providers import Unanswered, probe
 
-    problems = await probe(settings, "chat")
-    if problems:
+    if problems := await probe(settings, "chat"):
         code = EXIT_RUNTIME if isinstance(problems[0], Unanswered) else EXIT_CONFIG
-        raise ProbeFailed(problems[0], "", code)
+        return Check("chat", problems[0], problem=True, code=code)
     assert settings.chat is not None
-    return say(OPERATOR, "model_ok", model=settings.chat.model, where="COCKPIT_CHAT_BASE_URL")
-
-
-MODEL_PROBES: dict[str, ModelProbe] = {
-    "claude": functools.partial(_probe_sdk, provider="claude"),
-    "codex": functools.partial(_probe_sdk, provider="codex"),
-    "chat": _probe_chat,
-}
-
-
-async def model_check(settings: Settings, provider: str) -> Check:
-    probe = MODEL_PROBES.get(provider)
-    if probe is None:
-        return warning(provider, say(OPERATOR, "no_probe"))
-    try:
-        async with asyncio.timeout(PROBE_WAIT + 5):
-            return ok(provider, await probe(settings))
-    except ProbeFailed as exc:
-        return problem(provider, exc.text, exc.fix, exc.code)
-    except TimeoutError:
-        return unanswered(provider, say(OPERATOR, "probe_timeout", wait=PROBE_WAIT))
-
-
-# -- live: GitHub ---------------------------------------------------------------------------
+    return ok("chat", "model_ok", model=settings.chat.model, where="COCKPIT_CHAT_BASE_URL")
 
 
 async def github_check(settings: Settings) -> Check:
@@ -355,8 +270,7 @@ async def github_check(settings: Settings) -> Check:
 
     from bot.github import GitHubApp
 
-    name = "GitHub App"
-    where = settings.api_url
+    name, where = "GitHub App", settings.api_url
     try:
         async with (
             asyncio.timeout(PROBE_WAIT),
@@ -365,50 +279,63 @@ async def github_check(settings: Settings) -> Check:
             app = await GitHubApp(settings, http).app_api().getitem("/app")
     except gidgethub.HTTPException as exc:
         status = int(exc.status_code)
-        text = say(OPERATOR, "app_refused", where=where, status=status)
         if status in (401, 403, 404):  # the App's id, key or API URL is wrong
-            return problem(name, text, say(OPERATOR, "app_auth_fix"))
-        return unanswered(name, text, say(OPERATOR, "github_fix"))
+            return problem(name, "app_refused", "app_auth_fix", where=where, status=status)
+        return unanswered(name, "app_refused", "github_fix", where=where, status=status)
     except aiohttp.ClientConnectorCertificateError:
-        return problem(
-            name, say(OPERATOR, "github_untrusted", where=where), say(OPERATOR, "ca_fix")
-        )
+        return problem(name, "github_untrusted", "ca_fix", where=where)
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        text = say(OPERATOR, "github_unreachable", where=where, reason=in_words(exc))
-        return unanswered(name, text, say(OPERATOR, "github_fix"))
+        return unanswered(
+            name, "github_unreachable", "github_fix", where=where, reason=in_words(exc)
+        )
     slug = app.get("slug") if isinstance(app, dict) else None
     if settings.app_slug and slug and settings.app_slug != slug:
-        return problem(
-            name,
-            say(OPERATOR, "slug_differs", given=settings.app_slug, slug=slug),
-            say(OPERATOR, "slug_fix"),
-        )
-    return ok(name, say(OPERATOR, "app_ok", slug=slug, app_id=settings.app_id, where=where))
+        return problem(name, "slug_differs", "slug_fix", given=settings.app_slug, slug=slug)
+    return ok(name, "app_ok", slug=slug, app_id=settings.app_id, where=where)
 
 
 # -- together ---------------------------------------------------------------------------------
 
 
-async def check_everything(env: Mapping[str, str], *, offline: bool) -> list[Check]:
-    """Every check `cockpit check-config` runs, in the order it prints them."""
+async def preflight(
+    env: Mapping[str, str],
+    role: str = "all",
+    listen: tuple[str | None, int | None] | None = None,
+    *,
+    offline: bool = False,
+) -> list[Check]:
+    """Every check before a `role` process starts, in the order they print: `serve` gives
+    where it will `listen` (that address is checked, and the rest within seconds);
+    `check-config` gives none and asks each model endpoint and GitHub as well. `listen`:
+    the `--host` and `--port` given (None: the settings')."""
+    from bot.backend import check_role
     from bot.config import load_settings
 
-    found = settings_checks(env)
+    found = [Check(e.variable, e.problem, problem=True) for e in check_settings(env, role=role)]
     try:
         settings = load_settings(env, github=False)
     except ConfigError:
-        return found  # the general settings themselves are broken: nothing more to check
-    register_all(settings.secrets())
-    found += model_key_checks(settings, env)
+        return found  # the general settings are broken: nothing more to check
+    try:
+        check_role(settings, role)
+    except ConfigError as exc:
+        found.append(Check(exc.variable, exc.problem, problem=True))
+    if role != "web":  # a web process runs no model
+        found += model_key_checks(settings, env)
     if offline:
         return found
     found += [git_check(), data_dir_check(settings.data_dir)]
-    # The default reviewer first, then every other provider whose key is set.
-    providers = [settings.provider, *(p for p in PROVIDERS if p != settings.provider)]
-    live: list[Awaitable[Check]] = [database_check(settings)]
-    live += [model_check(settings, p) for p in providers if not missing_model_key(p, env)]
-    # Without the App's settings (listed above) GitHub cannot be asked.
-    with contextlib.suppress(ConfigError):
-        live.append(github_check(load_settings(env)))
-    found += await asyncio.gather(*live)
-    return found
+    if listen is not None:
+        host, port = listen
+        found.append(port_check(host or settings.host, settings.port if port is None else port))
+    live: list[Awaitable[Check]] = []
+    if listen is None or not found[-2].problem:  # serve: no database where no data directory
+        live.append(database_check(settings))
+    if listen is None:
+        # The default reviewer first, then every other provider whose key is set.
+        providers = [settings.provider, *(p for p in PROVIDERS if p != settings.provider)]
+        live += [model_check(settings, p) for p in providers if not missing_model_key(p, env)]
+        # Without the App's settings (listed above) GitHub cannot be asked.
+        with contextlib.suppress(ConfigError):
+            live.append(github_check(load_settings(env)))
+    return found + list(await asyncio.gather(*live))

@@ -1,19 +1,13 @@
-"""The `cockpit` command line (`python -m bot` is the same): options in, exit codes out.
-
-`main` reads `./cockpit.env` (or `--env-file PATH`) before anything else is imported: aiohttp
-reads SSL_CERT_FILE as it is imported, so a private CA named there must be in the
-environment first. Exit codes: 0 done, 1 a failure at run time, 2 a setting to change.
-"""
+"""The `cockpit` command line (`python -m bot` is the same): options in, exit codes out."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -40,6 +34,11 @@ def _fail(exc: ConfigError, command: str = "") -> int:
     return EXIT_CONFIG
 
 
+def _failed(command: str, exc: Exception, code: int) -> int:
+    print(say(OPERATOR, "failed", command=command, error=exc), file=sys.stderr)
+    return code
+
+
 def version() -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
@@ -53,9 +52,8 @@ def version() -> str:
 
 
 def checkout_commit() -> str | None:
-    """The commit of the git checkout this code runs from (its folder is the top of a work
-    tree), `, modified` when tracked files differ from it; None for an installed wheel (every
-    release says the same version, so a checkout names its commit)."""
+    """The commit of the git checkout this code runs from, `, modified` when tracked files
+    differ from it; None for an installed wheel (every release says the same version)."""
     import os
     import subprocess
 
@@ -80,8 +78,7 @@ def checkout_commit() -> str | None:
 
 
 class _Version(argparse.Action):
-    """`--version`: the release, the schema version it needs, and a checkout's commit (asked
-    of git only when the flag is given)."""
+    """`--version` (git is asked for the checkout's commit only when the flag is given)."""
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
@@ -102,7 +99,7 @@ class _Version(argparse.Action):
 
 
 def port(text: str) -> int:
-    """An argparse type: a TCP port (0: any free one)."""
+    """A TCP port (0: any free one)."""
     try:
         number = int(text)
     except ValueError:
@@ -112,48 +109,26 @@ def port(text: str) -> int:
     return number
 
 
-# -- serve ------------------------------------------------------------------------------------
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
-    import os
 
-    from bot.backend import check_role
-    from bot.checks import Check, exit_code, model_key_checks, settings_checks
+    from bot.checks import exit_code, listen_problem, preflight
 
-    env = os.environ
-    checks: list[Check] = settings_checks(env, role=args.role)
-    app_missing = any(c.name in ("GITHUB_APP_ID", "GITHUB_PRIVATE_KEY") for c in checks)
-    settings = general = None
-    with contextlib.suppress(ConfigError):  # the App's settings need the general ones
-        general = load_settings(env, github=False)
-        # What this role reads (web: not the App's key; worker: not the webhook secret),
-        # every secret of it known, to redact (the private key read from its file too).
-        settings = general = load_settings(env, role=args.role)
-        register_all(settings.secrets())
-    host = port = None
-    if general is not None:
-        try:
-            check_role(general, args.role)
-        except ConfigError as exc:
-            checks.append(Check(exc.variable, exc.problem, problem=True))
-        host = args.host or general.host
-        port = general.port if args.port is None else args.port
-        if args.role != "web":  # a worker runs the models: the same checks as check-config's
-            checks += model_key_checks(general, env)
-        checks += asyncio.run(_preflight(general, host, port))
+    checks = asyncio.run(preflight(os.environ, args.role, listen=(args.host, args.port)))
     for check in checks:
         if check.problem or check.warning:
             print(check.line(), file=sys.stderr)
-    code = exit_code(checks)
-    if code or settings is None:
+    if code := exit_code(checks):
         problems = sum(c.problem for c in checks)
+        app_missing = any(c.name in ("GITHUB_APP_ID", "GITHUB_PRIVATE_KEY") for c in checks)
         print(
             say(OPERATOR, "serve_failed", count=problems, app_missing=app_missing), file=sys.stderr
         )
-        return code or EXIT_CONFIG
-    assert host is not None and port is not None
+        return code
+    # What this role reads (web: not the App's key; worker: not the webhook secret).
+    settings = load_settings(role=args.role)
+    host = args.host or settings.host
+    port = settings.port if args.port is None else args.port
     from bot.logs import setup_logging
     from bot.records.postgres import MigrationFailed
     from bot.records.schema import SchemaBehind
@@ -165,22 +140,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(say(OPERATOR, "failed", command="serve", error=exc), file=sys.stderr)
         return EXIT_CONFIG
     except OSError as exc:  # the address was taken between the check and the start
-        from bot.checks import listen_problem
-
         print(listen_problem(host, port, exc).line(), file=sys.stderr)
         return EXIT_RUNTIME
     return 0
-
-
-async def _preflight(settings: Settings, host: str, port: int) -> list[Any]:
-    """What `serve` needs of this machine, each in a few seconds at most (Postgres:
-    `bot.checks.PG_WAIT`): git, the data directory, the address, the database."""
-    from bot.checks import data_dir_check, database_check, git_check, port_check
-
-    found = [git_check(), data_dir_check(settings.data_dir), port_check(host, port)]
-    if not found[1].problem:
-        found.append(await database_check(settings))
-    return found
 
 
 def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
@@ -228,12 +190,8 @@ async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
         await runner.cleanup()
 
 
-# -- migrate, check-config ------------------------------------------------------------------
-
-
 def cmd_migrate(_args: argparse.Namespace) -> int:
-    """Apply the schema's missing steps (ours and procrastinate's on Postgres), record them,
-    and say what changed; a database it cannot use is `serve`'s line for it."""
+    """A database it cannot use is `serve`'s line for it."""
     import asyncio
     import sqlite3
 
@@ -256,13 +214,12 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(backend.migrate(settings)))
     except (MigrationFailed, OSError, sqlite3.Error, psycopg.Error) as exc:
-        print(say(OPERATOR, "failed", command="migrate", error=exc), file=sys.stderr)
-        return EXIT_RUNTIME
+        return _failed("migrate", exc, EXIT_RUNTIME)
     return 0
 
 
 def _problems(checks: list[Any]) -> int:
-    """Print the problems among `checks` as `serve` does, one line each; their exit code."""
+    """Print the problems among `checks` as `serve` does; their exit code."""
     from bot.checks import exit_code
 
     for check in checks:
@@ -275,9 +232,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
-    from bot.checks import check_everything, exit_code
+    from bot.checks import exit_code, preflight
 
-    checks = asyncio.run(check_everything(os.environ, offline=args.offline))
+    checks = asyncio.run(preflight(os.environ, offline=args.offline))
     for check in checks:
         print(check.line())
     code = exit_code(checks)
@@ -286,9 +243,6 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     else:
         print(say(OPERATOR, "check_ok", count=len(checks), offline=args.offline))
     return code
-
-
-# -- demo, register, review-local -----------------------------------------------------------
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -300,39 +254,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_register(args: argparse.Namespace) -> int:
     from bot.register import Options, run
 
-    return run(
-        Options(
-            github_url=args.github_url,
-            org=args.org,
-            public_url=args.public_url,
-            out=Path(args.out),
-            port=args.port,
-            timeout=args.timeout,
-            open_browser=not args.no_browser,
-        )
-    )
+    return run(Options(**_fields(args, Options)))
 
 
 def cmd_review_local(args: argparse.Namespace) -> int:
     from bot.local import LocalOptions, run_review_local
 
-    return run_review_local(
-        LocalOptions(
-            path=args.path,
-            base=args.base,
-            head=args.head,
-            provider=args.provider,
-            verify=args.verify,
-            json=args.json,
-        )
-    )
+    return run_review_local(LocalOptions(**_fields(args, LocalOptions)))
 
 
-# -- stats ----------------------------------------------------------------------------------
+def _fields(args: argparse.Namespace, options: Any) -> dict[str, Any]:
+    """The options' fields as parsed (commands.toml names each option by its field)."""
+    import dataclasses
+
+    return {field.name: getattr(args, field.name) for field in dataclasses.fields(options)}
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    """Per provider and model, the reviews in the server's database (see `bot.stats`)."""
     import asyncio
     import json
 
@@ -347,8 +285,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(exc, "stats")
     except ValueError as exc:
-        print(say(OPERATOR, "failed", command="stats", error=exc), file=sys.stderr)
-        return EXIT_CONFIG
+        return _failed("stats", exc, EXIT_CONFIG)
     from bot.backend import reach
     from bot.checks import PG_WAIT, database_verdict
 
@@ -370,11 +307,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     try:
         rows, where = asyncio.run(_stats(settings, since, args.repo))
     except SchemaBehind as exc:  # migrated back meanwhile: not likely, but said as it is
-        print(say(OPERATOR, "failed", command="stats", error=exc), file=sys.stderr)
-        return EXIT_CONFIG
+        return _failed("stats", exc, EXIT_CONFIG)
     except (OSError, sqlite3.Error, psycopg.Error) as exc:
-        print(say(OPERATOR, "failed", command="stats", error=exc), file=sys.stderr)
-        return EXIT_RUNTIME
+        return _failed("stats", exc, EXIT_RUNTIME)
     from bot.stats import render_text, to_json
 
     if args.json:
@@ -394,9 +329,6 @@ async def _stats(settings: Settings, since: float, repo: str | None) -> tuple[li
         return summarise(await model_figures(db, since=since, repo=repo)), describe(settings)
     finally:
         await db.close()
-
-
-# -- help -------------------------------------------------------------------------------------
 
 
 def environment_markdown() -> str:
@@ -462,192 +394,6 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
     return {}
 
 
-# -- the parser ------------------------------------------------------------------------------
-
-
-@cache
-def _texts() -> dict[str, dict[str, str]]:
-    import tomllib
-    from importlib import resources
-
-    return tomllib.loads(resources.files("templates").joinpath("cli/commands.toml").read_text())
-
-
-def _epilog(name: str) -> str:
-    text = _texts()[name]
-    footer = "\n\n" + text["footer"].strip() if "footer" in text else ""
-    return "examples:\n" + text["examples"].rstrip() + footer
-
-
-def _common(*, top: bool) -> argparse.ArgumentParser:
-    """`--env-file` and `--debug`, before or after the command (after it, SUPPRESS keeps a
-    sub-parser from resetting what was given before it)."""
-    common = argparse.ArgumentParser(add_help=False)
-    default: Any = None if top else argparse.SUPPRESS
-    common.add_argument(
-        "--env-file",
-        metavar="PATH",
-        default=default,
-        help="read variables from PATH (default: ./cockpit.env when it exists; the"
-        " environment wins)",
-    )
-    common.add_argument(
-        "--debug",
-        action="store_true",
-        default=False if top else argparse.SUPPRESS,
-        help="show the traceback of an unexpected error (and debug logs)",
-    )
-    return common
-
-
-def _command(
-    sub: argparse._SubParsersAction,
-    name: str,
-    func: Callable[[argparse.Namespace], int],
-    *,
-    parent: str = "",
-) -> argparse.ArgumentParser:
-    """The parser of `cockpit NAME` (`cockpit PARENT NAME`), its texts from
-    templates/cli/commands.toml; `func` runs it."""
-    full = f"{parent} {name}".strip()
-    text = _texts()[full]
-    command = sub.add_parser(
-        name,
-        help=text["summary"],
-        description=text["description"].strip(),
-        epilog=_epilog(full),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_common(top=False)],
-    )
-    command.set_defaults(func=func)
-    return command
-
-
-def build_parser() -> argparse.ArgumentParser:
-    text = _texts()["cockpit"]
-    parser = argparse.ArgumentParser(
-        prog="cockpit",
-        description=text["description"].strip(),
-        epilog=_epilog("cockpit"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_common(top=True)],
-    )
-    parser.add_argument(
-        "--version",
-        action=_Version,
-        help="show the release, the schema version it needs and a checkout's commit, and exit",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-
-    serve = _command(sub, "serve", cmd_serve)
-    serve.add_argument("--host", help="address to listen on (default: $COCKPIT_HOST, else 0.0.0.0)")
-    serve.add_argument(
-        "--port", type=port, help="port to listen on (default: $COCKPIT_PORT, else 8080)"
-    )
-    serve.add_argument(
-        "--role",
-        choices=("web", "worker", "all"),
-        default="all",
-        help="web: store deliveries and their jobs; worker: run jobs; all: both (default: all)",
-    )
-
-    _command(sub, "migrate", cmd_migrate)
-
-    check = _command(sub, "check-config", cmd_check_config)
-    check.add_argument(
-        "--offline",
-        action="store_true",
-        help="check only the settings' syntax and which keys are set (no network)",
-    )
-
-    demo = _command(sub, "demo", cmd_demo)
-    demo.add_argument(
-        "--live",
-        action="store_true",
-        help="use the real Anthropic and OpenAI APIs (ANTHROPIC_API_KEY, OPENAI_API_KEY;"
-        " spends money) instead of the offline scripted models",
-    )
-    demo.add_argument("--keep", action="store_true", help="keep the demo's data folder")
-    demo.add_argument(
-        "--critic", choices=PROVIDERS, default="codex", help="the cross-AI critic (default codex)"
-    )
-
-    local = _command(sub, "review-local", cmd_review_local)
-    local.add_argument(
-        "path", nargs="?", default=".", metavar="PATH", help="the repository (default: .)"
-    )
-    local.add_argument(
-        "--base",
-        metavar="REF",
-        help="compare with this branch or commit (default: the default branch)",
-    )
-    local.add_argument(
-        "--head", metavar="REF", default="HEAD", help="review up to this commit (default: HEAD)"
-    )
-    local.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        help="the reviewer (default: $COCKPIT_PROVIDER, else claude; the model:"
-        " $COCKPIT_CLAUDE_MODEL / $COCKPIT_CODEX_MODEL / $COCKPIT_CHAT_MODEL)",
-    )
-    local.add_argument(
-        "--verify",
-        action="store_true",
-        help="also run the verify pass (the other provider when its key is set)",
-    )
-    local.add_argument("--json", action="store_true", help="print the draft as JSON")
-
-    from bot.register import DEFAULT_PORT, DEFAULT_TIMEOUT, GITHUB_WEB_URL
-
-    register = _command(sub, "register", cmd_register)
-    register.add_argument(
-        "--org", help="create it for this organisation (default: your personal account)"
-    )
-    register.add_argument(
-        "--public-url",
-        help="where GitHub reaches the server, for the webhook (default: none; the webhook"
-        " starts inactive)",
-    )
-    register.add_argument(
-        "--github-url",
-        default=GITHUB_WEB_URL,
-        help=f"GitHub Enterprise Server's web address (default: {GITHUB_WEB_URL})",
-    )
-    register.add_argument(
-        "--out", default="cockpit.env", help="env file to write, mode 0600 (default: cockpit.env)"
-    )
-    register.add_argument(
-        "--port",
-        type=port,
-        default=DEFAULT_PORT,
-        help=f"the local page's port (default: {DEFAULT_PORT})",
-    )
-    register.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"how long to wait for the browser (default: {DEFAULT_TIMEOUT:g} s)",
-    )
-    register.add_argument("--no-browser", action="store_true", help="only print the page URL")
-
-    add_eval_parser(sub)
-
-    stats = _command(sub, "stats", cmd_stats)
-    stats.add_argument(
-        "--since", metavar="DATE", help="reviews created from this day on, YYYY-MM-DD (UTC)"
-    )
-    stats.add_argument("--repo", metavar="OWNER/NAME", help="one repository's reviews")
-    stats.add_argument("--json", action="store_true", help="print one JSON object")
-
-    helper = _command(sub, "help", cmd_help)
-    helper.add_argument("topic", nargs="?", metavar="COMMAND|environment")
-    helper.add_argument(
-        "--markdown", action="store_true", help="environment: the README's markdown table"
-    )
-    return parser
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.eval_func == "cmd_eval_run" and (code := _eval_keys(args)) is not None:
         return code
@@ -657,8 +403,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_keys(args: argparse.Namespace) -> int | None:
-    """An eval without the reviewer's (or the LLM judge's) key stops before any case runs,
-    naming the variable (a resumed run's provider is read later, with the run)."""
+    """An eval without the reviewer's (or the LLM judge's) key stops before any case runs (a
+    resumed run's provider is read later, with the run)."""
     import os
 
     try:
@@ -675,69 +421,90 @@ def _eval_keys(args: argparse.Namespace) -> int | None:
     return None
 
 
-def add_eval_parser(sub: argparse._SubParsersAction) -> None:
-    evals = _command(sub, "eval", cmd_eval)
-    commands = evals.add_subparsers(dest="eval_command", required=True, metavar="COMMAND")
+@cache
+def _commands() -> dict[str, dict[str, Any]]:
+    import tomllib
+    from importlib import resources
 
-    run = _command(commands, "run", cmd_eval, parent="eval")
-    run.add_argument("--golden", nargs="+", metavar="FILE", help="golden file(s)")
-    run.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        help="the reviewer (default: $COCKPIT_PROVIDER, else claude)",
-    )
-    run.add_argument(
-        "--model",
-        help="model id(s), comma-separated, compared in one run (default:"
-        " $COCKPIT_CLAUDE_MODEL / $COCKPIT_CODEX_MODEL)",
-    )
-    run.add_argument("--verify", action="store_true", help="also run the verify pass")
-    run.add_argument(
-        "--judge",
-        choices=("lexical", *PROVIDERS),
-        default="lexical",
-        help="who decides a finding matches a label (default: lexical, offline)",
-    )
-    run.add_argument("--judge-model", metavar="M", help="the LLM judge's model id")
-    run.add_argument("--repo", metavar="PATH", help="a local clone to use as the repository")
-    run.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="cases at a time (default: 1)"
-    )
-    run.add_argument("--resume", type=int, metavar="RUN", help="finish (or re-score) a run")
-    run.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    run.add_argument(
-        "--report-dir",
-        default="eval/reports",
-        metavar="DIR",
-        help="where the report goes (default: eval/reports)",
-    )
-    # Not for people: the command the resume hints name, when another program runs this one
-    # (scripts/eval_offline.py: its stand-in models are needed to finish a run it started).
-    run.add_argument("--resume-with", metavar="COMMAND", help=argparse.SUPPRESS)
-    run.set_defaults(func=cmd_eval, eval_func="cmd_eval_run")
-
-    history = _command(commands, "golden-from-reviews", cmd_eval, parent="eval")
-    history.add_argument("--repo", required=True, metavar="OWNER/NAME")
-    history.add_argument(
-        "--out", metavar="FILE", help="default: eval/golden/OWNER-NAME-from-reviews.json"
-    )
-    history.set_defaults(func=cmd_eval, eval_func="cmd_golden_from_reviews")
-
-    martian = _command(commands, "import-martian", cmd_eval, parent="eval")
-    martian.add_argument("dir", metavar="DIR", help="folder with the benchmark's *.json files")
-    martian.add_argument(
-        "--out",
-        metavar="FILE",
-        default="eval/golden/martian.json",
-        help="default: eval/golden/martian.json",
-    )
-    martian.add_argument(
-        "--resolve", action="store_true", help="look up shas on GitHub ($GITHUB_TOKEN if set)"
-    )
-    martian.set_defaults(func=cmd_eval, eval_func="cmd_import_martian")
+    return tomllib.loads(resources.files("templates").joinpath("cli/commands.toml").read_text())
 
 
-# -- main -----------------------------------------------------------------------------------
+@cache
+def _named() -> dict[str, Any]:
+    """The values templates/cli/commands.toml names. Not before `main` has read cockpit.env:
+    bot.register imports aiohttp, which reads SSL_CERT_FILE as it is imported."""
+    from bot.register import DEFAULT_PORT, DEFAULT_TIMEOUT, GITHUB_WEB_URL
+
+    return {
+        "port": port,
+        "int": int,
+        "float": float,
+        "path": Path,
+        "version": _Version,
+        "providers": PROVIDERS,
+        "judges": ("lexical", *PROVIDERS),
+        "github_url": GITHUB_WEB_URL,
+        "register_port": DEFAULT_PORT,
+        "register_timeout": DEFAULT_TIMEOUT,
+    }
+
+
+def _add_options(
+    parser: argparse.ArgumentParser, options: dict[str, dict[str, Any]], **override: Any
+) -> None:
+    for flag, declared in options.items():
+        option = {**declared, **override}
+        for key, value in option.items():
+            if isinstance(value, str) and value.startswith("@"):
+                option[key] = _named()[value[1:]]
+        if option.get("help") is False:
+            option["help"] = argparse.SUPPRESS
+        parser.add_argument(flag, **option)
+
+
+def _common(*, top: bool) -> argparse.ArgumentParser:
+    """`--env-file` and `--debug`, before or after the command (after it, SUPPRESS keeps a
+    sub-parser from resetting what was given before it)."""
+    common = argparse.ArgumentParser(add_help=False)
+    options = {k: v for k, v in _commands()["cockpit"]["options"].items() if k != "--version"}
+    _add_options(common, options, **({} if top else {"default": argparse.SUPPRESS}))
+    return common
+
+
+def _texts(text: dict[str, Any]) -> dict[str, Any]:
+    footer = "\n\n" + text["footer"].strip() if "footer" in text else ""
+    return {
+        "description": text["description"].strip(),
+        "epilog": "examples:\n" + text["examples"].rstrip() + footer,
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser templates/cli/commands.toml declares: each command runs `cmd_NAME`."""
+    commands = _commands()
+    parser = argparse.ArgumentParser(
+        prog="cockpit", parents=[_common(top=True)], **_texts(commands["cockpit"])
+    )
+    _add_options(parser, {"--version": commands["cockpit"]["options"]["--version"]})
+    parsers = {"": parser}
+    subs = {"": parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")}
+    for full, text in list(commands.items())[1:]:
+        parent, _, name = full.rpartition(" ")
+        if parent not in subs:
+            subs[parent] = parsers[parent].add_subparsers(
+                dest=f"{parent}_command", required=True, metavar="COMMAND"
+            )
+        command = subs[parent].add_parser(
+            name, help=text["summary"], parents=[_common(top=False)], **_texts(text)
+        )
+        _add_options(command, text.get("options", {}))
+        if parent:
+            command.set_defaults(func=cmd_eval, eval_func=text["run"])
+        else:
+            command.set_defaults(func=globals()["cmd_" + name.replace("-", "_")])
+        parsers[full] = command
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import socket
 import tomllib
+import typing
 import urllib.parse
-from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
+from typing import Annotated, Any
 
+import msgspec
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+from msgspec import Meta
 
 from bot.redaction import mask, url_passwords
 from bot.texts import OPERATOR, say
@@ -30,18 +33,12 @@ MODEL_KEYS = {
     "chat": ("COCKPIT_CHAT_BASE_URL",),
 }
 ENV_FILE = "cockpit.env"  # read from the current folder by every command (`--env-file` too)
-DEFAULT_REVIEW_MAX_USD = None  # SPEC: unset = no cap per run (the daily budget still holds)
-DEFAULT_DAILY_MAX_USD = 25.0
-DEFAULT_DAILY_MAX_RUNS = 200
-DEFAULT_MIN_FREE_MB = 1024
-DEFAULT_SHUTDOWN_GRACE = 20.0
 NO_LIMIT = ("none", "off")  # spelled out to switch a money limit off
 MIN_METRICS_TOKEN = 16  # characters: not guessed (and long enough to be redacted anywhere)
 
 
 class ConfigError(Exception):
-    """A missing or malformed setting; the message names the variable. The problem is the
-    `why` of templates/cli/config.txt.j2, told with `context`."""
+    """A missing or malformed setting; the message names the variable."""
 
     def __init__(self, variable: str, why: str, **context: object) -> None:
         self.variable = variable
@@ -50,108 +47,27 @@ class ConfigError(Exception):
         super().__init__(said.strip())
 
 
+@dataclass(frozen=True)
 class Secret:
     """A string that never shows itself in repr, str or logs."""
 
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
+    value: str = field(repr=False)
 
     def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-
-@dataclass(frozen=True)
-class ChatSettings:
-    """The `chat` provider: an OpenAI-compatible Chat Completions endpoint (COCKPIT_CHAT_*)."""
-
-    base_url: str
-    model: str
-    api_key: Secret | None = field(default=None, repr=False)  # local servers need none
-    context_tokens: int | None = None  # the model's context window: what is sent is bounded
-    rates: tuple[float, float] | None = None  # USD per million input, output tokens
-
-
-@dataclass(frozen=True)
-class Settings:
-    data_dir: Path
-    host: str = "0.0.0.0"  # noqa: S104 - a container listens on all interfaces
-    port: int = 8080
-    api_url: str = DEFAULT_API_URL
-    app_id: str | None = None
-    private_key: Secret | None = field(default=None, repr=False)
-    webhook_secret: Secret | None = field(default=None, repr=False)
-    app_slug: str | None = None
-    provider: str = "claude"
-    claude_model: str = DEFAULT_CLAUDE_MODEL
-    codex_model: str = DEFAULT_CODEX_MODEL
-    chat: ChatSettings | None = None  # the `chat` provider, when COCKPIT_CHAT_BASE_URL is set
-    max_concurrent_reviews: int = 2
-    review_max_usd: float | None = DEFAULT_REVIEW_MAX_USD
-    daily_max_usd: float | None = DEFAULT_DAILY_MAX_USD
-    daily_max_runs: int | None = DEFAULT_DAILY_MAX_RUNS
-    min_free_mb: int = DEFAULT_MIN_FREE_MB
-    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
-    model_timeout: float | None = None  # per model request; None: each provider's own
-    command_prefix: str = "/cockpit"
-    database_url: Secret | None = field(default=None, repr=False)  # Postgres; None: SQLite
-    worker_timeout: float = 20.0  # Postgres: a worker silent this long is dead
-    migrate_on_start: bool = False  # Postgres: `serve` applies missing schema steps itself
-    metrics_token: Secret | None = field(default=None, repr=False)  # None: /metrics is open
-
-    @property
-    def db_path(self) -> Path:
-        return self.data_dir / "cockpit.sqlite3"
-
-    def secrets(self) -> list[str]:
-        """Every secret value these settings hold, for `bot.redaction` (the database URL's
-        password too, wherever it appears)."""
-        secrets = [self.private_key, self.webhook_secret, self.database_url, self.metrics_token]
-        urls = [self.database_url.reveal()] if self.database_url is not None else []
-        if self.chat is not None:
-            secrets.append(self.chat.api_key)
-            urls.append(self.chat.base_url)  # a gateway's credentials in the URL
-        passwords = [part for url in urls for part in url_passwords(url)]
-        return [s.reveal() for s in secrets if s is not None] + passwords
-
-
-def settings_secrets(env: Mapping[str, str]) -> list[str]:
-    """Every secret the settings in `env` hold (`Settings.secrets`: the App's key read from
-    its file too), each setting read on its own: a bad value, or an App key a command never
-    reads, hides none of the others."""
-    parsers = _GENERAL | _GITHUB
-    read = {}
-    for name in ("private_key", "webhook_secret", "database_url", "metrics_token", "chat"):
-        with contextlib.suppress(ConfigError):
-            read[name] = parsers[name](env)
-    return Settings(data_dir=Path(), **read).secrets()
+        return self.value
 
 
 def shown_url(url: str) -> str:
-    """A URL fit to print: its user-info (if any) replaced by `***`."""
-    return mask(url, [])
+    return mask(url, [])  # its user-info (if any) replaced by `***`
 
 
-def _private_key(env: Mapping[str, str]) -> Secret:
-    text = env.get("GITHUB_PRIVATE_KEY")
-    variable = "GITHUB_PRIVATE_KEY"
+def _private_key(env: Mapping[str, str], variable: str) -> Secret:
+    text = env.get(variable)
     if not text:
         path = env.get("GITHUB_PRIVATE_KEY_PATH")
-        variable = "GITHUB_PRIVATE_KEY_PATH"
         if not path:
-            raise ConfigError("GITHUB_PRIVATE_KEY", "private_key_unset")
+            raise ConfigError(variable, "private_key_unset")
+        variable = "GITHUB_PRIVATE_KEY_PATH"
         try:
             text = Path(path).expanduser().read_text()
         except (OSError, UnicodeDecodeError) as exc:
@@ -170,10 +86,9 @@ def _private_key(env: Mapping[str, str]) -> Secret:
     return Secret(text)
 
 
-def _app_id(env: Mapping[str, str]) -> str:
-    app_id = env.get("GITHUB_APP_ID", "").strip()
-    if not app_id:
-        raise ConfigError("GITHUB_APP_ID", "not_set")
+def _app_id(env: Mapping[str, str], variable: str) -> str:
+    if not (app_id := env.get(variable, "").strip()):
+        raise ConfigError(variable, "not_set")
     return app_id
 
 
@@ -184,114 +99,64 @@ PLACEHOLDER_SECRETS = frozenset(
 )
 
 
-def _webhook_secret(env: Mapping[str, str]) -> Secret:
-    secret = env.get("GITHUB_WEBHOOK_SECRET")
-    if not secret:
-        raise ConfigError("GITHUB_WEBHOOK_SECRET", "webhook_secret_unset")
+def _webhook_secret(env: Mapping[str, str], variable: str) -> Secret:
+    if not (secret := env.get(variable)):
+        raise ConfigError(variable, "webhook_secret_unset")
     if secret.strip().casefold() in PLACEHOLDER_SECRETS:
-        raise ConfigError("GITHUB_WEBHOOK_SECRET", "webhook_secret_placeholder")
+        raise ConfigError(variable, "webhook_secret_placeholder")
     return Secret(secret)
 
 
-def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(name, "whole_number", raw=repr(raw)) from None
-    if not low <= value <= high:
-        raise ConfigError(name, "number_range", low=low, high=high, value=value)
-    return value
-
-
-def _limit(
-    env: Mapping[str, str], name: str, default: float | None, *, whole: bool = False
-) -> float | None:
-    """A positive amount, or `none`/`off` for no limit; unset gives the default."""
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    if raw.casefold() in NO_LIMIT:
-        return None
-    try:
-        value = int(raw) if whole else float(raw)
-    except ValueError:
-        raise ConfigError(name, "limit", whole=whole, raw=repr(raw)) from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(name, "limit_positive")
-    return value
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(name, "seconds", raw=repr(raw)) from None
-    if not 0 <= value <= 3600:
-        raise ConfigError(name, "seconds_range", raw=raw)
-    return value
-
-
-def _directory(env: Mapping[str, str], name: str, default: str) -> Path:
+def _directory(env: Mapping[str, str], variable: str) -> Path:
     """A folder, made absolute here, once: a relative one (the default `./data`) means the
     folder the command was started from, whatever folder git or a worker runs in later."""
-    raw = (env.get(name) or "").strip() or default
+    raw = (env.get(variable) or "").strip() or "./data"
     try:
         return Path(raw).expanduser().resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop; `~user` with no such user
-        raise ConfigError(name, "unresolvable", raw=repr(raw), reason=in_words(exc)) from None
+        raise ConfigError(variable, "unresolvable", raw=repr(raw), reason=in_words(exc)) from None
 
 
-def _api_url(env: Mapping[str, str]) -> str:
-    url = (env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
+def _api_url(env: Mapping[str, str], variable: str) -> str:
+    url = (env.get(variable) or DEFAULT_API_URL).rstrip("/")
     if not url.startswith(("https://", "http://")):
-        raise ConfigError("GITHUB_API_URL", "not_url", url=repr(url))
+        raise ConfigError(variable, "not_url", url=repr(url))
     return url
 
 
-def _base_url(env: Mapping[str, str], name: str) -> None:
+def _base_url(env: Mapping[str, str], variable: str) -> None:
     """The SDKs append their paths to a custom base URL: OpenAI's `/responses` to a root that
     ends in `/v1`, Anthropic's `/v1/messages` to the bare host. The usual slip fails at the
     first review with a 404; here it fails at start with the fix."""
-    url = (env.get(name) or "").strip()
-    if not url:
+    if not (url := (env.get(variable) or "").strip()):
         return
     if url.partition("://")[0].lower() not in ("http", "https"):
-        raise ConfigError(name, "not_url", url=repr(shown_url(url)))
-    _readable(name, url)
+        raise ConfigError(variable, "not_url", url=repr(shown_url(url)))
+    _readable(variable, url)
     parts = urllib.parse.urlsplit(url)
     if not parts.netloc:
-        raise ConfigError(name, "not_url", url=repr(shown_url(url)))
+        raise ConfigError(variable, "not_url", url=repr(shown_url(url)))
     segments = [s for s in parts.path.split("/") if s]
-    if name == "OPENAI_BASE_URL" and "v1" not in segments:
-        fixed = url.rstrip("/") + "/v1"
-        raise ConfigError(name, "v1_missing", fixed=fixed)
-    if name == "ANTHROPIC_BASE_URL" and segments[-1:] == ["v1"]:
-        fixed = url.rstrip("/").removesuffix("/v1")
-        raise ConfigError(name, "v1_extra", fixed=fixed)
+    if variable == "OPENAI_BASE_URL" and "v1" not in segments:
+        raise ConfigError(variable, "v1_missing", fixed=url.rstrip("/") + "/v1")
+    if variable == "ANTHROPIC_BASE_URL" and segments[-1:] == ["v1"]:
+        raise ConfigError(variable, "v1_extra", fixed=url.rstrip("/").removesuffix("/v1"))
 
 
-def _readable(name: str, url: str) -> None:
+def _readable(variable: str, url: str) -> None:
     """`url` as the SDKs' HTTP client reads it (a `/` in a password ends the host there, and
-    what follows the `:` is no port), refused naming `name` only: the URL may hold a
+    what follows the `:` is no port), refused naming the variable only: the URL may hold a
     password, and the client's own words quote part of it."""
     import httpx2  # the anthropic and openai SDKs' client; imported only when a URL is set
 
     try:
-        parts = urllib.parse.urlsplit(url)
-        parts.port  # noqa: B018 - raises on a port that is not a number
+        urllib.parse.urlsplit(url).port  # noqa: B018 - raises on a port that is not a number
         httpx2.URL(url)
     except (ValueError, httpx2.InvalidURL):
-        raise ConfigError(name, "url_unreadable") from None
+        raise ConfigError(variable, "url_unreadable") from None
 
 
 def missing_model_key(provider: str, env: Mapping[str, str] | None = None) -> ConfigError | None:
-    """Which variable to set before `provider` can run here (None: it is set)."""
     env = os.environ if env is None else env
     names = MODEL_KEYS.get(provider, ())
     if not names or any((env.get(name) or "").strip() for name in names):
@@ -299,157 +164,271 @@ def missing_model_key(provider: str, env: Mapping[str, str] | None = None) -> Co
     return ConfigError(names[0], "model_key", provider=provider)
 
 
-def _provider(env: Mapping[str, str]) -> str:
-    provider = env.get("COCKPIT_PROVIDER") or "claude"
-    if provider not in PROVIDERS:
-        raise ConfigError("COCKPIT_PROVIDER", "provider", choices=PROVIDERS)
+def _provider(env: Mapping[str, str], variable: str) -> str:
+    if (provider := env.get(variable) or "claude") not in PROVIDERS:
+        raise ConfigError(variable, "provider", choices=PROVIDERS)
     return provider
 
 
-def _chat(env: Mapping[str, str]) -> ChatSettings | None:
-    """COCKPIT_CHAT_*: all unset is no `chat` provider; a base URL needs a model and the other
-    way round; COCKPIT_PROVIDER=chat needs both."""
-    base_url = (env.get("COCKPIT_CHAT_BASE_URL") or "").strip()
-    model = (env.get("COCKPIT_CHAT_MODEL") or "").strip()
+def _chat(env: Mapping[str, str], variable: str) -> ChatSettings | None:
+    """All unset is no `chat` provider; a base URL needs a model and the other way round;
+    COCKPIT_PROVIDER=chat needs both."""
+    base_url = (env.get(variable) or "").strip()
     if not base_url:
-        if model or (env.get("COCKPIT_PROVIDER") or "") == "chat":
-            raise ConfigError("COCKPIT_CHAT_BASE_URL", "chat_base_url_unset")
+        if env.get("COCKPIT_CHAT_MODEL") or (env.get("COCKPIT_PROVIDER") or "") == "chat":
+            raise ConfigError(variable, "chat_base_url_unset")
         return None
     if not base_url.startswith(("https://", "http://")):
         # The value may hold credentials (user:password@host): name the variable only.
-        raise ConfigError("COCKPIT_CHAT_BASE_URL", "chat_not_url")
-    _readable("COCKPIT_CHAT_BASE_URL", base_url)
-    if not model:
+        raise ConfigError(variable, "chat_not_url")
+    _readable(variable, base_url)
+    if not (env.get("COCKPIT_CHAT_MODEL") or "").strip():
         raise ConfigError("COCKPIT_CHAT_MODEL", "chat_model_unset")
-    key = (env.get("COCKPIT_CHAT_API_KEY") or "").strip()
-    context = _int(env, "COCKPIT_CHAT_CONTEXT_TOKENS", 0, low=1024, high=100_000_000) or None
-    return ChatSettings(base_url, model, Secret(key) if key else None, context, _rates(env))
+    values, problems = _read(env, ChatSettings)
+    if problems:
+        raise problems[0]
+    return ChatSettings(**values)
 
 
-def _rates(env: Mapping[str, str]) -> tuple[float, float] | None:
-    raw = (env.get("COCKPIT_CHAT_RATES") or "").strip()
-    if not raw:
+def _rates(env: Mapping[str, str], variable: str) -> tuple[float, float] | None:
+    if not (raw := (env.get(variable) or "").strip()):
         return None
-    parts = [p.strip() for p in raw.split(",")]
+    rate = Annotated[float, Meta(ge=0, le=1e15)]
     try:
-        values = tuple(float(p) for p in parts)
-    except ValueError:
-        values = ()
-    if len(values) != 2 or not all(0 <= v < float("inf") for v in values):
-        raise ConfigError("COCKPIT_CHAT_RATES", "chat_rates", raw=repr(raw))
-    return values[0], values[1]
+        return msgspec.convert([r.strip() for r in raw.split(",")], tuple[rate, rate], strict=False)
+    except msgspec.ValidationError:
+        raise ConfigError(variable, "chat_rates", raw=repr(raw)) from None
 
 
-def _prefix(env: Mapping[str, str]) -> str:
-    prefix = (env.get("COCKPIT_COMMAND_PREFIX") or "/cockpit").strip()
+def _prefix(env: Mapping[str, str], variable: str) -> str:
+    prefix = (env.get(variable) or "/cockpit").strip()
     if not prefix or any(c.isspace() for c in prefix):
-        raise ConfigError("COCKPIT_COMMAND_PREFIX", "prefix")
+        raise ConfigError(variable, "prefix")
     return prefix
 
 
-def _database_url(env: Mapping[str, str]) -> Secret | None:
-    url = (env.get("COCKPIT_DATABASE_URL") or "").strip()
-    if not url:
+def _database_url(env: Mapping[str, str], variable: str) -> Secret | None:
+    if not (url := (env.get(variable) or "").strip()):
         return None
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in ("postgresql", "postgres"):
         # The value may hold a password: name the variable and the scheme only.
-        raise ConfigError("COCKPIT_DATABASE_URL", "database_url", scheme=scheme)
+        raise ConfigError(variable, "database_url", scheme=scheme)
     return Secret(url)
 
 
-def _metrics_token(env: Mapping[str, str]) -> Secret | None:
-    token = (env.get("COCKPIT_METRICS_TOKEN") or "").strip()
-    if not token:
+def _secret(env: Mapping[str, str], variable: str) -> Secret | None:
+    return Secret(raw) if (raw := (env.get(variable) or "").strip()) else None
+
+
+def _metrics_token(env: Mapping[str, str], variable: str) -> Secret | None:
+    if not (token := (env.get(variable) or "").strip()):
         return None
     if len(token) < MIN_METRICS_TOKEN or not token.isascii() or not token.isprintable():
         # A short token is guessed; it is a secret all the same: name the variable only.
-        raise ConfigError("COCKPIT_METRICS_TOKEN", "metrics_token", least=MIN_METRICS_TOKEN)
+        raise ConfigError(variable, "metrics_token", least=MIN_METRICS_TOKEN)
     return Secret(token)
 
 
-_GENERAL = {
-    "data_dir": lambda env: _directory(env, "COCKPIT_DATA_DIR", "./data"),
-    "host": lambda env: env.get("COCKPIT_HOST") or "0.0.0.0",  # noqa: S104
-    "port": lambda env: _int(env, "COCKPIT_PORT", 8080, low=0, high=65535),
-    "api_url": _api_url,
-    "app_slug": lambda env: env.get("GITHUB_APP_SLUG") or None,
-    "provider": _provider,
-    "claude_model": lambda env: env.get("COCKPIT_CLAUDE_MODEL") or DEFAULT_CLAUDE_MODEL,
-    "codex_model": lambda env: env.get("COCKPIT_CODEX_MODEL") or DEFAULT_CODEX_MODEL,
-    "chat": _chat,
-    "max_concurrent_reviews": lambda env: _int(
-        env, "COCKPIT_MAX_CONCURRENT_REVIEWS", 2, low=1, high=64
-    ),
-    "review_max_usd": lambda env: _limit(env, "COCKPIT_REVIEW_MAX_USD", DEFAULT_REVIEW_MAX_USD),
-    "daily_max_usd": lambda env: _limit(env, "COCKPIT_DAILY_MAX_USD", DEFAULT_DAILY_MAX_USD),
-    "daily_max_runs": lambda env: _limit(
-        env, "COCKPIT_DAILY_MAX_RUNS", DEFAULT_DAILY_MAX_RUNS, whole=True
-    ),
-    "min_free_mb": lambda env: _int(
-        env, "COCKPIT_MIN_FREE_MB", DEFAULT_MIN_FREE_MB, low=0, high=10**9
-    ),
-    "shutdown_grace": lambda env: _seconds(
-        env, "COCKPIT_SHUTDOWN_GRACE_SECONDS", DEFAULT_SHUTDOWN_GRACE
-    ),
-    "model_timeout": lambda env: _seconds(env, "COCKPIT_MODEL_TIMEOUT_SECONDS", 0) or None,
-    "command_prefix": _prefix,
-    "database_url": _database_url,
-    "worker_timeout": lambda env: float(_int(env, "COCKPIT_WORKER_TIMEOUT", 20, low=2, high=3600)),
-    "migrate_on_start": lambda env: bool(_int(env, "COCKPIT_MIGRATE_ON_START", 0, low=0, high=1)),
-    "metrics_token": _metrics_token,
-}
-_GITHUB = {"app_id": _app_id, "private_key": _private_key, "webhook_secret": _webhook_secret}
+def from_env(variable: str, read: Reader | None = None) -> dict[str, Any]:
+    """A field's metadata: the variable it is read from, and how where its declared type
+    (bounds included) does not say all."""
+    return {"env": variable, "read": read}
+
+
+Reader = Callable[[Mapping[str, str], str], Any]  # (the environment, the variable) -> value
+Whole = Annotated[int, Meta(ge=1)]
+Limit = Annotated[float, Meta(gt=0, le=1e15)] | None  # `none`/`off`: no limit
+Seconds = Annotated[float, Meta(ge=0, le=3600)]
+WholeSeconds = Annotated[int, Meta(ge=2, le=3600)]
+Port = Annotated[int, Meta(ge=0, le=65535)]
+Workers = Annotated[int, Meta(ge=1, le=64)]
+Megabytes = Annotated[int, Meta(ge=0, le=10**9)]
+OneOrZero = Annotated[int, Meta(ge=0, le=1)]
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """The `chat` provider: an OpenAI-compatible Chat Completions endpoint."""
+
+    base_url: str = field(metadata=from_env("COCKPIT_CHAT_BASE_URL"))
+    model: str = field(metadata=from_env("COCKPIT_CHAT_MODEL"))
+    api_key: Secret | None = field(default=None, metadata=from_env("COCKPIT_CHAT_API_KEY", _secret))
+    # The model's context window: what is sent is bounded.
+    context_tokens: Annotated[int, Meta(ge=1024, le=100_000_000)] | None = field(
+        default=None, metadata=from_env("COCKPIT_CHAT_CONTEXT_TOKENS")
+    )
+    rates: tuple[float, float] | None = field(
+        default=None, metadata=from_env("COCKPIT_CHAT_RATES", _rates)
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, read from the variable its field names; `templates/environment.toml`
+    says what each means."""
+
+    data_dir: Path = field(metadata=from_env("COCKPIT_DATA_DIR", _directory))
+    # A container listens on all interfaces.
+    host: str = field(default="0.0.0.0", metadata=from_env("COCKPIT_HOST"))  # noqa: S104
+    port: Port = field(default=8080, metadata=from_env("COCKPIT_PORT"))
+    api_url: str = field(default=DEFAULT_API_URL, metadata=from_env("GITHUB_API_URL", _api_url))
+    app_id: str | None = field(default=None, metadata=from_env("GITHUB_APP_ID", _app_id))
+    private_key: Secret | None = field(
+        default=None, metadata=from_env("GITHUB_PRIVATE_KEY", _private_key)
+    )
+    webhook_secret: Secret | None = field(
+        default=None, metadata=from_env("GITHUB_WEBHOOK_SECRET", _webhook_secret)
+    )
+    app_slug: str | None = field(default=None, metadata=from_env("GITHUB_APP_SLUG"))
+    provider: str = field(default="claude", metadata=from_env("COCKPIT_PROVIDER", _provider))
+    claude_model: str = field(
+        default=DEFAULT_CLAUDE_MODEL, metadata=from_env("COCKPIT_CLAUDE_MODEL")
+    )
+    codex_model: str = field(default=DEFAULT_CODEX_MODEL, metadata=from_env("COCKPIT_CODEX_MODEL"))
+    chat: ChatSettings | None = field(
+        default=None, metadata=from_env("COCKPIT_CHAT_BASE_URL", _chat)
+    )
+    max_concurrent_reviews: Workers = field(
+        default=2, metadata=from_env("COCKPIT_MAX_CONCURRENT_REVIEWS")
+    )
+    # SPEC: unset is no cap per run (the daily budget still holds).
+    review_max_usd: Limit = field(default=None, metadata=from_env("COCKPIT_REVIEW_MAX_USD"))
+    daily_max_usd: Limit = field(default=25, metadata=from_env("COCKPIT_DAILY_MAX_USD"))
+    daily_max_runs: Whole | None = field(default=200, metadata=from_env("COCKPIT_DAILY_MAX_RUNS"))
+    min_free_mb: Megabytes = field(default=1024, metadata=from_env("COCKPIT_MIN_FREE_MB"))
+    shutdown_grace: Seconds = field(default=20, metadata=from_env("COCKPIT_SHUTDOWN_GRACE_SECONDS"))
+    # Per model request; 0 or unset: each provider's own.
+    model_timeout: Seconds | None = field(
+        default=None, metadata=from_env("COCKPIT_MODEL_TIMEOUT_SECONDS")
+    )
+    command_prefix: str = field(
+        default="/cockpit", metadata=from_env("COCKPIT_COMMAND_PREFIX", _prefix)
+    )
+    database_url: Secret | None = field(  # Postgres; None: SQLite
+        default=None, metadata=from_env("COCKPIT_DATABASE_URL", _database_url)
+    )
+    # Postgres: a worker silent this long is dead; `serve` applies missing schema steps itself.
+    worker_timeout: WholeSeconds = field(default=20, metadata=from_env("COCKPIT_WORKER_TIMEOUT"))
+    migrate_on_start: OneOrZero = field(default=0, metadata=from_env("COCKPIT_MIGRATE_ON_START"))
+    metrics_token: Secret | None = field(
+        default=None, metadata=from_env("COCKPIT_METRICS_TOKEN", _metrics_token)
+    )
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "cockpit.sqlite3"
+
+    def secrets(self) -> list[str]:
+        """Every secret value these settings hold, for `bot.redaction` (the database URL's
+        password too, wherever it appears)."""
+        secrets = [self.private_key, self.webhook_secret, self.database_url, self.metrics_token]
+        urls = [self.database_url.reveal()] if self.database_url is not None else []
+        if self.chat is not None:
+            secrets.append(self.chat.api_key)
+            urls.append(self.chat.base_url)  # a gateway's credentials in the URL
+        passwords = [part for url in urls for part in url_passwords(url)]
+        return [s.reveal() for s in secrets if s is not None] + passwords
+
+
 # The App's credentials each `serve --role` reads: `web` verifies and stores deliveries (the
 # webhook secret), a `worker` calls GitHub as the App (its id and key), `all` does both.
 ROLE_GITHUB = {
-    "all": tuple(_GITHUB),
+    "all": ("app_id", "private_key", "webhook_secret"),
     "web": ("webhook_secret",),
     "worker": ("app_id", "private_key"),
 }
+SECRETS = ("private_key", "webhook_secret", "database_url", "metrics_token", "chat")
 
 
-def _parsers(github: bool, role: str) -> dict:
-    if not github:
-        return _GENERAL
-    return _GENERAL | {name: _GITHUB[name] for name in ROLE_GITHUB[role]}
+def _read(
+    env: Mapping[str, str], shape: type, names: Iterable[str] | None = None
+) -> tuple[dict[str, Any], list[ConfigError]]:
+    """The settings of `shape` among `names` (default: all), each read on its own, and a
+    ConfigError for each one that is wrong."""
+    hints = typing.get_type_hints(shape, include_extras=True)
+    values, problems = {}, []
+    for f in fields(shape):
+        if names is not None and f.name not in names:
+            continue
+        variable, read = f.metadata["env"], f.metadata["read"]
+        raw = (env.get(variable) or "").strip()
+        try:
+            if read is not None:
+                values[f.name] = read(env, variable)
+            elif raw:
+                values[f.name] = _typed(variable, raw, hints[f.name])
+        except ConfigError as exc:
+            problems.append(exc)
+    return values, problems
 
 
-# Values no setting holds (the SDKs read them) but a slip in which fails fast all the same.
-_CHECKED = (
-    lambda env: _base_url(env, "OPENAI_BASE_URL"),
-    lambda env: _base_url(env, "ANTHROPIC_BASE_URL"),
-)
+def _typed(variable: str, raw: str, shape: Any) -> Any:
+    """`raw` as its declared type says ("8080" is 8080; `none` or `off` no limit where None
+    is allowed), or ConfigError saying what it takes."""
+    optional = type(None) in typing.get_args(shape)
+    if optional and raw.casefold() in NO_LIMIT:
+        return None
+    try:
+        value = msgspec.convert(raw, shape, strict=False)
+    except msgspec.ValidationError:
+        pass
+    else:
+        return None if optional and value == 0 else value  # 0 seconds: each provider's own
+    number = msgspec.inspect.type_info(shape)
+    while not isinstance(number, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+        number = getattr(number, "type", None) or number.types[0]
+    whole, values = isinstance(number, msgspec.inspect.IntType), {"optional": optional}
+    try:
+        value = msgspec.convert(raw, int if whole else float, strict=False)
+    except msgspec.ValidationError:
+        raise ConfigError(variable, "number", whole=whole, raw=repr(raw), **values) from None
+    bounds = {k: getattr(number, k) for k in ("ge", "gt", "le") if getattr(number, k) is not None}
+    raise ConfigError(variable, "number_range", whole=whole, value=value, **bounds, **values)
+
+
+def settings_secrets(env: Mapping[str, str]) -> list[str]:
+    """Every secret the settings in `env` hold (`Settings.secrets`: the App's key read from
+    its file too), each setting read on its own: a bad value, or an App key a command never
+    reads, hides none of the others."""
+    values = {}
+    for name in SECRETS:
+        values |= _read(env, Settings, (name,))[0]
+    return Settings(data_dir=Path(), **values).secrets()
 
 
 def load_settings(
     env: Mapping[str, str] | None = None, *, github: bool = True, role: str = "all"
 ) -> Settings:
-    """Read settings; raise ConfigError on the first bad value.
-
-    `github=False` skips the App credentials (for commands that never talk to GitHub);
-    `role` reads only those a `serve --role` process uses (`ROLE_GITHUB`).
-    """
-    env = os.environ if env is None else env
-    for check in _CHECKED:
-        check(env)
-    parsers = _parsers(github, role)
-    return Settings(**{name: parse(env) for name, parse in parsers.items()})
+    """The settings, or the first ConfigError. `github=False` skips the App credentials (for
+    commands that never talk to GitHub); `role` reads only those its process uses."""
+    values, problems = _settings(env, github, role)
+    if problems:
+        raise problems[0]
+    return Settings(**values)
 
 
 def check_settings(
     env: Mapping[str, str] | None = None, *, github: bool = True, role: str = "all"
 ) -> list[ConfigError]:
-    """Every problem with the environment, not just the first (for `cockpit check-config`)."""
+    return _settings(env, github, role)[1]
+
+
+def _settings(
+    env: Mapping[str, str] | None, github: bool, role: str
+) -> tuple[dict[str, Any], list[ConfigError]]:
     env = os.environ if env is None else env
-    problems: list[ConfigError] = []
-    parsers = _parsers(github, role)
-    for parse in (*_CHECKED, *parsers.values()):
+    problems = []
+    # Values no setting holds (the SDKs read them) but a slip in which fails fast all the same.
+    for variable in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
         try:
-            parse(env)
+            _base_url(env, variable)
         except ConfigError as exc:
             problems.append(exc)
-    return problems
+    app = ROLE_GITHUB[role] if github else ()
+    names = [f.name for f in fields(Settings) if f.name in app or f.name not in ROLE_GITHUB["all"]]
+    values, found = _read(env, Settings, names)
+    return values, problems + found
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -504,8 +483,7 @@ def load_env_file(
 
 
 def env_file_named() -> str:
-    """The env file a fix tells the user to set a variable in: the one read, else the
-    default one."""
+    """The env file a fix says to set a variable in: the one read, else the default one."""
     if _env_file_read is None or _env_file_read == Path(ENV_FILE):
         return f"./{ENV_FILE}"
     return str(_env_file_read)
@@ -545,7 +523,7 @@ def _cause(error: BaseException) -> BaseException | None:
 
 @dataclass(frozen=True)
 class Variable:
-    """One row of the environment table (`cockpit help environment`, the README's)."""
+    """One row of `cockpit help environment` and the README's table."""
 
     names: tuple[str, ...]
     meaning: str
@@ -553,8 +531,12 @@ class Variable:
 
 
 def environment() -> list[Variable]:
-    """Every environment variable the bot reads, from `templates/environment.toml`."""
+    """`templates/environment.toml`'s rows; a row that says no default shows the declared ones."""
+    declared = {f.metadata["env"]: f.default for f in fields(Settings) if f.default is not None}
     data = tomllib.loads(resources.files("templates").joinpath("environment.toml").read_text())
-    return [
-        Variable(tuple(row["names"]), row["meaning"], row["default"]) for row in data["variable"]
-    ]
+    rows = []
+    for row in data["variable"]:
+        names = tuple(row["names"])
+        default = row.get("default") or ", ".join(f"`{declared[name]}`" for name in names)
+        rows.append(Variable(names, row["meaning"], default))
+    return rows

@@ -1,23 +1,8 @@
-"""`cockpit demo`: the whole flow on this machine, no GitHub account and no API key needed.
-
-It generates a repository with a pull request, starts the local GitHub stand-in, offline
-scripted models and the real bot server; sends a signed `pull_request` delivery; prints the
-draft as the status comment shows it (the repository's config turns the verify pass on); runs
-one cross-AI round (`codex-review`, then `send-back` so the reviewer revises its draft); then
-comments `/cockpit approve` and prints the published review. Nothing is left running.
-`--critic` chooses the cross-AI critic (Codex by default; `chat` runs it on the offline Chat
-Completions stand-in, as a local model would; with `claude`, Codex reviews).
-
-Offline always, whatever keys the shell has: the SDKs are pointed at the loopback stand-ins.
-`--live` opts in to the real Anthropic and OpenAI APIs (both keys needed) and says so first.
-"""
+"""`cockpit demo`: the whole flow on this machine, offline unless `--live`, nothing left running."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import json
 import logging
 import os
 import secrets
@@ -29,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from bot.checks import git_check
 from bot.config import DEFAULT_CLAUDE_MODEL, DEFAULT_CODEX_MODEL, ChatSettings
@@ -40,96 +24,29 @@ from bot.server import CONTEXT, make_app
 from bot.standin import serve_local
 from bot.standin.github import GitHubStandin
 from bot.standin.models import AnthropicStandin, ChatStandin, OpenAIStandin
-from bot.standin.repo import make_pr
+from bot.standin.repo import SAMPLE_BASE, SAMPLE_HEAD, make_pr
 from bot.standin.scripted import MODEL as SCRIPTED_MODEL
 from bot.standin.scripted import scripted_reviewer
 from bot.texts import OPERATOR, say
 from handlers import router
 
 OWNER, NAME, NUMBER, INSTALLATION, MAINTAINER = "demo", "widgets", 1, 1, "maintainer"
+PR_BODY = "Adds user lookup and a calculator parser."
 REPO_CONFIG = "verify = true  # a second read-only run tries to refute each finding\n"
 LIVE = (  # provider, SDK key, SDK base URL, its default
     ("claude", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
     ("codex", "OPENAI_API_KEY", "OPENAI_BASE_URL", "https://api.openai.com/v1"),
 )
-BASE = {
-    "app/db.py": "import sqlite3\n\n\ndef find_user(conn, name):\n"
-    "    return conn.execute('SELECT * FROM users WHERE name = ?', (name,))\n",
-    "app/calc.py": "def parse(text):\n    return int(text)\n",
-    "README.md": "# widgets\n",
-    CONFIG_PATH: REPO_CONFIG,
-}
-HEAD = {
-    "app/db.py": 'import sqlite3\n\nPASSWORD = "hunter2-prod"\n\n\ndef find_user(conn, name):\n'
-    "    return conn.execute(f\"SELECT * FROM users WHERE name = '{name}'\")\n",
-    "app/calc.py": "def parse(text):\n    if text == None:\n        return None\n    try:\n"
-    "        return eval(text)\n    except:\n        return None\n",
-    "tests/test_db.py": 'API_TOKEN = "test-token-not-a-secret"\n\n\ndef test_find_user():\n'
-    "    assert API_TOKEN\n",
-}
-
-
-def _signed(event: str, data: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
-    body = json.dumps(data).encode()
-    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return body, {
-        "X-GitHub-Event": event,
-        "X-GitHub-Delivery": secrets.token_hex(8),
-        "X-Hub-Signature-256": signature,
-        "Content-Type": "application/json",
-    }
-
-
-def _repository(clone_url: str) -> dict[str, Any]:
-    return {
-        "id": 1,
-        "name": NAME,
-        "full_name": f"{OWNER}/{NAME}",
-        "private": False,
-        "owner": {"login": OWNER, "type": "Organization"},
-        "clone_url": clone_url,
-        "default_branch": "main",
-    }
-
-
-def _pull_request_opened(pr: Any) -> dict[str, Any]:
-    return {
-        "action": "opened",
-        "number": NUMBER,
-        "installation": {"id": INSTALLATION},
-        "repository": _repository(pr.clone_url),
-        "sender": {"login": "contributor", "type": "User"},
-        "pull_request": {
-            "number": NUMBER,
-            "state": "open",
-            "draft": False,
-            "title": "Look users up by name",
-            "body": "Adds user lookup and a calculator parser.",
-            "user": {"login": "contributor", "type": "User"},
-            "html_url": f"https://github.test/{OWNER}/{NAME}/pull/{NUMBER}",
-            "head": {"sha": pr.head_sha, "ref": "feature"},
-            "base": {"sha": pr.base_sha, "ref": pr.base_ref},
-        },
-    }
-
-
-def _comment(pr: Any, body: str, comment_id: int) -> dict[str, Any]:
-    return {
-        "action": "created",
-        "installation": {"id": INSTALLATION},
-        "repository": _repository(pr.clone_url),
-        "sender": {"login": MAINTAINER, "type": "User"},
-        "issue": {
-            "number": NUMBER,
-            "title": "Look users up by name",
-            "pull_request": {"url": f"https://github.test/{OWNER}/{NAME}/pull/{NUMBER}"},
-        },
-        "comment": {"id": comment_id, "body": body, "user": {"login": MAINTAINER, "type": "User"}},
-    }
+BASE = {**SAMPLE_BASE, CONFIG_PATH: REPO_CONFIG}
+HEAD = SAMPLE_HEAD
 
 
 def _section(title: str) -> None:
     print(f"\n{'─' * 8} {title} {'─' * max(4, 70 - len(title))}\n")
+
+
+async def idle(jobs: Any) -> bool:
+    return await jobs.pending() == 0
 
 
 async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
@@ -140,26 +57,16 @@ async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _review_state(app: web.Application) -> str | None:
-    return await newest_state(app[CONTEXT].db)
-
-
-async def _idle(app: web.Application) -> bool:
-    return await app[CONTEXT].jobs.pending() == 0
-
-
 async def demo(
     root: Path, *, live: bool = False, critic: str = "codex", started: float | None = None
 ) -> int:
-    """The demo; `started` is when the command started (what the closing line measures
-    from), else now."""
     started = time.monotonic() if started is None else started
     reviewer = "codex" if critic == "claude" else "claude"
     verifier = "Claude" if reviewer == "codex" else "Codex"  # the other provider configured
     pr = await asyncio.to_thread(make_pr, root / "origin", base=BASE, head=HEAD, number=NUMBER)
     github = GitHubStandin(slug="pr-cockpit")
     await github.start()
-    github.add_generated_pr(
+    repo = github.add_generated_pr(
         OWNER,
         NAME,
         pr,
@@ -207,26 +114,28 @@ async def demo(
             live=live,
         )
     )
-    comments = iter(range(424242, 424300))
+    pull = github.pulls[(repo.full_name, NUMBER)]
     try:
         async with aiohttp.ClientSession() as http:
 
             async def deliver(event: str, data: dict[str, Any], what: str) -> None:
-                body, headers = _signed(event, data, secret)
+                body, headers = github.delivery(event, data, secret)
                 async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as r:
                     print("\n" + say(OPERATOR, "demo.delivery", what=what, status=r.status))
-                await _wait(lambda: _idle(app), what)
+                await _wait(lambda: idle(app[CONTEXT].jobs), what)
 
-            async def command(text: str) -> None:
-                data = _comment(pr, text, next(comments))
+            async def command(text: str) -> int:
+                data = github.pull_request_comment(pull, text, by=MAINTAINER)
                 await deliver(
                     "issue_comment", data, say(OPERATOR, "demo.comment", text=text, by=MAINTAINER)
                 )
+                return data["comment"]["id"]
 
-            await deliver("pull_request", _pull_request_opened(pr), "pull_request.opened")
+            opened = github.pull_request_opened(pull, body=PR_BODY)
+            await deliver("pull_request", opened, "pull_request.opened")
             _section(say(OPERATOR, "demo.section", part="status"))
             print(_status(github))
-            if await _review_state(app) != ReviewState.DRAFT:
+            if await newest_state(app[CONTEXT].db) != ReviewState.DRAFT:
                 return 1
             print(say(OPERATOR, "demo.verify_column", verifier=verifier))
 
@@ -244,8 +153,8 @@ async def demo(
             _section(say(OPERATOR, "demo.section", part="revised"))
             print(_status(github))
 
-            await command("/cockpit approve")
-            if await _review_state(app) != ReviewState.POSTED:
+            approve = await command("/cockpit approve")
+            if await newest_state(app[CONTEXT].db) != ReviewState.POSTED:
                 print(_latest_reply(github))
                 return 1
         _section(say(OPERATOR, "demo.section", part="published"))
@@ -258,7 +167,7 @@ async def demo(
         for comment in review["comments"]:
             print("\n" + say(OPERATOR, "demo.inline", comment=comment))
             print("  " + comment["body"].replace("\n", "\n  "))
-        reactions = [r["content"] for r in github.reactions if r["comment_id"] == 424244]
+        reactions = [r["content"] for r in github.reactions if r["comment_id"] == approve]
         print("\n" + say(OPERATOR, "demo.reactions", reactions=reactions))
         print(
             say(
@@ -288,7 +197,6 @@ def _latest_reply(github: GitHubStandin) -> str:
 
 
 def live_problem() -> str | None:
-    """Why `--live` cannot run (a key it needs is not set), else None."""
     missing = [key for _, key, _, _ in LIVE if not os.environ.get(key)]
     return say(OPERATOR, "demo.live_needs", missing=missing) if missing else None
 

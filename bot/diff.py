@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, field
 
 import unidiff
@@ -34,28 +35,11 @@ class DiffModel:
         return self.files.get(path)
 
 
-_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
-
-
 def unquote(name: str) -> str:
     """Undo git's C-style quoting of unusual file names (`"dir/\\303\\274.py"` → `dir/ü.py`)."""
     if len(name) < 2 or not (name.startswith('"') and name.endswith('"')):
         return name
-    raw, body, n = bytearray(), name[1:-1], 0
-    while n < len(body):
-        char = body[n]
-        if char == "\\" and n + 1 < len(body):
-            following = body[n + 1]
-            if following in "01234567" and n + 3 < len(body) + 1:
-                raw.append(int(body[n + 1 : n + 4], 8))
-                n += 4
-                continue
-            raw.append(_ESCAPES.get(following, ord(following)))
-            n += 2
-            continue
-        raw.extend(char.encode())
-        n += 1
-    return raw.decode("utf-8", errors="replace")
+    return codecs.escape_decode(name[1:-1].encode())[0].decode("utf-8", errors="replace")
 
 
 def _strip_prefix(name: str | None) -> str | None:
@@ -66,7 +50,6 @@ def _strip_prefix(name: str | None) -> str | None:
 
 
 def parse_diff(text: str) -> DiffModel:
-    """Parse `git diff` output: renames, deletions, binaries and missing final newlines."""
     files: dict[str, FileDiff] = {}
     for patched in unidiff.PatchSet(text):
         old_path = _strip_prefix(patched.source_file)

@@ -29,8 +29,7 @@ TOKEN_REFRESH_MARGIN = 300.0  # renew installation tokens ~5 minutes before they
 MAX_RATE_LIMIT_WAIT = 60.0  # wait this long in-process; longer waits fail the job for a retry
 MAX_ATTEMPTS = 4
 PERMISSION_TTL = 300.0  # a person's repository permission is trusted this long
-# Repository permission levels, lowest first ("none" = not a collaborator).
-PERMISSIONS = ("none", "read", "triage", "write", "maintain", "admin")
+PERMISSIONS = ("none", "read", "triage", "write", "maintain", "admin")  # lowest first
 NEXT_PAGES_REMEMBERED = 64  # pagination links handed out by GitHub, per client
 
 
@@ -39,11 +38,7 @@ class AbsoluteURLError(ValueError):
 
 
 def graphql_url(api_url: str) -> str:
-    """GitHub's GraphQL endpoint for a REST base URL (GITHUB_API_URL).
-
-    github.com and GHE.com serve it beside the REST root (`https://api.github.com/graphql`);
-    GitHub Enterprise Server serves REST at `/api/v3` and GraphQL at `/api/graphql`.
-    """
+    """GitHub's GraphQL endpoint: beside the REST root, or `/api/graphql` for GHES's `/api/v3`."""
     parts = urlsplit(api_url.strip())
     path = parts.path.rstrip("/")
     if path.endswith("/api/v3"):
@@ -63,11 +58,7 @@ class InstallationToken:
 def retry_delay(
     exc: gidgethub.HTTPException, attempt: int, now: float, method: str = "GET"
 ) -> float | None:
-    """Seconds to wait before retrying a failed GitHub call, or None to give up.
-
-    Secondary limits send `retry-after`; primary limits send `x-ratelimit-remaining: 0`
-    and `x-ratelimit-reset`; 5xx get exponential backoff.
-    """
+    """Seconds to wait before retrying a failed GitHub call, or None to give up."""
     if attempt >= MAX_ATTEMPTS:
         return None
     status = int(exc.status_code)
@@ -89,30 +80,19 @@ def retry_delay(
 def github_transient(exc: BaseException) -> bool:
     """GitHub did not really answer (unreachable, timed out, 5xx, rate limited): worth
     retrying later, unlike a 4xx that says no."""
-    if isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError):
-        return True
     if isinstance(exc, gidgethub.HTTPException):
-        status = int(exc.status_code)
-        headers = {k.lower() for k in (exc.headers or {})}
-        limited = status == 403 and "retry-after" in headers  # a secondary rate limit
-        return (
-            status >= 500
-            or status == 429
-            or limited
-            or isinstance(exc, gidgethub.RateLimitExceeded)
-        )
-    return False
+        limited = isinstance(exc, gidgethub.RateLimitExceeded)
+        return limited or retry_delay(exc, 1, time.time()) is not None
+    return isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError)
 
 
 class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
     """gidgethub client that only calls relative URLs, retries limits, and counts calls.
 
-    The one absolute URL it follows is a pagination link GitHub itself just returned
-    (`Link: <…>; rel="next"`, absolute, often as `/repositories/{id}/…`): its path and query,
-    on this client's own base (a GHES writes its configured hostname into links, which may not
-    be the name the bot reaches it by). Any other absolute URL — one found in a payload, even
-    on the API host — is refused.
-    """
+    The one absolute URL it follows is a pagination link GitHub itself just returned, on this
+    client's own base (a GHES writes its configured hostname into links, which may not be the
+    name the bot reaches it by); any other (one found in a payload, even on the API host) is
+    refused."""
 
     def __init__(
         self,
@@ -159,7 +139,6 @@ class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
         return data, more, status
 
     def _on_base(self, link: str) -> str:
-        """A pagination link as a path relative to this client's base URL."""
         root = urlsplit(self.base_url).path.rstrip("/")
         parts = urlsplit(link)
         if not parts.path.startswith(root + "/"):
@@ -206,8 +185,6 @@ class CockpitGitHubAPI(gidgethub.aiohttp.GitHubAPI):
 
 
 class GitHubApp:
-    """Builds API clients for the App and its installations; owns the token and ETag caches."""
-
     def __init__(
         self,
         settings: Settings,
@@ -249,11 +226,9 @@ class GitHubApp:
         )
 
     def app_api(self) -> CockpitGitHubAPI:
-        """Client authenticated as the App itself (JWT)."""
         return self._client(app_id=self.settings.app_id, private_key=self._private_key())
 
     def installation_api(self, installation_id: int) -> CockpitGitHubAPI:
-        """Client for one installation; the token is fetched (or reused) on first call."""
         cache = self._etags.get(installation_id)
         if cache is None:
             cache = self._etags[installation_id] = cachetools.LRUCache(maxsize=512)
@@ -328,6 +303,6 @@ def describe_failure(exc: Exception) -> str:
 
 
 def permits(level: str, required: str = "write") -> bool:
-    """Whether `level` is at least `required` (unknown levels permit nothing)."""
+    """Unknown levels permit nothing."""
     order = {name: n for n, name in enumerate(PERMISSIONS)}
     return order.get(level, 0) >= order[required]

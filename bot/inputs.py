@@ -1,11 +1,4 @@
-"""Every external input is declared once, as a msgspec type (a `Struct` with `Meta` on its
-fields); from that one declaration come its problems, its decoding, its JSON Schema and its
-reference table.
-
-msgspec stops at a document's first error; people and models fixing a document want all of
-them at once, so `problems` walks the declaration itself and names each one, with enough
-(where, why, what was found, what is allowed) for a message table to say it in words.
-"""
+"""An external input declared once as a msgspec type: its problems, decoding, schema, table."""
 
 from __future__ import annotations
 
@@ -45,7 +38,7 @@ class Problem:
     why: str  # unknown | missing | type | one_of | range | length | pattern
     got: Any = None  # the value found (unknown: the key; missing: None)
     expected: str = ""  # type: the JSON type(s) allowed, "integer" or "string or null"
-    allowed: tuple[Any, ...] = ()  # one_of: the choices
+    allowed: tuple[Any, ...] = ()  # one_of, and type on a union of choices: the choices
     # range, length, pattern: the bounds it broke; type: the bounds of what is expected
     # (so "must be a positive integer" reads the same for `0` and for `"3"`)
     limits: Mapping[str, Any] = field(default_factory=dict)
@@ -64,15 +57,14 @@ class Problem:
 
 
 def problems(value: Any, shape: Any, where: str = "") -> list[Problem]:
-    """Every problem of `value` as a `shape`, field by field and item by item, in document
-    order; `where` prefixes each path (a table inside a larger document). Empty: `decode`
-    will succeed."""
+    """Every problem of `value` as a `shape`, in document order (msgspec stops at the first;
+    people and models fixing a document want them all); `where` prefixes each path. Empty:
+    `decode` will succeed."""
     return _check(value, mi.type_info(shape), (where,) if where else ())
 
 
 def decode(value: Any, shape: type[T]) -> T:
-    """`value` (JSON- or TOML-parsed data) as a `shape`; `msgspec.ValidationError` when
-    `problems` would name one."""
+    """`value` (JSON- or TOML-parsed data) as a `shape`."""
     return msgspec.convert(value, shape, strict=True)
 
 
@@ -101,7 +93,7 @@ def json_schema(shape: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Row:
-    """One field of a declaration, for a reference table."""
+    """One field of a declaration in a reference table."""
 
     name: str  # as written in the document (a field's `name=`)
     type: str  # `integer ≥ 1`, `"a" | "b"`, `list of string`, …
@@ -127,7 +119,6 @@ def reference_rows(shape: Any) -> list[Row]:
 
 
 def type_text(info: mi.Type) -> str:
-    """A type as a reference table says it."""
     info = _bare(info)
     if isinstance(info, mi.LiteralType | mi.EnumType):
         return " | ".join(json.dumps(v) for v in _choices(info))
@@ -146,9 +137,6 @@ def type_text(info: mi.Type) -> str:
         if getattr(info, attr, None) is not None
     ]
     return " ".join([name, ", ".join(bounds)]) if bounds else name
-
-
-# -- the walk --------------------------------------------------------------------------------
 
 
 def _bare(info: mi.Type) -> mi.Type:
@@ -195,7 +183,11 @@ def _check(value: Any, info: mi.Type, path: tuple[str | int, ...]) -> list[Probl
         if not members:
             expected = " or ".join(dict.fromkeys(_expected(t) for t in info.types))
             limits = {k: v for t in info.types for k, v in _bounds(_bare(t)).items()}
-            return [Problem(path, "type", value, expected, limits=limits)]
+            kinds = [_bare(t) for t in info.types]
+            allowed = [
+                c for t in kinds if isinstance(t, mi.LiteralType | mi.EnumType) for c in _choices(t)
+            ]
+            return [Problem(path, "type", value, expected, tuple(allowed), limits)]
         return min((_check(value, t, path) for t in members), key=len)  # the one it fits best
     if isinstance(info, mi.LiteralType | mi.EnumType):
         if any(value == c and _json_type(value) == _json_type(c) for c in _choices(info)):

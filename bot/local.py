@@ -1,20 +1,4 @@
-"""`cockpit review-local`: the production review engine on a local repository's commits, with
-the draft printed in the terminal. It never talks to GitHub and never writes to the repository.
-
-The repository may be anybody's (a colleague's branch, a downloaded project), and its own git
-config and attributes can name programs for git to run (filters, diff drivers, fsmonitor,
-hooks, pagers, ssh and gpg programs, credential helpers). So git runs in it only to read refs,
-objects and the index, never its files' contents, with git's safe environment (its
-configuration overrides the repository's: no hooks, no fsmonitor, no optional locks) and no
-transport at all (a partial clone's missing object is not fetched). Everything else (the log,
-the merge base, the diff, the reviewer's tools) runs in a bare mirror under a temporary folder
-whose configuration is ours alone: it borrows the repository's objects by naming their folder
-(`objects/info/alternates`; nothing copied, nothing written on the repository's side, no git
-process started there) and the review's worktree is made from it, as production makes one
-from its mirror of GitHub. The runs and the session go to a temporary SQLite database: a trial
-on a laptop never mixes with a server's runs and stats (`cockpit stats`, the daily budget),
-and nothing is left behind. Both go when the command ends.
-"""
+"""`cockpit review-local`: the review engine on a local repository's commits, read only."""
 
 from __future__ import annotations
 
@@ -28,9 +12,11 @@ import shutil
 import stat
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import msgspec
 
 from bot.agents.base import AgentError, Budget
 from bot.config import (
@@ -43,7 +29,7 @@ from bot.config import (
 )
 from bot.records.vocab import Verdict
 from bot.texts import OPERATOR, render, say, usd
-from bot.worktrees import GitError, Mirrors, Worktree, run_git, with_config
+from bot.worktrees import GitError, Mirrors, Worktree, commit_of, run_git, with_config
 
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
 # Where the default branch is looked for, in order: what a pull request would be opened
@@ -100,33 +86,66 @@ class Revisions:
     uncommitted: int  # changed paths in the working tree (not reviewed)
 
 
-@dataclass
-class LocalReview:
-    """The draft and what it cost, as printed (`render_text`) or emitted (`to_json`)."""
+class Ref(msgspec.Struct):
+    ref: str
+    sha: str
 
-    revisions: Revisions
+
+class Line(msgspec.Struct):
+    line: int
+    text: str
+
+
+class LocalFinding(msgspec.Struct):
+    id: str
+    severity: str
+    path: str
+    line: int | None
+    end_line: int | None
+    side: str
+    title: str
+    body: str
+    suggestion: str | None
+    in_diff: bool
+    lines: list[Line]
+    verify_status: str | None
+    verify_note: str | None
+
+
+class Skipped(msgspec.Struct):
+    path: str
+    why: str
+
+
+class VerifyRun(msgspec.Struct):
+    provider: str
+    error: str | None
+
+
+class LocalReview(msgspec.Struct):
+    """The draft and what it cost: what `--json` prints (the README's "Try it on your code"
+    documents it) and what the terminal shows (templates/local/draft.txt.j2)."""
+
+    repository: str
+    base: Ref
+    head: Ref
     merge_base: str
     provider: str
     model: str
-    verdict: str
-    summary: str
-    findings: list[Any]  # bot.records.types.DraftFinding, verify status included
-    lines: dict[int, list[tuple[int, str]]]  # finding index → (line, text) at the head
-    skipped: tuple[tuple[str, str], ...]
+    verdict: str = Verdict.COMMENT
+    summary: str = ""
+    findings: list[LocalFinding] = []
+    skipped: list[Skipped] = []
+    verify: VerifyRun | None = None
     tokens: int = 0
     usd: float | None = 0.0
-    verify_provider: str | None = None
-    verify_error: str | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = []
 
 
 def plain(text: str | None) -> str:
     """Untrusted text (model output, commit messages, file lines) made safe for a terminal:
     control characters other than newline and tab are shown as `?`."""
     return _CONTROL.sub("?", (text or "").replace("\r\n", "\n"))
-
-
-# -- the repository, read only ----------------------------------------------------------------
 
 
 class LocalMirrors(Mirrors):
@@ -147,14 +166,9 @@ async def _git(repo: Path, env: dict[str, str], *args: str, check: bool = True) 
     return out.decode("utf-8", errors="replace").strip()
 
 
-async def _commit(repo: Path, env: dict[str, str], rev: str) -> str | None:
-    verify = ("rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
-    return await _git(repo, env, *verify, check=False) or None
-
-
 async def _default_branch(repo: Path, env: dict[str, str]) -> tuple[str, str]:
     for ref in DEFAULT_BRANCHES:
-        sha = await _commit(repo, env, ref)
+        sha = await commit_of(repo, env, ref)
         if sha is None:
             continue
         name = ref.removeprefix("refs/remotes/").removeprefix("refs/heads/")
@@ -187,12 +201,12 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     object_format, *paths = found.splitlines()
     git_dir, objects, index = (Path(line) for line in paths)
     top = git_dir if bare == "true" else Path(await _git(path, env, "rev-parse", "--show-toplevel"))
-    head_sha = await _commit(path, env, options.head)
+    head_sha = await commit_of(path, env, options.head)
     if head_sha is None:
         raise LocalError(say(OPERATOR, "local.no_commit", flag="head", ref=options.head, top=top))
     if options.base is not None:
         base_ref = options.base
-        base_sha = await _commit(path, env, options.base)
+        base_sha = await commit_of(path, env, options.base)
         if base_sha is None:
             raise LocalError(
                 say(OPERATOR, "local.no_commit", flag="base", ref=options.base, top=top)
@@ -206,15 +220,8 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     merge_base = await _git(mirror, env, "merge-base", base_sha, head_sha, check=False)
     log = ""
     if merge_base:
-        log = await _git(
-            mirror,
-            env,
-            "log",
-            "--no-color",
-            "--no-show-signature",
-            "--format=%s%n%n%b%x00",
-            f"{merge_base}..{head_sha}",
-        )
+        log_args = ["log", "--no-color", "--no-show-signature", "--format=%s%n%n%b%x00"]
+        log = await _git(mirror, env, *log_args, f"{merge_base}..{head_sha}")
     messages = [m.strip() for m in log.split("\x00") if m.strip()]
     show = ["cat-file", "blob", f"{base_sha}:.github/cockpit.toml"]
     config = await run_git(show, cwd=mirror, env=env, timeout=30, limit=64 * 1024, check=False)
@@ -251,8 +258,6 @@ async def borrow(
 
 
 async def mirror_of(mirrors: Mirrors, revisions: Revisions) -> Worktree:
-    """The review's worktree of the mirror (`borrow`) at the head, diffed from the merge
-    base."""
     return await mirrors.add_worktree(
         mirror_key(revisions.top),
         name="review-local",
@@ -260,8 +265,6 @@ async def mirror_of(mirrors: Mirrors, revisions: Revisions) -> Worktree:
         base_ref=revisions.base_sha,
     )
 
-
-# -- uncommitted changes, counted without reading a file through git -----------------------------
 
 _EXEC_BIT = 0o100
 _INTENT_TO_ADD = 1 << 29  # `git add -N` (a flag of the index entry, as --debug shows it)
@@ -435,15 +438,10 @@ async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[
     return changed
 
 
-# -- the engine ------------------------------------------------------------------------------------
-
-
 async def run_engine(
     reviewer: Any, tree: Worktree, request: Any, verify_with: str | None
 ) -> tuple[Any, list[Any], Any]:
-    """The production pipeline, as the review job runs it: the review, then (when asked) the
-    verify pass over its findings. Returns the draft, its findings with their verdicts, and
-    the verification (None when none ran)."""
+    """The review, then (when asked) the verify pass, as the review job runs them."""
     from bot.review.pipeline import review_worktree
     from bot.review.verify import apply_verification, verify_draft
 
@@ -454,7 +452,9 @@ async def run_engine(
     return draft, apply_verification(draft.findings, verification), verification
 
 
-async def review_local(options: LocalOptions, settings: Settings, work: Path) -> LocalReview:
+async def review_local(
+    options: LocalOptions, settings: Settings, work: Path
+) -> tuple[LocalReview, Revisions]:
     from bot.agents.providers import ModelClients
     from bot.evals.runner import Cost, session_spend
     from bot.records.sqlite import SqliteDatabase
@@ -482,9 +482,14 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
     try:
         model = models.provider(provider).model
         review = LocalReview(
-            revisions, tree.merge_base, provider, model, Verdict.COMMENT, "", [], {}, ()
+            repository=str(revisions.top),
+            base=Ref(revisions.base_ref, revisions.base_sha),
+            head=Ref(revisions.head_ref, revisions.head_sha),
+            merge_base=tree.merge_base,
+            provider=provider,
+            model=model,
+            notes=notes,
         )
-        review.notes = notes
         if tree.merge_base == tree.head_sha:
             review.summary = say(
                 OPERATOR,
@@ -492,7 +497,7 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
                 head=revisions.head_ref,
                 base=revisions.base_ref,
             )
-            return review
+            return review, revisions
         request = ReviewRequest(
             repo=revisions.top.name,
             number=0,
@@ -516,15 +521,16 @@ async def review_local(options: LocalOptions, settings: Settings, work: Path) ->
         print(progress, file=sys.stderr, flush=True)
         reviewer = Reviewer(db, models, Budget.from_settings(settings))
         draft, findings, verification = await run_engine(reviewer, tree, request, verify_with)
-        review.verdict, review.summary, review.skipped = draft.verdict, draft.summary, draft.skipped
-        review.findings, review.lines = findings, await _lines(tree, findings)
+        review.verdict, review.summary = draft.verdict, draft.summary
+        review.skipped = [Skipped(path, why) for path, why in draft.skipped]
+        review.findings = await _findings(tree, findings)
         spent = Cost()
         if draft.session_id is not None:  # the reviewer's runs and the verify pass's
             spent = sum(await session_spend(db, draft.session_id), Cost())
         review.tokens, review.usd = spent.tokens, spent.usd
         if verification is not None:
-            review.verify_provider, review.verify_error = verification.provider, verification.error
-        return review
+            review.verify = VerifyRun(verification.provider, verification.error)
+        return review, revisions
     finally:
         await models.close()
         await db.close()
@@ -547,81 +553,37 @@ def _require_key(provider: str, chosen: bool) -> None:
     )
 
 
-async def _lines(tree: Worktree, findings: list[Any]) -> dict[int, list[tuple[int, str]]]:
-    """Each finding's lines as the head has them (at most MAX_LINES_SHOWN)."""
+async def _findings(tree: Worktree, findings: list[Any]) -> list[LocalFinding]:
+    """The findings with their lines as the head has them (at most MAX_LINES_SHOWN each)."""
     files: dict[str, list[str] | None] = {}
-    shown: dict[int, list[tuple[int, str]]] = {}
-    for index, finding in enumerate(findings):
-        if not finding.line or finding.side == "LEFT":
-            continue
-        if finding.path not in files:
-            out = await tree.git("cat-file", "blob", f"{tree.head_sha}:{finding.path}", check=False)
+    local = []
+    for number, f in enumerate(findings, 1):
+        lines = []
+        if f.line and f.side != "LEFT" and f.path not in files:
+            out = await tree.git("cat-file", "blob", f"{tree.head_sha}:{f.path}", check=False)
             binary = not out or b"\0" in out[:8000]
-            files[finding.path] = None if binary else out.decode(errors="replace").splitlines()
-        content = files[finding.path]
-        if content is None:
-            continue
-        first = finding.line
-        last = min(finding.end_line or first, first + MAX_LINES_SHOWN - 1)
-        shown[index] = [(n, content[n - 1]) for n in range(first, last + 1) if n <= len(content)]
-    return shown
-
-
-# -- output ----------------------------------------------------------------------------------------
-
-
-def to_json(review: LocalReview) -> dict[str, Any]:
-    """The draft as data (the README's "Try it on your code" documents the shape)."""
-    revisions = review.revisions
-    return {
-        "repository": str(revisions.top),
-        "base": {"ref": revisions.base_ref, "sha": revisions.base_sha},
-        "head": {"ref": revisions.head_ref, "sha": revisions.head_sha},
-        "merge_base": review.merge_base,
-        "provider": review.provider,
-        "model": review.model,
-        "verdict": review.verdict,
-        "summary": review.summary,
-        "findings": [
-            {
-                "id": f"F{index + 1}",
-                "severity": f.severity,
-                "path": f.path,
-                "line": f.line,
-                "end_line": f.end_line,
-                "side": f.side,
-                "title": f.title,
-                "body": f.body,
-                "suggestion": f.suggestion,
-                "in_diff": f.in_diff,
-                "lines": [{"line": n, "text": text} for n, text in review.lines.get(index, [])],
-                "verify_status": f.verify_status,
-                "verify_note": f.verify_note,
-            }
-            for index, f in enumerate(review.findings)
-        ],
-        "skipped": [{"path": path, "why": why} for path, why in review.skipped],
-        "verify": None
-        if review.verify_provider is None
-        else {"provider": review.verify_provider, "error": review.verify_error},
-        "tokens": review.tokens,
-        "usd": review.usd,
-        "notes": review.notes,
-    }
-
-
-def render_text(review: LocalReview) -> str:
-    return render(
-        "local/draft.txt.j2",
-        review=to_json(review),
-        commits=len(review.revisions.commits),
-        plain=plain,
-        cost=usd(review.usd),
-        tokens=f"{review.tokens:,}",
-    )
-
-
-# -- the command -----------------------------------------------------------------------------------
+            files[f.path] = None if binary else out.decode(errors="replace").splitlines()
+        if f.line and f.side != "LEFT" and (content := files[f.path]) is not None:
+            last = min(f.end_line or f.line, f.line + MAX_LINES_SHOWN - 1, len(content))
+            lines = [Line(n, content[n - 1]) for n in range(f.line, last + 1)]
+        local.append(
+            LocalFinding(
+                f"F{number}",
+                f.severity,
+                f.path,
+                f.line,
+                f.end_line,
+                f.side,
+                f.title,
+                f.body,
+                f.suggestion,
+                f.in_diff,
+                lines,
+                f.verify_status,
+                f.verify_note,
+            )
+        )
+    return local
 
 
 def run_review_local(options: LocalOptions) -> int:
@@ -638,7 +600,7 @@ def run_review_local(options: LocalOptions) -> int:
     work = Path(tempfile.mkdtemp(prefix="cockpit-review-local-"))
     try:
         settings = dataclasses.replace(settings, data_dir=work)
-        review = asyncio.run(review_local(options, settings, work))
+        review, revisions = asyncio.run(review_local(options, settings, work))
     except LocalError as exc:
         print(say(OPERATOR, "local.failed", error=exc), file=sys.stderr)
         return exc.code
@@ -648,7 +610,15 @@ def run_review_local(options: LocalOptions) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if options.json:
-        print(json.dumps(to_json(review), indent=2, ensure_ascii=False))
+        print(json.dumps(msgspec.to_builtins(review), indent=2, ensure_ascii=False))
     else:
-        print(render_text(review), end="")
+        text = render(
+            "local/draft.txt.j2",
+            review=review,
+            commits=len(revisions.commits),
+            plain=plain,
+            cost=usd(review.usd),
+            tokens=f"{review.tokens:,}",
+        )
+        print(text, end="")
     return 0

@@ -1,5 +1,4 @@
-"""Sliding-window limits on commands that start model work, per PR and per person, counted in
-the database (`command_uses`) so every process sees the same window."""
+"""Sliding-window limits on commands that start model work, per PR and per person."""
 
 from __future__ import annotations
 
@@ -31,7 +30,8 @@ class CommandLimits:
         self.clock = clock
 
     async def check(self, db: Any, pr: str, user: str) -> tuple[str, float] | None:
-        """None if allowed (and counted); else (why, seconds until allowed)."""
+        """None if allowed (and counted); else (why, seconds until allowed). Counted in the
+        database (`command_uses`) so every process sees the same window."""
         rules = ((f"pr:{pr}", self.per_pr, "pr"), (f"user:{user}", self.per_user, "user"))
         windows = [(key, limit.count, limit.seconds) for key, limit, _ in rules]
         full = await take_uses(db, windows, self.clock())

@@ -1,14 +1,5 @@
-"""What must never be shown: every secret this process knows and the user-info of any URL,
-masked by one function (`redact`) before a text is logged, shown on GitHub or printed.
-
-A secret is masked as a whole: one shorter than `ANYWHERE` characters only where it is not
-part of a longer word (a letter, digit or `_` right before or after it continues the word),
-so a key such as `gw-erv-7` leaves `server` alone; a longer one wherever it appears (a random
-string that long inside a word is the secret itself). Values shorter than `SHORTEST` are not
-secrets at all: the dummy keys local servers take (`test`, `none`, `EMPTY`, `ollama`) hide
-nothing, and masking them turns "add a test for this" into "add a *** for this". A URL's
-password, however short, goes with its user-info, which is masked in any URL.
-"""
+"""`redact`: every secret this process knows, and any URL's user-info, masked before a text
+is logged, shown on GitHub or printed."""
 
 from __future__ import annotations
 
@@ -19,8 +10,8 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 
 MASK = "***"
-SHORTEST = 8
-ANYWHERE = 12
+SHORTEST = 8  # shorter values (`test`, `none`, `ollama`: local servers' dummy keys) hide nothing
+ANYWHERE = 12  # a shorter secret is masked only as a whole word (`gw-erv-7` leaves `server`)
 
 # The environment's secrets, known by their names' endings: those this release reads (the
 # SDKs read the model keys themselves) and those a later one adds alike. And the URLs, whose
@@ -49,8 +40,7 @@ _USER_INFO = re.compile(
 
 
 class _Registry:
-    """The secrets this process knows (its configuration, each installation token as it is
-    fetched), with their pattern made again when one is added."""
+    """The secrets this process knows, their pattern made again when one is added."""
 
     def __init__(self) -> None:
         self.secrets: set[str] = set()
@@ -73,19 +63,15 @@ _registry = _Registry()
 
 
 def mask(text: str, secrets: Iterable[str]) -> str:
-    """`text` with each of `secrets` (as the module docstring says), URL user-info and the
-    known token shapes replaced by `MASK`."""
     return _masked(text, _pattern(frozenset(s for s in secrets if _maskable(s))))
 
 
 def redact(text: str) -> str:
-    """`text` fit to log, show on GitHub or print: every registered secret masked."""
     return _masked(text, _registry.pattern)
 
 
 def register(value: str | None) -> None:
-    """Remember a secret, also as JSON writes it (a `"`, `\\`, newline or non-ASCII letter is
-    escaped in a log line)."""
+    """Also as JSON writes it (escaped in a log line)."""
     if value and _maskable(value):
         _registry.add(value)
 
@@ -96,18 +82,15 @@ def register_all(values: Iterable[str]) -> None:
 
 
 def environment_secrets(env: Mapping[str, str]) -> list[str]:
-    """The secrets set in `env`: each variable named as a key, secret, token or password
-    holds one (ANTHROPIC_API_KEY, GITHUB_WEBHOOK_SECRET, …), and each URL its password."""
+    """Each variable named as a key, secret, token or password, and each URL's password."""
     found = [v.strip() for name, v in env.items() if _SECRET_NAME.fullmatch(name) and v.strip()]
     urls = [url for name, url in env.items() if _URL_NAME.fullmatch(name)]
     return found + [part for url in urls for part in url_passwords(url)]
 
 
 def url_passwords(url: str) -> list[str]:
-    """The user-info of `url` and its password, each as written and percent-decoded (the
-    user-info runs to the last `@`, as `_USER_INFO` reads it: a `/` in the password is no
-    end). Not a user name alone: that is often a word (`postgresql://cockpit@db/…`), and the
-    whole user-info is masked in any URL."""
+    """The user-info of `url` and its password, as written and percent-decoded; not a user
+    name alone: that is often a word (`postgresql://cockpit@db/…`)."""
     scheme, found, rest = url.strip().partition("://")
     user_info = rest.rpartition("@")[0]
     user, colon, password = user_info.partition(":")
@@ -118,8 +101,7 @@ def url_passwords(url: str) -> list[str]:
 
 
 def _masked(text: str, pattern: re.Pattern[str]) -> str:
-    """Until nothing is left to mask (a mask next to what is left may complete a secret that
-    holds `*`)."""
+    # Until nothing is left: a mask next to what is left may complete a secret holding `*`.
     while True:
         masked = _USER_INFO.sub(rf"\1{MASK}@", pattern.sub(MASK, text))
         if masked == text:

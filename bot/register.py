@@ -1,11 +1,4 @@
-"""`cockpit register`: create the GitHub App through GitHub's manifest flow, write its credentials.
-
-A page on 127.0.0.1 posts the App manifest (templates/app-manifest.json, webhook URL from
-`--public-url`) to GitHub's new-App form for a user or organisation, with a random `state`.
-After "Create GitHub App" GitHub sends the browser back to `/callback?code=…&state=…`; the code
-is exchanged once with `POST {api}/app-manifests/{code}/conversions`, and the App id, slug,
-webhook secret and private key are written to files only the user can read.
-"""
+"""`cockpit register`: create the GitHub App by its manifest flow and write its credentials."""
 
 from __future__ import annotations
 
@@ -16,23 +9,20 @@ import json
 import os
 import re
 import secrets
-import shlex
 import sys
 import webbrowser
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import aiohttp
-import jinja2
 from aiohttp import web
 
 from bot.config import DEFAULT_API_URL
-from bot.texts import OPERATOR, say
+from bot.texts import OPERATOR, render, say
 
 GITHUB_WEB_URL = "https://github.com"
 DEFAULT_PORT = 8725
@@ -45,7 +35,7 @@ _HEADERS = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "20
 
 
 class RegisterError(Exception):
-    """Ends `cockpit register` with a message from templates/register/messages.txt.j2."""
+    """Ends `cockpit register` with the message `register.KIND` of templates/text/operator.toml."""
 
     def __init__(self, kind: str, exit_code: int = EXIT_FAILED, **context: Any) -> None:
         self.exit_code = exit_code
@@ -95,9 +85,6 @@ class Registered:
     generated_secret: bool
 
 
-# -- pure parts -------------------------------------------------------------------------------
-
-
 def web_url_for(raw: str) -> str:
     """GitHub's web URL from what a user may type: the site, or by mistake its API URL."""
     parts = urlsplit(raw.strip())
@@ -110,7 +97,6 @@ def web_url_for(raw: str) -> str:
 
 
 def api_url_for(web_url: str) -> str:
-    """The REST base URL: api.github.com for github.com, `<host>/api/v3` for GHES."""
     if urlsplit(web_url).hostname in ("github.com", "www.github.com"):
         return DEFAULT_API_URL
     return f"{web_url.rstrip('/')}/api/v3"
@@ -135,9 +121,7 @@ def shipped_manifest() -> dict[str, Any]:
 
 
 def manifest_for(base: dict[str, Any], public_url: str | None, redirect_url: str) -> dict[str, Any]:
-    """The manifest to post: the shipped one, with our webhook URL and the way back to us.
-
-    Without a public URL the webhook is created inactive (GitHub requires a URL for it)."""
+    """Without a public URL the webhook is created inactive (GitHub requires a URL for it)."""
     manifest = copy.deepcopy(base)
     manifest["redirect_url"] = redirect_url
     hook = dict(manifest.get("hook_attributes") or {})
@@ -150,14 +134,13 @@ def manifest_for(base: dict[str, Any], public_url: str | None, redirect_url: str
 
 
 def key_path_for(env_path: Path) -> Path:
-    """`cockpit.env` → `cockpit.private-key.pem` beside it."""
     return env_path.with_name(f"{env_path.stem}.private-key.pem")
 
 
 def env_text(
     conversion: dict[str, Any], env_path: Path, key_path: Path, api_url: str, secret: str
 ) -> str:
-    return _render(
+    return render(
         "register/cockpit.env.j2",
         name=conversion.get("name") or conversion["slug"],
         html_url=conversion.get("html_url", ""),
@@ -170,11 +153,8 @@ def env_text(
     )
 
 
-# -- files ------------------------------------------------------------------------------------
-
-
 def write_private(path: Path, text: str) -> None:
-    """Create `path` readable and writable by its owner only (0600, whatever the umask)."""
+    """0600, whatever the umask."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.fchmod(fd, 0o600)
@@ -214,9 +194,6 @@ def check_free(env_path: Path) -> None:
             raise RegisterError("exists", EXIT_USAGE, path=path)
 
 
-# -- GitHub -----------------------------------------------------------------------------------
-
-
 async def exchange(http: aiohttp.ClientSession, target: Target, code: str) -> dict[str, Any]:
     """`POST /app-manifests/{code}/conversions`: the App's id, slug, pem and webhook secret."""
     url = f"{target.api_url}/app-manifests/{code}/conversions"
@@ -245,9 +222,6 @@ def _complete(answer: dict[str, Any]) -> bool:
     needed = [answer.get(key) for key in ("id", "slug", "pem")]
     lines = [answer.get(key) for key in ("id", "slug", "webhook_secret", "name", "html_url")]
     return all(needed) and not any("\n" in str(v) or "\r" in str(v) for v in lines if v)
-
-
-# -- the local pages --------------------------------------------------------------------------
 
 
 class ManifestFlow:
@@ -337,14 +311,11 @@ async def _send(request: web.Request, response: web.Response) -> None:
 
 def _page(template: str, status: int = 200, **context: Any) -> web.Response:
     return web.Response(
-        text=_render(template, **context),
+        text=render(template, **context),
         status=status,
         content_type="text/html",
         headers={"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"},
     )
-
-
-# -- the command ------------------------------------------------------------------------------
 
 
 async def register(
@@ -352,7 +323,6 @@ async def register(
     echo: Callable[[str], None] = print,
     complain: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
 ) -> int:
-    """Run the manifest flow; 0 when the credentials are written, else a message and 1 or 2."""
     try:
         target = Target(web_url_for(options.github_url), check_org(options.org))
         if options.public_url:
@@ -450,21 +420,3 @@ def _has_display() -> bool:
     return sys.platform in ("darwin", "win32") or bool(
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     )
-
-
-@cache
-def _templates() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("templates", ""),
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters["shell"] = lambda value: shlex.quote(str(value))
-    return env
-
-
-def _render(template: str, **context: Any) -> str:
-    return _templates().get_template(template).render(**context)

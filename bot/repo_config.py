@@ -1,13 +1,4 @@
-"""Per-repository rules from `.github/cockpit.toml` on the default branch (never the PR's).
-
-`RepoConfig`'s fields are the one table of keys: each carries its type, default and meaning
-(`key(...)`), and parsing, the JSON Schema shipped for editors (`templates/cockpit.schema.json`),
-the README's reference table and `/cockpit config` are all derived from them. A key that is
-unknown or has a bad value is reported and left at its default; the rest of the file applies.
-
-    python -m bot.repo_config schema   # the JSON Schema (tests hold the shipped file to it)
-    python -m bot.repo_config table    # the README's reference table (tests hold it too)
-"""
+"""Per-repository rules from `.github/cockpit.toml` on the default branch (never the PR's)."""
 
 from __future__ import annotations
 
@@ -17,213 +8,185 @@ import functools
 import json
 import sys
 import tomllib
-from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import Any
+from enum import StrEnum
+from typing import Annotated, Any
 
 import gidgethub
+import msgspec
+import msgspec.inspect as mi
 import pathspec
+from msgspec import Meta
 
+from bot import inputs
 from bot.config import PROVIDERS
 from bot.github import PERMISSIONS
 from bot.records.vocab import Severity
 from bot.texts import PEOPLE, say
 
 CONFIG_PATH = ".github/cockpit.toml"
-COMMAND_LEVELS = PERMISSIONS[PERMISSIONS.index("write") :]  # who may run commands or approve
-OUTSIDE_PRS = ("review", "on-command")  # PRs whose author lacks write access
 SECTION = "review"  # every key may also sit in a `[review]` table
 MAX_TEXT = 20_000  # characters of one `instructions` text
 SCHEMA_KEY = "$schema"  # an editor's schema association (Taplo); the bot ignores it
-
-# What kind of value a key takes (`Rule.kind`).
-BOOLEAN, INTEGER, CHOICE = "boolean", "integer", "choice"
-GLOBS, TEXT, PATHS = "globs", "text", "paths"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What one key accepts and means: the single source of every derived form."""
-
-    kind: str  # BOOLEAN | INTEGER | CHOICE | GLOBS | TEXT | PATHS
-    meaning: str
-    choices: tuple[str, ...] = ()
-    minimum: int | None = None
-    unset: str = ""  # what a default of None means
+# Choices as enums: a Literal's choices are sorted, an enum's keep their order.
+Provider = StrEnum("Provider", [(p, p) for p in PROVIDERS])
+Permission = StrEnum("Permission", [(p, p) for p in PERMISSIONS[PERMISSIONS.index("write") :]])
+OutsidePrs = StrEnum("OutsidePrs", [(p, p) for p in ("review", "on-command")])
+Text = Annotated[str, Meta(max_length=MAX_TEXT)]
+Glob = Annotated[str, Meta(min_length=1)]
 
 
-def key(default: Any, kind: str, meaning: str, **rule: Any) -> Any:
-    """A RepoConfig field that is a key of the file."""
-    return field(default=default, metadata={"rule": Rule(kind, meaning, **rule)})
+def key(meaning: str, unset: str = "", **bounds: Any) -> Meta:
+    return Meta(description=meaning, extra={"unset": unset} if unset else {}, **bounds)
 
 
-@dataclass(frozen=True)
-class PathRule:
+class PathRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """`[[review.paths]]`: instructions for the files one gitignore-style glob matches."""
 
-    glob: str
-    instructions: str
+    glob: Glob
+    instructions: Text
 
     def matches(self, path: str) -> bool:
-        return _spec((self.glob,)).match_file(path)
+        return _matches((self.glob,), path)
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(msgspec.Struct, frozen=True):
     """Where the file was read: the default branch's `.github/cockpit.toml`, at a blob sha."""
 
     path: str = CONFIG_PATH
     blob_sha: str | None = None
 
 
-@dataclass(frozen=True)
-class RepoConfig:
-    auto_review: bool = key(
-        True, BOOLEAN, "review on opened, reopened, ready_for_review and synchronize"
-    )
-    review_drafts: bool = key(False, BOOLEAN, "also review draft PRs")
-    provider: str | None = key(
-        None,
-        CHOICE,
-        "who reviews",
-        choices=PROVIDERS,
-        unset="the server's `COCKPIT_PROVIDER`",
-    )
-    verify: bool = key(
-        False, BOOLEAN, "a second read-only run tries to refute each finding before it is shown"
-    )
-    verify_provider: str | None = key(
-        None,
-        CHOICE,
-        "who verifies",
-        choices=PROVIDERS,
-        unset="the other provider when its key is set, else the reviewer's",
-    )
-    ignore: tuple[str, ...] = key(
-        (),
-        GLOBS,
-        "files never reviewed (gitignore-style globs; `!` re-includes)",
-    )
-    max_files: int = key(
-        60, INTEGER, "files reviewed per PR (source first, then tests, then docs)", minimum=1
-    )
-    max_diff_bytes: int = key(400_000, INTEGER, "diff bytes reviewed per PR", minimum=1)
-    approve_permission: str = key(
-        "write",
-        CHOICE,
-        "who may publish a draft, drop its findings or send it back for a revision (`approve`,"
-        " `drop`, `send-back`)",
-        choices=COMMAND_LEVELS,
-    )
-    outside_prs: str = key(
-        "review",
-        CHOICE,
-        "PRs whose author lacks write access: reviewed automatically (3 a day per author), "
-        "or only on `/cockpit review`",
-        choices=OUTSIDE_PRS,
-    )
-    instructions: str = key(
-        "",
-        TEXT,
-        "the team's review rules for every file, given to the reviewer with `REVIEW.md` and "
-        "the review section of `AGENTS.md` (all read from the default branch)",
-        unset="none",
-    )
-    paths: tuple[PathRule, ...] = key(
-        (),
-        PATHS,
-        "`[[review.paths]]` tables: `glob` (gitignore-style) and `instructions` for the files "
-        "it matches (given only when the PR changes such files, naming them)",
-    )
-    min_severity: str = key(
-        Severity.MINOR,
-        CHOICE,
-        'findings below it are folded: listed in the status comment\'s "minor" section and '
-        "left out of the pending review unless listed at `approve`. The default folds nits: "
-        "style remarks are the noise people complain about most, and folded they stay one "
-        "click away",
-        choices=tuple(Severity),
-    )
-    max_findings: int | None = key(
-        10,
-        INTEGER,
-        "inline comments per pending review, the most severe first; the rest are summarised "
-        "in its body. Ten by default: past that a review is skimmed, not read, and the "
-        "critical ones drown",
-        minimum=1,
-    )
-    # What was read, not keys: the file's problems (each shown on the status comment), the
-    # keys it set, and where it was read (None: there is no file).
-    problems: tuple[str, ...] = field(default=(), compare=False)
-    unusable: bool = field(default=False, compare=False)  # nothing in the file applied
-    set_keys: frozenset[str] = field(default=frozenset(), compare=False)
-    source: Source | None = field(default=None, compare=False)
+class Keys(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The keys of the file."""
+
+    auto_review: Annotated[
+        bool, key("review on opened, reopened, ready_for_review and synchronize")
+    ] = True
+    review_drafts: Annotated[bool, key("also review draft PRs")] = False
+    provider: Annotated[
+        Provider | None, key("who reviews", unset="the server's `COCKPIT_PROVIDER`")
+    ] = None
+    verify: Annotated[
+        bool, key("a second read-only run tries to refute each finding before it is shown")
+    ] = False
+    verify_provider: Annotated[
+        Provider | None,
+        key("who verifies", unset="the other provider when its key is set, else the reviewer's"),
+    ] = None
+    ignore: Annotated[
+        tuple[str, ...], key("files never reviewed (gitignore-style globs; `!` re-includes)")
+    ] = ()
+    max_files: Annotated[
+        int, key("files reviewed per PR (source first, then tests, then docs)", ge=1)
+    ] = 60
+    max_diff_bytes: Annotated[int, key("diff bytes reviewed per PR", ge=1)] = 400_000
+    approve_permission: Annotated[
+        Permission,
+        key(
+            "who may publish a draft, drop its findings or send it back for a revision "
+            "(`approve`, `drop`, `send-back`)"
+        ),
+    ] = Permission("write")
+    outside_prs: Annotated[
+        OutsidePrs,
+        key(
+            "PRs whose author lacks write access: reviewed automatically (3 a day per author), "
+            "or only on `/cockpit review`"
+        ),
+    ] = OutsidePrs("review")
+    instructions: Annotated[
+        Text,
+        key(
+            "the team's review rules for every file, given to the reviewer with `REVIEW.md` and "
+            "the review section of `AGENTS.md` (all read from the default branch)",
+            unset="none",
+        ),
+    ] = ""
+    paths: Annotated[
+        tuple[PathRule, ...],
+        key(
+            "`[[review.paths]]` tables: `glob` (gitignore-style) and `instructions` for the "
+            "files it matches (given only when the PR changes such files, naming them)"
+        ),
+    ] = ()
+    min_severity: Annotated[
+        Severity,
+        key(
+            'findings below it are folded: listed in the status comment\'s "minor" section and '
+            "left out of the pending review unless listed at `approve`. The default folds nits: "
+            "style remarks are the noise people complain about most, and folded they stay one "
+            "click away"
+        ),
+    ] = Severity.MINOR
+    max_findings: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        key(
+            "inline comments per pending review, the most severe first; the rest are "
+            "summarised in its body. Ten by default: past that a review is skimmed, not read, "
+            "and the critical ones drown"
+        ),
+    ] = 10
+
+
+KEYS = {f.name: f for f in msgspec.structs.fields(Keys)}
+
+
+def default_of(name: str) -> Any:
+    return KEYS[name].default
+
+
+def unset_of(name: str) -> str:
+    info = mi.type_info(KEYS[name].type)
+    return info.extra.get("unset", "") if isinstance(info, mi.Metadata) and info.extra else ""
+
+
+class RepoConfig(Keys, frozen=True, kw_only=True):
+    """The keys as read, and what reading found: the file's problems (each shown on the status
+    comment), the keys it set, where it was read (None: there is no file). A bad or unknown
+    key is a problem and keeps its default; the rest of the file applies."""
+
+    problems: tuple[str, ...] = ()
+    unusable: bool = False  # nothing in the file applied
+    set_keys: frozenset[str] = frozenset()
+    source: Source | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RepoConfig) and all(
+            getattr(self, name) == getattr(other, name) for name in KEYS
+        )
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in KEYS))
 
     @property
     def error(self) -> str | None:
         """What the status comment says about the file, or None when all of it applied."""
         if not self.problems:
             return None
-        problems, unusable = self.problems, self.unusable
-        return say(PEOPLE, "config_error", path=CONFIG_PATH, problems=problems, unusable=unusable)
+        return say(PEOPLE, "config_error", path=CONFIG_PATH, **msgspec.structs.asdict(self))
 
     def ignores(self, path: str) -> bool:
-        """Whether the `ignore` globs leave `path` (relative to the repository) out."""
-        return bool(self.ignore) and _spec(self.ignore).match_file(path)
+        return bool(self.ignore) and _matches(self.ignore, path)
 
     def to_payload(self) -> dict[str, Any]:
-        """As plain JSON, so a job can carry the config its handler already read."""
-        data: dict[str, Any] = {name: _plain(getattr(self, name)) for name in KEYS}
-        data.update(
-            problems=list(self.problems),
-            unusable=self.unusable,
-            set_keys=sorted(self.set_keys),
-            source=None if self.source is None else _plain(self.source),
-        )
-        return data
+        return msgspec.to_builtins(self)  # a job carries the config its handler read
 
     @classmethod
     def from_payload(cls, data: dict[str, Any]) -> RepoConfig:
         """The inverse of `to_payload`; a payload from an older version keeps what it can."""
-        values: dict[str, Any] = {}
-        for name, rule in KEYS.items():
-            if name in data:
-                value = data[name]
-                if rule.kind == GLOBS:
-                    value = tuple(value)
-                elif rule.kind == PATHS:
-                    value = tuple(PathRule(**item) for item in value)
-                values[name] = value
-        source = data.get("source")
-        return cls(
-            **values,
-            problems=tuple(data.get("problems", ())),
-            unusable=bool(data.get("unusable", False)),
-            set_keys=frozenset(data.get("set_keys", ())),
-            source=Source(**source) if isinstance(source, dict) else None,
-        )
-
-
-_FIELDS: dict[str, Field] = {f.name: f for f in fields(RepoConfig)}
-KEYS: dict[str, Rule] = {n: f.metadata["rule"] for n, f in _FIELDS.items() if "rule" in f.metadata}
-
-
-def default_of(name: str) -> Any:
-    default = _FIELDS[name].default
-    assert default is not MISSING
-    return default
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    if isinstance(value, PathRule | Source):
-        return {f.name: getattr(value, f.name) for f in fields(value)}
-    return value
+        names = {f.name for f in msgspec.structs.fields(cls)}
+        return msgspec.convert({k: v for k, v in data.items() if k in names}, cls)
 
 
 @functools.lru_cache(maxsize=256)
 def _spec(globs: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines(globs)
+
+
+def _matches(globs: tuple[str, ...], path: str) -> bool:
+    # pathspec's regexes read `.` and `$` as Python does (no newline; before a last newline), git's
+    # wildmatch takes a newline as any other character: a path never holds NUL, so it stands in
+    return _spec(globs).match_file(path.replace("\n", "\0"))
 
 
 def glob_problem(glob: Any, *, negation: bool = True) -> str | None:
@@ -246,65 +209,45 @@ def glob_problem(glob: Any, *, negation: bool = True) -> str | None:
 # -- checking one key ---------------------------------------------------------------------------
 
 
-class Refused(Exception):
-    """A value a key does not accept; the message (`config_refused` `why`) completes "`key` …"."""
-
-    def __init__(self, why: str, **context: Any) -> None:
-        super().__init__(say(PEOPLE, "config_refused", why=why, **context))
-
-
-def _check(name: str, rule: Rule, value: Any) -> Any:
-    """The value as RepoConfig holds it, or Refused."""
-    if rule.kind == BOOLEAN:
-        if not isinstance(value, bool):
-            raise Refused("boolean")
-        return value
-    if rule.kind == INTEGER:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise Refused("integer")
-        if rule.minimum is not None and value < rule.minimum:
-            raise Refused("minimum", minimum=rule.minimum)
-        return value
-    if rule.kind == CHOICE:
-        if value not in rule.choices:
-            raise Refused("choice", choices=rule.choices)
-        return value
-    if rule.kind == TEXT:
-        if not isinstance(value, str):
-            raise Refused("string")
-        if len(value) > MAX_TEXT:
-            raise Refused("long", limit=MAX_TEXT)
-        return value
-    if rule.kind == GLOBS:
-        if not isinstance(value, list):
-            raise Refused("globs")
-        for n, glob in enumerate(value):
-            problem = glob_problem(glob)
-            if problem:
-                raise Refused("entry", n=n + 1, shown=_shown(glob), problem=problem)
-        return tuple(value)
-    if rule.kind == PATHS:
-        return _check_paths(value)
-    raise AssertionError(f"unknown kind {rule.kind} of `{name}`")
+def _refused(name: str, value: Any) -> str | None:
+    """Why `name` does not accept `value` (it completes "`key` …"), or None."""
+    if name == "ignore" and isinstance(value, list):
+        for n, glob in enumerate(value, 1):
+            if problem := glob_problem(glob):
+                return _said("entry", n=n, shown=_shown(glob), problem=problem)
+    if name == "paths":
+        return _paths_refused(value)
+    found = inputs.problems(value, KEYS[name].type)
+    if not found:
+        return None
+    problem = found[0]
+    if problem.allowed:
+        return _said("choice", choices=problem.allowed)
+    if problem.why == "range":
+        return _said("minimum", minimum=problem.limits["ge"])
+    if problem.why == "length":
+        return _said("long", limit=MAX_TEXT)
+    expected = problem.expected.split(" or ")[0]  # "integer or null": an integer
+    return _said("globs" if expected == "array" else expected)
 
 
-def _check_paths(value: Any) -> tuple[PathRule, ...]:
+def _paths_refused(value: Any) -> str | None:
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise Refused("paths")
-    found = []
+        return _said("paths")
     for n, table in enumerate(value, 1):
-        extra = sorted(set(table) - {"glob", "instructions"})
-        if extra:
-            raise Refused("table_keys", n=n, extra=extra)
+        if extra := sorted(set(table) - {"glob", "instructions"}):
+            return _said("table_keys", n=n, extra=extra)
         if "glob" not in table or "instructions" not in table:
-            raise Refused("table_needs", n=n)
-        problem = glob_problem(table["glob"], negation=False)
-        if problem:
-            raise Refused("table_glob", n=n, shown=_shown(table["glob"]), problem=problem)
-        if not isinstance(table["instructions"], str) or len(table["instructions"]) > MAX_TEXT:
-            raise Refused("instructions", n=n, limit=MAX_TEXT)
-        found.append(PathRule(table["glob"], table["instructions"]))
-    return tuple(found)
+            return _said("table_needs", n=n)
+        if problem := glob_problem(table["glob"], negation=False):
+            return _said("table_glob", n=n, shown=_shown(table["glob"]), problem=problem)
+        if inputs.problems(table["instructions"], Text):
+            return _said("instructions", n=n, limit=MAX_TEXT)
+    return None
+
+
+def _said(why: str, **context: Any) -> str:
+    return say(PEOPLE, "config_refused", why=why, **context)
 
 
 def _shown(value: Any) -> str:
@@ -328,7 +271,6 @@ def parse_repo_config(text: str, source: Source | None = None) -> RepoConfig:
 
 
 def from_data(data: dict[str, Any], source: Source | None = None) -> RepoConfig:
-    """The config from the file's parsed TOML."""
     problems: list[str] = []
     entries: list[tuple[str, str, Any]] = []  # (where it was written, key, value)
     for name, value in data.items():
@@ -338,17 +280,18 @@ def from_data(data: dict[str, Any], source: Source | None = None) -> RepoConfig:
             entries.append((name, name, value))
     values: dict[str, Any] = {}
     for written, name, value in entries:
-        rule = KEYS.get(name)
-        if rule is None:
+        if name not in KEYS:
             problems.append(say(PEOPLE, "config_problem", why="unknown", key=written))
             continue
         if name in values:
             problems.append(say(PEOPLE, "config_problem", why="twice", key=name))
-        try:
-            values[name] = _check(name, rule, value)
-        except Refused as why:
-            values.pop(name, None)
-            problems.append(say(PEOPLE, "config_problem", why="refused", key=written, refused=why))
+        values.pop(name, None)
+        if refused := _refused(name, value):
+            problems.append(
+                say(PEOPLE, "config_problem", why="refused", key=written, refused=refused)
+            )
+        else:
+            values[name] = inputs.decode(value, KEYS[name].type)
     return RepoConfig(**values, problems=tuple(problems), set_keys=frozenset(values), source=source)
 
 
@@ -375,132 +318,67 @@ async def fetch_repo_config(gh: Any, owner: str, repo: str) -> RepoConfig:
     return parse_repo_config(text, source)
 
 
-# -- derived forms: what a value looks like, the reference table, the JSON Schema --------------
+# -- derived forms: `/cockpit config`, the reference table, the JSON Schema ---------------------
 
 
 def toml_value(value: Any) -> str:
     """A value as it would be written in the file."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, tuple | list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, PathRule):
         return f"{{glob = {toml_value(value.glob)}, instructions = …}}"
-    return str(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(msgspec.Struct, frozen=True):
     """One key as `/cockpit config` shows it."""
 
     key: str
     value: str  # as it would be written in the file; "" when unset
     from_file: bool
-    unset: str  # what an unset value means
+    unset: str
 
 
 def effective(config: RepoConfig) -> list[Setting]:
     """Every key's value and whether the file set it (else it is the default)."""
     shown = []
-    for name, rule in KEYS.items():
+    for name in KEYS:
         value = getattr(config, name)
         text = "" if value is None or value == "" else toml_value(value)
         if len(text) > 120:
             text = text[:119] + "…"
-        shown.append(Setting(name, text, name in config.set_keys, rule.unset))
+        shown.append(Setting(name, text, name in config.set_keys, unset_of(name)))
     return shown
 
 
-def type_text(rule: Rule) -> str:
-    if rule.kind == CHOICE:
-        return " \\| ".join(f'`"{c}"`' for c in rule.choices)
-    if rule.kind == INTEGER:
-        return f"integer ≥ {rule.minimum}" if rule.minimum is not None else "integer"
-    return {
-        BOOLEAN: "boolean",
-        TEXT: "string",
-        GLOBS: "list of globs",
-        PATHS: "array of tables",
-    }[rule.kind]
-
-
-def default_text(name: str) -> str:
-    rule, default = KEYS[name], default_of(name)
-    if default is None or default == "":
-        return f"unset: {rule.unset}"
-    if rule.kind == TEXT:
-        return toml_value(default)
-    return f"`{toml_value(default)}`"
-
-
 def reference_table() -> str:
-    """The README's table of keys (tests/test_repo_config.py holds the README to it)."""
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    for name, rule in KEYS.items():
-        rows.append(f"| `{name}` | {type_text(rule)} | {default_text(name)} | {rule.meaning} |")
+    for row in inputs.reference_rows(Keys):
+        kind = row.type.replace(" or null", "").replace("|", "\\|")
+        unset = unset_of(row.name)
+        default = f"unset: {unset}" if unset else f"`{row.default}`"
+        rows.append(f"| `{row.name}` | {kind} | {default} | {row.meaning} |")
     return "\n".join(rows)
 
 
-def _property(name: str, rule: Rule) -> dict[str, Any]:
-    default = default_of(name)
-    description = rule.meaning[0].upper() + rule.meaning[1:] + "."
-    if rule.unset and default in (None, ""):
-        description += f" Unset: {rule.unset}."
-    schema: dict[str, Any] = {"description": description}
-    if rule.kind == BOOLEAN:
-        schema["type"] = "boolean"
-    elif rule.kind == INTEGER:
-        schema["type"] = "integer"
-        if rule.minimum is not None:
-            schema["minimum"] = rule.minimum
-    elif rule.kind == CHOICE:
-        schema.update(type="string", enum=list(rule.choices))
-    elif rule.kind == TEXT:
-        schema.update(type="string", maxLength=MAX_TEXT)
-    elif rule.kind == GLOBS:
-        schema.update(type="array", items={"type": "string", "minLength": 1})
-    elif rule.kind == PATHS:
-        schema.update(
-            type="array",
-            items={
-                "type": "object",
-                "properties": {
-                    "glob": {"type": "string", "minLength": 1},
-                    "instructions": {"type": "string", "maxLength": MAX_TEXT},
-                },
-                "required": ["glob", "instructions"],
-                "additionalProperties": False,
-            },
-        )
-    if default is not None:
-        schema["default"] = _plain(default)
-    return schema
-
-
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of the file for editors (Taplo / Even Better TOML), from the keys."""
-    properties = {name: _property(name, rule) for name, rule in KEYS.items()}
-    return {
-        "$schema": "http://json-schema.org/draft-07/schema#",
-        "title": "PR Cockpit repository configuration (.github/cockpit.toml)",
-        "description": "Read from the default branch. Every key is optional and may also sit "
-        "in a [review] table. Unknown keys and bad values are reported on the PR's status "
-        "comment and keep their default; the rest applies.",
-        "type": "object",
-        "properties": {
-            SCHEMA_KEY: {"type": "string", "description": "this schema, for editors"},
-            **properties,
-            SECTION: {
-                "type": "object",
-                "description": "the same keys, in a [review] table",
-                "properties": properties,
-                "additionalProperties": False,
-            },
-        },
-        "additionalProperties": False,
+    """For editors (Taplo / Even Better TOML)."""
+    schema = inputs.json_schema(Keys)
+    properties = schema.pop("properties")
+    del schema["required"]
+    schema["description"] = (
+        "Read from the default branch. Every key is optional and may also sit in a [review] "
+        "table. Unknown keys and bad values are reported on the PR's status comment and keep "
+        "their default; the rest applies."
+    )
+    section = {"type": "object", "description": "the same keys, in a [review] table"}
+    schema["properties"] = {
+        SCHEMA_KEY: {"type": "string", "description": "this schema, for editors"},
+        **properties,
+        SECTION: {**section, "properties": properties, "additionalProperties": False},
     }
+    title = "PR Cockpit repository configuration (.github/cockpit.toml)"
+    return {"$schema": "http://json-schema.org/draft-07/schema#", **schema, "title": title}
 
 
 def schema_text() -> str:
@@ -511,4 +389,5 @@ if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what not in ("schema", "table"):
         sys.exit("usage: python -m bot.repo_config schema|table")
+    # The JSON Schema (templates/cockpit.schema.json) or the README's table: tests hold both.
     sys.stdout.write(schema_text() if what == "schema" else reference_table() + "\n")

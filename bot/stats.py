@@ -1,10 +1,4 @@
-"""`cockpit stats` and the review gauges of `/metrics`: each provider and model's review
-figures (counted by `bot.records.stats`) with their ratios, as text or JSON.
-
-Acceptance is people's verdict only: published ÷ (published + dropped by a person). A
-finding the reviewer withdrew in a revision or the verify pass refuted is counted apart, never
-as a person's no.
-"""
+"""`cockpit stats` and the review gauges of `/metrics`: each model's review figures and ratios."""
 
 from __future__ import annotations
 
@@ -13,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bot.metrics import REVIEW_GAUGES
 from bot.records.stats import ModelFigures
 from bot.texts import OPERATOR, render, say
 
@@ -34,7 +29,8 @@ class ModelStats:
 
     @property
     def acceptance(self) -> float | None:
-        """published ÷ (published + dropped by a person); None when nobody decided yet."""
+        """published ÷ (published + dropped by a person); None when nobody decided yet. A
+        finding withdrawn in a revision or refuted by the verify pass is never a person's no."""
         f = self.figures
         decided = f.published + f.dropped_by_people
         return f.published / decided if decided else None
@@ -45,26 +41,17 @@ class ModelStats:
         return f.usd / f.published if f.usd is not None and f.published else None
 
     def values(self) -> dict[str, float | None]:
-        """Every figure by name, as `--json` and `/metrics` show them (None: not computable)."""
-        f = self.figures
-        return {
-            "reviews": f.reviews,
+        """Every figure by name, as `--json` and `/metrics` show them (None: not computable):
+        counted in the database, or worked out here."""
+        return {name: getattr(self.figures, name, None) for name in REVIEW_GAUGES} | {
             "findings_per_review": self.findings_per_review,
-            "published": f.published,
-            "dropped_by_people": f.dropped_by_people,
             "acceptance": self.acceptance,
-            "refuted": f.refuted,
-            "withdrawn": f.withdrawn,
-            "suppressed": f.suppressed,
-            "fixed_after_publishing": f.fixed_after_publishing,
-            "usd": f.usd,
             "usd_per_accepted": self.usd_per_accepted,
         }
 
 
 def parse_since(text: str) -> float:
-    """`--since YYYY-MM-DD` as the epoch seconds of that day's start in UTC; ValueError
-    otherwise."""
+    """`--since YYYY-MM-DD` as the epoch seconds of that day's start in UTC."""
     try:
         if not _DAY.fullmatch(text):  # fromisoformat also takes 20240105 and 2024-W01-5
             raise ValueError
@@ -96,8 +83,6 @@ def to_json(rows: list[ModelStats], *, since: str | None, repo: str | None) -> d
 
 
 def render_text(rows: list[ModelStats], *, since: str | None, repo: str | None, where: str) -> str:
-    """What `cockpit stats` prints: one block per provider and model (`where`: the
-    database, as `bot.backend.describe` names it)."""
     return render("cli/stats.txt.j2", rows=rows, since=since, repo=repo, where=where)
 
 

@@ -1,11 +1,4 @@
-"""Rendering what people and models read (templates/), and making model text safe to post.
-
-Model and PR text is inert on every surface: it cannot mention anyone, carry raw HTML, show
-a remote image, link outside the PR's own repository, forge our hidden marker, or open a
-code fence that swallows what the template puts after it. Each construct is broken by a
-WORD JOINER (U+2060, invisible) at the one place where markdown needs two characters to
-touch, so the text reads the same, also inside code, and nothing is deleted.
-"""
+"""Rendering what people, operators and models read (templates/), and making model text inert."""
 
 from __future__ import annotations
 
@@ -59,9 +52,8 @@ _strict = False
 
 
 def strict_templates(strict: bool = True) -> None:
-    """The test suite turns this on: a template that reads a value nobody gave it fails at
-    once. Without it (in production) such a value renders empty and is logged, so a blank in
-    a comment or a prompt never costs a review or a verify pass."""
+    """Tests turn this on: a value nobody gave fails at once. In production it renders empty
+    and is logged, so a blank in a comment or a prompt never costs a review."""
     global _strict
     _strict = strict
 
@@ -75,7 +67,8 @@ def _environment(strict: bool) -> jinja2.Environment:
     )
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("templates", ""),
-        autoescape=False,  # noqa: S701 - markdown, not HTML; model text goes through `safe_md`
+        # Markdown and text are not escaped (model text goes through `safe_md`); pages are.
+        autoescape=jinja2.select_autoescape(["html.j2"], default_for_string=False),
         undefined=undefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -94,7 +87,6 @@ def _environment(strict: bool) -> jinja2.Environment:
 
 
 def _linking(make_safe: Callable[..., str]) -> Callable[..., str]:
-    """A filter that makes model text safe with the template's `repo_url`."""
 
     @jinja2.pass_context
     def apply(context: jinja2.runtime.Context, text: str | None) -> str:
@@ -104,8 +96,7 @@ def _linking(make_safe: Callable[..., str]) -> Callable[..., str]:
 
 
 def render(name: str, /, **context: Any) -> str:
-    """Render a template; `repo_url` (the repository's page on GitHub) is the one place model
-    text may link to."""
+    """A whole document; `repo_url` (the repository on GitHub) is where model text may link."""
     context.setdefault("repo_url", None)
     return _environment(_strict).get_template(name).render(**context).strip() + "\n"
 
@@ -118,34 +109,34 @@ class Audience(StrEnum):
 
 PEOPLE, OPERATOR, MODEL = Audience.PEOPLE, Audience.OPERATOR, Audience.MODEL
 
-# Each audience's messages by section: a key `section.kind` (`demo.failed`) is that section's,
-# a bare key the audience's first (today the sections are catalogue templates).
-SECTIONS = {
-    PEOPLE: {"": "messages.txt.j2", "held": "held.md.j2"},
-    OPERATOR: {
-        "": "cli/messages.txt.j2",
-        "config": "cli/config.txt.j2",
-        "demo": "demo/messages.txt.j2",
-        "local": "local/messages.txt.j2",
-        "eval": "eval/messages.txt.j2",
-        "register": "register/messages.txt.j2",
-    },
-    MODEL: {"": "messages.txt.j2"},
-}
+
+@cache
+def _table(to: Audience) -> dict[str, Any]:
+    """An audience's messages (templates/text/AUDIENCE.toml): a key is an entry, a table a
+    section (`demo.failed`) whose `_macros` are defined for each of its entries."""
+    import tomllib
+    from importlib import resources
+
+    return tomllib.loads(resources.files("templates").joinpath(f"text/{to}.toml").read_text())
+
+
+@cache
+def _message(to: Audience, key: str, strict: bool) -> jinja2.Template:
+    section, _, kind = key.rpartition(".")
+    entries = _table(to)[section] if section else _table(to)
+    return _environment(strict).from_string(entries.get("_macros", "") + entries[kind])
 
 
 def say(to: Audience, key: str, /, **values: Any) -> str:
     """The message `key` for an audience, as written: only the lines around it are trimmed,
     never a value's own spaces (a path that begins with one is shown as it is)."""
-    section, _, kind = key.rpartition(".")
     values.setdefault("repo_url", None)
-    template = _environment(_strict).get_template(SECTIONS[to][section])
-    text = template.render(kind=kind, **values).strip("\n")
+    text = _message(to, key, _strict).render(**values).strip("\n")
     return redact(text) if to is OPERATOR else text
 
 
 def repo_url_of(pull_html_url: str | None) -> str | None:
-    """`https://github.com/o/r/pull/7` → `https://github.com/o/r` (None when not a PR URL)."""
+    """`https://github.com/o/r/pull/7` → `https://github.com/o/r`."""
     match = re.fullmatch(r"(https?://[^/\s]+/[^/\s]+/[^/\s]+)/pull/\d+", pull_html_url or "")
     return match.group(1) if match else None
 
@@ -234,7 +225,7 @@ def safe_md(text: str | None, *, repo_url: str | None = None) -> str:
 
 
 def safe_line(text: str | None, *, repo_url: str | None = None) -> str:
-    """One line of inert text, for places inside a sentence (errors, titles, progress)."""
+    """One line of inert text, for inside a sentence (errors, titles, progress)."""
     return " ".join(safe_md(text, repo_url=repo_url).split())
 
 
@@ -255,7 +246,6 @@ def prompt_data(text: str | None) -> str:
 
 
 def table_cell(text: str | None, *, repo_url: str | None = None) -> str:
-    """One markdown table cell: a single line, pipes escaped."""
     return safe_line(text, repo_url=repo_url).replace("|", "\\|")[:300]
 
 
@@ -267,7 +257,6 @@ def usd(value: float | None) -> str:
 
 
 def fit(body: str, limit: int = GITHUB_BODY_LIMIT) -> str:
-    """Keep a body under GitHub's size limit, saying so when it is cut."""
     if len(body) <= limit:
         return body
     note = "\n\n" + say(PEOPLE, "cut_to_fit")

@@ -1,16 +1,4 @@
-"""Bare mirrors per repository and cheap per-review worktrees, driven by safe git subprocesses.
-
-A review's worktree is registered without a checkout: the toolbox reads files from the
-object store at the head sha, so preparing a review costs a fetch, not a checkout, and
-the sandbox is structural (paths are tree lookups, symlinks are just blobs).
-
-Mirrors are partial clones (`--filter=blob:none`): commits and trees come at once, a file's
-content only when something needs it. `git diff` fetches the blobs of a PR's changed files
-in one batch, a read fetches its one blob, and a search fetches the blobs it will read in one
-batch first (`Worktree.fetch_blobs`); such fetches run under the same safe environment, with
-the installation token in that one process's environment. A server without filter support
-(git's dumb HTTP, a local repository) gives a full mirror, which works the same.
-"""
+"""Partial bare mirrors per repository and no-checkout worktrees, run by safe git subprocesses."""
 
 from __future__ import annotations
 
@@ -50,10 +38,8 @@ class GitError(Exception):
 
 def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
     """The only environment git ever runs with: no user/system config, no hooks, no helpers.
-
     The installation token reaches git only here, as `http.extraHeader` in this process's
-    environment (GIT_CONFIG_*): never in a URL, a file, a command line or a log.
-    """
+    environment: never in a URL, a file, a command line or a log."""
     config = {
         "core.hooksPath": "/dev/null",
         "core.fsmonitor": "false",
@@ -105,7 +91,6 @@ def _token_config(token: str) -> dict[str, str]:
 
 
 def with_config(env: dict[str, str], config: dict[str, str]) -> dict[str, str]:
-    """`env` (from `git_env`) with more configuration, for one git process."""
     count = int(env["GIT_CONFIG_COUNT"])
     added = {**env, "GIT_CONFIG_COUNT": str(count + len(config))}
     for n, (key, value) in enumerate(config.items(), start=count):
@@ -114,7 +99,6 @@ def with_config(env: dict[str, str], config: dict[str, str]) -> dict[str, str]:
 
 
 def with_token(env: dict[str, str], token: str | None) -> dict[str, str]:
-    """`env` plus the installation token as `http.extraHeader`, for one git process."""
     return with_config(env, _token_config(token)) if token else env
 
 
@@ -131,13 +115,9 @@ async def run_git(
     check: bool = True,
     stdin: bytes | None = None,
 ) -> bytes:
-    """Run `git <args>` with a fixed argv (no shell). Output is streamed with a byte cap:
-    past `limit` bytes git is stopped and the answer holds `limit + 1` bytes (see
-    `truncated`), so a 64 MiB commit subject or a 50 MB blob never lands in memory whole.
-    stderr keeps its first STDERR_LIMIT bytes; the rest is read and dropped. `stdin`, when
-    given, is written to git while its output is read. Once git is stopped (cap or timeout)
-    its pipes are closed, unread: see `_stop`. A git that cannot start (a command line over
-    the kernel's limit, no memory or processes left) is a GitError too, never an OSError."""
+    """`git <args>` (no shell), output streamed with a byte cap: past `limit` bytes git is
+    stopped and the answer holds `limit + 1` bytes, so a huge blob never lands in memory
+    whole. A git that cannot start is a GitError too, never an OSError."""
     try:
         proc = await asyncio.create_subprocess_exec(
             "git",
@@ -222,20 +202,23 @@ def _stop(proc: asyncio.subprocess.Process) -> None:
             pipe.close()
 
 
+async def commit_of(repo: Path, env: dict[str, str], rev: str) -> str | None:
+    """The commit `rev` names in the git repository at `repo` (None when it names none)."""
+    verify = ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"]
+    out = await run_git(verify, cwd=repo, env=env, timeout=60, check=False)
+    return out.decode().strip() or None
+
+
 def truncated(out: bytes, limit: int = OUTPUT_LIMIT) -> bool:
-    """Whether `run_git` stopped git at `limit` bytes (its answer then holds one more)."""
     return len(out) > limit
 
 
 async def _rmtree(path: Path) -> None:
-    """Deleting a mirror can take a while: never on the event loop."""
     await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
 
 
 @dataclass(frozen=True)
 class Worktree:
-    """One review's view of a repository: the mirror, the head, and the diff base."""
-
     mirror: Path
     path: Path
     head_sha: str
@@ -257,8 +240,6 @@ class Worktree:
         config: dict[str, str] | None = None,
         index: Path | None = None,
     ) -> bytes:
-        """`git <args>` in the mirror; `index` names a scratch index file (GIT_INDEX_FILE),
-        for commands that read a commit's `.gitattributes` through an index."""
         env = with_config(self.env, config) if config else self.env
         if index is not None:
             env = {**env, "GIT_INDEX_FILE": str(index)}
@@ -275,9 +256,8 @@ class Worktree:
         )
 
     async def fetch_blobs(self, path: str = "") -> int:
-        """Fetch, in one request, the head's blobs under `path` (the whole tree when empty)
-        that the partial mirror does not hold yet; returns how many. Without it `git grep`
-        would fetch each missing blob with a request of its own. A full mirror lacks none."""
+        """Fetch, in one request, the head's blobs under `path` the partial mirror lacks
+        (else `git grep` fetches each with a request of its own); returns how many."""
         start = f"{self.head_sha}:{path}" if path else f"{self.head_sha}^{{tree}}"
         listed = await run_git(
             ["rev-list", "--objects", "--missing=print", "--no-walk", start],
@@ -308,10 +288,8 @@ class Worktree:
 
 
 class Mirrors:
-    """Bare mirrors under `<data>/mirrors`, worktrees under `<data>/worktrees`.
-
-    Every path is absolute: git runs in other folders (the mirror's parent, the mirror) and
-    reads the paths it is given from there."""
+    """Bare mirrors under `<data>/mirrors`, worktrees under `<data>/worktrees`; every path is
+    absolute, for git runs in other folders."""
 
     def __init__(self, data_dir: Path) -> None:
         data_dir = data_dir.absolute()
@@ -359,9 +337,8 @@ class Mirrors:
         *,
         default_branch: str | None = None,
     ) -> Path:
-        """Clone the mirror once, then fetch just the named refs (`refs/pull/N/head`, …), and
-        with `default_branch` the remote's HEAD (its default branch, whatever its name) into
-        that ref, in the same fetch."""
+        """Clone the mirror once, then fetch just `refs` (and the remote's HEAD into
+        `default_branch`) in one fetch."""
         if not clone_url.startswith(("https://", "http://", "file://")):
             raise GitError(say(PEOPLE, "clone_url_scheme"))
         mirror = self.mirror_path(repo)
@@ -392,8 +369,6 @@ class Mirrors:
         base_ref: str,
         token: TokenSource | None = None,
     ) -> Worktree:
-        """Register a detached, no-checkout worktree at `head_sha` (costs ~nothing). `token`
-        gives the installation token to the git calls that fetch blobs on demand."""
         mirror = self.mirror_path(repo)
         env = self.env()
         path = self.tree_path(name)
@@ -423,7 +398,6 @@ class Mirrors:
 
     @staticmethod
     async def _bases(mirror: Path, env: dict[str, str], base_ref: str, head: str) -> list[str]:
-        """The base branch's sha and the diff base (merge-base of base and head)."""
         verify = ["rev-parse", "--verify", "--end-of-options", f"{base_ref}^{{commit}}"]
         base = (await run_git(verify, cwd=mirror, env=env, timeout=30)).decode().strip()
         merge = await run_git(["merge-base", base, head], cwd=mirror, env=env, timeout=60)
@@ -435,7 +409,7 @@ class Mirrors:
             await self._remove(mirror, path, self.env())
 
     async def _remove_quietly(self, mirror: Path, path: Path, env: dict[str, str]) -> None:
-        """Clean-up after a failure: its own errors must not hide the failure's."""
+        # Clean-up after a failure: its own errors must not hide the failure's.
         try:
             await self._remove(mirror, path, env)
         except Exception:
@@ -462,7 +436,6 @@ class Mirrors:
         return [Path(entry.read_text().strip()).parent for entry in entries]
 
     async def drop_pull_refs(self, repo: str, numbers: list[int]) -> int:
-        """Forget closed PRs' heads (`refs/pull/N/head`): gc may then drop their objects."""
         mirror = self.mirror_path(repo)
         if not numbers or not (mirror / "HEAD").exists():
             return 0
@@ -477,19 +450,9 @@ class Mirrors:
         return len(gone)
 
     async def collect_garbage(self) -> int:
-        """`git gc` on every mirror (one at a time, under its lock): packs what fetches left
-        loose and drops objects no ref or worktree reaches any more. Off the request path:
-        the daily maintenance job runs it."""
-        gc = ["gc", "--quiet", f"--prune={GC_PRUNE}"]
-        done = 0
-        for mirror in sorted(self.root.glob("*/*.git")) if self.root.exists() else []:
-            async with self.lock(mirror):
-                await run_git(gc, cwd=mirror, env=self.env(), timeout=GC_TIMEOUT, check=False)
-            done += 1
-        return done
+        return await self._in_each_mirror(["gc", "--quiet", f"--prune={GC_PRUNE}"], GC_TIMEOUT)
 
     async def prune(self, max_age_seconds: float) -> int:
-        """Remove worktrees older than the TTL (and any left half-made); prune git's records."""
         removed = 0
         now = time.time()
         if self.trees.exists():
@@ -497,12 +460,23 @@ class Mirrors:
                 if now - tree.stat().st_mtime > max_age_seconds:
                     await _rmtree(tree)
                     removed += 1
-        for mirror in self.root.glob("*/*.git") if self.root.exists() else []:
-            async with self.lock(mirror):
-                await run_git(
-                    ["worktree", "prune"], cwd=mirror, env=self.env(), timeout=60, check=False
-                )
+        await self._in_each_mirror(["worktree", "prune"], 60)
         return removed
+
+    async def _in_each_mirror(self, args: list[str], timeout: float) -> int:
+        """`git <args>` in every mirror, one at a time, each under its lock."""
+        mirrors = sorted(self.root.glob("*/*.git")) if self.root.exists() else []
+        for mirror in mirrors:
+            async with self.lock(mirror):
+                await run_git(args, cwd=mirror, env=self.env(), timeout=timeout, check=False)
+        return len(mirrors)
+
+    async def resolve(self, repo: str, rev: str) -> str | None:
+        """The commit `rev` names in the repository's mirror (None: it names none)."""
+        verify = ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"]
+        mirror = self.mirror_path(repo)
+        out = await run_git(verify, cwd=mirror, env=self.env(), timeout=30, check=False)
+        return out.decode().strip() or None
 
 
 @dataclass(frozen=True)
@@ -516,8 +490,6 @@ class Disk:
 
 
 def disk(data_dir: Path | str, min_mb: int) -> Disk:
-    """Free space where mirrors, worktrees and the database live (below `min_mb` no new
-    review starts)."""
     path = Path(data_dir)
     while not path.exists() and path != path.parent:
         path = path.parent

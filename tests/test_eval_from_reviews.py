@@ -17,7 +17,8 @@ from bot.config import Settings
 from bot.evals.commands import _golden_from_reviews
 from bot.evals.golden import load_golden
 from bot.evals.report import results_json
-from bot.evals.runner import EvalOptions, ProgressSink, run_eval
+from bot.evals.results import EvalOptions, ProgressSink
+from bot.evals.runner import run_eval
 from bot.server import make_app
 from bot.standin.scripted import MODEL
 from handlers import router

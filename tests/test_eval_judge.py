@@ -17,7 +17,8 @@ from bot.config import ChatSettings, Settings
 from bot.evals.golden import Label
 from bot.evals.judges import EvalFinding, LLMJudge, make_judge, parse_answer
 from bot.evals.report import results_json
-from bot.evals.runner import EvalOptions, ProgressSink, run_eval
+from bot.evals.results import EvalOptions, ProgressSink
+from bot.evals.runner import run_eval
 from bot.records.sqlite import SqliteDatabase
 from bot.standin.models import Action, fail, say
 from bot.standin.scripted import MODEL, scripted_reviewer

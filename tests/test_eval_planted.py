@@ -25,7 +25,8 @@ from bot.evals.commands import eval_run
 from bot.evals.messages import resume_hint
 from bot.evals.progress import ConsoleProgress, eta_text
 from bot.evals.report import chart_spec, draw_chart, results_json, write_report
-from bot.evals.runner import EvalOptions, ProgressSink, run_eval
+from bot.evals.results import EvalOptions, ProgressSink
+from bot.evals.runner import run_eval
 from bot.evals.sources import fingerprint
 from bot.standin.scripted import MODEL
 

@@ -170,7 +170,7 @@ def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, pr
     from bot.evals.golden import Case, Golden
     from bot.evals.messages import resume_hint
     from bot.evals.report import write_report
-    from bot.evals.runner import CaseResult, EvalOptions, EvalResult, ModelRun
+    from bot.evals.results import CaseResult, EvalOptions, EvalResult, ModelRun
 
     label = Label(problem=problem, path="a.py", line=1, title=title or None)
     case = Case(id="c-1", repository="/r", base_sha="a" * 40, head_sha="b" * 40, labels=(label,))

@@ -232,3 +232,10 @@ def test_reference_rows_read_the_declaration():
         Row("paths", "list of table", "[]", ""),
         Row("instructions", "string or null", "", ""),
     ]
+
+
+def test_a_value_of_the_wrong_type_for_optional_choices_is_told_the_choices():
+    """A repository config's `verify_provider = 1` says which providers there are (before:
+    only "expected one of ... or null" as a type, no choices to list)."""
+    (found,) = problems(1, Severity | None)
+    assert (found.why, found.allowed) == ("type", ("critical", "major", "minor", "nit"))

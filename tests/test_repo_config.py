@@ -15,9 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.config import PROVIDERS
+from bot.inputs import reference_rows
 from bot.repo_config import (
     KEYS,
+    Keys,
     PathRule,
+    Provider,
     RepoConfig,
     default_of,
     effective,
@@ -68,9 +71,9 @@ def test_the_readme_example_is_marked_and_parses_cleanly():
 
 
 def test_every_field_of_a_key_has_its_meaning_and_a_default_the_parser_accepts():
-    for name, rule in KEYS.items():
-        assert rule.meaning and rule.kind
-        default = default_of(name)
+    for row in reference_rows(Keys):
+        assert row.meaning and row.type
+        name, default = row.name, default_of(row.name)
         if default is not None and default != "" and default != ():
             written = {name: list(default) if isinstance(default, tuple) else default}
             assert parse_repo_config(json_to_toml(written)).problems == (), name
@@ -78,7 +81,8 @@ def test_every_field_of_a_key_has_its_meaning_and_a_default_the_parser_accepts()
 
 
 def test_the_provider_choices_come_from_the_server_config():
-    assert KEYS["provider"].choices == PROVIDERS == KEYS["verify_provider"].choices
+    types = {row.name: row.type for row in reference_rows(Keys)}
+    assert tuple(Provider) == PROVIDERS and types["provider"] == types["verify_provider"]
 
 
 # -- parsing: what applies, what is reported ---------------------------------------------------
@@ -275,6 +279,8 @@ def test_ignore_globs_follow_gitignore_rules(globs, path, ignored):
         ("src/api/**", "src/apikeys.py", False),
         ("*.sql", "db/migrations/001.sql", True),
         ("tests/", "tests/unit/test_x.py", True),
+        ("*", "\n", True),  # git's `*` takes a newline as any character
+        ("*.py", "a.py\n", False),  # and a name ending in one is not a .py file
     ],
 )
 def test_path_rules_match_like_ignore_globs(glob, path, matches):
@@ -307,22 +313,36 @@ BAD_VALUES = st.one_of(
 )
 
 
+GOOD_BY_KEY = {
+    "auto_review": GOOD_VALUES["boolean"],
+    "review_drafts": GOOD_VALUES["boolean"],
+    "verify": GOOD_VALUES["boolean"],
+    "provider": st.sampled_from(PROVIDERS),
+    "verify_provider": st.sampled_from(PROVIDERS),
+    "ignore": GOOD_VALUES["globs"],
+    "max_files": GOOD_VALUES["integer"],
+    "max_diff_bytes": GOOD_VALUES["integer"],
+    "max_findings": GOOD_VALUES["integer"],
+    "approve_permission": st.sampled_from(["write", "maintain", "admin"]),
+    "outside_prs": st.sampled_from(["review", "on-command"]),
+    "instructions": GOOD_VALUES["text"],
+    "min_severity": st.sampled_from(["critical", "major", "minor", "nit"]),
+}
+
+
 @st.composite
 def files(draw) -> tuple[dict, bool]:
     """A file's keys (some unknown, some with values of the wrong type) and whether the parser
     and the schema should both accept it."""
     data, clean = {}, True
     for name in draw(st.lists(st.sampled_from(sorted(KEYS)), unique=True, max_size=6)):
-        rule = KEYS[name]
-        if draw(st.booleans()) and rule.kind != "paths":
+        if draw(st.booleans()) and name != "paths":
             data[name] = draw(BAD_VALUES)
             clean = False
-        elif rule.kind == "choice":
-            data[name] = draw(st.sampled_from(rule.choices))
-        elif rule.kind == "paths":
+        elif name == "paths":
             data[name] = [{"glob": "src/**", "instructions": draw(st.text(max_size=20))}]
         else:
-            data[name] = draw(GOOD_VALUES[rule.kind])
+            data[name] = draw(GOOD_BY_KEY[name])
     if draw(st.booleans()):
         data[draw(st.sampled_from(["colour", "max_file", "Verify"]))] = 1
         clean = False

@@ -6,6 +6,7 @@ after it."""
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import jinja2
@@ -396,3 +397,20 @@ def test_a_catalogue_entry_keeps_its_values_spaces(path):
     assert say(MODEL, "tool", why="symlink", path="x", target=path).endswith(
         f"to {path} (links are reported, not followed)"
     )
+
+
+def test_every_message_the_code_says_is_in_its_audiences_table():
+    """Keys live in templates/text/AUDIENCE.toml; a `say(AUDIENCE, "key"` in the code that names
+    no entry fails here rather than in front of a person."""
+    from pathlib import Path
+
+    from bot.texts import Audience, _table
+
+    root = Path(__file__).resolve().parent.parent
+    code = "".join(p.read_text() for d in ("bot", "handlers") for p in (root / d).rglob("*.py"))
+    used = re.findall(r"""say\(\s*(PEOPLE|OPERATOR|MODEL),\s*"([a-z0-9_.]+)\"""", code)
+    assert len(used) > 150
+    for audience, key in used:
+        entries = _table(Audience[audience])
+        section, _, kind = key.rpartition(".")
+        assert kind in (entries[section] if section else entries), f"{audience} {key}"

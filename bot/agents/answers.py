@@ -1,5 +1,4 @@
-"""What a model answers with, declared once as msgspec structs: the final answers
-(`submit_review`, `submit_verification`), their tool schemas, and their problems in words."""
+"""The final answers (`submit_review`, `submit_verification`) as msgspec structs, told in words."""
 
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ FNumber = Annotated[str, Meta(pattern="^F[0-9]+$")]
 
 
 class InvalidAnswer(ValueError):
-    """A final tool's input does not match its declaration; the message says how (repair turn)."""
+    """The message says what to fix (one repair turn)."""
 
 
 class SubmittedFinding(msgspec.Struct, forbid_unknown_fields=True):
@@ -81,7 +80,6 @@ class ReviewDraft:
 
 
 def tool(name: str, shape: type) -> dict[str, Any]:
-    """A tool's definition: its input's JSON Schema, described by the shape's docstring."""
     parameters = json_schema(shape)
     parameters.pop("title")
     description = " ".join(parameters.pop("description").split())
@@ -90,8 +88,6 @@ def tool(name: str, shape: type) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class FinalAnswer:
-    """The tool that ends a turn with a structured answer, and how to read its input."""
-
     tool: dict[str, Any]
     parse: Callable[[Any], Any]  # raises InvalidAnswer saying what to fix (one repair turn)
     nudge: str  # the prompt sent once when the model ends its turn without calling the tool
@@ -103,7 +99,6 @@ class FinalAnswer:
 
 
 def parse_submission(data: Any) -> ReviewDraft:
-    """The reviewer's answer, normalised and de-duplicated."""
     found = problems(data, Submission)
     if found:
         raise InvalidAnswer(told(found))
@@ -181,7 +176,6 @@ VERIFY_TOOL = tool("submit_verification", Verdicts)
 
 
 def submit_verification(count: int) -> FinalAnswer:
-    """The verify pass's final answer, on a draft of `count` findings."""
     parse = partial(parse_verification, count=count)
     return FinalAnswer(VERIFY_TOOL, parse, "verify_nudge", "verified")
 
@@ -201,7 +195,6 @@ def told(found: list[Problem]) -> str:
 
 
 def _where(path: tuple[str | int, ...]) -> str:
-    """`summary` (a key), findings[0].line (a path), "" (the whole input)."""
     where = Problem(path, "").where
     return f"`{where}`" if len(path) == 1 else where
 

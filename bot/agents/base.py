@@ -21,8 +21,7 @@ MAX_RETRIES = 4
 
 
 class AgentError(Exception):
-    """A model run failed; the message is clear and safe to show on the PR: what a server
-    said in it is redacted as it is made."""
+    """A model run failed; the message is safe to show on the PR (redacted as it is made)."""
 
     def __init__(self, text: str) -> None:
         super().__init__(redact(text))
@@ -46,7 +45,6 @@ class Budget:
 
     @classmethod
     def from_settings(cls, settings: Any) -> Budget:
-        """A server run's budget: the operator's caps (`bot.config.Settings`)."""
         return cls(
             max_usd=settings.review_max_usd,
             daily_max_runs=settings.daily_max_runs,
@@ -62,7 +60,6 @@ class Usage:
     cache_write_tokens: int = 0
 
     def counts(self) -> dict[str, int]:
-        """Tokens by kind: input, output, cache_read, cache_write (a rate's keys)."""
         return {f.name.removesuffix("_tokens"): getattr(self, f.name) for f in fields(self)}
 
     def add(self, other: Usage) -> None:
@@ -94,16 +91,13 @@ def rate_for(model: str) -> dict[str, float] | None:
 
 
 def chat_rate(rates: tuple[float, float] | None) -> dict[str, float] | None:
-    """COCKPIT_CHAT_RATES (USD per million input, output tokens) as a rate; cached input is
-    charged as input (a conservative figure: servers that discount it say so in rates.json)."""
+    """COCKPIT_CHAT_RATES as a rate; cached input is charged as input (conservative)."""
     if rates is None:
         return None
     return {"input": rates[0], "output": rates[1], "cache_read": rates[0], "cache_write": rates[0]}
 
 
 def cost_usd(model: str, usage: Usage, fallback: dict[str, float] | None = None) -> float | None:
-    """USD for this usage at the model's rate in rates.json, else at `fallback` (the
-    provider's configured rate); None (stored as NULL) when neither is known."""
     rate = rate_for(model) or fallback
     if rate is None:
         return None
@@ -118,7 +112,6 @@ class ToolCall:
 
 
 def arguments_object(arguments: Any) -> dict[str, Any] | None:
-    """A tool call's arguments as an object (empty text is `{}`); None when they are not one."""
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments or "{}")
@@ -128,7 +121,6 @@ def arguments_object(arguments: Any) -> dict[str, Any] | None:
 
 
 def arguments_problem(arguments: Any) -> str | None:
-    """Why a tool call's arguments cannot be read as an object (None: they can)."""
     if isinstance(arguments, dict):
         return None
     if not isinstance(arguments, str):
@@ -142,7 +134,7 @@ def arguments_problem(arguments: Any) -> str | None:
 
 @dataclass
 class ModelReply:
-    """One model response, normalised; `items` are the native messages to store and resend."""
+    """`items` are the native messages to store and resend."""
 
     text: str
     usage: Usage
@@ -158,7 +150,6 @@ Results = Callable[[list[tuple[ToolCall, str, bool]]], list[dict[str, Any]]]
 
 
 def calls(item: dict[str, Any]) -> list[ToolCall]:
-    """The tool calls in a native message, whichever provider wrote it."""
     if item.get("type") == "function_call":  # Responses
         arguments = item.get("arguments") or "{}"
         return [ToolCall(str(item.get("call_id")), str(item.get("name", "")), arguments)]
@@ -175,7 +166,6 @@ def calls(item: dict[str, Any]) -> list[ToolCall]:
 
 
 def answered(item: dict[str, Any]) -> set[str]:
-    """The ids of the calls a native message holds the results of."""
     if item.get("type") == "function_call_output":
         return {str(item.get("call_id"))}
     if item.get("role") == "tool":
@@ -185,9 +175,8 @@ def answered(item: dict[str, Any]) -> set[str]:
 
 def close_dangling(messages: list[dict[str, Any]], results: Results, text: str) -> list[dict]:
     """`messages` with an error result `text` for every call that has none (a turn stopped
-    mid-tool, a killed process): the APIs refuse a call without its result. A reply's results
-    follow it; the missing ones go before the next message that is neither a result nor part
-    of that reply (a Responses reply is several items)."""
+    mid-tool, a killed process): the APIs refuse a call without its result. The missing ones go
+    before the next message that is neither a result nor part of that reply."""
     closed: list[dict[str, Any]] = []
     pending: dict[str, ToolCall] = {}
     for item in messages:
@@ -213,8 +202,7 @@ def blocks(item: dict[str, Any], *kinds: str) -> list[dict[str, Any]]:
 
 
 def server_said(body: Any) -> str:
-    """A server's error message, from whichever shape it answers in (OpenAI's and vLLM's
-    `{"error": {"message"}}`, an older vLLM's `{"message"}`, Ollama's `{"error": "…"}`)."""
+    """A server's error message, from OpenAI's, vLLM's or Ollama's shape of it."""
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict):
@@ -224,8 +212,7 @@ def server_said(body: Any) -> str:
 
 
 def quoted(said: str, limit: int = SAID_CHARS) -> str:
-    """What a server said, fit to quote on one line: secrets masked before it is cut (half a
-    key is no longer recognised as one)."""
+    """One line, secrets masked before it is cut (half a key is no longer recognised as one)."""
     text = " ".join(redact(said).split())
     return text if len(text) <= limit else text[:limit] + "…"
 
@@ -248,4 +235,4 @@ class Provider(Protocol):
     def user_message(self, text: str) -> list[dict[str, Any]]: ...
 
     def tool_results(self, results: list[tuple[ToolCall, str, bool]]) -> list[dict[str, Any]]:
-        """Native messages answering tool calls: (call, output, is_error)."""
+        """Native messages answering (call, output, is_error)."""

@@ -43,15 +43,13 @@ _CONTEXT_FULL = re.compile(  # what servers say of a request longer than the con
 )
 
 
-async def _no_key() -> str:
-    """A key provider that yields none: the SDK insists on a key, a local server needs none."""
+async def _no_key() -> str:  # the SDK insists on a key; a local server needs none
     return ""
 
 
 @dataclass
 class ChatEndpoint:
-    """One server: its SDK client, and what this process learned about it (which output cap
-    it takes, how far token estimates fell short, which models report no usage)."""
+    """One server: its SDK client, and what this process learned about it."""
 
     client: openai.AsyncOpenAI
     keyless: bool
@@ -74,7 +72,6 @@ class ChatEndpoint:
 
     @property
     def headers(self) -> dict[str, Any] | None:
-        """Every request's own headers: no Authorization when there is no key."""
         return {"Authorization": openai.Omit()} if self.keyless else None
 
 
@@ -89,7 +86,6 @@ class ChatProvider:
 
     @property
     def output_tokens(self) -> int | None:
-        """The output cap sent (None: the server's own), taken out of the context."""
         if self.context_tokens is None:
             return None
         return min(MAX_OUTPUT_TOKENS, self.context_tokens // 4)
@@ -102,13 +98,9 @@ class ChatProvider:
             assert self.output_tokens is not None
             fitted = fit_context(messages, tools, self.context_tokens - self.output_tokens, scale)
             if fitted.dropped or fitted.clipped:
-                fields = {
-                    "model": self.model,
-                    "dropped_messages": fitted.dropped,
-                    "clipped_results": fitted.clipped,
-                    "estimated_tokens": fitted.tokens,
-                    "context_tokens": self.context_tokens,
-                }
+                fields = {"model": self.model, "context_tokens": self.context_tokens}
+                fields |= {"dropped_messages": fitted.dropped, "clipped_results": fitted.clipped}
+                fields["estimated_tokens"] = fitted.tokens
                 log.warning(
                     "chat conversation trimmed to fit the model's context", extra={"fields": fields}
                 )
@@ -175,8 +167,7 @@ class ChatProvider:
                 raise AgentError(explain(exc.status_code, said, self.model)) from exc
 
     def _usage(self, usage: Usage | None, estimated: int, said: str) -> Usage:
-        """The usage the server reported, else an estimate from what was sent (`estimated`
-        tokens) and `said`; a report above the estimate makes later estimates larger."""
+        """The usage reported, else an estimate; a report above the estimate scales later ones."""
         if usage is not None:
             reported = usage.input_tokens + usage.cache_read_tokens
             scale = self.endpoint.scale.get(self.model, 1.0)
@@ -206,9 +197,9 @@ class ChatProvider:
 
 
 def _tool_calls(raw: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The reply's function calls (as `read_completion` checked them) as they are stored:
-    each with an id unique in the reply (a server may send none, or repeat one; a made-up id
-    is 9 letters and digits, as Mistral's templates need) and its arguments as JSON text."""
+    """The reply's function calls as stored: each with an id unique in the reply (a server may
+    send none, or repeat one; a made-up id is 9 characters, as Mistral's templates need) and
+    its arguments as JSON text."""
     stored: list[dict[str, Any]] = []
     seen: set[str] = set()
     for item in raw:
@@ -227,21 +218,15 @@ def _tool_calls(raw: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return stored
 
 
-# -- what is answered: read and checked -------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Completion:
-    """A Chat Completions answer: its first choice's message, and the usage when sent."""
-
     text: str
     calls: list[dict[str, Any]]  # the message's `tool_calls`, each a dict
     usage: Usage | None
 
 
 def read_completion(content_type: str, body: str) -> Completion:
-    """A server's answer, checked as far as it is used; AgentError saying, on one line, what
-    the server sent instead of a Chat Completions answer."""
+    """A server's answer, checked as far as it is used; AgentError saying what it sent instead."""
     kind = content_type.split(";", 1)[0].strip().lower()
 
     def wrong(why: str, value: Any = None, **context: Any) -> AgentError:
@@ -295,7 +280,6 @@ def read_completion(content_type: str, body: str) -> Completion:
 
 
 def _reported_usage(usage: Any, wrong: Callable[..., AgentError]) -> Usage | None:
-    """The usage a server reported (None: none, or no prompt tokens counted)."""
     if usage is None:
         return None
     if not isinstance(usage, dict):
@@ -322,25 +306,17 @@ def _reported_usage(usage: Any, wrong: Callable[..., AgentError]) -> Usage | Non
     return Usage(input_tokens=prompt - cached, output_tokens=completion, cache_read_tokens=cached)
 
 
+_JSON_TYPES = {type(None): "null", bool: "boolean", int: "number", float: "number"}
+_JSON_TYPES |= {str: "string", list: "array"}
+
+
 def _what(value: Any) -> str:
-    """A JSON value's type, by JSON's name for it (the message says it as a person does)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-# -- what is sent: pure functions of the stored conversation ----------------------------------
+    return _JSON_TYPES.get(type(value), "object")
 
 
 def outgoing(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stored messages as every server takes them: a call whose arguments were not a JSON
-    object goes back with `{}` (its result told the model what was wrong)."""
+    """A call whose arguments were not a JSON object goes back with `{}` (its result told the
+    model what was wrong)."""
     sent = []
     for message in messages:
         calls = message.get("tool_calls")
@@ -359,8 +335,7 @@ def outgoing(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def join_user_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Consecutive user messages (a tool-less nudge after a person's question, a trimmed
-    gap) as one: some chat templates refuse two user turns in a row."""
+    """Consecutive user messages as one: some chat templates refuse two user turns in a row."""
     joined: list[dict[str, Any]] = []
     for message in messages:
         before = joined[-1] if joined else None
@@ -377,8 +352,6 @@ def join_user_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The system prompt as the start of the first user message, for a model whose chat
-    template has no system role."""
     system = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
     rest = [m for m in messages if m.get("role") != "system"]
     users = [
@@ -392,9 +365,8 @@ def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def estimate_tokens(text: str) -> int:
-    """Tokens in `text`, over- rather than under-estimated, without a tokenizer (the servers'
-    models each have their own): ASCII at `ASCII_PER_TOKEN` characters a token, any other
-    character at its UTF-8 size (a byte-level tokenizer never needs more than a token a byte)."""
+    """Over- rather than under-estimated, without a tokenizer: any non-ASCII character at its
+    UTF-8 size (a byte-level tokenizer never needs more than a token a byte)."""
     ascii_chars = len(text.encode("ascii", "ignore"))
     other_bytes = len(text.encode("utf-8", "surrogatepass")) - ascii_chars
     return math.ceil(ascii_chars / ASCII_PER_TOKEN) + other_bytes
@@ -431,13 +403,9 @@ def fit_context(
     budget: int,
     scale: float = 1.0,
 ) -> Fitted:
-    """`messages` (the system prompt first) within `budget` estimated tokens (times `scale`).
-
-    Kept always: the system prompt, the first user message (the task) and the newest
-    exchange. Left out first: whole exchanges, oldest first (an assistant message goes with
-    the tool results that answer it, so every call keeps its answer), with a note added to
-    the first user message saying so. Then the longest tool results are cut, oldest first.
-    AgentError when even that does not fit."""
+    """`messages` within `budget` estimated tokens. Kept always: the system prompt, the task
+    and the newest exchange. Left out first: whole exchanges, oldest first (a call keeps its
+    result), noted in the task; then the longest tool results are cut."""
 
     def size(candidate: list[dict[str, Any]]) -> int:
         return math.ceil(request_tokens(candidate, tools) * scale)
@@ -474,8 +442,7 @@ def fit_context(
 
 
 def _exchanges(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Messages in units that are left out together: a message, with the tool results
-    that follow it."""
+    """A message with the tool results that follow it: left out together."""
     units: list[list[dict[str, Any]]] = []
     for message in messages:
         if message.get("role") == "tool" and units:
@@ -502,12 +469,8 @@ def _joined(
     return [*head, *(m for unit in kept for m in unit)]
 
 
-# -- what a refusal means -----------------------------------------------------------------------
-
-
 def explain(status: int, said: str, model: str) -> str:
-    """What the operator (and the PR) is told when the server refuses a request: what is
-    wrong and what to change."""
+    """What the operator (and the PR) is told of a refusal: what is wrong, what to change."""
     shown = quoted(said)
     low = said.lower()
     if status in (401, 403):  # not quoted: a server may echo (part of) the key it refused

@@ -47,8 +47,6 @@ Origin = tuple[int | None, str | None]  # the PR comment a message came from: id
 
 
 class Answer(Enum):
-    """What a turn does with its final tool."""
-
     REQUIRED = "required"  # the turn ends with its answer (a review, a verify pass)
     OFFERED = "offered"  # listed, so the prompt cache holds, but a call is told "not now"
     NONE = "none"  # not listed (a critic's turns)
@@ -70,8 +68,6 @@ class TurnResult:
 
 @dataclass
 class AgentRun:
-    """Everything one turn needs; built by the review engine or a session command."""
-
     db: Database
     provider: Provider
     session: Session
@@ -89,8 +85,7 @@ class AgentRun:
     async def turn(
         self, user_text: str | None, *, comment_id: int | None = None, source: str | None = None
     ) -> TurnResult:
-        """One turn: `user_text` (None to continue the stored conversation) from the PR
-        comment `comment_id`, until the model answers (or submits its review)."""
+        """`user_text` None continues the stored conversation."""
         run_id = await self._start()
         usage: dict[str, Usage] = {}
         started = time.monotonic()
@@ -113,8 +108,7 @@ class AgentRun:
         return result
 
     async def _start(self) -> int:
-        """The run's row, written only when its installation's daily budget has room
-        (DailyBudgetSpent otherwise): every model run passes here, whatever started it."""
+        """Every model run passes here, whatever started it: the daily budget is checked."""
         now = time.time()
         return await start_run(
             self.db,
@@ -218,15 +212,14 @@ class AgentRun:
                 return TurnResult(run_id, reply.text, answer, tool_calls)
 
     async def _store(self, items: list[dict[str, Any]], origin: Origin = (None, None)) -> None:
-        comment_id, source = origin  # the PR comment the messages came from
+        comment_id, source = origin
         await append_messages(
             self.db, self.session.id, items, github_comment_id=comment_id, source=source
         )
 
     async def _conversation(self, settle: bool = False) -> list[dict[str, Any]]:
-        """The stored conversation as the API takes it: a tool call without its result (its
-        turn was stopped, or the process killed, mid-call) is answered "interrupted"; `settle`
-        also stores those answers when they come last (before a turn adds to it)."""
+        """A call without its result is answered "interrupted"; `settle` also stores those
+        answers when they come last (before a turn adds to it)."""
         stored = await load_messages(self.db, self.session.id)
         closed = close_dangling(stored, self.provider.tool_results, interrupted())
         if settle and len(closed) > len(stored) and closed[: len(stored)] == stored:
@@ -292,12 +285,10 @@ class AgentRun:
 
 
 def fragment(name: str) -> str:
-    """A prompt fragment (templates/prompts/NAME.md) as the model is sent it."""
     return prompt_text(name).strip()
 
 
 def interrupted() -> str:
-    """The result a tool call gets when its turn ended before the tool answered."""
     return fragment("tool_interrupted")
 
 
@@ -306,9 +297,8 @@ def unreadable_arguments(tool: str, problem: str) -> str:
 
 
 def _describe(provider: str, exc: Exception) -> str:
-    """An SDK's error as the PR is told it: the status, and what the server said (redacted;
-    never after 401 or 403, whose message may hold part of the key it refused); "unavailable"
-    when the SDK gave up retrying it (each request carries its retry count)."""
+    """What the server said is never quoted after 401 or 403 (it may hold part of the key);
+    "unavailable" when the SDK gave up retrying (each request carries its retry count)."""
     status = getattr(exc, "status_code", None)
     said = quoted(server_said(getattr(exc, "body", None))) if status not in (401, 403) else ""
     what = {"provider": provider, "status": status, "error_class": exc.__class__.__name__}

@@ -1,5 +1,4 @@
-"""Provider options in one place: which SDK client and model serve `claude`, `codex` and
-`chat`, which provider is "the other one", and what stops one from working (`probe`)."""
+"""Which SDK client and model serve each provider, which is "the other one", what stops one."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def _not_configured(provider: str, *variables: str) -> AgentError:
 
 
 class ModelClients:
-    """One SDK client per provider per process (connection reuse). `claude` and `codex` take
-    their keys from the SDKs' own environment variables, `chat` from COCKPIT_CHAT_* only."""
+    """One SDK client per provider per process; `chat` reads COCKPIT_CHAT_* only."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -58,8 +56,7 @@ class ModelClients:
         return ChatProvider(self._chat, model or chat.model, timeout, chat.context_tokens, rate)
 
     def _sdk(self, name: str) -> Any:
-        """`claude`'s or `codex`'s SDK client; what it sends (its key, its base URL's password)
-        is masked wherever it could be shown."""
+        """What the client sends (its key, its base URL's password) is masked everywhere."""
         if name not in self._sdks:
             client_class, error = SDKS[name]
             try:
@@ -72,8 +69,6 @@ class ModelClients:
         return self._sdks[name]
 
     def configured(self, name: str) -> bool:
-        """Whether `name` can be used here: its SDK found a key in the environment (`chat`:
-        its endpoint and model are set; a local server needs no key)."""
         try:
             self.provider(name)
         except AgentError:
@@ -82,7 +77,6 @@ class ModelClients:
         return client is None or bool(client.api_key or getattr(client, "auth_token", None))
 
     def available(self) -> list[str]:
-        """The providers configured here, in `PROVIDERS` order."""
         return [p for p in PROVIDERS if self.configured(p)]
 
     async def close(self) -> None:
@@ -91,19 +85,14 @@ class ModelClients:
 
 
 def other_provider(reviewer: str, available: Collection[str]) -> str:
-    """The second opinion on `reviewer`'s draft (a cross-AI critique, a verify pass): the
-    first provider configured here, in `PROVIDERS` order (claude, codex, chat), that is not
-    the reviewer's; the reviewer's own when it is the only one (a fresh session on the same
-    model: an installation with local models only still gets a critique)."""
+    """The second opinion on `reviewer`'s draft: the first other provider configured here; the
+    reviewer's own when it is the only one (local models only still get a critique)."""
     return next((p for p in PROVIDERS if p != reviewer and p in available), reviewer)
 
 
 async def probe(settings: Settings, provider: str) -> list[str]:
     """What stops `provider` from working here, one line each with what to do (empty: ready).
-
-    `claude` and `codex`: their SDK finds a key. `chat`: its server answers `GET /models`
-    (through the SDK, with the configured key or none) and lists COCKPIT_CHAT_MODEL. Azure
-    OpenAI lists models, not deployments, so there only the endpoint and key are checked."""
+    `chat`: its server answers `GET /models` and lists COCKPIT_CHAT_MODEL."""
     clients = ModelClients(settings)
     try:
         if provider in SDK_KEYS:
@@ -121,12 +110,10 @@ async def probe(settings: Settings, provider: str) -> list[str]:
 
 
 class Unanswered(str):
-    """A probe's problem that is only a server not answering: nothing in the settings to
-    change (`cockpit check-config` exits 1 for it, not 2)."""
+    """A server not answering: nothing in the settings to change (check-config exits 1)."""
 
 
 def _problem(variable: str, why: str, **context: object) -> str:
-    """`VARIABLE: what is wrong` (templates/cli/config.txt.j2), as check-config lists it."""
     return str(ConfigError(variable, why, **context))
 
 

@@ -29,8 +29,6 @@ RAW_DIFF_BYTES = 64 << 20  # `git diff --raw` of a PR (about 130 bytes a file)
 
 
 class ToolError(Exception):
-    """A refused or failed tool call; its message (`tool` with `why`) goes back to the model."""
-
     def __init__(self, why: str, **context: Any) -> None:
         super().__init__(say(MODEL, "tool", why=why, **context))
 
@@ -86,8 +84,7 @@ READ_ONLY_TOOLS = frozenset(TOOLS)
 
 
 def clean_path(raw: str | None, *, allow_root: bool = False) -> str:
-    """A repository-relative path, or ToolError: `..`, absolute paths and `.git` are refused
-    before git is asked. Never touches the filesystem."""
+    """`..`, absolute paths and `.git` are refused before git is asked; never touches the disk."""
     raw = raw or ""  # no path: "" and "." come out as no parts, below
     if "\x00" in raw or len(raw) > 4096:
         raise ToolError("path_invalid")
@@ -118,7 +115,6 @@ class TreeEntry:
 
 
 def _tree_entries(out: bytes) -> Iterator[TreeEntry]:
-    """The records of `git ls-tree -z` output."""
     for record in out.split(b"\x00"):
         if record:
             meta, _, name = record.partition(b"\t")
@@ -127,9 +123,8 @@ def _tree_entries(out: bytes) -> Iterator[TreeEntry]:
 
 
 class Toolbox:
-    """Executes the read-only tools for one review; `on_call` observes each call (progress).
-    `left_out`: changed files the review leaves out (path → why: an `ignore` glob, generated,
-    vendored …): `git_diff` does not show them, `read_file` says so; `since`: a re-review's
+    """The read-only tools for one review. `left_out`: changed files the review leaves out
+    (path → why): `git_diff` does not show them, `read_file` says so; `since`: a re-review's
     last reviewed commit, where `git_diff` starts."""
 
     definitions = TOOL_DEFINITIONS
@@ -150,7 +145,7 @@ class Toolbox:
         self._shown: str | None = None  # the tree `git_diff` compares with (see `_shown_tree`)
 
     async def call(self, name: str, arguments: Any) -> str:
-        """Run one tool; errors come back as text for the model, never as exceptions."""
+        """Errors come back as text for the model, never as exceptions."""
         self.calls += 1
         if self.on_call is not None:
             await self.on_call(name)
@@ -279,11 +274,10 @@ class Toolbox:
         return note + "\n" + text if text else note
 
     async def _shown_tree(self) -> str:
-        """The head's tree with every left-out file as `git_diff`'s start has it: diffed
-        with the start, it is the PR without them, in one `git diff` whatever the PR's size
-        (a list of the files to show would not fit on a command line). Built once, in a
-        scratch index (`--index-info` on stdin); its few new tree objects are unreachable,
-        and the mirror's garbage collection drops them."""
+        """The head's tree with every left-out file as the diff's start has it: diffed with the
+        start, it is the PR without them, in one `git diff` whatever the PR's size (a list of
+        files would not fit on a command line). Its new tree objects are unreachable: gc
+        drops them."""
         if self._shown is None:
             head = self.tree.head_sha
             raw = await self.tree.git(
@@ -322,8 +316,6 @@ class Toolbox:
 
 
 def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
-    """Git's output as text, saying so when git was stopped at the byte cap (the note is
-    kept within the answer's own cap)."""
     text = out[:limit].decode("utf-8", errors="replace")
     if not truncated(out, limit):
         return text
@@ -332,8 +324,8 @@ def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
 
 
 def _as_at_start(meta: bytes, name: bytes) -> bytes:
-    """The `update-index --index-info` record putting `name` back as a `git diff --raw`
-    record says the diff's start had it (mode 0 removes a file the start did not have)."""
+    """The `--index-info` record putting `name` back as the diff's start had it (mode 0
+    removes a file the start did not have)."""
     mode, _mode, oid = meta[1:].split(b" ")[:3]
     if not int(mode, 8):
         mode = b"0"

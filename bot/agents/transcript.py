@@ -1,5 +1,4 @@
-"""Pure: a session's native messages (Messages, Responses or Chat Completions shapes) read
-whichever provider wrote them: their calls and results, their text, a critic's excerpt."""
+"""Pure: a session's native messages read whichever provider wrote them, and a critic's excerpt."""
 
 from __future__ import annotations
 
@@ -29,7 +28,6 @@ class Excerpt:
 
 
 def tool_call(item: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """The input of a call to tool `name` in an assistant message (None: no readable one)."""
     call = next((call for call in calls(item) if call.name == name), None)
     return arguments_object(call.arguments) if call is not None else None
 
@@ -39,7 +37,6 @@ def calls_tools(item: dict[str, Any]) -> bool:
 
 
 def answer_text(item: dict[str, Any]) -> str:
-    """The prose of an assistant message (its tool calls left out); "" for anything else."""
     if item.get("role") != "assistant":
         return ""
     return "\n".join(_texts(item)).strip()
@@ -57,7 +54,6 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _parts(item: dict[str, Any]) -> list[str]:
-    """Readable pieces of one native message."""
     if item.get("type") == "reasoning":
         return []
     if item.get("type") == "function_call_output" or item.get("role") == "tool":
@@ -78,7 +74,6 @@ def _parts(item: dict[str, Any]) -> list[str]:
 
 
 def to_lines(messages: list[tuple[str, str, dict[str, Any]]]) -> list[Line]:
-    """(id, role, native item) → readable lines; messages with nothing to read are skipped."""
     lines = []
     for message_id, role, item in messages:
         text = "\n".join(p for p in _parts(item) if p.strip())
@@ -90,8 +85,8 @@ def to_lines(messages: list[tuple[str, str, dict[str, Any]]]) -> list[Line]:
 def excerpt(
     lines: list[Line], max_messages: int = MAX_MESSAGES, max_bytes: int = MAX_BYTES
 ) -> Excerpt:
-    """The newest messages that fit both caps (whichever is smaller wins), oldest dropped
-    first; a message too big on its own is cut from its start so the newest text stays."""
+    """The newest messages that fit both caps; a message too big on its own is cut from its
+    start so the newest text stays."""
     kept: list[Line] = []
     used = 0
     for line in reversed(lines[-max_messages:] if max_messages else []):
@@ -113,12 +108,10 @@ def _render(line: Line) -> str:
 
 
 def render(part: Excerpt) -> str:
-    """The excerpt as the child reads it (the same form whose size the caps measure)."""
     return "".join(_render(line) for line in part.lines)
 
 
 def feedback(child_adapter: str, message: str, note: str = "", actor: str = "") -> str:
-    """What `send-back` delivers to the parent."""
     return render_text(
         "prompts/feedback.md.j2",
         child_adapter=child_adapter,

@@ -15,7 +15,7 @@ from bot.texts import OPERATOR, say
 
 if TYPE_CHECKING:
     from bot.evals.progress import ConsoleProgress
-    from bot.evals.runner import EvalResult
+    from bot.evals.results import EvalResult
 
 # Each command imports what only it needs when it runs: `eval run` needs the model SDKs (a
 # second or more to import), `import-martian` and `golden-from-reviews` do not.
@@ -43,7 +43,8 @@ def cmd_eval_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgress) -> int:
-    from bot.evals.runner import EvalError, EvalOptions, resolve_models, run_eval
+    from bot.evals.results import EvalOptions
+    from bot.evals.runner import EvalError, resolve_models, run_eval
 
     try:
         settings = load_settings(github=False)
@@ -81,37 +82,28 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
 
 
 def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: Path) -> int:
-    from bot.evals.report import CHART_EXTRA, pct, write_json, write_report
-    from bot.evals.scoring import results
+    from bot.evals.report import CHART_EXTRA, write_json, write_report
+    from bot.evals.results import results
 
     resume = resume_hint(result.batch, data_dir, runner=args.resume_with)
     entries = results(result).runs
-    out.write(say(OPERATOR, "eval.summary", entries=entries, pct=pct) + "\n")
+    out.write(say(OPERATOR, "eval.summary", entries=entries) + "\n")
     failed = sum(len(run.failed) for run in result.runs)
     if failed:
         out.write(say(OPERATOR, "eval.failed_cases", count=failed, resume=resume) + "\n")
     if result.judge.unreadable:
-        unreadable = say(
-            OPERATOR, "eval.unreadable", count=result.judge.unreadable, judge=result.judge.name
-        )
-        out.write(unreadable + "\n")
+        judge = result.judge
+        out.write(say(OPERATOR, "eval.unreadable", count=judge.unreadable, judge=judge.name) + "\n")
     if result.source_changed:
         out.write(say(OPERATOR, "eval.source_changed", repos=result.source_changed) + "\n")
     report, chart = write_report(result, Path(args.report_dir), resume=resume)
     if args.json:
         write_json(result, Path(args.json))
-    out.write(
-        say(
-            OPERATOR,
-            "eval.written",
-            report=report,
-            chart=chart.path,
-            chart_missing=chart.missing,
-            chart_extra=CHART_EXTRA,
-            json_path=args.json,
-        )
-        + "\n"
+    extra = CHART_EXTRA
+    written = say(
+        OPERATOR, "eval.written", report=report, chart=chart, chart_extra=extra, json_path=args.json
     )
+    out.write(written + "\n")
     return EXIT_OK if result.ok else EXIT_CASE_FAILED
 
 
@@ -120,9 +112,8 @@ def cmd_golden_from_reviews(args: argparse.Namespace, out: TextIO = sys.stdout) 
 
 
 async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
-    """Exit 0 with a file written; 2 when there is nothing to make it from (no database
-    where the server keeps its data, or no published review of the repository): nothing is
-    created then, neither a database nor an empty file."""
+    """Exit 2 when there is nothing to make it from: nothing is created then, not even a
+    database."""
     import psycopg
 
     from bot.backend import describe, reach, read_database
@@ -160,18 +151,8 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
     name = args.repo.replace("/", "-")
     path = Path(args.out or Path("eval") / "golden" / f"{name}-from-reviews.json")
     write_golden(path, golden)
-    out.write(
-        say(
-            OPERATOR,
-            "eval.golden_from_reviews",
-            path=path,
-            repo=args.repo,
-            cases=len(golden["cases"]),
-            labels=sum(len(c["labels"]) for c in golden["cases"]),
-            known=sum(len(c["known_false_positives"]) for c in golden["cases"]),
-        )
-        + "\n"
-    )
+    out.write(say(OPERATOR, "eval.golden_from_reviews", path=path, repo=args.repo, golden=golden))
+    out.write("\n")
     return EXIT_OK
 
 
@@ -180,9 +161,8 @@ def cmd_import_martian(args: argparse.Namespace, out: TextIO = sys.stdout) -> in
 
 
 async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
-    """Exit 0 when the file is written (shas pending without --resolve, or for PRs GitHub
-    does not know); 1 when --resolve could not ask GitHub about some case (the file is still
-    written, those shas pending); 2 when nothing could be converted."""
+    """Exit 1 when --resolve could not ask GitHub about some case (the file is still written);
+    2 when nothing could be converted."""
     from bot.evals.martian import martian_golden, resolve_with_github
 
     directory = Path(args.dir)
@@ -203,31 +183,19 @@ async def _import_martian(args: argparse.Namespace, out: TextIO) -> int:
         return _error("; ".join(problems[:10]))
     path = Path(args.out)
     write_golden(path, golden)
-    out.write(
-        say(
-            OPERATOR,
-            "eval.martian",
-            path=path,
-            cases=len(golden["cases"]),
-            labels=sum(len(c["labels"]) for c in golden["cases"]),
-            files=len(list(directory.glob("*.json"))),
-            pending=pending,
-            resolution=resolution,
-        )
-        + "\n"
+    files = len(list(directory.glob("*.json")))
+    said = say(
+        OPERATOR,
+        "eval.martian",
+        path=path,
+        golden=golden,
+        files=files,
+        pending=pending,
+        resolution=resolution,
     )
+    out.write(said + "\n")
     if resolution is not None and resolution.failed:
-        reasons = sorted({reason for _, reason in resolution.failed})
-        sys.stderr.write(
-            say(
-                OPERATOR,
-                "eval.unresolved",
-                count=len(resolution.failed),
-                api_url=api_url,
-                reasons=reasons,
-                cases=[case for case, _ in resolution.failed],
-            )
-            + "\n"
-        )
+        said = say(OPERATOR, "eval.unresolved", resolution=resolution, api_url=api_url)
+        sys.stderr.write(said + "\n")
         return EXIT_CASE_FAILED
     return EXIT_OK

@@ -36,10 +36,8 @@ async def published_repos(db: Database) -> list[str]:
 
 
 async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
-    """The repository's posted reviews (the newest per PR), each a case at the head it
-    reviewed: the findings people published are its labels, the ones a person dropped its
-    known false positives (a finding withdrawn or refuted by the bot is neither). A draft
-    for a person to check, not ground truth."""
+    """The newest posted review per PR, a case at its head: published findings are labels, the
+    ones a person dropped known false positives (the bot's own drops are neither)."""
     check_repo(repo)
     cases = []
     clone_url = None

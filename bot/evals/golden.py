@@ -36,13 +36,13 @@ Repository = Annotated[
 
 
 class GoldenError(ValueError):
-    """A golden file that cannot be used; the message lists what is wrong."""
+    """The message lists what is wrong."""
 
 
 class _Part(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
 ):
-    """A part of a golden file: unknown keys refused, written without its defaults."""
+    """Unknown keys refused, written without its defaults."""
 
 
 class Label(_Part, kw_only=True):
@@ -101,7 +101,6 @@ def is_url(repository: str) -> bool:
 
 
 def repository_key(repository: str) -> str:
-    """A stable `owner/name` for the eval's mirror of a repository."""
     if is_url(repository) and not repository.startswith("file://"):
         parts = urlparse(repository).path.strip("/").removesuffix(".git").split("/")
         if len(parts) >= 2 and all(parts[-2:]):
@@ -134,8 +133,7 @@ def _said(problem: inputs.Problem) -> str:
 
 
 def golden_problems(data: Any) -> list[str]:
-    """Everything wrong with a golden document (empty when it is usable): its shape first,
-    then what no type says (a repository for each case, a head to review, unique ids)."""
+    """Everything wrong with a golden document: its shape first, then what no type says."""
     found = [_said(problem) for problem in inputs.problems(data, Golden)]
     if found:
         return found
@@ -162,8 +160,7 @@ def _resolve(repository: str, base: Path) -> str:
 
 
 def parse_golden(data: Any, path: Path, *, repository: str | None = None) -> Golden:
-    """A usable golden document, each case with its repository resolved (a path is relative
-    to the file; `repository`, from `--repo`, replaces them all) and its base branch."""
+    """Each case with its repository resolved (relative to the file; `--repo` replaces them)."""
     problems = golden_problems(data)
     if problems:
         raise GoldenError(
@@ -198,7 +195,6 @@ def load_golden(path: Path | str, *, repository: str | None = None) -> Golden:
 
 
 def write_golden(path: Path, data: dict[str, Any]) -> None:
-    """Write a golden document (validated first) as stable, reviewable JSON."""
     problems = golden_problems(data)
     if problems:
         raise GoldenError("; ".join(problems[:15]))

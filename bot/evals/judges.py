@@ -27,8 +27,6 @@ _DECODER = json.JSONDecoder()
 
 @dataclass(frozen=True)
 class EvalFinding:
-    """A finding as the eval scores it (from a draft, or from `eval_findings` on resume)."""
-
     ordinal: int
     path: str
     severity: str
@@ -41,7 +39,6 @@ class EvalFinding:
 
     @classmethod
     def of(cls, ordinal: int, finding: Any) -> EvalFinding:
-        """A draft's finding (`DraftFinding`) or a stored one (`StoredEvalFinding`)."""
         return cls(ordinal, *(getattr(finding, f.name) for f in fields(cls)[1:]))
 
 
@@ -61,9 +58,8 @@ def _line_distance(finding: EvalFinding, line: int) -> int:
 
 
 def lexical_score(finding: EvalFinding, label: Label) -> float:
-    """0 when they do not match; else higher for a closer match. A label with a path must
-    agree on the path (and on the line within LINE_WINDOW when both have one) and share
-    some words; a free-text label must share more words."""
+    """0 when they do not match, else higher for a closer match; a free-text label (no path)
+    must share more words."""
     text = likeness(
         words(f"{finding.title} {finding.body}"), words(f"{label.title or ''} {label.problem}")
     )
@@ -94,8 +90,6 @@ class Judge(Protocol):
 
 
 class LexicalJudge:
-    """Offline and deterministic: the path, the lines' nearness, the words shared."""
-
     name = "lexical"
     model = None
     tokens = 0
@@ -133,8 +127,7 @@ class Answer:
 
 
 def _objects(text: str) -> Iterator[Any]:
-    """Every JSON object in `text`, in order: a decoder tried at each `{` (prose, code
-    fences or stray braces around the answer are skipped, not mistaken for it)."""
+    """Every JSON object in `text`, in order (prose, fences and stray braces skipped)."""
     start = text.find("{")
     while start != -1:
         try:
@@ -147,8 +140,7 @@ def _objects(text: str) -> Iterator[Any]:
 
 
 def parse_answer(text: str) -> Answer | None:
-    """The judge's answer: the first JSON object with a boolean `match`, or None when there
-    is none to read (the caller counts those)."""
+    """The first JSON object with a boolean `match` (None: none; the caller counts those)."""
     answers = (
         o for o in _objects(text or "") if isinstance(o, dict) and isinstance(o.get("match"), bool)
     )
@@ -164,9 +156,8 @@ def parse_answer(text: str) -> Answer | None:
 
 @dataclass
 class LLMJudge:
-    """Asks a model whether each (finding, label) pair is the same underlying issue, as
-    public benchmarks ask it; answers are kept in `eval_judgements` per (finding, label,
-    judge model), so scoring again costs nothing."""
+    """Asks a model whether each (finding, label) pair is the same issue; answers are kept in
+    `eval_judgements`, so scoring again costs nothing."""
 
     db: Database
     models: ModelClients

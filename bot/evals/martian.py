@@ -47,8 +47,6 @@ class Side(msgspec.Struct):
 
 
 class Pull(msgspec.Struct):
-    """What `--resolve` reads of GitHub's answer about a pull request."""
-
     head: Side
     base: Side
 
@@ -72,7 +70,6 @@ def parse_pr_url(url: str) -> PullRef:
 
 
 def convert_entries(source: str, entries: Any) -> list[dict[str, Any]]:
-    """One Martian file's entries as golden cases (ids `<file>-<n>`, shas pending)."""
     for problem in inputs.problems(entries, list[Entry])[:1]:
         path, inside = problem.path, problem.path[1:2] == ("comments",)
         why = "comment" if inside and len(path) > 2 else "comments" if inside else "entry"
@@ -100,7 +97,6 @@ def convert_entries(source: str, entries: Any) -> list[dict[str, Any]]:
 
 
 def martian_golden(directory: Path) -> dict[str, Any]:
-    """Every `*.json` of the Martian golden comments folder, as one golden document."""
     files = sorted(p for p in directory.glob("*.json") if p.is_file())
     if not files:
         raise GoldenError(say(OPERATOR, "eval.martian_file", why="no_files", where=directory))
@@ -128,8 +124,7 @@ class PullNotFound(GoldenError):
 
 @dataclass
 class Resolution:
-    """What `--resolve` could not do: PRs GitHub does not know, and cases it could not be
-    asked about (network, rate limit, a server error), with the reason."""
+    """PRs GitHub does not know, and cases it could not be asked about, with the reason."""
 
     unknown: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
@@ -140,7 +135,7 @@ class Resolution:
 
 
 async def _fetch(session: aiohttp.ClientSession, api_url: str, ref: PullRef) -> Pull:
-    """`GET /repos/{owner}/{repo}/pulls/{number}` on the API base (never a URL from data)."""
+    # On the API base: never a URL from the data.
     url = f"{api_url.rstrip('/')}/repos/{ref.owner}/{ref.name}/pulls/{ref.number}"
     async with session.get(url, timeout=aiohttp.ClientTimeout(30)) as resp:
         if resp.status == 404:
@@ -156,7 +151,6 @@ async def _fetch(session: aiohttp.ClientSession, api_url: str, ref: PullRef) -> 
 
 
 async def resolve_with_github(golden: dict[str, Any], api_url: str) -> Resolution:
-    """Fill in each case's base and head sha from GitHub; says which stay pending and why."""
     headers = {"Accept": "application/vnd.github+json", "User-Agent": "pr-cockpit-eval"}
     if token := os.environ.get("GITHUB_TOKEN"):
         headers["Authorization"] = f"Bearer {token}"

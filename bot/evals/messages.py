@@ -10,8 +10,6 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Resume:
-    """How to resume an eval run: the command, and whether its data may not last."""
-
     command: str
     data_dir: Path
     temporary: bool  # the data directory is in the system's temporary folder
@@ -23,9 +21,7 @@ RUNNER = "cockpit eval run"  # what runs an eval (scripts/eval_offline.py names 
 def resume_hint(
     batch: int | str, data_dir: Path, cwd: Path | None = None, runner: str | None = None
 ) -> Resume:
-    """The command that finds run `batch` again: its results are in `data_dir`, so the command
-    names it unless it is the default (`./data`) of the folder the command runs in; `runner`
-    is the command that ran it (default `cockpit eval run`)."""
+    """The command names `data_dir` unless it is the default (`./data`) where it runs."""
     where = Path(data_dir).expanduser().resolve()
     here = (cwd or Path.cwd()).resolve()
     command = f"{runner or RUNNER} --resume {batch}"

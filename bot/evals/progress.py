@@ -1,4 +1,4 @@
-"""What `cockpit eval run` shows as it works: a bar with ETA and cost, or a line per case."""
+"""What `cockpit eval run` shows as it works: a one-line bar on a terminal, else a line per case."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TextIO
 
 from bot.evals.messages import resume_hint
-from bot.evals.runner import CaseResult, EvalResult, ModelRun, ProgressSink
-from bot.evals.scoring import add_usd, case_figures
+from bot.evals.results import CaseResult, EvalResult, ModelRun, ProgressSink, case_figures
+from bot.evals.scoring import add_usd
 from bot.texts import OPERATOR, say
 
 BAR_WIDTH = 24
@@ -24,8 +24,6 @@ def eta_text(elapsed: float, done: int, total: int) -> str:
 
 @dataclass
 class ConsoleProgress(ProgressSink):
-    """A bar redrawn in place on a terminal; one plain line per case elsewhere (logs, CI)."""
-
     stream: TextIO
     tty: bool
     total: int = 0
@@ -36,67 +34,37 @@ class ConsoleProgress(ProgressSink):
     batch: int | None = None
     data_dir: Path | None = None  # where the run's results are stored (to resume it)
     runner: str | None = None  # the command that resumes it (default: `cockpit eval run`)
-    _drawn: bool = False
 
     def start(self, result: EvalResult, total: int, resumed: bool) -> None:
         self.total, self.started, self.batch = total, time.monotonic(), result.batch
-        self.stream.write(
-            say(
-                OPERATOR,
-                "eval.started",
-                batch=result.batch,
-                resumed=resumed,
-                models=[run.model for run in result.runs],
-                provider=result.options.provider,
-                cases=total // max(len(result.runs), 1),
-                verify=result.options.verify,
-                verifier=result.runs[0].verify_provider if result.runs else None,
-                judge=result.judge.name,
-                resume=resume_hint(result.batch, self.data_dir or Path("data"), runner=self.runner),
-            )
-            + "\n"
+        resume = resume_hint(result.batch, self.data_dir or Path("data"), runner=self.runner)
+        cases = total // max(len(result.runs), 1)
+        said = say(
+            OPERATOR, "eval.started", result=result, cases=cases, resumed=resumed, resume=resume
         )
-        self.stream.flush()
+        self._write(said + "\n")
 
     def case_done(self, run: ModelRun, result: CaseResult) -> None:
         self.done += 1
         self.failed += bool(result.error)
         figures = case_figures(result, run.final, verify=True)  # its whole spend
         self.usd = add_usd(self.usd, figures.usd)
-        if self.tty:
-            filled = round(BAR_WIDTH * self.done / max(self.total, 1))
+        if not self.tty:
             line = say(
-                OPERATOR,
-                "eval.bar",
-                bar="█" * filled + "░" * (BAR_WIDTH - filled),
-                done=self.done,
-                total=self.total,
-                eta=eta_text(time.monotonic() - self.started, self.done, self.total),
-                usd=self.usd,
-                failed=self.failed,
-                model=run.model,
-                case=result.case.id,
+                OPERATOR, "eval.case", progress=self, run=run, result=result, figures=figures
             )
-            self.stream.write("\r\033[K" + line)
-            self._drawn = True
-        else:
-            self.stream.write(
-                say(
-                    OPERATOR,
-                    "eval.case",
-                    done=self.done,
-                    total=self.total,
-                    model=run.model,
-                    result=result,
-                    counts=figures,
-                    refuted=figures.refuted,
-                    usd=figures.usd,
-                )
-                + "\n"
-            )
-        self.stream.flush()
+            self._write(line + "\n")
+            return
+        filled = round(BAR_WIDTH * self.done / max(self.total, 1))
+        bar = "█" * filled + "░" * (BAR_WIDTH - filled)
+        eta = eta_text(time.monotonic() - self.started, self.done, self.total)
+        line = say(OPERATOR, "eval.bar", progress=self, bar=bar, eta=eta, run=run, result=result)
+        self._write("\r\033[K" + line)
 
     def finish(self) -> None:
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.tty and self.done:  # the bar's line ends
+            self._write("\n")
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()

@@ -11,8 +11,7 @@ from typing import Any
 import msgspec
 
 from bot.evals.messages import Resume
-from bot.evals.runner import CaseResult, EvalResult
-from bot.evals.scoring import CaseFigures, RunFigures, results
+from bot.evals.results import EvalResult, RunFigures, results
 from bot.texts import OPERATOR, render, say
 
 log = logging.getLogger(__name__)
@@ -44,8 +43,6 @@ class Point:
 
 @dataclass(frozen=True)
 class ChartSpec:
-    """What the F1/cost chart shows, on the tables' scale (percent), as plain data."""
-
     title: str
     x_label: str
     y_label: str
@@ -56,9 +53,7 @@ class ChartSpec:
 
 
 def chart_spec(entries: list[dict[str, Any]], batch: int | str) -> ChartSpec:
-    """F1 (strict, %) against cost: USD when every model's cost is known, else tokens. The x
-    axis starts at 0 (no cost is negative; a sliver of room is left of it) and leaves room past
-    the dearest run; when every run cost nothing it still spans a readable range."""
+    """F1 (strict, %) against cost: USD when every model's cost is known, else tokens."""
     usd = all(e["usd"] is not None for e in entries)
     points = []
     for e in entries:
@@ -86,8 +81,7 @@ MARKERS = "osD^vP*Xph"
 
 
 def draw_chart(spec: ChartSpec, path: Path) -> Chart:
-    """The chart as a PNG: each point its own marker, named in the legend below the axes
-    (names never overlap, even when the points do)."""
+    """Each point its own marker, named in the legend below the axes (names never overlap)."""
     try:
         import matplotlib
 
@@ -118,15 +112,14 @@ def draw_chart(spec: ChartSpec, path: Path) -> Chart:
 
 
 def _plain(text: str) -> str:
-    """A chart label from user text: printable ASCII, and `$` not read as mathtext."""
+    """Printable ASCII, and `$` not read as mathtext."""
     ascii_only = "".join(c if c.isascii() and c.isprintable() else "?" for c in text)[:60]
     return ascii_only.replace("$", r"\$")
 
 
 def reserve_report(directory: Path, batch: int, now: dt.datetime) -> Path:
-    """A report name no earlier report has: `eval-<UTC time>-run<batch>.md` (a new data
-    folder starts its run numbers at 1 again), `-2`, `-3`… within one second. The file is
-    created here, exclusively, so two runs never write to one name."""
+    """`eval-<UTC time>-run<batch>.md`, then `-2`, `-3`… (a new data folder starts its run
+    numbers at 1 again); created exclusively, so two runs never write to one name."""
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"eval-{now.strftime('%Y%m%d-%H%M%S')}-run{batch}"
     path, n = directory / f"{stem}.md", 1
@@ -140,9 +133,7 @@ def reserve_report(directory: Path, batch: int, now: dt.datetime) -> Path:
 
 
 def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tuple[Path, Chart]:
-    """The markdown report (see `reserve_report` for its name) and its chart beside it,
-    `<name>-f1-cost.png`; `resume` says how to run it again (the report outlives a temporary
-    data directory). Nothing already there is overwritten."""
+    """The markdown report and its chart beside it; nothing already there is overwritten."""
     now = dt.datetime.now(dt.UTC)
     path = reserve_report(directory, result.batch, now)
     figures = results(result)
@@ -151,32 +142,22 @@ def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tupl
     by_run: dict[int, list[RunFigures]] = {}
     for entry in figures.runs:
         by_run.setdefault(entry.eval_run, []).append(entry)
-    views = []
-    for run in result.runs:
-        final = by_run[run.id][-1]  # with the verify pass when it ran
-        cases = [_case_view(case, f) for case, f in zip(run.cases, final.cases, strict=True)]
-        views.append({"run": run, "cases": cases})
     markdown = render(
         "eval/report.md.j2",
         result=result,
         entries=figures.runs,
         lifts=[_lift(*by_run[run.id]) for run in result.runs if run.verify],
-        models=views,
-        chart=chart.path.name if chart.path else None,
-        chart_missing=chart.missing,
+        models=[(run, by_run[run.id][-1]) for run in result.runs],  # with verify when it ran
+        chart=chart,
         chart_extra=CHART_EXTRA,
         resume=resume,
         when=now.strftime("%Y-%m-%d %H:%M UTC"),
-        pct=pct,
-        num=num,
-        usd_text=usd_text,
     )
     path.write_text(markdown, encoding="utf-8")
     return path, chart
 
 
 def _lift(without: RunFigures, verified: RunFigures) -> dict[str, Any]:
-    """What the verify pass changed, over the cases that ran."""
     done = [(a, b) for a, b in zip(without.cases, verified.cases, strict=True) if not b.error]
     extra_usd = None if None in (verified.usd, without.usd) else verified.usd - without.usd
     return {
@@ -188,38 +169,3 @@ def _lift(without: RunFigures, verified: RunFigures) -> dict[str, Any]:
         "extra_usd": extra_usd,
         "verify_failed": sum(1 for _, b in done if b.verify_error),
     }
-
-
-def _where(path: str | None, line: int | None) -> str:
-    return (path or "—") + (f":{line}" if line else "")
-
-
-def _case_view(case: CaseResult, figures: CaseFigures) -> dict[str, Any]:
-    labels = case.case.labels
-    rows = [
-        {
-            "finding": f,
-            "where": _where(f.path, f.line),
-            "label": labels[case.pairs[n]] if n in case.pairs else None,
-        }
-        for n, f in enumerate(case.findings)
-    ]
-    matched = set(case.pairs.values())
-    missed = [
-        {"label": label, "where": _where(label.path, label.line)}
-        for j, label in enumerate(labels)
-        if j not in matched
-    ]
-    return {"result": case, "figures": figures, "rows": rows, "missed": missed}
-
-
-def pct(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.1f}"
-
-
-def num(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def usd_text(value: float | None) -> str:
-    return "unknown" if value is None else f"${value:.4f}"

@@ -6,16 +6,28 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import msgspec
 
 from bot.agents.base import AgentError, Budget
 from bot.agents.providers import ModelClients
 from bot.config import PROVIDERS, Settings
-from bot.evals.golden import Case, Golden, load_golden
+from bot.evals.golden import Case, load_golden
 from bot.evals.judges import EvalFinding, Judge, make_judge
-from bot.evals.scoring import ALL, VERIFIED, Counts, add_usd, case_figures, run_figures, score_case
+from bot.evals.results import (
+    CaseResult,
+    CaseScores,
+    Cost,
+    EvalOptions,
+    EvalResult,
+    ModelRun,
+    ProgressSink,
+    case_figures,
+    run_figures,
+)
+from bot.evals.scoring import ALL, VERIFIED, Counts, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
 from bot.records import evals
 from bot.records.runs import session_spend as ledger_spend
@@ -30,111 +42,11 @@ from bot.worktrees import GitError
 
 
 class EvalError(Exception):
-    """The eval cannot start (bad options, golden file or resume id); exit code 2."""
-
-
-class EvalOptions(msgspec.Struct, frozen=True):
-    """A batch's options, kept in `eval_runs.options` so that `--resume` runs it as it was."""
-
-    goldens: tuple[str, ...]
-    provider: str
-    models: tuple[str, ...]
-    verify: bool = False
-    judge: str = "lexical"
-    repo: str | None = None
-    jobs: int = 1
-    judge_model: str | None = None
-
-
-class Cost(msgspec.Struct, frozen=True):
-    """Tokens and USD (None when a model has no known rate)."""
-
-    tokens: int = 0
-    usd: float | None = 0.0
-
-    def __add__(self, other: Cost) -> Cost:
-        return Cost(self.tokens + other.tokens, add_usd(self.usd, other.usd))
-
-
-class CaseScores(msgspec.Struct, kw_only=True):
-    """What `eval_cases.scores` keeps of a case beside its columns: what it spent (also when
-    it failed, for `--resume`), and what the report shows of it."""
-
-    counts: dict[str, Counts] = {}
-    pairs: dict[int, int] = {}  # finding index → label index
-    notes: tuple[str, ...] = ()  # fallbacks taken (head or base not found as given)
-    verify_seconds: float = 0.0
-    review_tokens: int = 0
-    review_usd: float | None = 0.0
-    verify_tokens: int = 0
-    verify_usd: float | None = 0.0
-    verify_error: str | None = None
-
-    def spent(self) -> tuple[Cost, Cost]:
-        return Cost(self.review_tokens, self.review_usd), Cost(self.verify_tokens, self.verify_usd)
-
-
-class CaseResult(CaseScores, kw_only=True):
-    """One case under one model: what the reviewer found and how it scored."""
-
-    case: Case
-    findings: list[EvalFinding] = []
-    error: str | None = None
-    head_sha: str = ""
-    wall_seconds: float = 0.0
-
-    def add_spend(self, review: Cost, verify: Cost) -> None:
-        self.review_tokens += review.tokens
-        self.review_usd = add_usd(self.review_usd, review.usd)
-        self.verify_tokens += verify.tokens
-        self.verify_usd = add_usd(self.verify_usd, verify.usd)
-
-    def scores(self) -> CaseScores:
-        return CaseScores(**{name: getattr(self, name) for name in CaseScores.__struct_fields__})
-
-
-@dataclass
-class ModelRun:
-    """One model's pass over every case (one `eval_runs` row)."""
-
-    id: int
-    provider: str
-    model: str
-    verify: bool
-    verify_provider: str | None
-    cases: list[CaseResult] = field(default_factory=list)
-    wall_seconds: float = 0.0
-
-    @property
-    def failed(self) -> list[CaseResult]:
-        return [c for c in self.cases if c.error]
-
-    @property
-    def final(self) -> str:
-        """The variant its stored scores are of: with the verify pass when it ran."""
-        return VERIFIED if self.verify else ALL
-
-    def total(self, variant: str) -> Counts:
-        return sum((c.counts[variant] for c in self.cases if not c.error), Counts())
-
-
-@dataclass
-class EvalResult:
-    batch: int
-    options: EvalOptions
-    goldens: dict[str, Golden]  # by the path it was read from
-    runs: list[ModelRun]
-    judge: Judge
-    source_changed: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.source_changed and not any(run.failed for run in self.runs)
+    """The eval cannot start; exit code 2."""
 
 
 async def session_spend(db: SqliteDatabase, session_id: int) -> tuple[Cost, Cost]:
-    """What the runs hold for a case's review session and the sessions started
-    from it (the verify pass), as (review, verify): every run, failed ones included."""
+    """(review, verify) spend of a case's session and those it started, failed runs included."""
     review, verify = Cost(), Cost()
     for subkind, tokens, usd in await ledger_spend(db, session_id):
         if subkind == "verify":
@@ -142,16 +54,6 @@ async def session_spend(db: SqliteDatabase, session_id: int) -> tuple[Cost, Cost
         else:
             review += Cost(tokens, usd)
     return review, verify
-
-
-class ProgressSink:
-    """What the runner reports as cases finish (a terminal bar or plain lines)."""
-
-    def start(self, result: EvalResult, total: int, resumed: bool) -> None: ...
-
-    def case_done(self, run: ModelRun, result: CaseResult) -> None: ...
-
-    def finish(self) -> None: ...
 
 
 @dataclass
@@ -164,8 +66,7 @@ class Runner:
     progress: ProgressSink
 
     async def run_case(self, run: ModelRun, case: Case, index: int) -> CaseResult:
-        """Review (and verify) one case. What it spent comes from its runs, so a case
-        that fails half-way still shows, and counts, what its model runs cost."""
+        """What it spent comes from its runs: a case that fails half-way still counts it."""
         result = CaseResult(case=case)
         started = time.monotonic()
         prepared = None
@@ -213,7 +114,6 @@ class Runner:
         return result
 
     async def score(self, result: CaseResult) -> None:
-        """Judge the findings against the labels; both variants when verify ran."""
         case = result.case
         scores = await self.judge.scores(result.findings, case.labels)
         known = None
@@ -235,18 +135,12 @@ class Runner:
         case = {
             "pr": result.case.pr or 0,
             "head_sha": result.head_sha,
-            "status": RunStatus.FAILED if result.error else RunStatus.DONE,
             "true_positives": strict["tp"],
             "false_positives": strict["fp"],
             "false_negatives": strict["fn"],
-            "precision": strict["precision"],
-            "recall": strict["recall"],
-            "f1": strict["f1"],
-            "cost_usd": figures.usd,
-            "tokens": figures.tokens,
-            "wall_seconds": result.wall_seconds,
             "error": result.error,
             "scores": msgspec.json.encode(result.scores()).decode(),
+            **_totals(figures, strict, result.error, result.wall_seconds),
         }
         findings = [  # each EvalFinding field is a column of eval_findings
             {**asdict(f), "matched_label": result.pairs.get(index)}
@@ -255,7 +149,6 @@ class Runner:
         await evals.store_case(self.db, run.id, result.case.id, case, findings)
 
     async def load_case(self, run: ModelRun, case: Case) -> CaseResult | None:
-        """A case this run already finished (on `--resume`), or None to run it (again)."""
         done = await evals.done_case(self.db, run.id, case.id)
         if done is None:
             return None
@@ -298,21 +191,21 @@ def _scores(text: str | None) -> CaseScores:
 
 
 async def finish_run(db: SqliteDatabase, result: EvalResult, run: ModelRun) -> None:
-    """The run's row gets the totals the report shows (the variant it is scored by); its
-    spend counts failed cases too: it was spent."""
     figures = run_figures(result, run, run.final)
-    await evals.finish_run(
-        db,
-        run.id,
-        status=RunStatus.FAILED if run.failed else RunStatus.DONE,
-        precision=figures.strict["precision"],
-        recall=figures.strict["recall"],
-        f1=figures.strict["f1"],
-        cost_usd=figures.usd,
-        tokens=figures.tokens,
-        wall_seconds=run.wall_seconds,
-        scores=msgspec.json.encode({name: run.total(name) for name in (ALL, VERIFIED)}).decode(),
-    )
+    scores = msgspec.json.encode({name: run.total(name) for name in (ALL, VERIFIED)}).decode()
+    totals = _totals(figures, figures.strict, run.failed, run.wall_seconds)
+    await evals.finish_run(db, run.id, scores=scores, **totals)
+
+
+def _totals(figures: Any, strict: Any, failed: object, seconds: float) -> dict[str, Any]:
+    """The columns a case's row and a run's row share (`figures`: a case's or a run's)."""
+    return {
+        "status": RunStatus.FAILED if failed else RunStatus.DONE,
+        **{key: strict[key] for key in ("precision", "recall", "f1")},
+        "cost_usd": figures.usd,
+        "tokens": figures.tokens,
+        "wall_seconds": seconds,
+    }
 
 
 def resolve_models(settings: Settings, provider: str, models: Sequence[str]) -> tuple[str, ...]:
@@ -372,9 +265,8 @@ async def run_eval(
     *,
     resume: int | None = None,
 ) -> EvalResult:
-    """Run (or resume) an eval; results are stored as they come, so an interrupted run
-    loses at most the cases in flight. Nothing here can reach GitHub (no GitHub client is
-    built), and the sources are only read: their fingerprints are compared after the run."""
+    """Results are stored as they come (an interrupted run loses the cases in flight). Nothing
+    here can reach GitHub, and the sources are only read: fingerprints are compared after."""
     db = await SqliteDatabase.open(settings.db_path)
     models = ModelClients(settings)
     try:

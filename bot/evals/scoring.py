@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 import msgspec
-from msgspec import UNSET, UnsetType
 from msgspec.structs import astuple
-
-from bot.records.vocab import VerifyStatus
-
-if TYPE_CHECKING:
-    from bot.evals.runner import CaseResult, EvalResult, ModelRun
 
 ALL, VERIFIED = "all", "verified"  # the findings scored: every one, or those not refuted
 
@@ -38,8 +32,6 @@ class CaseBenchmark(Benchmark):
 
 
 class Counts(msgspec.Struct, frozen=True):
-    """What one case (or a sum of cases) scored."""
-
     findings: int = 0
     labels: int = 0
     tp: int = 0  # strict: one finding per label, one label per finding
@@ -73,7 +65,6 @@ class Counts(msgspec.Struct, frozen=True):
 
 
 def _ratio(part: int, whole: int) -> float | None:
-    """None when there is nothing to divide by (no findings: precision is undefined)."""
     return part / whole if whole else None
 
 
@@ -108,8 +99,8 @@ def score_case(
     kept: Sequence[bool] | None = None,
     known_fp: Sequence[bool] | None = None,
 ) -> tuple[Counts, dict[int, int]]:
-    """Counts for one case and its strict pairs. `kept` leaves findings out (those the verify
-    pass refuted); `known_fp` marks findings that match a known false positive."""
+    """`kept` leaves findings out (those the verify pass refuted); `known_fp` marks findings
+    that match a known false positive."""
     rows = [i for i in range(len(scores)) if kept is None or kept[i]]
     sub = [list(scores[i]) for i in rows]
     local = greedy_pairs(sub)
@@ -128,145 +119,4 @@ def score_case(
 
 
 def add_usd(a: float | None, b: float | None) -> float | None:
-    """Unknown stays unknown: a sum with an unknown part is unknown."""
     return None if a is None or b is None else a + b
-
-
-class CaseFigures(msgspec.Struct, kw_only=True):
-    id: str
-    labels: int
-    tp: int
-    fp: int
-    fn: int
-    findings: int
-    strict: Strict | UnsetType = UNSET  # none for a failed case: it counts in no score
-    benchmark: CaseBenchmark | UnsetType = UNSET
-    known_fp: int | UnsetType = UNSET
-    tokens: int
-    usd: float | None
-    wall_seconds: float
-    head_sha: str
-    error: str | None
-    notes: tuple[str, ...]
-    refuted: int | UnsetType = UNSET  # with the verify pass only
-    verify_error: str | UnsetType | None = UNSET
-
-
-class RunFigures(msgspec.Struct, kw_only=True):
-    provider: str
-    model: str
-    verify: bool
-    verify_provider: str | None
-    judge: str
-    judge_model: str | None
-    strict: Strict
-    benchmark: Benchmark
-    tokens: int
-    usd: float | None
-    usd_per_tp: float | None
-    wall_seconds: float  # the cases' time added up (independent of --jobs)
-    elapsed_seconds: float
-    eval_run: int
-    batch: int
-    failed_cases: int
-    cases: list[CaseFigures]
-
-
-class JudgeFigures(msgspec.Struct):
-    name: str
-    model: str | None
-    tokens: int
-    usd: float | None
-    unreadable: int
-
-
-class Results(msgspec.Struct):
-    """What `--json` writes (SPEC §2): one entry per model, and one more with the verify pass."""
-
-    batch: int
-    golden: list[str]
-    judge: JudgeFigures
-    source_changed: list[str]
-    runs: list[RunFigures]
-
-
-def _spend(cases: Sequence[CaseResult], verify: bool) -> tuple[int, float | None, float]:
-    """Tokens, USD and seconds the cases took, with their verify pass or without it."""
-    tokens, usd, seconds = 0, 0.0, 0.0
-    for case in cases:
-        tokens += case.review_tokens + (case.verify_tokens if verify else 0)
-        usd = add_usd(usd, add_usd(case.review_usd, case.verify_usd if verify else 0.0))
-        seconds += case.wall_seconds - (0 if verify else case.verify_seconds)
-    return tokens, usd, seconds
-
-
-def case_figures(case: CaseResult, variant: str, verify: bool) -> CaseFigures:
-    tokens, usd, seconds = _spend([case], verify)
-    labels = len(case.case.labels)
-    counts = None if case.error else case.counts.get(variant)
-    shown = Counts(fn=labels) if counts is None else counts
-    figures = CaseFigures(
-        id=case.case.id,
-        labels=labels,
-        tp=shown.tp,
-        fp=shown.fp,
-        fn=shown.fn,
-        findings=shown.findings,
-        tokens=tokens,
-        usd=usd,
-        wall_seconds=round(seconds, 3),
-        head_sha=case.head_sha,
-        error=case.error,
-        notes=case.notes,
-    )
-    if counts is not None:
-        figures.strict, figures.known_fp = counts.strict, counts.known_fp
-        figures.benchmark = CaseBenchmark(
-            **counts.benchmark,
-            matched_findings=counts.matched_findings,
-            labels_hit=counts.labels_hit,
-        )
-    if verify:
-        figures.refuted = sum(1 for f in case.findings if f.verify_status == VerifyStatus.REFUTED)
-        figures.verify_error = case.verify_error
-    return figures
-
-
-def run_figures(result: EvalResult, run: ModelRun, variant: str) -> RunFigures:
-    verify = variant == VERIFIED
-    total = run.total(variant)  # scores leave failed cases out; spend counts them
-    tokens, usd, seconds = _spend(run.cases, verify)
-    return RunFigures(
-        provider=run.provider,
-        model=run.model,
-        verify=verify,
-        verify_provider=run.verify_provider if verify else None,
-        judge=result.judge.name,
-        judge_model=result.judge.model,
-        strict=total.strict,
-        benchmark=total.benchmark,
-        tokens=tokens,
-        usd=usd,
-        usd_per_tp=usd / total.tp if usd is not None and total.tp else None,
-        wall_seconds=round(seconds, 3),
-        elapsed_seconds=round(run.wall_seconds, 3),
-        eval_run=run.id,
-        batch=result.batch,
-        failed_cases=len(run.failed),
-        cases=[case_figures(case, variant, verify) for case in run.cases],
-    )
-
-
-def results(result: EvalResult) -> Results:
-    judge = result.judge
-    return Results(
-        batch=result.batch,
-        golden=list(result.goldens),
-        judge=JudgeFigures(judge.name, judge.model, judge.tokens, judge.cost_usd, judge.unreadable),
-        source_changed=result.source_changed,
-        runs=[
-            run_figures(result, run, variant)
-            for run in result.runs
-            for variant in ((ALL, VERIFIED) if run.verify else (ALL,))
-        ],
-    )

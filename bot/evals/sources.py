@@ -16,7 +16,6 @@ from bot.worktrees import GitError, Mirrors, Worktree, run_git
 
 
 def display_name(repository: str) -> str:
-    """How a repository is named to the reviewer: `owner/name`, or a local folder's name."""
     key = repository_key(repository)
     if not key.startswith("local/"):
         return key
@@ -60,8 +59,6 @@ class PreparedCase:
 
 @dataclass
 class Sources:
-    """Mirrors of the eval's repositories under `<data>/eval`, one sync per repository."""
-
     mirrors: Mirrors
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _fetched: dict[str, set[str]] = field(default_factory=dict)
@@ -94,7 +91,6 @@ class Sources:
         return target.as_uri()
 
     async def _sync(self, key: str, repository: str, refs: list[str]) -> None:
-        """Mirror the repository and fetch `refs`, once per run (cases share the mirror)."""
         async with self._locks.setdefault(key, asyncio.Lock()):
             url = await self.clone_url(repository)
             fetched = self._fetched.setdefault(key, set())
@@ -109,56 +105,39 @@ class Sources:
                 await self.mirrors.sync(key, url, [])
             fetched.update(wanted)
 
-    async def _commit(self, key: str, rev: str) -> str | None:
-        out = await run_git(
-            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
-            cwd=self.mirrors.mirror_path(key),
-            env=self.mirrors.env(),
-            timeout=30,
-            check=False,
-        )
-        return out.decode().strip() or None
-
     async def prepare(self, case: Case, name: str) -> PreparedCase:
         """The case's worktree at exactly `head_sha` (else refs/pull/N/head), diffed
         against `base_sha` (else its base branch, else the default branch)."""
         key = repository_key(case.repository)
-        refs = [f"refs/pull/{case.pr}/head"] if case.pr else []
-        if case.base_ref:
-            refs.append(f"refs/heads/{case.base_ref}")
-        await self._sync(key, case.repository, refs)
+        pull = f"refs/pull/{case.pr}/head" if case.pr else None
+        branch = f"refs/heads/{case.base_ref}" if case.base_ref else None
+        await self._sync(key, case.repository, [ref for ref in (pull, branch) if ref])
         notes = []
-        head = await self._commit(key, case.head_sha) if case.head_sha else None
+        head = await self._commit(key, case.head_sha)
         if head is None:
-            pull_head = await self._commit(key, f"refs/pull/{case.pr}/head") if case.pr else None
-            if pull_head is None:
-                wanted = case.head_sha or f"refs/pull/{case.pr}/head"
+            head = await self._commit(key, pull)
+            if head is None:
+                wanted = case.head_sha or pull
                 raise GitError(say(OPERATOR, "eval.not_in_repository", which="head", rev=wanted))
             notes.append(
-                say(OPERATOR, "eval.head_fallback", sha=case.head_sha, pr=case.pr, head=pull_head)
+                say(OPERATOR, "eval.head_fallback", sha=case.head_sha, pr=case.pr, head=head)
             )
-            head = pull_head
-        base = await self._commit(key, case.base_sha) if case.base_sha else None
+        base = await self._commit(key, case.base_sha)
         if base is None:
-            branch = f"refs/heads/{case.base_ref}" if case.base_ref else "HEAD"
-            base = await self._commit(key, branch)
+            base = await self._commit(key, branch or "HEAD")
             if base is None:
-                raise GitError(
-                    say(
-                        OPERATOR,
-                        "eval.not_in_repository",
-                        which="base",
-                        rev=case.base_sha or branch,
-                    )
-                )
+                wanted = case.base_sha or branch or "HEAD"
+                raise GitError(say(OPERATOR, "eval.not_in_repository", which="base", rev=wanted))
             notes.append(
                 say(OPERATOR, "eval.base_fallback", sha=case.base_sha, branch=case.base_ref)
             )
         tree = await self.mirrors.add_worktree(key, name=name, head_sha=head, base_ref=base)
         return PreparedCase(tree, key, tuple(notes))
 
+    async def _commit(self, key: str, rev: str | None) -> str | None:
+        return await self.mirrors.resolve(key, rev) if rev else None
+
     async def repo_config(self, key: str) -> RepoConfig:
-        """The rules production would use: `.github/cockpit.toml` on the default branch."""
         out = await run_git(
             ["cat-file", "blob", f"HEAD:{CONFIG_PATH}"],
             cwd=self.mirrors.mirror_path(key),

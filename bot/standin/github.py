@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import hmac
 import html
 import itertools
 import json
@@ -348,6 +349,67 @@ class GitHubStandin:
         }
         comment = {"path": path, "line": line, "side": "RIGHT", "body": body}
         return self._add_review_comment(pull, review_id, comment, user)
+
+    def delivery(self, event: str, data: dict[str, Any], secret: str) -> tuple[bytes, dict]:
+        """`data` as GitHub delivers `event` to the App's webhook: its body and headers."""
+        body = json.dumps(data).encode()
+        signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        return body, {
+            "X-GitHub-Event": event,
+            "X-GitHub-Delivery": secrets.token_hex(8),
+            "X-Hub-Signature-256": signature,
+            "Content-Type": "application/json",
+        }
+
+    def _event(self, pull: StandinPull, sender: str) -> dict[str, Any]:
+        repo = pull.repo
+        return {
+            "installation": {"id": repo.installation_id},
+            "repository": {
+                "id": repo.id,
+                "name": repo.name,
+                "full_name": repo.full_name,
+                "private": repo.private,
+                "owner": {"login": repo.owner, "type": "Organization"},
+                "clone_url": repo.clone_url,
+                "default_branch": repo.default_branch,
+            },
+            "sender": {"login": sender, "type": "User"},
+        }
+
+    def pull_request_opened(
+        self, pull: StandinPull, *, body: str = "", author: str = "contributor"
+    ) -> dict[str, Any]:
+        """The `pull_request` event GitHub sends when `pull` is opened."""
+        return {
+            "action": "opened",
+            "number": pull.number,
+            **self._event(pull, author),
+            "pull_request": {
+                "number": pull.number,
+                "state": "open",
+                "draft": False,
+                "title": pull.title,
+                "body": body,
+                "user": {"login": author, "type": "User"},
+                "html_url": f"{self.web_url}/{pull.repo.full_name}/pull/{pull.number}",
+                "head": {"sha": pull.head_sha, "ref": f"pr-{pull.number}"},
+                "base": {"sha": pull.base_sha, "ref": pull.repo.default_branch},
+            },
+        }
+
+    def pull_request_comment(self, pull: StandinPull, body: str, *, by: str) -> dict[str, Any]:
+        """The `issue_comment` event GitHub sends when `by` comments `body` on `pull`."""
+        return {
+            "action": "created",
+            **self._event(pull, by),
+            "issue": {
+                "number": pull.number,
+                "title": pull.title,
+                "pull_request": {"url": f"{self.web_url}/{pull.repo.full_name}/pull/{pull.number}"},
+            },
+            "comment": {"id": next(self._ids), "body": body, "user": {"login": by, "type": "User"}},
+        }
 
     def status_comments(self, repo: str, number: int) -> list[dict]:
         return [

@@ -18,6 +18,23 @@ _ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
 }
 
+# The sample pull request `cockpit demo` reviews (and the container checks): a SQL injection,
+# a secret, an eval and a bare except that the scripted reviewer finds.
+SAMPLE_BASE = {
+    "app/db.py": "import sqlite3\n\n\ndef find_user(conn, name):\n"
+    "    return conn.execute('SELECT * FROM users WHERE name = ?', (name,))\n",
+    "app/calc.py": "def parse(text):\n    return int(text)\n",
+    "README.md": "# widgets\n",
+}
+SAMPLE_HEAD = {
+    "app/db.py": 'import sqlite3\n\nPASSWORD = "hunter2-prod"\n\n\ndef find_user(conn, name):\n'
+    "    return conn.execute(f\"SELECT * FROM users WHERE name = '{name}'\")\n",
+    "app/calc.py": "def parse(text):\n    if text == None:\n        return None\n    try:\n"
+    "        return eval(text)\n    except:\n        return None\n",
+    "tests/test_db.py": 'API_TOKEN = "test-token-not-a-secret"\n\n\ndef test_find_user():\n'
+    "    assert API_TOKEN\n",
+}
+
 
 @dataclass(frozen=True)
 class GeneratedPR:
