@@ -1,5 +1,4 @@
-"""The one list of commands: help, the status comment's command line and the README's table
-are derived from it (a test holds the README to it)."""
+"""The one list of commands: help, the status comment's command line and the README's table."""
 
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ from bot.records.stats import mark_uncounted, recount_stale
 from bot.records.types import Job
 from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.checkout import cleanup_pull_job
-from bot.review.job import review_gave_up, run_review_job
-from bot.review.publish import refresh_status_job, report_failure_job
+from bot.review.job import report_failure_job, review_gave_up, run_review_job
+from bot.review.status import refresh_status_job
 from bot.sessions.turns import session_turn_job
 
 log = logging.getLogger(__name__)

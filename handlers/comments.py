@@ -1,7 +1,4 @@
-"""PR comments (`issue_comment`, `pull_request_review_comment`): `/cockpit …` commands.
-
-Only `created` comments run anything; edits and deletions never do.
-"""
+"""PR comments: `/cockpit …` commands (only `created` ones run anything)."""
 
 from __future__ import annotations
 

@@ -225,13 +225,14 @@ def request(title: str, body: str, paths: list[str], rules: str) -> str:
     )
     return render(
         "prompts/review_request.md.j2",
-        number=7,
-        repo="octo/widgets",
-        head_sha="h" * 40,
-        merge_base="m" * 40,
-        base_ref="main",
-        title=title,
-        body=body,
+        request={
+            "number": 7,
+            "repo": "octo/widgets",
+            "base_ref": "main",
+            "title": title,
+            "body": body,
+        },
+        tree={"head_sha": "h" * 40, "merge_base": "m" * 40},
         reviewed=paths,
         skipped=[],
         instructions=instructions,

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from bot.records.types import Finding
 from bot.records.vocab import LedgerStatus
 from bot.review import ledger
-from bot.review.publish import Thread, UnexpectedAnswer, threads_page
+from bot.review.threads import Thread, UnexpectedAnswer, threads_page
 from bot.server import make_app
 from bot.standin.models import Action
 from bot.standin.scripted import scripted_reviewer
@@ -578,8 +578,10 @@ def test_a_fingerprint_survives_line_shifts_and_whitespace(code, above, spaces):
     text = "\n".join([*above, *code])
     moved = "\n".join(["x = 1"] * spaces + [*above, *(" " * spaces + c for c in code)])
     where = len(above) + 1
-    before = ledger.key_of(stored(where, end=where + len(code) - 1), text)
-    after = ledger.key_of(stored(where + spaces, end=where + spaces + len(code) - 1), moved)
+    before = ledger.key_of(stored(where, end=where + len(code) - 1), ledger.CodeIndex(text))
+    after = ledger.key_of(
+        stored(where + spaces, end=where + spaces + len(code) - 1), ledger.CodeIndex(moved)
+    )
     assert before == after and "line" not in ledger.Key.__dataclass_fields__
 
 
@@ -652,11 +654,17 @@ def test_a_claimed_fix_counts_when_the_head_shows_it(item, moved, changed, fixed
     assert [getattr(i, "ordinal", i) for i in kept] == ([] if fixed else [1])
 
 
-def test_relocate_finds_the_code_where_it_moved_or_keeps_the_old_lines():
+def test_a_carried_finding_moves_to_where_its_code_is_or_keeps_its_old_lines():
     old = stored(2, end=3)
     code = ledger.code_key(["    return eval(text)", "x = 1"])
-    assert ledger.relocate(old, code, "a\nb\nc\n  return   eval(text)\nx = 1\n") == (4, 5)
-    assert ledger.relocate(old, code, "nothing like it\n") == (2, 3)
+    item = ledger.Item(1, ledger.Key("calc.py", code, "t"), LedgerStatus.OPEN, old)
+
+    def carried(text: str) -> tuple[int | None, int | None]:
+        found = ledger.carry(item, ledger.CodeIndex(text).find(old, code))
+        return found.line, found.end_line
+
+    assert carried("a\nb\nc\n  return   eval(text)\nx = 1\n") == (4, 5)
+    assert carried("nothing like it\n") == (2, 3)
 
 
 # -- the ledger in the reviewer's request: data, never structure ---------------------------------

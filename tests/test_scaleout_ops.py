@@ -16,7 +16,7 @@ from bot.records.pulls import pull_by_id
 from bot.records.reviews import load_findings
 from bot.records.vocab import ReviewState
 from bot.review.approve import publish, publishing_key
-from bot.review.publish import Publisher
+from bot.review.status import Target
 from bot.server import CONTEXT, make_app
 from handlers import router
 from tests.conftest import WEBHOOK_SECRET, wait_for
@@ -100,10 +100,10 @@ async def test_publishing_under_the_lock_skips_a_review_published_meanwhile(
     ctx = world.client.server.app[CONTEXT]
     [review] = await world.review_rows()
     pull = await pull_by_id(ctx.db, review["pull_id"])
-    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
     chosen = [f.ordinal for f in await load_findings(ctx.db, review["id"])]
     async with ctx.db.hold(publishing_key(review["id"])):
-        await publish(ctx, publisher, review["id"], chosen)
+        await publish(ctx, target, review["id"], chosen)
     assert len(github.calls("POST", r"/reviews/\d+/events$")) == 1
     assert (await world.review_rows())[0]["state"] == ReviewState.POSTED
 

@@ -57,15 +57,14 @@ def status(text: dict[str, str], state: str) -> str:
         {
             "ordinal": n,
             "severity": "major",
-            "where": f"{text['path']}:3",
-            "link": f"{PR_URL}/files#diff-abc{n}R3" if n == 1 else None,
+            "path": text["path"],
+            "line": 3,
             "title": text["title"],
             "state": finding_state,
             "checked_by": text["path"],
             "dropped_by": text["title"],
             "verify_status": verify,
             "verify_note": text["verify"],
-            "verifier": "codex",
         }
         for n, finding_state, verify in (
             (1, "kept", "confirmed"),
@@ -76,22 +75,27 @@ def status(text: dict[str, str], state: str) -> str:
     ]
     return render(
         "status.md.j2",
+        review={  # the review record's fields the status comment shows
+            "state": state,
+            "head_sha": "abc1234" + "0" * 33,
+            "provider": "claude",
+            "error": text["error"],
+            "stale": state == "draft",
+            "verdict": "request_changes",
+            "summary": text["summary"],
+            "posted_by": "octocat",
+            "posted_event": "COMMENT",
+            "config_error": text["config"],
+            "revision": 2,
+            "verify_provider": "codex",
+            "verify_error": text["error"] if state == "posted" else None,
+        },
         headline="draft ready",
-        state=state,
         progress=text["progress"],
-        short_sha="abc1234",
-        provider="claude",
-        error=text["error"],
-        stale=state == "draft",
         stale_sha="def5678" if state == "running" else None,
-        verdict="request_changes",
-        summary=text["summary"],
-        posted_by="octocat",
-        posted_event="COMMENT",
         findings=findings,
+        links={1: f"{PR_URL}/files#diff-abc1R3"},
         not_reviewed=[(text["path"], "lock file")],
-        config_error=text["config"],
-        revision=2,
         revision_note={
             "by": "claude",
             "after": "codex",
@@ -120,8 +124,6 @@ def status(text: dict[str, str], state: str) -> str:
             "not_open_refs": "F9",
             "resolve_error": text["error"],
         },
-        verify_provider="codex",
-        verify_error=text["error"] if state == "posted" else None,
         cost_line="1 model run(s) · cost $0.0100",
         commands=["approve", "review"],
         prefix="/cockpit",
@@ -149,17 +151,19 @@ def status(text: dict[str, str], state: str) -> str:
 def check_run(text: dict[str, str], kind: str) -> str:
     return render(
         "check_run.md.j2",
+        review={
+            "verdict": "comment",
+            "summary": text["summary"],
+            "stale": True,
+            "verify_provider": "codex",
+            "verify_error": text["error"] if kind == "unverified" else None,
+        },
         stopped=text["progress"] if kind == "stopped" else None,
         error=text["error"] if kind == "error" else None,
-        verdict="comment",
-        summary=text["summary"],
         findings=[
             {"ordinal": n, "verify_status": status, "verify_note": text["verify"]}
             for n, status in ((1, "confirmed"), (2, "refuted"), (3, "uncertain"))
         ],
-        stale=True,
-        verifier="codex",
-        verify_error=text["error"] if kind == "unverified" else None,
         repo_url=REPO_URL,
     )
 
@@ -167,10 +171,7 @@ def check_run(text: dict[str, str], kind: str) -> str:
 def inline_comment(text: dict[str, str], _kind: str) -> str:
     return render(
         "inline_comment.md.j2",
-        ordinal=1,
-        severity="nit",
-        title=text["title"],
-        body=text["body"],
+        f={"ordinal": 1, "severity": "nit", "title": text["title"], "body": text["body"]},
         suggestion=text["suggestion"],
         repo_url=REPO_URL,
     )
@@ -194,9 +195,7 @@ def review_body(text: dict[str, str], _kind: str) -> str:
     ]
     return render(
         "review_body.md.j2",
-        provider="claude",
-        verdict="comment",
-        summary=text["summary"],
+        review={"provider": "claude", "verdict": "comment", "summary": text["summary"]},
         other=other,
         summarised=summarised,
         max_findings=10,
@@ -207,10 +206,8 @@ def review_body(text: dict[str, str], _kind: str) -> str:
 def session_answer(text: dict[str, str], kind: str) -> str:
     return render(
         "session_answer.md.j2",
-        session_id=3,
+        session={"id": 3, "provider": "codex", "model": "gpt-5.3-codex"},
         child=kind == "child",
-        provider_name="Codex",
-        model="gpt-5.3-codex",
         parent_name="Claude",
         status_link=f"{PR_URL}#issuecomment-1",
         question=text["title"] if kind == "ask" else None,
@@ -360,10 +357,7 @@ def test_suggestion_cannot_close_its_fence():
     hostile_code = "x = 1\n```\nping @octocat\n````"
     body = render(
         "inline_comment.md.j2",
-        ordinal=1,
-        severity="nit",
-        title="t",
-        body="b",
+        f={"ordinal": 1, "severity": "nit", "title": "t", "body": "b"},
         suggestion=hostile_code,
     )
     lines = body.strip().split("\n")

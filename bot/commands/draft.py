@@ -11,8 +11,11 @@ from bot.records.reviews import get_review, latest_draft, load_findings
 from bot.records.types import Finding, Review
 from bot.records.vocab import FindingState, ReviewState, Verdict
 from bot.review.approve import PublishFailed, approve, publishing_key, select_findings
+from bot.review.checkrun import new_check
 from bot.review.lifecycle import queue_status_refresh
+from bot.review.pending import pending_review
 from bot.review.rules import DraftRules
+from bot.review.status import show_status
 from bot.texts import PEOPLE, say
 
 
@@ -46,14 +49,14 @@ async def cmd_drop(pr: PullRequest, cmd: Command) -> str | None:
     await gate.may_decide(pr, "drop")  # a dropped finding is never published on this PR
     db, review_id = pr.ctx.db, review.id
     _check_refs(cmd, await load_findings(db, review_id))
-    publisher = pr.publisher()
+    target = pr.target()
     async with db.hold(publishing_key(review_id)):  # a revision or an approve may be writing
         why = " ".join(cmd.words)[:500] or None  # `drop F2 it is a fixture`: the reason
         if not await review_state.drop_findings(db, review_id, cmd.findings, why, by=pr.actor):
             raise _not_a_draft(await get_review(db, review_id))
-        await publisher.pending_review(await get_review(db, review_id))
-        await publisher.new_check(review_id)  # its annotations show the draft without them
-    await publisher.status(await get_review(db, review_id))
+        await pending_review(target, await get_review(db, review_id))
+        await new_check(target, review_id)  # its annotations show the draft without them
+    await show_status(target, await get_review(db, review_id))
     return text(pr, "dropped", refs=", ".join(f"F{n}" for n in cmd.findings))
 
 
@@ -92,7 +95,7 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
     chosen = select_findings(findings, cmd.findings, DraftRules.from_json(review.rules))
     event = _event(cmd, review.verdict)
     try:
-        published = await approve(pr.ctx, pr.publisher(), review.id, pr.actor, event, chosen)
+        published = await approve(pr.ctx, pr.target(), review.id, pr.actor, event, chosen)
     except PublishFailed as exc:
         raise CommandFailed(str(exc)) from exc
     if not published:  # someone else's approve (or a revision) got there first

@@ -8,6 +8,7 @@ from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.records.reviews import latest_review
 from bot.repo_config import CONFIG_PATH, effective, fetch_repo_config
+from bot.review.status import show_status
 from bot.texts import PEOPLE, say
 
 
@@ -27,7 +28,7 @@ async def cmd_status(pr: PullRequest, cmd: Command) -> str | None:
     review = await latest_review(pr.ctx.db, pull.id)
     if review is None:
         raise CommandFailed(say(PEOPLE, "no_review_yet", prefix=pr.prefix))
-    await pr.publisher().status(review)
+    await show_status(pr.target(), review)
     return None
 
 

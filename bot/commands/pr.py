@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.records.pulls import find_pull, upsert_pull
 from bot.records.types import Pull
-from bot.review.publish import Publisher
+from bot.review.status import Target
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -54,9 +54,8 @@ class PullRequest:
         return self.pull
 
     async def known(self) -> Pull:
-        """The stored PR, read from GitHub the first time a command needs it."""
         return self.pull or await self.refresh()
 
-    def publisher(self) -> Publisher:
+    def target(self) -> Target:
         assert self.pull is not None
-        return Publisher(self.ctx, self.gh, self.pull)
+        return Target(self.ctx, self.gh, self.pull)

@@ -10,7 +10,7 @@ from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import text
 from bot.config import PROVIDERS
 from bot.repo_config import fetch_repo_config
-from bot.review.lifecycle import enqueue_review, stop_pull_work
+from bot.review.lifecycle import ReviewAsk, enqueue_review, stop_pull_work
 from bot.texts import PEOPLE, say
 
 
@@ -29,16 +29,8 @@ async def cmd_review(pr: PullRequest, cmd: Command) -> str | None:
     config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
     provider = str(provider or config.provider or pr.ctx.settings.provider)
     verify = bool(cmd.flag("verify")) or config.verify
-    await enqueue_review(
-        pr.ctx,
-        pull.id,
-        pull.head_sha,
-        provider=provider,
-        verify=verify,
-        config=config,
-        reason="command",
-        requested_by=pr.actor,
-    )
+    ask = ReviewAsk(pull.id, pull.head_sha, provider, verify, config, "command", pr.actor)
+    await enqueue_review(pr.ctx, ask)
     return text(pr, "review_queued", short_sha=pull.head_sha[:7], provider=provider, verify=verify)
 
 

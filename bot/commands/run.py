@@ -1,5 +1,4 @@
-"""Running the commands of one comment: acknowledge, check permission, run each in order,
-then say how it went (`rocket`, or `confused` plus a reply)."""
+"""Running the commands of one comment: acknowledge, check permission, run, say how it went."""
 
 from __future__ import annotations
 
@@ -38,7 +37,6 @@ assert HANDLERS.keys() == {spec.name for spec in COMMANDS}, "the catalog lists e
 
 
 async def run_comment(ctx: Context, gh: Any, data: dict[str, Any], number: int, kind: str) -> None:
-    """The commands in a new PR comment (`kind`: "issues" or "pulls", where it lives)."""
     comment = data["comment"]
     commands = parse_commands(comment.get("body"), ctx.settings.command_prefix)
     if not commands:

@@ -1,5 +1,4 @@
-"""Publishing a draft exactly once: claim (`draft → posting`), submit, and recovery after a
-crash or a GitHub error between the claim and GitHub's answer."""
+"""Publishing a draft exactly once: claim, submit, and recovery after a crash."""
 
 from __future__ import annotations
 
@@ -15,8 +14,10 @@ from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings, mid_publish, update_review
 from bot.records.types import Finding, Job
 from bot.records.vocab import FindingState, ReviewState
-from bot.review.publish import Publisher
+from bot.review.checkrun import finish_check
+from bot.review.pending import pending_review
 from bot.review.rules import DraftRules
+from bot.review.status import Target, show_status
 from bot.texts import PEOPLE, say
 
 if TYPE_CHECKING:
@@ -34,16 +35,14 @@ class PublishFailed(Exception):
 def select_findings(
     findings: list[Finding], listed: tuple[int, ...], rules: DraftRules
 ) -> list[int]:
-    """What `approve` publishes: the listed findings, or every kept one that verification
-    did not refute and that is not below the draft's `min_severity` (a refuted or folded
-    finding is published only when listed explicitly)."""
+    """The listed findings, or what a plain approve publishes (`DraftRules.approvable`)."""
     if listed:
         return sorted(listed)
     return [f.ordinal for f in rules.approvable(findings)]
 
 
 async def approve(
-    ctx: Context, publisher: Publisher, review_id: int, actor: str, event: str, chosen: list[int]
+    ctx: Context, target: Target, review_id: int, actor: str, event: str, chosen: list[int]
 ) -> bool:
     """Publish the chosen findings as `event`; False when another approve got there first.
     The claim is made holding the publishing lock, so no recovery can start in between."""
@@ -51,14 +50,14 @@ async def approve(
         async with ctx.db.hold(publishing_key(review_id)):
             if not await review_state.claim_posting(ctx.db, review_id, actor, event, chosen):
                 return False
-            await publish(ctx, publisher, review_id, chosen)
+            await publish(ctx, target, review_id, chosen)
     except Exception as exc:
         if not github_transient(exc) and not isinstance(exc, gidgethub.GitHubException):
             await queue_recovery(ctx, review_id)
             raise
         review = await get_review(ctx.db, review_id)
         try:
-            pending = await _pending_review(publisher, review.pending_review_id)
+            pending = await _pending_review(target, review.pending_review_id)
         except Exception as check:
             if not github_transient(check):
                 raise
@@ -66,7 +65,7 @@ async def approve(
         if pending is not None and pending.get("state") == "PENDING":  # nothing went out
             await review_state.release(ctx.db, review_id)
             raise PublishFailed(say(PEOPLE, "publish_refused", reason=_describe(exc))) from exc
-        await waiting_for_github(ctx, publisher, review_id, exc)
+        await waiting_for_github(ctx, target, review_id, exc)
         await queue_recovery(ctx, review_id)
         raise PublishFailed(say(PEOPLE, "publish_waiting", reason=_describe(exc))) from exc
     return True
@@ -79,49 +78,48 @@ def _describe(exc: BaseException) -> str:
 
 
 async def waiting_for_github(
-    ctx: Context, publisher: Publisher, review_id: int, exc: BaseException
+    ctx: Context, target: Target, review_id: int, exc: BaseException
 ) -> None:
     """Say on the review (and, if GitHub lets us, the status comment) that publishing waits."""
     review = await update_review(
         ctx.db, review_id, progress=say(PEOPLE, "progress_waiting", reason=_describe(exc))
     )
     try:
-        await publisher.status(review)
+        await show_status(target, review)
     except Exception as failed:
         if not github_transient(failed) and not isinstance(failed, gidgethub.GitHubException):
             raise
         log.info("status comment not updated while GitHub is unavailable")
 
 
-async def publish(ctx: Context, publisher: Publisher, review_id: int, chosen: list[int]) -> None:
-    """Rebuild the pending review with exactly the chosen findings, submit it, then refresh
-    the check run and status comment (their failures are logged, never reverted). Called
-    holding the publishing lock; a review no longer `posting` was published meanwhile."""
+async def publish(ctx: Context, target: Target, review_id: int, chosen: list[int]) -> None:
+    """Rebuild the pending review with exactly the chosen findings and submit it. Called holding
+    the publishing lock; a review no longer `posting` was published meanwhile."""
     review = await get_review(ctx.db, review_id)
     if review is None or review.state != ReviewState.POSTING:
         return
-    pending_id = await publisher.pending_review(review, only=set(chosen))
-    await publisher.gh.post(
+    pending_id = await pending_review(target, review, only=set(chosen))
+    await target.gh.post(
         "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}/events",
-        {**publisher.owner_repo, "id": pending_id},
+        {**target.owner_repo, "id": pending_id},
         data={"event": review.posted_event},
     )
     await review_state.mark_posted(ctx.db, review_id)
     review = await get_review(ctx.db, review_id)
     try:
-        await publisher.finish_check(review, with_annotations=False)
-        await publisher.status(review)
+        await finish_check(target, review, with_annotations=False)
+        await show_status(target, review)
     except gidgethub.GitHubException:
         log.warning("published, but refreshing the check run or status failed", exc_info=True)
 
 
-async def _pending_review(publisher: Publisher, review_id: int | None) -> dict | None:
+async def _pending_review(target: Target, review_id: int | None) -> dict | None:
     if not review_id:
         return None
     try:
-        return await publisher.gh.getitem(
+        return await target.gh.getitem(
             "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}",
-            {**publisher.owner_repo, "id": review_id},
+            {**target.owner_repo, "id": review_id},
         )
     except gidgethub.BadRequest as exc:
         if int(exc.status_code) == 404:
@@ -165,15 +163,15 @@ async def recover_posting(ctx: Context, review_id: int) -> str:
         if review is None or review.state != ReviewState.POSTING:
             return "nothing to do"
         pull = await pull_by_id(ctx.db, review.pull_id)
-        publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
-        found = await _pending_review(publisher, review.pending_review_id)
+        target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+        found = await _pending_review(target, review.pending_review_id)
         if found is not None and found.get("state") not in ("PENDING", None):
             await review_state.mark_posted(ctx.db, review_id)
-            await publisher.status(await get_review(ctx.db, review_id))
+            await show_status(target, await get_review(ctx.db, review_id))
             return "already published"
         findings = await load_findings(ctx.db, review_id)
         kept = [f.ordinal for f in findings if f.state == FindingState.KEPT]
-        await publish(ctx, publisher, review_id, kept)
+        await publish(ctx, target, review_id, kept)
         return "published"
 
 
@@ -186,9 +184,9 @@ async def recover_posting_job(ctx: Context, job: Job) -> None:
         pull = await pull_by_id(ctx.db, review.pull_id) if review else None
         if pull is None:
             raise
-        publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
+        target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
         if github_transient(exc):  # retried by the queue, with backoff
-            await waiting_for_github(ctx, publisher, review_id, exc)
+            await waiting_for_github(ctx, target, review_id, exc)
             raise
         if not isinstance(exc, gidgethub.HTTPException):
             raise
@@ -199,7 +197,7 @@ async def recover_posting_job(ctx: Context, job: Job) -> None:
             review_id,
             progress=say(PEOPLE, "progress_publish_failed", reason=_describe(exc)),
         )
-        await publisher.status(released)
+        await show_status(target, released)
         log.warning("GitHub refused an interrupted approve", extra={"fields": {"error": str(exc)}})
         return
     log.info("recovered an interrupted approve", extra={"fields": {"outcome": outcome}})

@@ -1,5 +1,4 @@
-"""A PR's read-only worktrees, where reviews and their sessions read the code: named per
-review (and per session of it), prepared from the repository's mirror, removed with the PR."""
+"""A PR's read-only worktrees (per review and per session), prepared from its mirror."""
 
 from __future__ import annotations
 
@@ -24,8 +23,6 @@ def worktree_name(pull: Pull, review_id: int, session_id: int | None = None) -> 
 
 
 async def prepare_worktree(ctx: Context, pull: Pull, head_sha: str, name: str) -> Worktree:
-    """Fetch the base branch, `refs/pull/N/head` and the default branch (`DEFAULT_BRANCH`)
-    into the mirror; add the review's tree."""
     clone_url = pull.clone_url
     installation = pull.installation_id
     token_source = None

@@ -1,7 +1,4 @@
-"""What a review reads from the default branch's commit and never from the PR: the `REVIEW.md`
-and `AGENTS.md` files above its changed paths, and the `linguist-*` attributes its
-`.gitattributes` files give them — through git, from the object store (nothing is checked
-out, and a partial mirror fetches just those blobs)."""
+"""What a review reads from the default branch's commit, never from the PR."""
 
 from __future__ import annotations
 
@@ -27,7 +24,6 @@ class BaseFiles:
 
 
 async def read_default_branch(tree: Worktree, commit: str, paths: Iterable[str]) -> BaseFiles:
-    """The instruction files and attributes of `commit` that apply to `paths`."""
     paths = sorted(set(paths))
     if not paths:
         return BaseFiles(commit)

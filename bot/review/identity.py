@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection, Iterable
 
 # Words that do not tell two findings apart (the eval judge's list; it holds the ledger's).
 _STOP = """a an and are as at be been but by can could do does for from has have how if in into
@@ -33,3 +34,50 @@ def likeness(a: frozenset[str], b: frozenset[str]) -> float:
     if not a or not b:
         return 0.0
     return 2 * len(a & b) / (len(a) + len(b))
+
+
+# One set of thresholds for "is this the same finding", on the `likeness` of two claims' words
+# on one file. A claim at the same place (the same code, or NEAR_LINES lines or fewer away) needs
+# only some of the same words: a rewording. One whose code moved on (edited or gone) needs mostly
+# the same words. The same words at other code that still stands are another occurrence.
+NEAR_LINES = 5
+AT_PLACE = 0.4  # Dice; the ledger's old Jaccard 0.25 (same code) and the reviser's 0.3
+MOVED_ON = 0.75  # Dice; the ledger's old Jaccard 0.6
+
+
+def same(
+    old: frozenset[str], new: frozenset[str], *, placed: bool, moved: bool = False
+) -> float | None:
+    """How alike two claims on one file are when they are one finding; None when they are not."""
+    alike = likeness(old, new)
+    if (placed and alike >= AT_PLACE) or (moved and alike >= MOVED_ON):
+        return alike
+    return None
+
+
+def pair(
+    olds: int,
+    news: int,
+    passes: Iterable[Callable[[int, int], float | None]],
+    *,
+    shared: Collection[int] = (),
+) -> dict[int, int]:
+    """Which old claim each new one is (index → index), one to one but for the `shared` ones (a
+    dropped finding absorbs every repeat). Pass by pass, cheapest first: exact pairs come
+    first so a look-alike never takes one."""
+    taken: dict[int, int] = {}
+    used: set[int] = set()
+    for cost in passes:
+        ranked = sorted(
+            (price, n, o)
+            for n in range(news)
+            if n not in taken
+            for o in range(olds)
+            if o not in used and (price := cost(o, n)) is not None
+        )
+        for _price, n, o in ranked:
+            if n not in taken and o not in used:
+                taken[n] = o
+                if o not in shared:
+                    used.add(o)
+    return taken

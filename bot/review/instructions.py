@@ -1,14 +1,4 @@
-"""The team's review instructions, which a review reads from the default branch's commit and
-never from the PR: `REVIEW.md` at the root and the nearest one above each reviewed file, the
-review section of `AGENTS.md` (root and nearest, the same way), and `instructions` and
-`[[review.paths]]` of `.github/cockpit.toml`. Each carries the files it is for; together they
-are capped in size, and whatever was cut is said. Pure functions: reading the files is
-`bot.review.default_branch`'s.
-
-The review section of an `AGENTS.md` is the first heading (any level) with a word starting
-with "review" in it — `## Review guidelines` (Codex's convention), `## Code review`,
-`### Reviewing` — down to the next heading of the same or a higher level.
-"""
+"""The team's review instructions (REVIEW.md, AGENTS.md, cockpit.toml), capped in size."""
 
 from __future__ import annotations
 
@@ -34,8 +24,6 @@ _MARKDOWN = MarkdownIt("commonmark")
 
 @dataclass(frozen=True)
 class Instruction:
-    """One source of the team's rules, as the model reads it and the status comment lists it."""
-
     source: str  # what it is called (markdown): "`REVIEW.md`", "`AGENTS.md` § Review", …
     text: str
     files: tuple[str, ...] = ()  # the reviewed files it is for; () for every file
@@ -54,7 +42,6 @@ class Instructions:
 
 
 def folders(path: str) -> list[str]:
-    """The folders above `path`, the root ("") first: `a/b/c.py` → ["", "a", "a/b"]."""
     parts = path.split("/")[:-1]
     return ["/".join(parts[:n]) for n in range(len(parts) + 1)]
 
@@ -64,7 +51,6 @@ def joined(folder: str, name: str) -> str:
 
 
 def candidates(paths: Iterable[str], names: Iterable[str] = STEERING) -> set[str]:
-    """Every place a file of `names` could sit that applies to one of `paths`."""
     names = tuple(names)
     return {joined(folder, name) for path in paths for folder in folders(path) for name in names}
 
@@ -85,7 +71,6 @@ def nearest(
 
 
 def review_section(markdown: str) -> tuple[str, str] | None:
-    """`AGENTS.md`'s review section: (its heading, the text under it), or None."""
     tokens = _MARKDOWN.parse(markdown)
     lines = markdown.splitlines()
     headings = [
@@ -102,12 +87,10 @@ def review_section(markdown: str) -> tuple[str, str] | None:
 
 
 def edited(changed: Iterable[str]) -> tuple[str, ...]:
-    """The steering files (and `.github/cockpit.toml`) among a PR's changed paths."""
     return tuple(sorted(p for p in changed if p == CONFIG_PATH or p.rsplit("/", 1)[-1] in STEERING))
 
 
 def _clip(text: str, limit: int) -> tuple[str, bool]:
-    """`text` cut to `limit` characters, at a line end when one is near."""
     if len(text) <= limit:
         return text, False
     kept = text[:limit]
@@ -167,10 +150,9 @@ def assemble(
     file_chars: int = FILE_CHARS,
     total_chars: int = TOTAL_CHARS,
 ) -> Instructions:
-    """The instructions for a review of `reviewed`, from the default branch's files in
-    `texts` (path → text) and the config: each file's text cut to `file_chars`, and all of
-    them to `total_chars` in the order of `sources`: a source that does not fit is cut to
-    the room left, or left out whole when less than MIN_PART characters are left."""
+    """The instructions for a review of `reviewed`: each file cut to `file_chars`, all to
+    `total_chars` in `sources` order (a source is cut to the room left, or left out under
+    MIN_PART)."""
     used: list[Instruction] = []
     left_out: list[str] = []
     room = total_chars

@@ -1,6 +1,4 @@
-"""The review job: one review of a PR's head, from its worktree through the pipeline (and the
-verify pass) to the draft on GitHub, each step a transition of `bot.records.review_state` owned by
-this job attempt. Queueing it is `bot.review.lifecycle`'s."""
+"""The review job: one review of a PR's head, from its worktree to the draft on GitHub."""
 
 from __future__ import annotations
 
@@ -29,10 +27,13 @@ from bot.records.vocab import ACTIVE, LedgerStatus, ReviewState
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.review import ledger
 from bot.review.checkout import default_branch_commit, prepare_worktree, worktree_name
+from bot.review.checkrun import finish_check, start_check
 from bot.review.lifecycle import end_sessions
+from bot.review.pending import pending_review
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
-from bot.review.publish import Publisher
-from bot.review.verify import apply_verification, choose_provider, verify_draft
+from bot.review.status import Target, show_status
+from bot.review.threads import resolve_threads, thread_replies
+from bot.review.verify import choose_provider, verify_unverified
 from bot.texts import PEOPLE, say
 from bot.worktrees import GitError, Worktree, disk
 
@@ -46,8 +47,6 @@ PROGRESS_EVERY = 10.0  # seconds between status-comment progress edits
 
 
 class Ended(enum.Enum):
-    """How a review run ended, when it ended by itself."""
-
     DRAFTED = "drafted"
     # Superseded or stopped while the model worked (the cancellation may still be on its way
     # from another process): nothing is published for an older head.
@@ -58,10 +57,8 @@ class Ended(enum.Enum):
 
 @dataclass
 class StatusTicker:
-    """Counts tool calls and edits the status comment now and then (not on every call)."""
-
     ctx: Context
-    publisher: Publisher
+    target: Target
     review_id: int
     owner: str
     calls: int = 0
@@ -78,7 +75,7 @@ class StatusTicker:
                 return
             progress = say(PEOPLE, "progress_calls", phase=self.phase, calls=self.calls)
             review = await update_review(self.ctx.db, self.review_id, progress=progress)
-            await self.publisher.status(review)
+            await show_status(self.target, review)
         except (gidgethub.GitHubException, sqlite3.Error):
             log.warning("progress update failed", exc_info=True)
 
@@ -103,7 +100,7 @@ async def run_review_job(ctx: Context, job: Job) -> None:
         final = job.attempts >= job.max_attempts
         await ReviewJob(
             ctx,
-            Publisher(ctx, gh, pull),
+            Target(ctx, gh, pull),
             pull,
             review.id,
             verify,
@@ -115,7 +112,7 @@ async def run_review_job(ctx: Context, job: Job) -> None:
 @dataclass
 class ReviewJob:
     ctx: Context
-    publisher: Publisher
+    target: Target
     pull: Pull
     review_id: int
     verify: bool = False
@@ -134,8 +131,8 @@ class ReviewJob:
             return  # superseded or stopped before it started
         try:
             review = await get_review(self.ctx.db, self.review_id)
-            await self.publisher.status(review)
-            await self.publisher.start_check(review)
+            await show_status(self.target, review)
+            await start_check(self.target, review)
             ended = await self._review(review, config)
         except asyncio.CancelledError:
             if not self.ctx.jobs.interrupted():  # an interrupted job runs again: state stays
@@ -176,10 +173,10 @@ class ReviewJob:
             config,
             rules_commit=rules_commit,
             since=since,
-            ledger=tuple(ledger.brief(items, await self.publisher.thread_replies(published))),
+            ledger=tuple(ledger.brief(items, await thread_replies(self.target, published))),
         )
         reviewer = Reviewer.of(ctx)
-        progress = StatusTicker(ctx, self.publisher, review_id, self.owner)
+        progress = StatusTicker(ctx, self.target, review_id, self.owner)
         draft = await review_worktree(
             reviewer, tree, request, on_tool_call=progress, on_plan=self._planned
         )
@@ -207,7 +204,7 @@ class ReviewJob:
         )
         if not await owns_run(ctx.db, review_id, self.owner):
             return Ended.TAKEN_OVER
-        await self.publisher.pending_review(drafted)
+        await pending_review(self.target, drafted)
         pull = await pull_by_id(ctx.db, self.pull.id)
         moved = pull is not None and pull.head_sha != review.head_sha
         ended = await review_state.end_run(  # a push may have landed meanwhile: stale
@@ -221,13 +218,13 @@ class ReviewJob:
         if ended is None:
             return Ended.TAKEN_OVER
         await end_sessions(ctx, self.pull.id, keep_review=review_id)  # the old drafts' talk
-        await self.publisher.finish_check(ended)
+        await finish_check(self.target, ended)
         if note["fixed_published"]:  # their review threads on GitHub are resolved
-            refused = await self.publisher.resolve_threads(note["fixed_published"])
+            refused = await resolve_threads(self.target, note["fixed_published"])
             if refused:
                 note["resolve_error"] = refused
                 ended = await update_review(ctx.db, review_id, ledger=json.dumps(note)) or ended
-        await self.publisher.status(ended)
+        await show_status(self.target, ended)
         return Ended.DRAFTED
 
     async def _planned(self, skipped: tuple[tuple[str, str], ...]) -> None:
@@ -247,9 +244,8 @@ class ReviewJob:
         draft: Draft,
         progress: StatusTicker,
     ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any], dict[str, Any]]:
-        """The draft's findings under the PR's ledger numbers, verified when the review asks
-        for it; what to write to the ledger, the note the status comment shows, and the verify
-        pass's fields of the review (none without a pass)."""
+        """The draft's findings under the ledger's numbers (verified when asked), the ledger
+        writes, the status note and the verify pass's fields of the review."""
         ctx = self.ctx
         numbered, writes, note = await ledger.numbered(
             ctx.db, tree, self.pull.id, self.review_id, items, draft, request.since
@@ -261,24 +257,21 @@ class ReviewJob:
         )
         # A finding carried from the last draft with its code as it was keeps its verdict;
         # the rest (new, said again, or moved on) are verified.
-        todo = [f for _, f in numbered if f.verify_status is None]
-        error = None
+        todo = sum(1 for _, f in numbered if f.verify_status is None)
         if todo:
-            progress.phase = say(PEOPLE, "progress_verifying", count=len(todo), provider=provider)
+            progress.phase = say(PEOPLE, "progress_verifying", count=todo, provider=provider)
             await update_review(ctx.db, self.review_id, progress=progress.phase)
-            verification = await verify_draft(
-                reviewer,
-                tree,
-                request,
-                replace(draft, findings=todo),
-                provider=provider,
-                on_tool_call=progress,
-            )
-            error = verification.error
-            if error:
-                log.warning("verify pass failed", extra={"fields": {"reason": error}})
-            checked = iter(apply_verification(todo, verification))
-            numbered = [(n, next(checked) if f.verify_status is None else f) for n, f in numbered]
+        findings, error = await verify_unverified(
+            reviewer,
+            tree,
+            request,
+            replace(draft, findings=[f for _, f in numbered]),
+            provider=provider,
+            on_tool_call=progress,
+        )
+        if error:
+            log.warning("verify pass failed", extra={"fields": {"reason": error}})
+        numbered = [(n, f) for (n, _), f in zip(numbered, findings, strict=True)]
         return numbered, writes, note, {"verify_provider": provider, "verify_error": error}
 
     async def _why_not_now(self) -> str | None:
@@ -298,7 +291,7 @@ class ReviewJob:
     async def _held(self, why: str) -> None:
         log.warning("review not started", extra={"fields": {"reason": why}})
         if await review_state.hold(self.ctx.db, self.review_id, why):
-            await self.publisher.status(await get_review(self.ctx.db, self.review_id))
+            await show_status(self.target, await get_review(self.ctx.db, self.review_id))
 
     async def _ours(self, to: str, **fields: Any) -> Review | None:
         """End the run as `to`; the review when this attempt did, or when a person or a newer
@@ -328,15 +321,9 @@ class ReviewJob:
             return
         await end_review_sessions(self.ctx.db, self.review_id)
         try:
-            if not review.check_run_id:  # it failed before its check run was made
-                review = await self.publisher.start_check(review)
-            await self.publisher.finish_check(review, conclusion="failure", error=reason)
+            await show_end(self.target, review, reason)
         except gidgethub.GitHubException:
-            log.exception("could not report the failure on the check run")
-        try:
-            await self.publisher.status(review)
-        except gidgethub.GitHubException:
-            log.exception("could not report the failure on the status comment")
+            log.exception("could not report the failure on GitHub")
 
     async def _stopped(self) -> None:
         review = await self._ours(
@@ -347,13 +334,29 @@ class ReviewJob:
             return
         await end_review_sessions(self.ctx.db, self.review_id)
         try:
-            await self.publisher.finish_check(
-                review, conclusion="cancelled", stopped=review.progress or "stopped"
-            )
-            if review.state == ReviewState.CANCELLED:
-                await self.publisher.status(review)
+            await show_end(self.target, review)
         except gidgethub.GitHubException:
             log.exception("could not report the stop on GitHub")
+
+
+async def show_end(target: Target, review: Review, error: str | None = None) -> None:
+    """A failed (`error`) or stopped review on the PR: check run, then status comment (a
+    superseded review's is its successor's); a refused check run does not hold it back."""
+    refused = None
+    try:
+        if error is None:
+            stopped = review.progress or "stopped"
+            await finish_check(target, review, conclusion="cancelled", stopped=stopped)
+        else:
+            if not review.check_run_id:
+                review = await start_check(target, review)
+            await finish_check(target, review, conclusion="failure", error=error)
+    except gidgethub.GitHubException as exc:
+        refused = exc
+    if error is not None or review.state == ReviewState.CANCELLED:
+        await show_status(target, review)
+    if refused is not None:
+        raise refused
 
 
 async def review_gave_up(ctx: Context, job: Job, reason: str) -> None:
@@ -367,3 +370,12 @@ async def review_gave_up(ctx: Context, job: Job, reason: str) -> None:
     await ctx.jobs.enqueue(
         "report_failure", f"status:{review.pull_id}", {"review_id": review.id}, queue=REVIEWS
     )
+
+
+async def report_failure_job(ctx: Context, job: Job) -> None:
+    review = await get_review(ctx.db, job.payload["review_id"])
+    pull = await pull_by_id(ctx.db, review.pull_id) if review else None
+    if review is None or pull is None or review.state != ReviewState.FAILED:
+        return
+    target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    await show_end(target, review, review.error or "")

@@ -1,24 +1,4 @@
-"""The finding ledger: a PR's findings for the PR's life.
-
-Every finding gets a fingerprint that survives line shifts — its path, the code it points at
-(whitespace collapsed) and its title's words, never its line number — and keeps its `F` number
-from the push that raised it to the last one. A new head's draft is reconciled with the ledger
-(`reconcile`): a finding a person dropped is never raised again (a repeat, exact or near, is
-suppressed and counted), one already published is not posted twice, one the reviewer says a
-push fixed is marked fixed in that push — only when the code it points at changed or is gone:
-the reviewer's word alone (which a prompt injection in the PR can steer) fixes nothing — and
-open ones the reviewer did not touch stay open.
-
-Finding a finding's code again costs one pass over the file whatever the number of findings
-(`CodeIndex`: by its lines, read at the head it was drafted at, where its rarest line is; by
-its key alone among the windows of its size, hashed once for all findings of that size), and
-the bookkeeping of a push runs in a worker thread: a large file must not hold the event loop
-that acknowledges webhooks.
-
-What people did with a number (published it, dropped it and why) is read from the findings of
-the PR's reviews (`bot.records.review_state` owns those); the ledger table adds only identity, fixes
-and suppressed repeats (its SQL: `bot.records.ledger`).
-"""
+"""The finding ledger: a PR's findings, by fingerprint and `F` number, for the PR's life."""
 
 from __future__ import annotations
 
@@ -36,6 +16,7 @@ from bot.records import ledger as sql
 from bot.records.ledger import LedgerWrites, NewEntry
 from bot.records.types import DraftFinding, Finding, LedgerEntry, Review
 from bot.records.vocab import FindingState, LedgerStatus, ReviewState
+from bot.review.identity import pair, same, words
 from bot.review.plan import placed
 
 if TYPE_CHECKING:
@@ -46,49 +27,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CODE_LINES = 20  # at most this many lines of code identify a finding
-NEAR = 0.6  # title words shared (Jaccard) for a finding whose code moved on to be the same
-SAME_CODE = 0.25  # … and for one at the same code (a rewording)
 _WORD = re.compile(r"[a-z0-9_]+")
 _SHA = re.compile(r"[0-9a-f]{40}")
-_STOP = frozenset(  # words that do not tell two findings apart
-    [
-        "a",
-        "an",
-        "the",
-        "is",
-        "are",
-        "was",
-        "be",
-        "been",
-        "of",
-        "in",
-        "on",
-        "at",
-        "to",
-        "for",
-        "with",
-        "and",
-        "or",
-        "not",
-        "no",
-        "this",
-        "that",
-        "it",
-        "its",
-        "by",
-        "as",
-        "from",
-    ]
-)
-
-
-# -- fingerprints ---------------------------------------------------------------------------
+# Left out of a stored title key. Never change it: fingerprints in the ledger are made of it.
+_FILLER = """a an the is are was be been of in on at to for with and or not no this that it its by
+as from"""
+_STOP = frozenset(_FILLER.split())
 
 
 @dataclass(frozen=True)
 class Key:
-    """What identifies a finding across pushes."""
-
     path: str
     code: str  # hash of the code it points at, whitespace collapsed ('' when unknown)
     title: str  # its title's words, lower case, without filler words
@@ -97,17 +45,13 @@ class Key:
     def fingerprint(self) -> str:
         return hashlib.sha256(f"{self.path}\0{self.code}\0{self.title}".encode()).hexdigest()[:24]
 
-    def near(self, other: Key, *, moved: bool) -> bool:
-        """`other` is this finding said again: on the same path, at the same code in (some
-        of) the same words, or — when this finding's code is no longer as it was (`moved`:
-        edited or gone at the new head) — in mostly the same words. The same title at other
-        code that still stands beside the old one is another occurrence, not a repeat."""
+    def near(self, other: Key, *, moved: bool) -> float | None:
+        """`other` is this finding said again (`identity.same`): at the same code, or, when this
+        finding's code moved on (edited or gone at the new head), anywhere on its file."""
         if self.path != other.path:
-            return False
-        words = similarity(self.title, other.title)
-        if self.code and self.code == other.code:
-            return words >= SAME_CODE
-        return moved and words >= NEAR
+            return None
+        placed = bool(self.code) and self.code == other.code
+        return same(words(self.title), words(other.title), placed=placed, moved=moved)
 
     def entry(self, ordinal: int) -> NewEntry:
         return NewEntry(ordinal, self.fingerprint, self.path, self.code, self.title)
@@ -115,13 +59,6 @@ class Key:
 
 def title_key(title: str) -> str:
     return " ".join(w for w in _WORD.findall(title.casefold()) if w not in _STOP)
-
-
-def similarity(a: str, b: str) -> float:
-    left, right = set(a.split()), set(b.split())
-    if not left or not right:
-        return 0.0
-    return len(left & right) / len(left | right)
 
 
 def code_key(lines: Iterable[str]) -> str:
@@ -133,29 +70,13 @@ def code_key(lines: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
 
 
-def pointed_lines(text: str, line: int | None, end_line: int | None) -> list[str]:
-    """The lines `line`…`end_line` (1-based) of a file's text, at most CODE_LINES."""
-    if not line:
-        return []
-    lines = text.splitlines()
-    last = min(end_line or line, line + CODE_LINES - 1)
-    return lines[line - 1 : last]
-
-
-def key_of(finding: DraftFinding | Finding, text: str | None) -> Key:
-    """`text`: the file's content on the finding's side (None: unknown)."""
-    code = code_key(pointed_lines(text, finding.line, finding.end_line)) if text else ""
+def key_of(finding: DraftFinding | Finding, index: CodeIndex | None) -> Key:
+    """`index`: the finding's file on its side (None: unknown)."""
+    code = index.key(finding.line, finding.end_line) if index else ""
     return Key(finding.path, code, title_key(finding.title))
 
 
-def relocate(finding: Finding, code: str, text: str | None) -> tuple[int | None, int | None]:
-    """Where the code a carried finding points at is now (its lines shift when code above
-    them changes): (line, end_line), or its old ones when the code is not found as it was."""
-    return _at(finding, CodeIndex(text).find(finding, code) if text else None)
-
-
 def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
-    """The finding's lines moved to `start` (None: where they were)."""
     if start is None:
         return finding.line, finding.end_line
     return start, (start + _span(finding)) if finding.end_line else None
@@ -163,7 +84,7 @@ def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
 
 def _span(finding: Finding, length: int | None = None) -> int:
     """How many lines the finding's code runs past its first (at most CODE_LINES - 1): to
-    the file's end (`length` lines) at most, as its key was made (`pointed_lines`)."""
+    the file's end (`length` lines) at most, as its key was made (`CodeIndex.key`)."""
     end = finding.end_line or finding.line or 0
     if length is not None:
         end = min(end, length)
@@ -189,13 +110,11 @@ class CodeIndex:
 
     @property
     def collapsed(self) -> list[str]:
-        """Each line with its whitespace collapsed ('' for a blank one), as `code_key` sees it."""
         if self._collapsed is None:
             self._collapsed = [" ".join(line.split()) for line in self.lines]
         return self._collapsed
 
     def key(self, line: int | None, end_line: int | None) -> str:
-        """The code key of lines `line`…`end_line` (see `pointed_lines`)."""
         if not line:
             return ""
         return code_key(self.lines[line - 1 : min(end_line or line, line + CODE_LINES - 1)])
@@ -270,13 +189,8 @@ class CodeIndex:
         return starts
 
 
-# -- the ledger as it stands ----------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Item:
-    """One `F` number as it stands: its key, status and its newest finding."""
-
     ordinal: int
     key: Key
     status: LedgerStatus
@@ -288,7 +202,6 @@ class Item:
 
 
 def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) -> list[Item]:
-    """The ledger's items from its entries and the PR's findings (oldest review first)."""
     by_number: dict[int, list[tuple[str, Finding]]] = {}
     heads: dict[int, str] = {}  # each number's newest finding's head
     for review_state, head, finding in history:
@@ -316,18 +229,8 @@ def view(entries: list[LedgerEntry], history: list[tuple[str, str, Finding]]) ->
         else:
             status = LedgerStatus.OPEN
         why = dropped[-1].why if dropped else None
-        items.append(
-            Item(
-                entry.ordinal,
-                key,
-                status,
-                last,
-                why,
-                entry.fixed_in,
-                published,
-                heads.get(entry.ordinal),
-            )
-        )
+        head = heads.get(entry.ordinal)
+        items.append(Item(entry.ordinal, key, status, last, why, entry.fixed_in, published, head))
     return items
 
 
@@ -340,9 +243,8 @@ REPLIES = 5  # the last ones of each thread
 
 
 def brief(items: list[Item], replies: dict[int, list[str]]) -> list[dict[str, Any]]:
-    """What the reviewer is told of the ledger (rendered in its request): each number's
-    status, place and title, a person's reason for a drop, and the last replies people wrote
-    in a published finding's thread."""
+    """What the reviewer is told of the ledger, with the last replies in each published
+    finding's thread."""
     return [
         {
             "replies": [_line(r)[:REPLY_CHARS] for r in replies.get(i.ordinal, [])[-REPLIES:]],
@@ -364,13 +266,8 @@ def _line(text: str) -> str:
     return " ".join(text.split())
 
 
-# -- a new head against the ledger ----------------------------------------------------------
-
-
 @dataclass
 class Reconciled:
-    """A new draft's findings under their numbers, and what the push did to the ledger."""
-
     numbered: list[tuple[int, DraftFinding]] = field(default_factory=list)
     carried: list[Item] = field(default_factory=list)  # open, not touched: still in the draft
     new: list[NewEntry] = field(default_factory=list)
@@ -395,7 +292,6 @@ class Reconciled:
         )
 
     def note(self, items: list[Item], *, since: str | None, head_sha: str) -> dict[str, Any]:
-        """What the status comment shows of the ledger after this push."""
         fresh = {e.ordinal for e in self.new}
         drafted = [n for n, _ in self.numbered]
         return {
@@ -423,43 +319,27 @@ def reconcile(
     next_ordinal: int,
     moved: Collection[int] = (),
 ) -> Reconciled:
-    """The reviewer's findings for a new head (`found`, each with its key) against the ledger: a
-    repeat of a dropped finding is suppressed; one the ledger knows keeps its number (one
-    already published is not drafted again); the rest get new numbers. Open and published
-    numbers the reviewer `resolved` are fixed when the head shows it (`_changed`: their code
-    is among the `moved`, or for one without code, its path among those the push `changed`;
-    None: a full review), the other claims are noted and ignored, and the open ones it did not
-    touch stay in the draft. `moved`: numbers whose code is not at the new head as it was.
-    Same fingerprints are paired first, near ones after, so an exact pair is never taken by a
-    look-alike."""
+    """A new head's findings (each with its key) against the ledger. A claimed fix counts only
+    when the head shows it (`_changed`): the reviewer's word alone, which a prompt injection
+    in the PR can steer, fixes nothing."""
     out = Reconciled()
     dropped = [i for i in items if i.status == LedgerStatus.DROPPED]
     active = [i for i in items if i.status not in (LedgerStatus.DROPPED, LedgerStatus.FIXED)]
+    candidates = dropped + active
+    paired = _pairs([key for _f, key in found], candidates, moved, shared=range(len(dropped)))
     taken: set[int] = set()
-    known: dict[int, Item] = {}  # index into `found` → its ledger item
-    repeats: set[int] = set()
-    for exact in (True, False):
-        for n, (_finding, key) in enumerate(found):
-            if n in known or n in repeats:
-                continue
-            repeat = _match(key, dropped, set(), moved, exact=exact)
-            if repeat is not None:
-                out.suppressed[repeat.ordinal] += 1
-                repeats.add(n)
-                continue
-            item = _match(key, active, taken, moved, exact=exact)
-            if item is not None:
-                taken.add(item.ordinal)
-                known[n] = item
     for n, (finding, key) in enumerate(found):
-        if n in repeats:
+        at = paired.get(n)
+        if at is not None and at < len(dropped):
+            out.suppressed[dropped[at].ordinal] += 1
             continue
-        item = known.get(n)
-        if item is None:
+        if at is None:
             out.new.append(key.entry(next_ordinal))
             out.numbered.append((next_ordinal, finding))
             next_ordinal += 1
             continue
+        item = candidates[at]
+        taken.add(item.ordinal)
         if key != item.key:
             out.rekeyed.append(key.entry(item.ordinal))
         if item.status == LedgerStatus.PUBLISHED:
@@ -497,22 +377,23 @@ def _changed(item: Item, moved: Collection[int], changed: set[str] | None) -> bo
     return changed is not None and item.key.path in changed
 
 
-def _match(
-    key: Key, items: list[Item], taken: set[int], moved: Collection[int], *, exact: bool
-) -> Item | None:
-    """The item `key` names: the same fingerprint (`exact`), else a near one."""
-    for item in items:
-        if item.ordinal in taken:
-            continue
-        if item.key == key if exact else item.key.near(key, moved=item.ordinal in moved):
-            return item
-    return None
+def _pairs(
+    keys: list[Key], items: list[Item], moved: Collection[int], *, shared: Collection[int]
+) -> dict[int, int]:
+
+    def exact(o: int, n: int) -> float | None:
+        return 0.0 if items[o].key == keys[n] else None
+
+    def near(o: int, n: int) -> float | None:
+        alike = items[o].key.near(keys[n], moved=items[o].ordinal in moved)
+        return None if alike is None else -alike
+
+    return pair(len(items), len(keys), (exact, near), shared=shared)
 
 
 def carry(item: Item, start: int | None) -> DraftFinding:
-    """An open finding the push did not touch, as the new draft holds it (moved to `start`,
-    where its code is now, keeping its verdict only while that code is as it was — None: it
-    is not; the caller places it on the new diff)."""
+    """An open finding the push did not touch, moved to `start` (None: its code changed, and
+    its verdict no longer holds)."""
     f = item.last
     same = start is not None  # its code is as it was: the verify pass's verdict still holds
     line, end_line = _at(f, start)
@@ -528,9 +409,6 @@ def carry(item: Item, start: int | None) -> DraftFinding:
         verify_status=f.verify_status if same else None,
         verify_note=f.verify_note if same else None,
     )
-
-
-# -- reading the code a finding points at ---------------------------------------------------
 
 
 @dataclass
@@ -603,7 +481,6 @@ class Texts:
         return found
 
     def index(self, path: str, where: str | None) -> CodeIndex | None:
-        """The file's index on a side (or at a commit) once `load` read it (None: no text)."""
         at = (path, where or "RIGHT")
         if at not in self.indexes:
             text = self.read.get(at)
@@ -611,10 +488,7 @@ class Texts:
         return self.indexes[at]
 
     def key(self, finding: DraftFinding | Finding) -> Key:
-        """`key_of` the finding, from its file's index."""
-        index = self.index(finding.path, finding.side)
-        code = index.key(finding.line, finding.end_line) if index else ""
-        return Key(finding.path, code, title_key(finding.title))
+        return key_of(finding, self.index(finding.path, finding.side))
 
     def start(self, item: Item) -> int | None:
         """The line where the item's code starts at the head; None when its code is not there
@@ -631,7 +505,6 @@ class Texts:
         return self._find(index, item)
 
     def _find(self, index: CodeIndex, item: Item) -> int | None:
-        """Where the item's code is in the file `index` indexes (None: not there as it was)."""
         f = item.last
         earlier = self.index(f.path, item.head) if item.head and f.side != "LEFT" else None
         # Its key was made of its lines up to the end of the file it was drafted on.
@@ -672,9 +545,6 @@ class Texts:
         return False
 
 
-# -- a review job's use of it -----------------------------------------------------------
-
-
 async def delta_base(db: Database, tree: Worktree, pull_id: int, review_id: int) -> str | None:
     """Where a re-review starts: the PR's last reviewed head when this head descends from it
     (a push on top), else None (the first review, the same head again, or a force-push: the
@@ -695,10 +565,9 @@ async def numbered(
     draft: Draft,
     since: str | None,
 ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any]]:
-    """A new head's draft against the PR's ledger: its findings under their numbers (open ones
-    the push did not touch carried over, moved to where their code is now), what to write to
-    the ledger, and the note the status comment shows. The files are read here; the
-    bookkeeping (`_reconciled`) runs in a worker thread."""
+    """A new head's draft against the ledger: numbered findings (untouched open ones carried to
+    where their code is now), the ledger writes and the status note. The bookkeeping runs in a
+    worker thread: a large file must not hold the event loop that acknowledges webhooks."""
     texts = Texts(tree)
     await texts.load(draft.findings, items)
     next_ordinal = await sql.next_ordinal(db, pull_id)
@@ -715,7 +584,6 @@ async def numbered(
 def _reconciled(
     texts: Texts, items: list[Item], draft: Draft, since: str | None, next_ordinal: int
 ) -> Reconciled:
-    """`numbered`'s pure part, on the files `texts` read."""
     keys = [texts.key(f) for f in draft.findings]
     outcome = reconcile(
         items,
@@ -735,9 +603,8 @@ def _reconciled(
 async def without_repeats(
     db: Database, tree: Worktree, review: Review, findings: list[DraftFinding]
 ) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
-    """A revision's findings without repeats of ones people dropped from earlier drafts (one
-    dropped from this draft stays dropped where it is), each kept one's key by index, and
-    the repeats suppressed by dropped number."""
+    """A revision's findings without repeats of ones people dropped from earlier drafts, each
+    kept one's key, and the repeats by dropped number."""
     dropped = [
         i
         for i in await load(db, review.pull_id)
@@ -751,18 +618,14 @@ async def without_repeats(
 def _repeats_left_out(
     texts: Texts, dropped: list[Item], findings: list[DraftFinding]
 ) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
-    """`without_repeats`'s pure part, on the files `texts` read."""
-    moved = texts.moved(dropped)
+    found = [texts.key(finding) for finding in findings]
+    paired = _pairs(found, dropped, texts.moved(dropped), shared=range(len(dropped)))
     kept, keys, repeats = [], {}, Counter[int]()
-    for finding in findings:
-        key = texts.key(finding)
-        repeat = _match(key, dropped, set(), moved, exact=True) or _match(
-            key, dropped, set(), moved, exact=False
-        )
-        if repeat is not None:
-            repeats[repeat.ordinal] += 1
+    for n, finding in enumerate(findings):
+        if n in paired:
+            repeats[dropped[paired[n]].ordinal] += 1
             continue
-        keys[_spot(finding)] = key
+        keys[_spot(finding)] = found[n]
         kept.append(finding)
     return kept, keys, repeats
 
@@ -778,7 +641,6 @@ def revision_writes(
     keys: dict[tuple[object, ...], Key],
     repeats: Counter[int],
 ) -> LedgerWrites:
-    """The ledger entries of a revision's new findings (`keys` as `without_repeats` gave)."""
     fresh = set(added)
     return LedgerWrites(
         review.pull_id,

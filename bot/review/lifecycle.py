@@ -1,7 +1,4 @@
-"""What handlers and commands ask of a PR's reviews: record the PR, decide whether a new head
-is reviewed (the new-head policy), queue a review or hold it, refresh the status comment, stop
-the work, close the PR, end its conversations, forget an installation. Running a review is
-`bot.review.job`'s."""
+"""What handlers and commands ask of a PR's reviews (running one is `bot.review.job`'s)."""
 
 from __future__ import annotations
 
@@ -27,15 +24,12 @@ RETRY_AFTER = 3600.0  # a head reviewed, stopped or held this recently is not re
 
 
 async def record_pull(ctx: Context, data: dict[str, Any]) -> int:
-    """The PR of a `pull_request` event, stored as the payload shows it; its `pulls.id`."""
     installation_id = data.get("installation", {}).get("id")
     return await upsert_pull(ctx.db, installation_id, data["repository"], data["pull_request"])
 
 
 @dataclass(frozen=True)
 class DailyCap:
-    """Automatic reviews of an outside author's PRs per UTC day, across the installation."""
-
     installation_id: int | None
     author: str
     day_start: float
@@ -55,7 +49,6 @@ class DailyCap:
 
 
 async def outside_author(ctx: Context, gh: Any, data: dict[str, Any]) -> str | None:
-    """The PR author's login when they lack write access to the repository."""
     repo, pr = data["repository"], data["pull_request"]
     author = (pr.get("user") or {}).get("login")
     if not author:
@@ -65,10 +58,8 @@ async def outside_author(ctx: Context, gh: Any, data: dict[str, Any]) -> str | N
 
 
 async def new_head(ctx: Context, gh: Any, data: dict[str, Any], pull_id: int) -> None:
-    """A PR shows a head (opened, reopened, ready for review, pushed): drafts of older heads
-    go stale, and the head is reviewed when the repository's rules want it and it was not
-    reviewed, stopped or held lately. An outside author's PR is reviewed on command only
-    (`outside_prs = "on-command"`) or a few times a day."""
+    """A PR shows a head: older drafts go stale, and the head is reviewed when the repository
+    wants it and it was not reviewed, stopped or held lately."""
     pr, repo = data["pull_request"], data["repository"]
     head_sha = pr["head"]["sha"]
     went_stale = await review_state.mark_stale(ctx.db, pull_id, head_sha)
@@ -91,55 +82,55 @@ async def new_head(ctx: Context, gh: Any, data: dict[str, Any], pull_id: int) ->
         return
     installation_id = data.get("installation", {}).get("id")
     # The new review's status comment also says the older draft went stale.
-    await enqueue_review(
-        ctx,
-        pull_id,
-        head_sha,
-        provider=config.provider,
-        verify=config.verify,
-        config=config,
-        reason=data["action"],
-        cap=None if author is None else DailyCap(installation_id, author, day_start(now), prefix),
-    )
+    cap = None if author is None else DailyCap(installation_id, author, day_start(now), prefix)
+    action = data["action"]
+    ask = ReviewAsk(pull_id, head_sha, config.provider, config.verify, config, action, cap=cap)
+    await enqueue_review(ctx, ask)
 
 
-async def enqueue_review(
-    ctx: Context,
-    pull_id: int,
-    head_sha: str,
-    *,
-    provider: str | None,
-    verify: bool,
-    config: RepoConfig,
-    reason: str,
-    requested_by: str | None = None,
-    cap: DailyCap | None = None,
-) -> int:
-    """Queue a review of `head_sha`, superseding any queued or running review of the PR.
-    A `cap` reached (counted in the same transaction, so concurrent deliveries count right)
-    holds the review instead: the status comment says why, and the job finds nothing to run."""
-    provider = provider or ctx.settings.provider
+@dataclass(frozen=True)
+class ReviewAsk:
+    pull_id: int
+    head_sha: str
+    provider: str | None  # None: the server's
+    verify: bool
+    config: RepoConfig
+    reason: str
+    requested_by: str | None = None
+    cap: DailyCap | None = None
+
+
+async def enqueue_review(ctx: Context, ask: ReviewAsk) -> int:
+    """Queue a review, superseding the PR's queued or running one. A `cap` is counted in the
+    transaction that creates the review, so concurrent deliveries count right."""
+    provider = ask.provider or ctx.settings.provider
     held: list[str] = []
 
     async def create_review(conn: Any) -> dict:
-        why = await cap.reached(conn) if cap is not None else None
+        why = await ask.cap.reached(conn) if ask.cap is not None else None
         held.extend([why] if why else [])
         review_id = await review_state.create(
-            conn, pull_id, head_sha, provider, reason=reason, requested_by=requested_by, held=why
+            conn,
+            ask.pull_id,
+            ask.head_sha,
+            provider,
+            reason=ask.reason,
+            requested_by=ask.requested_by,
+            held=why,
         )
         return {"review_id": review_id}
 
     job_id = await ctx.jobs.enqueue(
         "review",
-        review_key(pull_id),
+        review_key(ask.pull_id),
         {
-            "pull_id": pull_id,
-            "head_sha": head_sha,
+            "pull_id": ask.pull_id,
+            "head_sha": ask.head_sha,
             "provider": provider,
-            "verify": verify,
-            "config": config.to_payload(),
-            "reason": reason,
-            "requested_by": requested_by,
+            "verify": ask.verify,
+            "config": ask.config.to_payload(),
+            "reason": ask.reason,
+            "requested_by": ask.requested_by,
         },
         queue=REVIEWS,
         supersede=True,
@@ -147,12 +138,11 @@ async def enqueue_review(
         prepare=create_review,
     )
     if held:
-        await queue_status_refresh(ctx, pull_id)
+        await queue_status_refresh(ctx, ask.pull_id)
     return job_id
 
 
 async def queue_status_refresh(ctx: Context, pull_id: int) -> None:
-    """Re-render the PR's status comment in a job (handlers never call GitHub for it)."""
     await ctx.jobs.enqueue(
         "refresh_status", f"status:{pull_id}", {"pull_id": pull_id}, queue=REVIEWS, supersede=True
     )
@@ -170,7 +160,6 @@ async def stop_pull_work(ctx: Context, pull_id: int, why: str) -> int:
 
 
 async def close_pull(ctx: Context, pull_id: int) -> None:
-    """PR closed: cancel its review, end its sessions, and queue removal of its worktrees."""
     await ctx.jobs.cancel(review_key(pull_id))
     await review_state.cancel_pull(ctx.db, pull_id, say(PEOPLE, "progress", step="closed"))
     await end_sessions(ctx, pull_id)
@@ -189,7 +178,6 @@ async def end_sessions(ctx: Context, pull_id: int, *, keep_review: int | None = 
 
 
 async def forget_installation(ctx: Context, installation_id: int) -> None:
-    """App uninstalled: cancel its work, delete its rows, and queue removal of its mirrors."""
     for pull_id in await installation_pulls(ctx.db, installation_id):
         await ctx.jobs.cancel(review_key(pull_id))
         await end_sessions(ctx, pull_id)

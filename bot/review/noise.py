@@ -1,6 +1,4 @@
-"""Less noise: which changed files are generated, vendored, lock or minified files (left out of
-a review and never given findings), and which findings a draft folds away (`min_severity`) or
-summarises in its body instead of commenting inline (`max_findings`). Pure functions."""
+"""Less noise: generated, vendored, lock or minified files; folded and summarised findings."""
 
 from __future__ import annotations
 
@@ -79,16 +77,12 @@ def file_noise(path: str, attributes: Mapping[str, str] | None = None) -> str | 
 def noise_files(
     paths: Iterable[str], attributes: Mapping[str, Mapping[str, str]]
 ) -> dict[str, str]:
-    """The noise among `paths`: path → why (see `file_noise`)."""
     found = {}
     for path in paths:
         why = file_noise(path, attributes.get(path))
         if why is not None:
             found[path] = why
     return found
-
-
-# -- findings: the severity gate and the inline cap ------------------------------------------
 
 
 def folded(severity: str, min_severity: str) -> bool:
@@ -98,8 +92,6 @@ def folded(severity: str, min_severity: str) -> bool:
 
 
 class Placed(Protocol):
-    """What the cap reads of a finding (a stored `Finding`)."""
-
     @property
     def ordinal(self) -> int: ...
 

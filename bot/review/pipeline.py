@@ -1,9 +1,4 @@
-"""The review pipeline: a prepared worktree and a request in, a `Draft` out.
-
-diff → plan (which files) → agent run → findings placed on diff lines. No GitHub call and no
-database write beyond the agent's own records (session messages, runs, usage): the review
-job, the verify pass and eval replays all run this same function.
-"""
+"""The review pipeline: a prepared worktree and a request in, a `Draft` out."""
 
 from __future__ import annotations
 
@@ -41,8 +36,6 @@ MAX_DIFF_BYTES = 50 * 1024 * 1024
 
 @dataclass(frozen=True)
 class ReviewRequest:
-    """What the reviewer is told about the PR, and the rules it is reviewed under."""
-
     repo: str
     number: int
     title: str
@@ -63,7 +56,6 @@ class ReviewRequest:
 
     @classmethod
     def of(cls, pull: Pull, review: Review, config: RepoConfig, **more: Any) -> ReviewRequest:
-        """A server's request for `review` of the stored PR."""
         return cls(
             repo=pull.repo,
             number=pull.number,
@@ -108,7 +100,6 @@ class Reviewer:
 
     @classmethod
     def of(cls, ctx: Context) -> Reviewer:
-        """A server's: its database, model clients, settings' budgets and metrics."""
         return cls(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
 
     def agent(
@@ -179,7 +170,6 @@ async def pr_diff(tree: Worktree) -> DiffModel:
 
 
 def placed_findings(draft: ReviewDraft, diff: DiffModel) -> list[DraftFinding]:
-    """The submitted findings placed on the diff (see `bot.review.plan.placed`)."""
     return [placed(f, diff) for f in draft.findings]
 
 
@@ -242,13 +232,8 @@ async def review_worktree(
         await on_session(session.id)
     prompt = render(
         "prompts/review_request.md.j2",
-        number=request.number,
-        repo=request.repo,
-        head_sha=tree.head_sha,
-        merge_base=tree.merge_base,
-        base_ref=request.base_ref,
-        title=request.title,
-        body=request.body,
+        request=request,
+        tree=tree,
         reviewed=plan.reviewed,
         # a re-review names only what the push changed: the rest was told the first time
         skipped=[(p, why) for p, why in plan.skipped if not changed or p in changed],
@@ -281,7 +266,6 @@ async def review_worktree(
 
 
 def changed_paths(diff: DiffModel) -> list[str]:
-    """Every path the diff touches: each file's, and where a renamed one came from."""
     return sorted(
         {path for f in diff.files.values() for path in (f.path, f.old_path) if path is not None}
     )
@@ -297,9 +281,8 @@ async def revise_review(
     source: str | None = None,
     left_out: Mapping[str, str] | None = None,
 ) -> Draft:
-    """The reviewer's session continues with `message` (feedback on its draft; None resumes
-    an interrupted turn) and submits its review again; `left_out`: the files the review left
-    out (`bot.review.rules.files_left_out`), out of its diff again."""
+    """The reviewer's session continues with `message` (None resumes an interrupted turn) and
+    submits its review again."""
     diff = await pr_diff(tree)
     draft = await _submitted(
         reviewer,
@@ -319,7 +302,6 @@ async def stored_draft(
     submission: dict[str, Any],
     left_out: Mapping[str, str] | None = None,
 ) -> Draft:
-    """A draft the reviewer submitted before a restart, read back from its conversation."""
     draft = parse_submission(submission)
     diff = await pr_diff(tree)
     found = placed_findings(draft, diff)
@@ -339,7 +321,6 @@ async def _submitted(
     origin: tuple[int | None, str | None] = (None, None),
     subkind: str | None = None,
 ) -> Draft:
-    """One reviewer turn that ends with `submit_review`, as a Draft placed on the diff."""
     skill = await load_skill(reviewer.db)
     run = reviewer.agent(session, toolbox, skill, kind="review", subkind=subkind)
     result = await run.turn(message, comment_id=origin[0], source=origin[1])

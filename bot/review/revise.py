@@ -1,12 +1,9 @@
-"""A revised draft (after `send-back`): finding numbers stay stable across revisions, a
-person's decisions stand, verdicts carry over or are renewed, and the draft's pending review,
-check run and status comment follow the new findings."""
+"""A revised draft (after `send-back`): stable numbers, a person's decisions stand."""
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -18,25 +15,21 @@ from bot.records.vocab import FindingState
 from bot.repo_config import RepoConfig
 from bot.review import ledger
 from bot.review.approve import publishing_key
+from bot.review.checkrun import new_check
+from bot.review.identity import NEAR_LINES, pair, same, words
+from bot.review.pending import pending_review
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
-from bot.review.publish import Publisher
 from bot.review.rules import DraftRules
-from bot.review.verify import apply_verification, verify_draft
+from bot.review.status import Target, show_status
+from bot.review.verify import verify_unverified
 from bot.worktrees import Worktree
 
 if TYPE_CHECKING:
     from bot.context import Context
 
-NEAR_LINES = 5  # a finding that moved this far (or less) on its file may be the same one
-SAME_TITLE = 0.5  # share of title words two wordings of one finding have in common
-SAME_ISSUE = 0.3  # share of title and body words a restated dropped finding keeps
-_WORD = re.compile(r"[a-z0-9_]+")
-
 
 @dataclass(frozen=True)
 class Renumbered:
-    """How a revision's findings map onto the draft's `F` numbers."""
-
     assigned: list[tuple[int, DraftFinding]]  # (ordinal, finding) the draft now holds
     kept: list[int]  # old numbers that carry on (a returning withdrawn one too)
     added: list[int]  # numbers taken by new findings
@@ -45,87 +38,36 @@ class Renumbered:
     unverified: list[int]  # indexes (into the revision's findings) with no verdict yet
 
 
-def _words(text: str) -> set[str]:
-    return set(_WORD.findall(text.casefold()))
-
-
-def _similarity(a: str, b: str) -> float:
-    words_a, words_b = _words(a), _words(b)
-    union = words_a | words_b
-    return len(words_a & words_b) / len(union) if union else 0.0
-
-
-def _same_title(a: str, b: str) -> bool:
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
-
-
-def _distance(old: Finding, new: DraftFinding) -> int | None:
-    """Lines between the two; None when either has no line."""
-    if old.line is None or new.line is None:
-        return None
-    return abs(old.line - new.line)
-
-
-def _near(old: Finding, new: DraftFinding) -> bool:
-    distance = _distance(old, new)
-    return distance is None or distance <= NEAR_LINES
-
-
-def _exact(old: Finding, new: DraftFinding) -> float | None:
-    """The same title on the same file; a person's drop only where it was."""
-    if not _same_title(old.title, new.title):
-        return None
-    if old.state == FindingState.DROPPED and not _near(old, new):
-        return None
-    distance = _distance(old, new)
-    return float(NEAR_LINES if distance is None else distance)
-
-
-def _reworded(old: Finding, new: DraftFinding) -> float | None:
-    """Nearby on the same file, with mostly the same title words."""
-    similarity = _similarity(old.title, new.title)
-    if not _near(old, new) or similarity < SAME_TITLE:
-        return None
-    return (_distance(old, new) or 0) - similarity
-
-
-def _restated_drop(old: Finding, new: DraftFinding) -> float | None:
-    """A dropped finding said again in other words: close lines, similar words."""
-    distance = _distance(old, new)
-    if old.state != FindingState.DROPPED or distance is None or distance > NEAR_LINES:
-        return None
-    similarity = _similarity(f"{old.title} {old.body}", f"{new.title} {new.body}")
-    return None if similarity < SAME_ISSUE else distance - similarity
-
-
-PASSES: tuple[Callable[[Finding, DraftFinding], float | None], ...] = (
-    _exact,
-    _reworded,
-    _restated_drop,
-)
-
-
 def match(old: Sequence[Finding], new: Sequence[DraftFinding]) -> dict[int, Finding]:
-    """Which old finding each revised one is (by index into `new`), one to one. Pass by
-    pass (the same title; then a rewording nearby; then a dropped finding said again), the
-    closest pairs on the same file are matched first."""
-    taken: dict[int, Finding] = {}
-    used: set[int] = set()
-    for score in PASSES:
-        pairs = sorted(
-            (cost, n, o)
-            for n, finding in enumerate(new)
-            if n not in taken
-            for o, candidate in enumerate(old)
-            if candidate.ordinal not in used
-            and candidate.path == finding.path
-            and (cost := score(candidate, finding)) is not None
-        )
-        for _cost, n, o in pairs:
-            if n not in taken and old[o].ordinal not in used:
-                taken[n] = old[o]
-                used.add(old[o].ordinal)
-    return taken
+    """Which old finding each revised one is (by index into `new`), one to one: the same
+    title on its file, nearest first (a person's drop only where it was), then a rewording
+    at the same place (`identity.same`)."""
+    titles = [words(f.title) for f in old], [words(f.title) for f in new]
+    texts = [words(f"{f.title} {f.body}") for f in old], [words(f"{f.title} {f.body}") for f in new]
+
+    def apart(o: int, n: int) -> int | None:
+        if old[o].path != new[n].path:
+            return None
+        if old[o].line is None or new[n].line is None:
+            return NEAR_LINES
+        return abs(old[o].line - new[n].line)
+
+    def exact(o: int, n: int) -> float | None:
+        lines = apart(o, n)
+        if lines is None or titles[0][o] != titles[1][n]:
+            return None
+        if old[o].state == FindingState.DROPPED and lines > NEAR_LINES:
+            return None
+        return lines
+
+    def reworded(o: int, n: int) -> float | None:
+        lines = apart(o, n)
+        if lines is None:
+            return None
+        alike = same(texts[0][o], texts[1][n], placed=lines <= NEAR_LINES)
+        return None if alike is None else lines - alike
+
+    return {n: old[o] for n, o in pair(len(old), len(new), (exact, reworded)).items()}
 
 
 def _claim(f: Finding | DraftFinding) -> tuple[object, ...]:
@@ -136,10 +78,8 @@ def _claim(f: Finding | DraftFinding) -> tuple[object, ...]:
 def renumber(
     old: Sequence[Finding], new: Sequence[DraftFinding], next_free: int | None = None
 ) -> Renumbered:
-    """The revision's findings under the draft's numbers: a match keeps its `F` number (and
-    its verdict when the claim is unchanged), a new finding takes the next free number, an
-    unmatched old one is withdrawn (one already withdrawn stays so, and takes its number back
-    if it returns). A finding a person dropped stays dropped, whatever the revision says."""
+    """The revision's findings under the draft's numbers: a match keeps its number (and its
+    verdict when the claim is unchanged); a person's drop stays dropped whatever it says."""
     taken = match(old, new)
     if next_free is None:  # the PR's next number (its ledger's), else after the draft's
         next_free = max((f.ordinal for f in old), default=0) + 1
@@ -179,7 +119,7 @@ def renumber(
 
 async def apply_revision(
     ctx: Context,
-    publisher: Publisher,
+    target: Target,
     review_id: int,
     draft: Draft,
     *,
@@ -187,19 +127,16 @@ async def apply_revision(
     after: str,
     tree: Worktree,
 ) -> Renumbered | None:
-    """Store the revised findings under stable numbers, then rebuild the pending review, give
-    the revision its own check run (annotations cannot be withdrawn from the old one) and
-    refresh the status comment. `by` revised it after `after`'s critique. When the review
-    has a verify pass, the findings that are new or changed are verified first. None when
-    the draft may not be revised any more (published, stale, or a newer review exists):
-    nothing changes. While GitHub is being updated the draft is `revising`, so an approve
-    cannot race it, and the draft's publishing lock is held, so a drop cannot either."""
+    """Store the revised findings under stable numbers, then rebuild the pending review, a new
+    check run and the status comment; None when the draft may not be revised any more. While
+    GitHub is updated the draft is `revising` (no approve races it) and its publishing lock is
+    held (no drop races it)."""
     review = await get_review(ctx.db, review_id)
     assert review is not None
     draft, noise_texts = _without_noise(draft, DraftRules.from_json(review.rules))
     findings, verified = draft.findings, {}
     if review.verify_provider:
-        findings, verified = await _verified(ctx, publisher, review, draft, tree)
+        findings, verified = await _verified(ctx, target, review, draft, tree)
     async with ctx.db.hold(publishing_key(review_id)):
         findings, keys, repeats = await ledger.without_repeats(ctx.db, tree, review, findings)
         change = renumber(
@@ -207,14 +144,8 @@ async def apply_revision(
             findings,
             await next_ordinal(ctx.db, review.pull_id),
         )
-        note = {
-            "by": by,
-            "after": after,
-            "kept": change.kept,
-            "added": change.added,
-            "withdrawn": change.withdrawn,
-            "dropped": change.dropped,
-        }
+        lists = ("kept", "added", "withdrawn", "dropped")
+        note = {"by": by, "after": after, **{k: getattr(change, k) for k in lists}}
         texts = {
             "verdict": draft.verdict,
             "summary": draft.summary,
@@ -229,18 +160,17 @@ async def apply_revision(
         ):
             return None
         try:
-            await publisher.pending_review(await get_review(ctx.db, review_id))
-            await publisher.new_check(review_id)
+            await pending_review(target, await get_review(ctx.db, review_id))
+            await new_check(target, review_id)
         finally:
             await review_state.end_revision(ctx.db, review_id)
-    await publisher.status(await get_review(ctx.db, review_id))
+    await show_status(target, await get_review(ctx.db, review_id))
     return change
 
 
 def _without_noise(draft: Draft, rules: DraftRules) -> tuple[Draft, dict[str, object]]:
-    """A revision never puts findings on the files its review left out (noise, or matching
-    an `ignore` glob): they are dropped and counted (the review's new `rules` when there were
-    any)."""
+    """A revision never puts findings on the files its review left out: they are dropped and
+    counted."""
     noise, ignored = set(rules.noise), set(rules.ignored)
     on_noise = sum(1 for f in draft.findings if f.path in noise)
     on_ignored = sum(1 for f in draft.findings if f.path in ignored)
@@ -256,22 +186,20 @@ def _without_noise(draft: Draft, rules: DraftRules) -> tuple[Draft, dict[str, ob
 
 
 async def _verified(
-    ctx: Context, publisher: Publisher, review: Review, draft: Draft, tree: Worktree
+    ctx: Context, target: Target, review: Review, draft: Draft, tree: Worktree
 ) -> tuple[list[DraftFinding], dict[str, object]]:
-    """The revision's findings, those that are new or changed (or never verified) checked by
-    the review's verifier, and the review's `verify_error` when a pass ran."""
+    """The revision's new or changed findings verified, and the pass's `verify_error`."""
     change = renumber(await load_findings(ctx.db, review.id), draft.findings)
     if not change.unverified:
         return draft.findings, {}
     # The verifier reads the findings and the worktree only: no repository config.
-    request = ReviewRequest.of(publisher.pull, review, RepoConfig())
-    reviewer = Reviewer.of(ctx)
-    subset = [draft.findings[n] for n in change.unverified]
-    verification = await verify_draft(
-        reviewer, tree, request, replace(draft, findings=subset), provider=review.verify_provider
+    request = ReviewRequest.of(target.pull, review, RepoConfig())
+    findings, error = await verify_unverified(
+        Reviewer.of(ctx),
+        tree,
+        request,
+        draft,
+        provider=review.verify_provider,
+        todo=change.unverified,
     )
-    findings = list(draft.findings)
-    checked = apply_verification(subset, verification)
-    for n, finding in zip(change.unverified, checked, strict=True):
-        findings[n] = finding
-    return findings, {"verify_error": verification.error}
+    return findings, {"verify_error": error}

@@ -1,7 +1,4 @@
-"""The rules a draft was made under, stored with it (`reviews.rules`, JSON) so that its
-pending review, `approve` and the status comment apply the same ones whatever the config says
-later: the team's instructions it used (and what was cut), the steering files the PR edits,
-the severity gate and inline cap, and the files left out of it (noise, `ignore` globs)."""
+"""The rules a draft was made under, stored with it so later config changes never apply."""
 
 from __future__ import annotations
 
@@ -79,9 +76,8 @@ class DraftRules:
 
 
 def files_left_out(review: Review) -> dict[str, str]:
-    """The changed files a review's draft left out of the reviewer's diff (noise, `ignore`
-    globs), path → why as the status comment lists them: every later turn on it (a session's,
-    a revision, its verify pass) leaves them out too."""
+    """The changed files the draft left out of the reviewer's diff, path → why: every later
+    turn on it leaves them out too."""
     rules = DraftRules.from_json(review.rules)
     out = {*rules.noise, *rules.ignored}
     return {path: why for path, why in json.loads(review.not_reviewed or "[]") if path in out}

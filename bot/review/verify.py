@@ -1,10 +1,4 @@
-"""The verify pass: a second read-only run that tries to refute each finding of a draft.
-
-It runs through the same toolbox, loop, budgets and runs as the review (its `runs` row has
-`subkind = verify`), preferably on the other provider. It only labels findings (`confirmed`,
-`refuted`, `uncertain`, with evidence); a verify pass that fails leaves the draft as it was
-and says why.
-"""
+"""The verify pass: a second read-only run that tries to refute each finding of a draft."""
 
 from __future__ import annotations
 
@@ -29,8 +23,6 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Verification:
-    """The verify pass's outcome: a verdict per finding ordinal, or why it did not run."""
-
     provider: str
     verdicts: dict[int, Verdict] = field(default_factory=dict)
     run_id: int | None = None
@@ -50,7 +42,6 @@ def choose_provider(
 def apply_verification(
     findings: Sequence[DraftFinding], verification: Verification
 ) -> list[DraftFinding]:
-    """The findings (F1 is findings[0]) with the verifier's status and evidence."""
     result = []
     for ordinal, finding in enumerate(findings, start=1):
         verdict = verification.verdicts.get(ordinal)
@@ -87,6 +78,37 @@ async def verify_draft(
     except Exception:
         log.exception("verify pass crashed")
         return Verification(provider, error=say(PEOPLE, "internal_error"))
+
+
+async def verify_unverified(
+    reviewer: Reviewer,
+    tree: Worktree,
+    request: ReviewRequest,
+    draft: Draft,
+    *,
+    provider: str,
+    todo: Sequence[int] | None = None,
+    on_tool_call: Callable[[str], Awaitable[None]] | None = None,
+) -> tuple[list[DraftFinding], str | None]:
+    """The draft's findings, those at the `todo` indexes (default: those without a verdict)
+    run through the verify pass; and the pass's error (None: it ran, or had nothing to do)."""
+    findings = list(draft.findings)
+    if todo is None:
+        todo = [n for n, f in enumerate(findings) if f.verify_status is None]
+    if not todo:
+        return findings, None
+    subset = [findings[n] for n in todo]
+    verification = await verify_draft(
+        reviewer,
+        tree,
+        request,
+        replace(draft, findings=subset),
+        provider=provider,
+        on_tool_call=on_tool_call,
+    )
+    for n, finding in zip(todo, apply_verification(subset, verification), strict=True):
+        findings[n] = finding
+    return findings, verification.error
 
 
 async def _verify(

@@ -1,6 +1,4 @@
-"""Session turns as jobs: a cross-review's critique, an `ask`, and the revision `send-back`
-starts. A session's turns run one at a time, in order; a turn interrupted by a restart
-resumes from what was stored."""
+"""Session turns as jobs, one at a time per session, resumed after a restart."""
 
 from __future__ import annotations
 
@@ -34,9 +32,9 @@ from bot.records.types import Job, Message, Pull, Review, Session
 from bot.records.vocab import FindingState, SessionRole, SessionStatus
 from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
-from bot.review.publish import Publisher, refs, where
 from bot.review.revise import apply_revision
 from bot.review.rules import files_left_out
+from bot.review.status import Target, refs
 from bot.skills import load_skill
 from bot.texts import render as render_text
 from bot.worktrees import GitError, Worktree
@@ -52,7 +50,6 @@ CRITIQUE, ASK, REVISE = "critique", "ask", "revise"
 async def queue_turn(
     ctx: Context, session: Session, mode: str, *, text: str, comment_id: int | None, **extra: Any
 ) -> bool:
-    """Queue the session's next turn; True when it waits behind a turn already under way."""
     key = turn_key(session.id)
     busy = await ctx.jobs.busy(key) or session.status == SessionStatus.BUSY
     payload = {"session_id": session.id, "mode": mode, "text": text, "comment_id": comment_id}
@@ -61,7 +58,6 @@ async def queue_turn(
 
 
 async def draft_message_id(ctx: Context, session_id: int) -> str | None:
-    """The message in which the reviewer submitted its (latest) draft."""
     for message in reversed(await messages.messages(ctx.db, session_id)):
         if tool_call(message.item, "submit_review") is not None:
             return message.id
@@ -74,30 +70,14 @@ async def cross_review_context(
     """The child's first message: the PR, the draft, the parent's conversation (capped) and
     what to do."""
     stored = await messages.messages(ctx.db, parent.id)
-    lines = to_lines([(m.id, m.role, m.item) for m in stored])
-    part = excerpt(lines)
-    findings = [
-        {
-            "ordinal": f.ordinal,
-            "severity": f.severity,
-            "where": where(f),
-            "title": f.title,
-            "body": f.body,
-        }
-        for f in await load_findings(ctx.db, review.id)
-        if f.state == FindingState.KEPT
-    ]
+    part = excerpt(to_lines([(m.id, m.role, m.item) for m in stored]))
+    findings = await load_findings(ctx.db, review.id)
     return render_text(
         "prompts/cross_review.md.j2",
-        number=pull.number,
-        repo=pull.repo,
-        head_sha=review.head_sha,
-        parent_provider=parent.provider,
-        title=pull.title,
-        body=pull.body,
-        verdict=review.verdict,
-        summary=review.summary,
-        findings=findings,
+        pull=pull,
+        review=review,
+        parent=parent,
+        findings=[f for f in findings if f.state == FindingState.KEPT],
         omitted=part.omitted,
         shown=len(part.lines),
         max_messages=MAX_MESSAGES,
@@ -118,8 +98,8 @@ async def session_turn_job(ctx: Context, job: Job) -> None:
     if pull is None or review is None or pull.state != "open":
         await sessions.end_session(ctx.db, session.id)
         return
-    publisher = Publisher(ctx, ctx.github.installation_api(pull.installation_id), pull)
-    turn = Turn(ctx, publisher, session, pull, review, payload)
+    target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    turn = Turn(ctx, target, session, pull, review, payload)
     with log_context(repo=pull.repo, pr=pull.number, session=session.id):
         await turn.run()
 
@@ -128,14 +108,14 @@ class Turn:
     def __init__(
         self,
         ctx: Context,
-        publisher: Publisher,
+        target: Target,
         session: Session,
         pull: Pull,
         review: Review,
         payload: dict[str, Any],
     ) -> None:
         self.ctx = ctx
-        self.publisher = publisher
+        self.target = target
         self.session = session
         self.pull = pull
         self.review = review
@@ -204,18 +184,16 @@ class Turn:
             answered = result.text
         body = render_text(
             "session_answer.md.j2",
-            session_id=self.session.id,
+            session=self.session,
             child=self.child,
-            provider_name=self.session.provider.title(),
-            model=self.session.model,
             parent_name=await self._parent_name(),
-            status_link=self.publisher.status_link(self.review) or "#",
+            status_link=self.target.status_link(self.review) or "#",
             question=self.text if self.mode == ASK else None,
             answer=answered,
             prefix=ctx.settings.command_prefix,
-            repo_url=self.publisher.repo_url,
+            repo_url=self.target.repo_url,
         )
-        await self._link(await self.publisher.comment(body))
+        await self._link(await self.target.comment(body))
         if self.child:
             await sessions.sync_message_count(ctx.db, self.session.id)
 
@@ -261,7 +239,7 @@ class Turn:
             )
         change = await apply_revision(
             ctx,
-            self.publisher,
+            self.target,
             self.review.id,
             draft,
             by=self.session.provider,
@@ -327,4 +305,4 @@ class Turn:
         body = render_text(
             "reply.md.j2", kind=kind, prefix=self.ctx.settings.command_prefix, **context
         )
-        return await self.publisher.comment(body)
+        return await self.target.comment(body)

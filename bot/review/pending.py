@@ -1,0 +1,117 @@
+"""The draft as the bot's pending review: inline comments where GitHub takes them."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import gidgethub
+
+from bot.records.reviews import load_findings, update_review
+from bot.records.types import Finding, Review
+from bot.records.vocab import FindingState
+from bot.review.rules import DraftRules
+from bot.review.status import where
+from bot.texts import PEOPLE, fit, render, say
+
+if TYPE_CHECKING:
+    from bot.review.status import Target
+
+log = logging.getLogger(__name__)
+
+
+async def delete_pending(target: Target) -> None:
+    """GitHub allows one pending review per user and PR: remove the bot's old one."""
+    async for existing in target.gh.getiter(
+        "/repos/{owner}/{repo}/pulls/{number}/reviews", target.owner_repo
+    ):
+        if existing.get("state") == "PENDING":
+            await target.gh.delete(
+                "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}",
+                {**target.owner_repo, "id": existing["id"]},
+            )
+
+
+async def pending_review(target: Target, review: Review, *, only: set[int] | None = None) -> int:
+    """Create the pending review (`only`: those ordinals, a partial approve; else what a plain
+    approve publishes). When GitHub refuses the inline comments (422) they move to the body:
+    the draft is never lost."""
+    rules = DraftRules.from_json(review.rules)
+    stored = await load_findings(target.ctx.db, review.id)
+    if only is not None:
+        findings = [f for f in stored if f.state == FindingState.KEPT and f.ordinal in only]
+    else:
+        findings = rules.approvable(stored)
+    await delete_pending(target)
+    url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
+    try:
+        created = await target.gh.post(
+            url,
+            target.owner_repo,
+            data=_review_payload(target, review, findings, inline=True, rules=rules),
+        )
+    except gidgethub.BadRequest as exc:
+        if int(exc.status_code) != 422:
+            raise
+        log.warning("GitHub refused inline comments; moving them to the review body")
+        created = await target.gh.post(
+            url, target.owner_repo, data=_review_payload(target, review, findings, inline=False)
+        )
+    await update_review(target.ctx.db, review.id, pending_review_id=created["id"])
+    return int(created["id"])
+
+
+def _review_payload(
+    target: Target,
+    review: Review,
+    findings: list[Finding],
+    *,
+    inline: bool,
+    rules: DraftRules | None = None,
+) -> dict[str, Any]:
+    comments, other, summarised = [], [], []
+    capped = rules.over_cap(findings) if rules is not None and inline else set()
+    for f in findings:
+        listed = {
+            "ordinal": f.ordinal,
+            "severity": f.severity,
+            "where": where(f),
+            "title": f.title,
+        }
+        if f.ordinal in capped:
+            summarised.append(listed)
+        elif inline and f.in_diff:
+            comments.append(_inline_comment(target, f))
+        else:
+            reason = say(PEOPLE, "not_inline", in_diff=f.in_diff)
+            other.append({**listed, "body": f.body, "reason": reason})
+    body = fit(
+        render(
+            "review_body.md.j2",
+            review=review,
+            other=other,
+            summarised=summarised,
+            max_findings=rules.max_findings if rules is not None else None,
+            repo_url=target.repo_url,
+        )
+    )
+    return {"commit_id": review.head_sha, "body": body, "comments": comments}
+
+
+def _inline_comment(target: Target, f: Finding) -> dict[str, Any]:
+    comment: dict[str, Any] = {
+        "path": f.path,
+        "line": f.end_line or f.line,
+        "side": f.side,
+        "body": fit(
+            render(
+                "inline_comment.md.j2",
+                f=f,
+                suggestion=f.suggestion if f.side == "RIGHT" else None,
+                repo_url=target.repo_url,
+            )
+        ),
+    }
+    if f.end_line:
+        comment.update(start_line=f.line, start_side=f.side)
+    return comment

@@ -1,0 +1,180 @@
+"""The PR's one status comment, and where on GitHub the draft goes (`Target`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gidgethub
+
+from bot.catalog import suggested
+from bot.records.pulls import pull_by_id
+from bot.records.reviews import (
+    latest_draft,
+    latest_review,
+    load_findings,
+    status_comment_of,
+    update_review,
+)
+from bot.records.runs import review_costs
+from bot.records.sessions import has_active_cross_review
+from bot.records.types import Finding, Job, Pull, Review
+from bot.records.vocab import ACTIVE, ReviewState
+from bot.redaction import redact
+from bot.review.checkrun import finish_check
+from bot.review.rules import DraftRules
+from bot.texts import PEOPLE, STATUS_MARKER, fit, render, repo_url_of, say, usd
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+
+def refs(ordinals: list[int]) -> str:
+    return ", ".join(f"F{n}" for n in ordinals) or "none"
+
+
+def where(finding: Finding) -> str:
+    return finding.path + (f":{finding.line}" if finding.line else "")
+
+
+def revision_note(stored: str | None) -> dict[str, Any] | None:
+    if not stored:
+        return None
+    note = json.loads(stored)
+    lists = ("kept", "added", "withdrawn", "dropped")
+    return {**note, **{k: refs(note.get(k, [])) for k in lists}}
+
+
+def ledger_note(stored: str | None) -> dict[str, Any] | None:
+    if not stored:
+        return None
+    note = json.loads(stored)
+    lists = (
+        "new", "open", "published", "fixed", "dropped", "fixed_published", "unconfirmed", "not_open"
+    )  # fmt: skip
+    older = {"resolve_error": None, "unconfirmed": [], "not_open": []}  # notes stored before
+    return {**older, **note, **{f"{k}_refs": refs(note.get(k, [])) for k in lists}}
+
+
+@dataclass
+class Target:
+    ctx: Context
+    gh: Any
+    pull: Pull
+
+    @property
+    def repo_url(self) -> str | None:
+        """The repository's page on GitHub: the one place model text may link to."""
+        return repo_url_of(self.pull.html_url)
+
+    @property
+    def owner_repo(self) -> dict[str, Any]:
+        owner, name = self.pull.repo.split("/", 1)
+        return {"owner": owner, "repo": name, "number": self.pull.number}
+
+    async def comment(self, body: str) -> int:
+        created = await self.gh.post(
+            "/repos/{owner}/{repo}/issues/{number}/comments",
+            self.owner_repo,
+            data={"body": fit(redact(body))},
+        )
+        return int(created["id"])
+
+    def status_link(self, review: Review) -> str | None:
+        if not (self.pull.html_url and review.status_comment_id):
+            return None
+        return f"{self.pull.html_url}#issuecomment-{review.status_comment_id}"
+
+
+async def show_status(target: Target, review: Review) -> int:
+    body = fit(redact(await render_status(target, review)))
+    comment_id = review.status_comment_id or await _find_status_comment(target)
+    if comment_id:
+        try:
+            await target.gh.patch(
+                "/repos/{owner}/{repo}/issues/comments/{id}",
+                {**target.owner_repo, "id": comment_id},
+                data={"body": body},
+            )
+        except gidgethub.BadRequest as exc:
+            if int(exc.status_code) != 404:
+                raise
+            comment_id = None  # someone deleted it: start a new one
+    if not comment_id:
+        comment_id = await target.comment(body)
+    if review.status_comment_id != comment_id:
+        await update_review(target.ctx.db, review.id, status_comment_id=comment_id)
+    return int(comment_id)
+
+
+async def _find_status_comment(target: Target) -> int | None:
+    known = await status_comment_of(target.ctx.db, target.pull.id)
+    if known:
+        return known
+    login = await target.ctx.github.bot_login()
+    async for comment in target.gh.getiter(
+        "/repos/{owner}/{repo}/issues/{number}/comments", target.owner_repo
+    ):
+        if (
+            STATUS_MARKER in (comment.get("body") or "")
+            and (comment.get("user") or {}).get("login") == login
+        ):
+            return int(comment["id"])
+    return None
+
+
+async def render_status(target: Target, review: Review) -> str:
+    db = target.ctx.db
+    findings = await load_findings(db, review.id)
+    rules = DraftRules.from_json(review.rules)
+    costs = await review_costs(db, review.id)
+    stale_sha = None
+    if review.state in ACTIVE:
+        previous = await latest_draft(db, target.pull.id)
+        if previous is not None and previous.stale:
+            stale_sha = previous.head_sha[:7]
+    cost_line = " · ".join(
+        f"{provider}: {runs} model run(s), {usd(cost)}" for provider, runs, cost in costs
+    )
+    cross_review = await has_active_cross_review(db, review.id)
+    return render(
+        "status.md.j2",
+        review=review,
+        headline=say(PEOPLE, "headline", state=review.state),
+        progress=review.progress or review.state,
+        stale_sha=stale_sha,
+        findings=[f for f in findings if not rules.folds(f)],
+        links={f.ordinal: _link(target.pull, f) for f in findings},
+        not_reviewed=[tuple(x) for x in json.loads(review.not_reviewed or "[]")],
+        revision_note=revision_note(review.revision_note),
+        ledger=ledger_note(review.ledger),
+        cost_line=cost_line,
+        commands=suggested(review.state, bool(review.stale), cross_review),
+        prefix=target.ctx.settings.command_prefix,
+        repo_url=target.repo_url,
+        rules=rules,
+        minor=[f for f in findings if rules.folds(f)],
+        capped=refs(sorted(rules.over_cap(rules.approvable(findings)))),
+    )
+
+
+def _link(pull: Pull, finding: Finding) -> str | None:
+    """The finding's line in the PR's "Files changed" tab."""
+    if not (pull.html_url and finding.line):
+        return None
+    anchor = hashlib.sha256(finding.path.encode()).hexdigest()
+    side = "L" if finding.side == "LEFT" else "R"
+    return f"{pull.html_url}/files#diff-{anchor}{side}{finding.line}"
+
+
+async def refresh_status_job(ctx: Context, job: Job) -> None:
+    pull = await pull_by_id(ctx.db, job.payload["pull_id"])
+    review = await latest_review(ctx.db, job.payload["pull_id"]) if pull else None
+    if pull is None or review is None:
+        return
+    target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    await show_status(target, review)
+    if review.stale and review.state == ReviewState.DRAFT:
+        await finish_check(target, review, with_annotations=False)
