@@ -16,7 +16,7 @@ import aiosqlite
 
 from bot.records.database import Interrupted
 from bot.records.jobs import REPAIR_LINES
-from bot.records.schema import STEPS, VERSIONS, Migrated, behind
+from bot.records.schema import SQLITE, STEPS, VERSIONS, Migrated, behind, ddl, statements
 
 BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
@@ -82,8 +82,7 @@ class SqliteDatabase:
             await self.conn.execute("BEGIN IMMEDIATE")
             try:
                 done = Migrated(before=await self._recorded_version())
-                for statement in _statements(VERSIONS):
-                    await self.conn.execute(statement)
+                await self._apply(VERSIONS)
                 for step in STEPS:
                     await self._apply(step.schema)
                     for table, column, declaration in step.columns:
@@ -93,6 +92,7 @@ class SqliteDatabase:
                                 f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
                             )
                     await self._apply(step.after)
+                    await self._apply(step.sqlite)
                 await self._apply(REPAIR_LINES)
                 recorded = await self.conn.execute_fetchall(
                     "INSERT INTO schema_versions (version, name, applied_at) VALUES "
@@ -109,7 +109,8 @@ class SqliteDatabase:
         return done
 
     async def _apply(self, script: str) -> None:
-        for statement in _statements(script):
+        """Statement by statement: `executescript` would commit the transaction."""
+        for statement in statements(ddl(script, SQLITE)):
             await self.conn.execute(statement)
 
     async def _recorded_version(self) -> int:
@@ -201,15 +202,3 @@ class SqliteDatabase:
         except (sqlite3.Error, ValueError):
             return False
         return True
-
-
-def _statements(script: str) -> list[str]:
-    """A script's statements one by one (a trigger's body is part of its statement):
-    `executescript` would commit the transaction they must run in."""
-    found, pending = [], ""
-    for piece in script.split(";"):
-        pending += piece + ";"
-        if sqlite3.complete_statement(pending):
-            found.append(pending.strip())
-            pending = ""
-    return [statement for statement in found if statement.strip("; \n")]
