@@ -22,15 +22,9 @@ from bot.agents.providers import ModelClients
 from bot.backend import open_backend
 from bot.config import Secret, Settings
 from bot.context import Context
+from bot.delivery import Delivery, MalformedBody
 from bot.github import GitHubApp
-from bot.inbox import (
-    Delivery,
-    Inbox,
-    InboxUnavailable,
-    MalformedBody,
-    delivery_gave_up,
-    process_delivery,
-)
+from bot.inbox import Inbox, InboxUnavailable
 from bot.logs import log_context
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS
@@ -361,6 +355,8 @@ async def _lifecycle(
     app[INBOX] = inbox
     runs_jobs = role != "web"
     if runs_jobs:
+        from handlers import delivery_gave_up, process_delivery
+
         jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
         jobs.on_gave_up["delivery"] = functools.partial(delivery_gave_up, ctx)
         jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(

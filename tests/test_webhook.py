@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from bot.inbox import Delivery
+from bot.delivery import Delivery
 from bot.server import CONTEXT, INBOX, MAX_BODY_BYTES, make_app
 from handlers import router
 from tests import deliveries
