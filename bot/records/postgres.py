@@ -57,8 +57,7 @@ _INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.I)
 _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \(\s*id \{id\}")
 
 
-class MigrationFailed(RuntimeError):
-    """A migration step could not be applied (the message says why)."""
+class MigrationFailed(RuntimeError): ...
 
 
 class IntegrityError(sqlite3.IntegrityError):
@@ -66,8 +65,7 @@ class IntegrityError(sqlite3.IntegrityError):
     whichever backend runs; the Postgres error is the cause."""
 
 
-class OperationalError(sqlite3.OperationalError):
-    """The database could not run the statement (connection lost, timeout, …)."""
+class OperationalError(sqlite3.OperationalError): ...
 
 
 @dataclass(frozen=True)
@@ -80,8 +78,6 @@ class Statement:
 
 
 def step_ddl(step: schema.Step) -> tuple[Statement, ...]:
-    """A schema step as Postgres runs it: its tables and indexes, added columns, later
-    statements, then its Postgres triggers."""
     found = [*_creates(step.schema)]
     for table, column, declaration in step.columns:
         found.append(
@@ -114,7 +110,7 @@ def _creates(script: str) -> list[Statement]:
 
 
 def procrastinate_migrations() -> list[Path]:
-    """procrastinate's migration files, oldest first (their names sort by version)."""
+    """Oldest first (their names sort by version)."""
     from procrastinate.schema import SchemaManager
 
     folder = Path(SchemaManager.get_migrations_path())
@@ -123,7 +119,6 @@ def procrastinate_migrations() -> list[Path]:
 
 @functools.lru_cache(maxsize=1)
 def id_tables() -> frozenset[str]:
-    """Tables with a generated `id`: an INSERT into them reports it as SQLite's lastrowid."""
     return frozenset(_TABLE.findall("".join(step.schema for step in schema.STEPS)))
 
 
@@ -152,8 +147,6 @@ def translate(sql: str) -> tuple[str, bool]:
 
 
 class Row(tuple):
-    """A result row read by position or by column name, like sqlite3.Row."""
-
     _index: dict[str, int]
 
     def __new__(cls, values: Iterable[Any], index: dict[str, int]) -> Row:
@@ -178,8 +171,6 @@ def _row_factory(cursor: Any) -> Any:
 
 
 class Cursor:
-    """What a statement in a transaction returns: rows, rowcount and lastrowid."""
-
     def __init__(self, rows: list[Row], rowcount: int, lastrowid: int | None) -> None:
         self._rows = rows
         self.rowcount = rowcount
@@ -206,8 +197,7 @@ def _errors():
 
 
 class Connection:
-    """One pooled connection inside a transaction, spoken to like the aiosqlite one (with a
-    `deadline` on the event loop's clock, each statement may run only until then)."""
+    """With a `deadline` on the event loop's clock, each statement may run only until then."""
 
     def __init__(self, conn: psycopg.AsyncConnection, deadline: float | None = None) -> None:
         self.raw = conn
@@ -232,22 +222,20 @@ class Connection:
 
 
 async def _configure(conn: psycopg.AsyncConnection) -> None:
-    """Every pooled connection: a statement never runs unbounded (a pooler in session mode
-    keeps it; a `options` startup parameter it might refuse)."""
+    """A statement never runs unbounded (a pooler in session mode keeps this; an `options`
+    startup parameter it might refuse)."""
     await conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
 
 
 class PgDatabase:
-    """`bot.records.database.Database` on a connection pool (several processes may share the
-    database). `transaction(lock=…)` also takes a transaction-scoped advisory lock, so other
-    processes wait for it."""
+    """`transaction(lock=…)` also takes a transaction-scoped advisory lock, so other processes
+    wait for it."""
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
 
     @classmethod
     async def open(cls, url: str, *, max_size: int = POOL_MAX) -> PgDatabase:
-        """Connect (the schema is `migrate`'s; `check_schema` says whether it is current)."""
         pool = AsyncConnectionPool(
             url,
             min_size=1,
@@ -274,13 +262,10 @@ class PgDatabase:
     async def close(self) -> None:
         await self.pool.close()
 
-    # -- the schema ----------------------------------------------------------------
-
     async def migrate(self) -> Migrated:
-        """Apply what is missing, in order, each step once and recorded: our steps
-        (`schema.STEPS`), then procrastinate's schema or its newer migrations. Each runs in
-        its own transaction under the schema lock with `lock_timeout`, tried again while a
-        long transaction holds a table."""
+        """Our steps, then procrastinate's schema or its newer migrations, each once and recorded,
+        each in its own transaction under the schema lock with `lock_timeout`, tried again while
+        a long transaction holds a table."""
         done = Migrated(before=await self.schema_version())
         await self._in_step(self._bootstrap)
         for step in schema.STEPS:
@@ -372,7 +357,6 @@ class PgDatabase:
         return True
 
     async def schema_version(self) -> int:
-        """The newest of our steps recorded (0: none, or no record at all)."""
         row = await self.fetchone("SELECT to_regclass('schema_versions') IS NOT NULL")
         if not (row and row[0]):
             return 0
@@ -380,7 +364,6 @@ class PgDatabase:
         return int(row[0]) if row else 0
 
     async def missing_migrations(self) -> list[str]:
-        """procrastinate's migrations this release has and the database has not recorded."""
         names = [path.name for path in procrastinate_migrations()]
         row = await self.fetchone("SELECT to_regclass('procrastinate_migrations') IS NOT NULL")
         if not (row and row[0]):
@@ -389,20 +372,16 @@ class PgDatabase:
         return [name for name in names if name not in recorded]
 
     async def empty(self) -> bool:
-        """Nothing made yet: not a table in the connection's schema."""
         row = await self.fetchone(
             "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()"
         )
         return not (row and row[0])
 
     async def check_schema(self) -> None:
-        """SchemaBehind unless every step and procrastinate migration of this release is
-        recorded (a newer schema is fine: steps only add, so a rollout may run both)."""
+        """A newer schema is fine: steps only add, so a rollout may run both."""
         version, missing = await self.schema_version(), await self.missing_migrations()
         if (problem := schema.behind(version, missing=len(missing), on_start=True)) is not None:
             raise problem
-
-    # -- work -----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:

@@ -1,6 +1,4 @@
-"""SQLite storage (aiosqlite, WAL): one server process owns the file and applies every
-schema step at every start, in one exclusive transaction (so processes opening a new file at
-once take turns); a reporting command opens it without changing the schema."""
+"""SQLite storage (aiosqlite, WAL): one server process owns the file."""
 
 from __future__ import annotations
 
@@ -22,9 +20,6 @@ BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
 
 class SqliteDatabase:
-    """`bot.records.database.Database` on one aiosqlite connection (one process owns the
-    file); writes and multi-statement work go through `transaction()`."""
-
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
         self.migrated: Migrated | None = None  # what opening it applied (None: opened as is)
@@ -42,10 +37,9 @@ class SqliteDatabase:
     async def open(
         cls, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, migrate: bool = True
     ) -> SqliteDatabase:
-        """Open the database. `migrate`: create it if need be and apply the schema's steps
-        (`migrated` says what that did); else open an existing file as it is. WAL with
-        `synchronous=NORMAL` survives a killed process; the inbox commits deliveries on its
-        own connection at `synchronous=FULL`."""
+        """`migrate`: create it if need be and apply the schema's steps; else open an existing
+        file as it is. WAL with `synchronous=NORMAL` survives a killed process; the inbox commits
+        deliveries on its own connection at `synchronous=FULL`."""
         if str(path) == ":memory:":
             target, uri = ":memory:", False
         elif migrate:
@@ -75,9 +69,8 @@ class SqliteDatabase:
         await self.conn.close()
 
     async def migrate(self) -> Migrated:
-        """Apply every step (each is idempotent, so every start runs them all) and record the
-        new ones, in one exclusive transaction: a second process opening a new file at the
-        same time waits for it, then finds everything there."""
+        """Every step (each is idempotent) at every start, in one exclusive transaction: a second
+        process opening a new file at the same time waits for it, then finds everything there."""
         async with self._lock:
             await self.conn.execute("BEGIN IMMEDIATE")
             try:
@@ -123,17 +116,14 @@ class SqliteDatabase:
         return int(rows[0][0] or 0)
 
     async def schema_version(self) -> int:
-        """The newest step recorded (0: none, or no record at all)."""
         async with self._lock:
             return await self._recorded_version()
 
     async def empty(self) -> bool:
-        """Nothing made yet: not a table (a file another process is only starting to make)."""
         row = await self.fetchone("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
         return not (row and row[0])
 
     async def check_schema(self) -> None:
-        """SchemaBehind unless every step of this release is recorded."""
         if (problem := behind(await self.schema_version())) is not None:
             raise problem
 
