@@ -95,10 +95,6 @@ class JobQueue(abc.ABC):
         """Jobs by `JobState`."""
 
     @abc.abstractmethod
-    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
-        """The states of the jobs of a kind and/or key, oldest first."""
-
-    @abc.abstractmethod
     def wake(self, queue: str) -> None:
         """New jobs are in `queue` (a committed delivery's): its workers look now."""
 

@@ -186,10 +186,6 @@ class PgJobs(JobQueue):
                 found[state] += queue[status]
         return {state: n for state, n in found.items() if n}
 
-    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
-        found = await self.app.job_manager.list_jobs_async(task=TASK, lock=key)
-        return [STATES[str(job.status)] for job in found if kind in (None, job.task_kwargs["kind"])]
-
     async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
         self.app.periodic(
             cron=cron,

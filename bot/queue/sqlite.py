@@ -123,9 +123,6 @@ class Jobs(JobQueue):
     async def counts(self) -> dict[str, int]:
         return await rows.counts(self.db)
 
-    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
-        return await rows.states(self.db, kind, key)
-
     def wake(self, queue: str) -> None:
         event = self._wake.get(queue)
         if event is not None:

@@ -174,15 +174,6 @@ async def counts(db: Database) -> dict[str, int]:
     return {row["state"]: row["n"] for row in rows}
 
 
-async def states(db: Database, kind: str | None = None, key: str | None = None) -> list[str]:
-    rows = await db.fetchall(
-        "SELECT state FROM jobs WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR key = ?)"
-        " ORDER BY id",
-        (kind, kind, key, key),
-    )
-    return [row["state"] for row in rows]
-
-
 async def prune(db: Database, older_than: float, chunk: int) -> int:
     return await delete_in_chunks(
         db,
