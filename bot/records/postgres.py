@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS procrastinate_migrations (
 
 # What a CREATE statement makes, so one already there is skipped (see `Statement`).
 _CREATES = re.compile(r"CREATE (?:TABLE|(?:UNIQUE )?INDEX) IF NOT EXISTS (\w+)")
+_MARK = re.compile(r"('[^']*')|\?")  # a string literal (kept), or a placeholder
 _INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.I)
 _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \(\s*id \{id\}")
 
@@ -124,21 +125,12 @@ def id_tables() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1024)
 def translate(sql: str) -> tuple[str, bool]:
-    """SQLite's `?` placeholders as psycopg's `%s` (a literal `%` doubled); and whether
-    `RETURNING id` was added to report the new row's id as lastrowid."""
+    """Every statement is written once, with `?` placeholders (sqlite3's own, which psycopg
+    lacks): here they become `%s`, string literals kept and a literal `%` doubled. Also
+    whether `RETURNING id` was added to report the new row's id as lastrowid."""
     if re.match(r"^\s*INSERT\s+OR\b", sql, re.I):
         raise ValueError("INSERT OR … is SQLite only: use INSERT … ON CONFLICT")
-    out, quoted = [], False
-    for char in sql:
-        if char == "'":
-            quoted = not quoted
-        if char == "%":
-            out.append("%%")
-        elif char == "?" and not quoted:
-            out.append("%s")
-        else:
-            out.append(char)
-    text = "".join(out)
+    text = _MARK.sub(lambda found: found[1] or "%s", sql.replace("%", "%%"))
     match = _INSERT.match(text)
     wants_id = bool(
         match and match.group(1) in id_tables() and not re.search(r"\bRETURNING\b", text, re.I)
@@ -147,6 +139,9 @@ def translate(sql: str) -> tuple[str, bool]:
 
 
 class Row(tuple):
+    """Read by position or by column name, like sqlite3.Row (psycopg's row factories give one
+    or the other, and the floor reads both ways on either backend)."""
+
     _index: dict[str, int]
 
     def __new__(cls, values: Iterable[Any], index: dict[str, int]) -> Row:
