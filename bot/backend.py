@@ -1,9 +1,4 @@
-"""The storage backend the configuration names, opened: the only place that asks which one.
-SQLite under COCKPIT_DATA_DIR by default (one process owns the file, its own job queue);
-Postgres with jobs on procrastinate when COCKPIT_DATABASE_URL is set (several processes).
-Both implement one contract: `bot.records.database.Database`, `bot.queue.JobQueue` and the
-inbox's `Commits`. The server opens the database to apply (SQLite) or check (Postgres) its
-schema, `cockpit migrate` to apply it, a reporting command to read it as it is."""
+"""The storage backend the configuration names, opened: the only place that asks which one."""
 
 from __future__ import annotations
 
@@ -11,8 +6,8 @@ import asyncio
 import sqlite3
 from dataclasses import dataclass
 
+from bot.commits import Commits, PgCommits, SqliteCommits
 from bot.config import ConfigError, Settings, in_words, shown_url
-from bot.inbox import Commits, PgCommits, SqliteCommits
 from bot.queue import JobQueue
 from bot.queue.sqlite import Jobs
 from bot.records.database import Database
@@ -33,7 +28,7 @@ class Backend:
 
 
 def describe(settings: Settings) -> str:
-    """The configured database in a few words, a password never shown."""
+    """A password never shown."""
     if settings.database_url is None:
         return say(OPERATOR, "sqlite_label", path=settings.db_path.absolute())
     return shown_url(settings.database_url.reveal())
@@ -41,8 +36,7 @@ def describe(settings: Settings) -> str:
 
 @dataclass(frozen=True)
 class Reach:
-    """What trying the configured database found (for `check-config`, `serve`'s start and
-    the commands that open it)."""
+    """What trying the configured database found (`check-config`, `serve`'s start, commands)."""
 
     label: str  # `describe`
     shared: bool = False  # Postgres (several processes), else the SQLite file
@@ -56,8 +50,7 @@ class Reach:
 
 
 async def reach(settings: Settings, wait: float) -> Reach:
-    """Try the configured database within about `wait` seconds and read its schema version,
-    changing nothing: SQLite's file is opened as it is (if it is there), Postgres is
+    """Changing nothing: SQLite's file is opened as it is (if it is there), Postgres is
     connected to."""
     if settings.database_url is None:
         return await _reach_sqlite(settings, wait)
@@ -114,17 +107,14 @@ async def _reach_sqlite(settings: Settings, wait: float) -> Reach:
 
 
 def check_role(settings: Settings, role: str) -> None:
-    """ConfigError when a process of `role` cannot run on the configured backend: only `all`
-    runs on SQLite (one process owns the file)."""
+    """Only `all` runs on SQLite (one process owns the file)."""
     if role != "all" and settings.database_url is None:
         raise ConfigError("COCKPIT_DATABASE_URL", "role_needs_postgres", role=role)
 
 
 async def open_database(settings: Settings) -> Database:
-    """The server's database, its schema current: the SQLite file applies its steps itself
-    (one process serves it); a Postgres schema behind this release's is refused
-    (`bot.records.schema.SchemaBehind`) unless COCKPIT_MIGRATE_ON_START=1 lets this
-    process migrate it."""
+    """The server's database, its schema current: the SQLite file applies its steps itself;
+    a Postgres schema behind this release's is refused unless COCKPIT_MIGRATE_ON_START=1."""
     if settings.database_url is None:
         return await SqliteDatabase.open(settings.db_path)
     from bot.records.postgres import PgDatabase
@@ -141,9 +131,8 @@ async def open_database(settings: Settings) -> Database:
 
 
 async def read_database(settings: Settings) -> Database:
-    """The configured database as it is, for a command that only reads it (`stats`, a golden
-    file from reviews): its schema is never changed, and one behind this release's is
-    refused (SchemaBehind says to run `cockpit migrate`)."""
+    """For a command that only reads it: its schema is never changed, and one behind this
+    release's is refused (SchemaBehind says to run `cockpit migrate`)."""
     if settings.database_url is None:
         db: Database = await SqliteDatabase.open(settings.db_path, migrate=False)
     else:
@@ -159,7 +148,6 @@ async def read_database(settings: Settings) -> Database:
 
 
 async def open_backend(settings: Settings) -> Backend:
-    """The database, the job queue on it (opened) and the inbox's commits."""
     db = await open_database(settings)
     if settings.database_url is None:
         return Backend(db, Jobs(db), SqliteCommits(settings.db_path))
@@ -176,8 +164,7 @@ async def open_backend(settings: Settings) -> Backend:
 
 async def migrate(settings: Settings) -> str:
     """`cockpit migrate`: apply the schema's missing steps (ours, and procrastinate's on
-    Postgres) and say what it did, in one line: from which version to which, or that it was
-    already there."""
+    Postgres) and say what it did, in one line."""
     label = describe(settings)
     if settings.database_url is None:
         db = await SqliteDatabase.open(settings.db_path)  # opening applies the steps

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import orjson
@@ -22,15 +22,9 @@ from bot.agents.providers import ModelClients
 from bot.backend import open_backend
 from bot.config import Secret, Settings
 from bot.context import Context
+from bot.delivery import Delivery, MalformedBody
 from bot.github import GitHubApp
-from bot.inbox import (
-    Delivery,
-    Inbox,
-    InboxUnavailable,
-    MalformedBody,
-    delivery_gave_up,
-    process_delivery,
-)
+from bot.inbox import Inbox, InboxUnavailable
 from bot.logs import log_context
 from bot.metrics import Metrics
 from bot.queue import EVENTS, REVIEWS
@@ -89,7 +83,6 @@ METRICS = web.AppKey("metrics", Metrics)
 RECOUNT = web.AppKey("recount", Recount)
 ROLE = web.AppKey("role", str)
 
-# Start-up work given by the caller: job handlers, housekeeping jobs.
 Setup = Callable[[Context], Awaitable[None]]
 
 
@@ -113,15 +106,12 @@ def _reply(status: int, text: str) -> web.Response:
 def _answer(
     request: web.Request, outcome: str, status: int, event: str = "unknown", why: str = ""
 ) -> web.Response:
-    """Count the delivery by its event and outcome, and answer GitHub (what the answer says:
-    `why`, else the outcome)."""
     request.app[METRICS].deliveries.labels(event=event, outcome=outcome).inc()
     return _reply(status, _answer_text(why or outcome))
 
 
 @functools.cache
 def _answer_text(why: str) -> str:
-    """A webhook answer's text: one of a few constants, rendered once, not per delivery."""
     return say(PEOPLE, "webhook_answer", why=why)
 
 
@@ -165,67 +155,74 @@ async def webhook(request: web.Request) -> web.Response:
     return _answer(request, "accepted", 202, event)
 
 
-async def _ready(request: web.Request) -> tuple[bool, bool, bool]:
-    """(database reachable, inbox working, stopping). A successful ping lets the inbox clear
-    a failed commit by itself (a probe of its own connection), so readiness comes back when
-    the database does, with or without traffic."""
-    ctx = request.app[CONTEXT]
-    db_ok = await ctx.db.ping()
-    inbox_ok = True
-    if request.app[ROLE] != "worker":
-        inbox = request.app[INBOX]
-        inbox_ok = inbox.alive or (db_ok and await inbox.recover())
-    return db_ok, inbox_ok, request.app[LIFECYCLE].stopping
+@dataclass
+class Health:
+    db: bool = False
+    inbox: bool = False
+    workers: bool = False
+    stopping: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return self.db and self.inbox and not self.stopping
 
 
-def _workers_ok(request: web.Request) -> bool:
-    jobs = request.app[CONTEXT].jobs
-    return request.app[ROLE] == "web" or jobs.workers_alive == jobs.workers_total > 0
+async def _health(request: web.Request, *, probe: bool = True, counts: bool = False) -> Health:
+    """Within HEALTH_SECONDS, whatever the database does. A successful ping lets the inbox
+    clear a failed commit by itself (a probe of its own connection), so readiness comes back
+    when the database does, with or without traffic."""
+    app, jobs = request.app, request.app[CONTEXT].jobs
+    health = Health(
+        workers=app[ROLE] == "web" or jobs.workers_alive == jobs.workers_total > 0,
+        stopping=app[LIFECYCLE].stopping,
+        inbox=app[ROLE] == "worker",
+    )
+    if not probe:
+        return health
+    try:
+        async with asyncio.timeout(HEALTH_SECONDS):
+            health.db = await app[CONTEXT].db.ping()
+            if app[ROLE] != "worker":
+                inbox = app[INBOX]
+                health.inbox = inbox.alive or (health.db and await inbox.recover())
+            if counts and health.db:
+                health.counts = await jobs.counts()
+    except TimeoutError:
+        health.db = health.inbox = False
+    except sqlite3.Error:  # the database went away between the ping and the count
+        health.db = False
+    return health
 
 
 async def healthz_live(request: web.Request) -> web.Response:
     """The process works (its loops run): a failure here means restart it. A database
     outage is not one: the process waits it out and recovers by itself."""
-    ok = _workers_ok(request)
+    ok = (await _health(request, probe=False)).workers
     return web.json_response({"status": "ok" if ok else "dead"}, status=200 if ok else 503)
 
 
 async def healthz_ready(request: web.Request) -> web.Response:
-    """It can take traffic now: database reachable, inbox working, not stopping."""
-    try:
-        async with asyncio.timeout(HEALTH_SECONDS):
-            db_ok, inbox_ok, stopping = await _ready(request)
-    except TimeoutError:
-        db_ok, inbox_ok, stopping = False, False, request.app[LIFECYCLE].stopping
-    ok = db_ok and inbox_ok and not stopping
-    body = {"status": "ready" if ok else "not ready", "db": db_ok, "inbox": inbox_ok}
-    return web.json_response({**body, "stopping": stopping}, status=200 if ok else 503)
+    health = await _health(request)
+    body = {"status": "ready" if health.ready else "not ready", "db": health.db}
+    body |= {"inbox": health.inbox, "stopping": health.stopping}
+    return web.json_response(body, status=200 if health.ready else 503)
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """The summary: readiness, the workers and the queue, and reasons to worry."""
     ctx = request.app[CONTEXT]
-    role = request.app[ROLE]
-    counts: dict[str, int] = {}
-    try:
-        async with asyncio.timeout(HEALTH_SECONDS):
-            db_ok, inbox_ok, stopping = await _ready(request)
-            counts = await ctx.jobs.counts() if db_ok else {}
-    except TimeoutError:
-        db_ok, inbox_ok, stopping = False, False, request.app[LIFECYCLE].stopping
-    except sqlite3.Error:  # the database went away between the ping and the count
-        db_ok = False
-    workers_ok = _workers_ok(request)
-    healthy = db_ok and workers_ok and inbox_ok and not stopping
-    reasons = ["stopping"] if stopping else []
+    health = await _health(request, counts=True)
+    healthy = health.ready and health.workers
+    reasons = ["stopping"] if health.stopping else []
     space = disk(ctx.settings.data_dir, ctx.settings.min_free_mb)
     if space.low:  # the inbox still accepts; only new reviews wait
         reasons.append(say(PEOPLE, "low_disk", free=space.free_mb, min=space.min_mb))
+    counts = health.counts
     body = {
         "status": "unhealthy" if not healthy else "degraded" if reasons else "ok",
         "reasons": reasons,
-        "db": db_ok,
-        "inbox": inbox_ok,
+        "db": health.db,
+        "inbox": health.inbox,
         "queue_depth": counts.get(JobState.QUEUED, 0) + counts.get(JobState.WAITING, 0),
         "running": counts.get(JobState.RUNNING, 0),
         "workers": {
@@ -233,14 +230,13 @@ async def healthz(request: web.Request) -> web.Response:
             "total": ctx.jobs.workers_total,
             "restarts": ctx.jobs.restarts,
         },
-        "role": role,
+        "role": request.app[ROLE],
     }
     return web.json_response(body, status=200 if healthy else 503)
 
 
 def metrics_allowed(request: web.Request, token: Secret | None) -> bool:
-    """No token set: anyone may scrape. Set: `Authorization: Bearer <token>`, compared in
-    constant time."""
+    """No token set: anyone may scrape."""
     if token is None:
         return True
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
@@ -296,9 +292,7 @@ async def errors_middleware(request: web.Request, handler: Callable) -> web.Stre
 def make_app(
     settings: Settings, router: routing.Router, *, setup: Setup | None = None, role: str = "all"
 ) -> web.Application:
-    """Build the server around the event handlers (`handlers.router`, given by the entry
-    point); databases, sessions and workers start with the app, not here. A `worker` serves
-    only `/healthz` and `/metrics`."""
+    """Databases, sessions and workers start with the app, not here."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}")
     if setup is None:
@@ -325,8 +319,7 @@ def make_app(
 
 
 async def stop_gracefully(app: web.Application) -> None:
-    """SIGTERM: answer 503 to new deliveries, give running jobs the configured grace, then
-    re-queue what still runs without counting the attempt (the database closes with the app)."""
+    """SIGTERM: answer 503 to new deliveries, give running jobs the configured grace."""
     ctx = app[CONTEXT]
     app[LIFECYCLE].stopping = True
     started = time.monotonic()
@@ -362,6 +355,8 @@ async def _lifecycle(
     app[INBOX] = inbox
     runs_jobs = role != "web"
     if runs_jobs:
+        from handlers import delivery_gave_up, process_delivery
+
         jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
         jobs.on_gave_up["delivery"] = functools.partial(delivery_gave_up, ctx)
         jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(

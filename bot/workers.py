@@ -41,7 +41,6 @@ PRUNE_CHUNK = 500  # rows per delete: the write lock is never held long against 
 
 
 async def prune_history(db: Database, jobs: JobQueue, older_than: float) -> tuple[int, int]:
-    """Delete processed deliveries and finished jobs from before `older_than`, in chunks."""
     return (
         await delivery_rows.prune(db, older_than, PRUNE_CHUNK),
         await jobs.prune(older_than, chunk=PRUNE_CHUNK),
@@ -49,10 +48,9 @@ async def prune_history(db: Database, jobs: JobQueue, older_than: float) -> tupl
 
 
 async def prune_closed_conversations(db: Database, older_than: float) -> int:
-    """Forget what was said about PRs closed before `older_than`: sessions and messages
-    (their store), reviews and findings (theirs), once their review figures are counted (a
-    PR still to count waits for the next time). The runs and their spend (`runs`,
-    `run_usage`) stay for `prune_runs`."""
+    """Forget what was said about PRs closed before `older_than`, once their review figures are
+    counted (a PR still to count waits for the next time). Runs and their spend stay for
+    `prune_runs`."""
     await mark_uncounted(db)
     await recount_stale(db)
     sessions = await prune_closed_sessions(db, older_than, PRUNE_CHUNK)
@@ -65,8 +63,7 @@ async def cleanup_installation(ctx: Context, job: Job) -> None:
 
 
 async def tend_disk(ctx: Context, job: Job) -> None:
-    """This worker's own disk, at start-up and then daily in every worker process (mirrors
-    and worktrees are local to each): worktrees past their TTL, closed PRs' refs, mirror gc."""
+    """In every worker process (mirrors and worktrees are local to each)."""
     removed = await ctx.mirrors.prune(WORKTREE_TTL)
     refs = 0
     for repo, numbers in (await closed_pull_refs(ctx.db)).items():
@@ -77,18 +74,14 @@ async def tend_disk(ctx: Context, job: Job) -> None:
 
 
 async def count_figures(ctx: Context, job: Job) -> None:
-    """Queued at start-up when reviews were found whose figures were never counted (a
-    database from before they were kept): count them and whatever else is waiting, at once
-    rather than a few at each scrape."""
+    """Queued at start-up when reviews were found whose figures were never counted: count them
+    at once rather than a few at each scrape."""
     counted = await recount_stale(ctx.db)
     log.info("review figures counted", extra={"fields": {"changes": counted}})
 
 
 async def maintenance(ctx: Context, job: Job) -> None:
-    """The database's housekeeping at start-up and then daily (one job whichever workers
-    run; the queue brings it back: `JobQueue.every`): old history, conversations of
-    long-closed PRs (their review figures counted first), old runs, old notices and command
-    uses."""
+    """The database's housekeeping: one job whichever workers run (`JobQueue.every`)."""
     now = time.time()
     deliveries, jobs = await prune_history(ctx.db, ctx.jobs, now - HISTORY_TTL)
     conversations = await prune_closed_conversations(ctx.db, now - CONVERSATION_TTL)
@@ -106,8 +99,7 @@ async def maintenance(ctx: Context, job: Job) -> None:
 
 async def finish_leftovers(ctx: Context) -> None:
     """What a dead process left mid-way outside the queue: a revision being written (its
-    draft is approvable again), runs left `running` (failed, cost unknown), busy sessions
-    (active again, or ended with their closed PR)."""
+    draft is approvable again), runs left `running` (failed, cost unknown), busy sessions."""
     await review_state.recover_revisions(ctx.db)
     await close_interrupted_runs(ctx.db)
     ended = await settle_sessions_at_start(ctx.db)
@@ -116,7 +108,6 @@ async def finish_leftovers(ctx: Context) -> None:
 
 
 async def setup_workers(ctx: Context) -> None:
-    """Attach the job kinds this build knows how to run; queue start-up housekeeping."""
     for kind, handler in {
         "review": run_review_job,
         "refresh_status": refresh_status_job,

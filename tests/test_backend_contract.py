@@ -10,10 +10,12 @@ import time
 import pytest
 
 from bot.backend import open_backend
-from bot.inbox import Commits, Delivery
+from bot.commits import Commits
+from bot.delivery import Delivery
 from bot.queue import EVENTS, JobQueue
 from bot.records.database import Database
 from tests.conftest import wait_for
+from tests.jobstates import job_states
 
 pytestmark = pytest.mark.backends
 
@@ -62,7 +64,7 @@ async def test_the_inbox_commits_a_delivery_with_its_job_once(opened):
         assert await opened.commits.commit([(delivery, route)]) == [False]
     finally:
         await opened.commits.stop()
-    assert await opened.jobs.states(key=delivery.key) == ["queued"]
+    assert await job_states(opened.jobs, key=delivery.key) == ["queued"]
     assert await opened.jobs.busy(delivery.key)
 
 
@@ -82,12 +84,12 @@ async def test_finished_jobs_are_pruned_and_jobs_in_line_stay(opened):
         lambda: _states_are(jobs, "now", ["done"]), timeout=20, interval=0.05
     )  # its end is written just after the handler returns
     await jobs.prune(time.time() + 7200, chunk=10)
-    assert await jobs.states(key="now") == []
-    assert await jobs.states(key="later") == ["queued"]
+    assert await job_states(jobs, key="now") == []
+    assert await job_states(jobs, key="later") == ["queued"]
 
 
 async def _states_are(jobs: JobQueue, key: str, expected: list[str]) -> bool:
-    return await jobs.states(key=key) == expected
+    return await job_states(jobs, key=key) == expected
 
 
 async def test_leftovers_of_a_dead_process_are_finished_where_no_other_may_be_at_them(

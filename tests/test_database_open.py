@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bot.records import schema
 from bot.standin.github import GitHubStandin
+from tests.schema_steps import apply_sqlite_step
 from tests.serverproc import free_port
 
 V = schema.SCHEMA_VERSION
@@ -66,10 +67,7 @@ def at_version(path: Path, version: int) -> None:
     with sqlite3.connect(path) as conn:
         conn.executescript(schema.VERSIONS)
         for step in schema.STEPS[:version]:
-            conn.executescript(step.schema)
-            for table, column, declaration in step.columns:
-                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-            conn.executescript(step.after)
+            apply_sqlite_step(conn, step)
             conn.execute(
                 "INSERT INTO schema_versions (version, name, applied_at) VALUES (?, ?, 0)",
                 (step.version, step.name),

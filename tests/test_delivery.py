@@ -7,7 +7,7 @@ import json
 import orjson
 import pytest
 
-from bot.inbox import Delivery, MalformedBody
+from bot.delivery import Delivery, MalformedBody
 from tests import deliveries
 
 PUBLISHED = sorted(p.stem for p in deliveries.WEBHOOKS.glob("*.json"))

@@ -21,7 +21,6 @@ from bot.records.database import Database, Interrupted
 from bot.records.postgres import (
     PROCRASTINATE_VERSIONS,
     PgDatabase,
-    column_type,
     procrastinate_migrations,
     step_ddl,
 )
@@ -31,6 +30,7 @@ from bot.records.stats import model_figures, totals
 from bot.server import CONTEXT, HEALTH_SECONDS, RECOUNT_PER_SCRAPE, make_app, next_recount
 from handlers import router
 from tests.conftest import WEBHOOK_SECRET, wait_for
+from tests.schema_steps import apply_sqlite_step
 from tests.serverproc import ServerProcess
 from tests.test_stats import History, entries, finding
 
@@ -355,10 +355,7 @@ def at_step_4(settings, database_url: str | None) -> None:
         with sqlite3.connect(settings.db_path) as conn:
             conn.executescript(schema.VERSIONS)
             for step in steps:
-                conn.executescript(step.schema)
-                for table, column, declaration in step.columns:
-                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-                conn.executescript(step.after)
+                apply_sqlite_step(conn, step)
                 conn.execute(
                     "INSERT INTO schema_versions VALUES (?, ?, 0)", (step.version, step.name)
                 )
@@ -366,7 +363,7 @@ def at_step_4(settings, database_url: str | None) -> None:
     from procrastinate.schema import SchemaManager
 
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(column_type(schema.VERSIONS))
+        conn.execute(schema.VERSIONS)
         conn.execute(PROCRASTINATE_VERSIONS)
         for step in steps:
             for statement in step_ddl(step):

@@ -22,6 +22,7 @@ from bot.records.postgres import (
 )
 from bot.records.sqlite import SqliteDatabase
 from tests.conftest import WEBHOOK_SECRET
+from tests.schema_steps import apply_sqlite_step
 from tests.serverproc import ServerProcess
 
 
@@ -184,10 +185,7 @@ async def test_migrate_waits_out_a_long_read_without_stopping_ingress(tmp_path, 
 async def test_sqlite_applies_its_steps_at_start_and_records_them(tmp_path):
     path = tmp_path / "previous.sqlite3"
     with sqlite3.connect(path) as old:  # the last release without versioned steps
-        old.executescript(schema.SCHEMA)
-        for table, column, declaration in schema.ADDED_COLUMNS:
-            old.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-        old.executescript(schema.AFTER_COLUMNS)
+        apply_sqlite_step(old, schema.STEPS[0])
         old.execute("INSERT INTO pulls (repo, number) VALUES ('octo/widgets', 7)")
     db = await SqliteDatabase.open(path)
     try:
@@ -208,10 +206,7 @@ async def test_sqlite_upgrade_adds_who_dropped_and_keeps_earlier_drops(tmp_path)
     with sqlite3.connect(path) as old:
         old.executescript(schema.VERSIONS)
         for earlier in schema.STEPS[: schema.STEPS.index(step)]:
-            old.executescript(earlier.schema)
-            for table, column, declaration in earlier.columns:
-                old.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-            old.executescript(earlier.after)
+            apply_sqlite_step(old, earlier)
             old.execute(
                 "INSERT INTO schema_versions VALUES (?, ?, 0)", (earlier.version, earlier.name)
             )

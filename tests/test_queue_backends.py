@@ -11,6 +11,7 @@ import pytest
 from bot.queue import PermanentError
 from bot.queue.sqlite import Jobs
 from tests.conftest import wait_for
+from tests.jobstates import job_states
 
 pytestmark = pytest.mark.backends
 
@@ -54,7 +55,7 @@ async def test_one_running_job_per_key_in_order(jobs):
     await jobs.enqueue("other", "pr-2", {}, queue="q")  # an idle worker takes it at once
 
     async def other_done():
-        return await jobs.states("other") == ["done"]
+        return await job_states(jobs, "other") == ["done"]
 
     await wait_for(other_done)
     # Idle workers looked for work (they took pr-2's job, queued after pr-1's next ones) and
@@ -63,7 +64,7 @@ async def test_one_running_job_per_key_in_order(jobs):
     release.set()
 
     async def all_done():
-        return await jobs.states("w") == ["done"] * 3
+        return await job_states(jobs, "w") == ["done"] * 3
 
     await wait_for(all_done)
     assert order[1:] == ["other key", "end 0", "start 1", "end 1", "start 2", "end 2"]
@@ -91,7 +92,7 @@ async def test_different_keys_run_concurrently_up_to_the_pool_size(jobs):
     release.set()
 
     async def all_done():
-        return await jobs.states("w") == ["done"] * 4
+        return await job_states(jobs, "w") == ["done"] * 4
 
     await wait_for(all_done)
     assert peak == 2 and sorted(done) == [f"pr-{n}" for n in range(4)]
@@ -117,7 +118,7 @@ async def test_supersede_cancels_queued_and_running_older_jobs(jobs):
     await jobs.enqueue("review", "pr-1", {"sha": "new"}, queue="q", supersede=True)
 
     async def settled():
-        return await jobs.states("review") == ["cancelled", "done"]
+        return await job_states(jobs, "review") == ["cancelled", "done"]
 
     await wait_for(settled)
     assert cancelled == [old]
@@ -145,7 +146,7 @@ async def test_failures_retry_then_fail_and_permanent_errors_do_not(jobs):
     jobs.start({"q": 2})
 
     async def failed():  # both for good: the end state, not a passing moment on the way
-        return await jobs.states() == ["failed", "failed"] and len(gave_up) == 2
+        return await job_states(jobs) == ["failed", "failed"] and len(gave_up) == 2
 
     await wait_for(failed, timeout=15)  # one backoff of 2 s
     assert attempts == {"flaky": [1, 2], "refuse": [1]}  # no attempt after the last, none more
@@ -181,7 +182,7 @@ async def test_cancel_reaches_a_running_job_and_drops_the_ones_behind(jobs):
         return not await jobs.busy("session:1") and await jobs.pending() == 0
 
     await wait_for(idle)
-    assert await jobs.states("turn") == ["cancelled"] * 3
+    assert await job_states(jobs, "turn") == ["cancelled"] * 3
 
 
 async def test_pending_ignores_jobs_scheduled_for_later(jobs):
@@ -204,7 +205,7 @@ async def test_prepare_runs_in_the_enqueue_transaction(jobs, db):
 
         await jobs.enqueue("w", "k", {}, queue="q", prepare=broken)
     assert [r["number"] for r in await db.fetchall("SELECT number FROM pulls")] == [7]
-    assert await jobs.states("w") == ["queued"]
+    assert await job_states(jobs, "w") == ["queued"]
 
 
 # -- several processes on one Postgres ------------------------------------------------
@@ -235,7 +236,7 @@ async def test_stop_reaches_a_job_running_in_another_process(jobs, db, database_
         await wait_for(lambda: cancelled == [job_id], timeout=10)
 
         async def aborted():
-            return await jobs.states("review") == ["cancelled"]
+            return await job_states(jobs, "review") == ["cancelled"]
 
         await wait_for(aborted)
     finally:
@@ -273,7 +274,7 @@ async def test_jobs_of_a_dead_worker_run_again_elsewhere_with_the_attempt_counte
         survivor.start({"q": 1})
 
         async def done():
-            return await survivor.states("w") == ["done"]
+            return await job_states(survivor, "w") == ["done"]
 
         await wait_for(done)
         assert ran == [2]  # run once more, the lost attempt counted
@@ -302,5 +303,5 @@ async def test_a_job_whose_worker_died_at_its_last_attempt_fails_and_says_so(
 
     jobs.on_gave_up["w"] = report
     assert await jobs.recover() == 0
-    assert await jobs.states("w") == ["failed"]
+    assert await job_states(jobs, "w") == ["failed"]
     assert reasons == ["the process stopped while this job ran (1 of 1 attempts)"]

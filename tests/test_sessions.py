@@ -18,6 +18,7 @@ from bot.standin.models import fail, say
 from handlers import router
 from tests import deliveries
 from tests.conftest import WEBHOOK_SECRET, wait_for
+from tests.jobstates import job_states
 from tests.serverproc import ServerProcess
 from tests.test_crash_recovery import server_env
 from tests.world import build_world, comment_payload
@@ -208,8 +209,10 @@ async def test_stop_cancels_the_running_turn_and_drops_the_queue(world):
     await world.wait_idle()
     [review] = await world.review_rows()
     assert review["revision"] == 1  # nothing was revised
-    turns = await world.ctx.jobs.states(
-        "session_turn", f"session:{(await primary_of_review(world.ctx.db, review['id'])).id}"
+    turns = await job_states(
+        world.ctx.jobs,
+        "session_turn",
+        f"session:{(await primary_of_review(world.ctx.db, review['id'])).id}",
     )
     assert sorted(turns) == ["cancelled", "cancelled"]
     assert not any("revised the draft" in b for b in bodies(world))

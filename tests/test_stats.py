@@ -19,7 +19,7 @@ from bot.records.database import Database
 from bot.records.ledger import LedgerWrites, NewEntry
 from bot.records.pulls import upsert_pull
 from bot.records.reviews import update_review
-from bot.records.runs import finish_run, start_run
+from bot.records.runs import NewRun, finish_run, start_run
 from bot.records.sessions import create_session
 from bot.records.stats import ModelFigures, model_figures
 from bot.records.types import DraftFinding
@@ -71,19 +71,8 @@ class History:
             self.db, provider=provider, model=model, pull_id=pull_id, review_id=review_id
         )
         for cost in usd:
-            run_id = await start_run(
-                self.db,
-                kind="review",
-                subkind=None,
-                session_id=session.id,
-                review_id=review_id,
-                provider=provider,
-                model=model,
-                skill_version_id=None,
-                now=0.0,
-                since=0.0,
-                admit=None,
-            )
+            run = NewRun("review", None, session.id, review_id, provider, model, None, 0.0)
+            run_id = await start_run(self.db, run, since=0.0, admit=None)
             await finish_run(
                 self.db, run_id, {}, {}, status="ok", error=None, tool_calls=0, cost_usd=cost
             )
@@ -148,19 +137,8 @@ async def _ledger_fixed(h: History, pull_id: int, published_in: int) -> None:
     async with h.db.transaction() as conn:
         await ledger.write(conn, entries(pull_id, published_in, "a", range(1, 6)))
     session = await create_session(h.db, provider="claude", model="claude-x", review_id=None)
-    run_id = await start_run(
-        h.db,
-        kind="verify",
-        subkind=None,
-        session_id=session.id,
-        review_id=published_in,
-        provider="codex",
-        model="gpt-y",
-        skill_version_id=None,
-        now=0.0,
-        since=0.0,
-        admit=None,
-    )
+    run = NewRun("verify", None, session.id, published_in, "codex", "gpt-y", None, 0.0)
+    run_id = await start_run(h.db, run, since=0.0, admit=None)
     await finish_run(h.db, run_id, {}, {}, status="ok", error=None, tool_calls=0, cost_usd=0.1)
     writes = LedgerWrites(pull_id, 0, "b" * 40, fixed=(1,), suppressed=((2, 1),))
     r2 = await h.draft(

@@ -9,11 +9,12 @@ import zlib
 
 import pytest
 
-from bot.inbox import Delivery
+from bot.delivery import Delivery
 from bot.server import CONTEXT, INBOX, MAX_BODY_BYTES, make_app
 from handlers import router
 from tests import deliveries
 from tests.conftest import WEBHOOK_SECRET, wait_for
+from tests.jobstates import job_states
 
 pytestmark = pytest.mark.backends
 
@@ -97,7 +98,7 @@ async def test_redelivery_is_acknowledged_and_not_processed_again(aiohttp_client
     first = await client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="same"))
     second = await client.post("/webhooks/github", data=BODY, headers=signed(BODY, delivery="same"))
     assert (first.status, second.status) == (202, 200)
-    assert len(await client.app[CONTEXT].jobs.states("delivery")) == 1
+    assert len(await job_states(client.app[CONTEXT].jobs, "delivery")) == 1
     assert await delivery_rows(client) == 1
 
 
@@ -188,7 +189,7 @@ async def test_bot_sender_starts_no_work(aiohttp_client, settings, github):
     row = await db.fetchone("SELECT outcome FROM deliveries WHERE id = 'bot-1'")
     assert row["outcome"] == "sender is a bot"
     assert github.requests == []
-    jobs = [len(await client.app[CONTEXT].jobs.states("review"))]
+    jobs = [len(await job_states(client.app[CONTEXT].jobs, "review"))]
     assert jobs[0] == 0
 
 
@@ -230,7 +231,7 @@ async def test_racing_redeliveries_are_stored_once(aiohttp_client, settings):
     statuses = sorted(r.status for r in await asyncio.gather(*posts))
     assert statuses == [200] * 7 + [202]
     assert await delivery_rows(client) == 1
-    jobs = [len(await client.app[CONTEXT].jobs.states("delivery"))]
+    jobs = [len(await job_states(client.app[CONTEXT].jobs, "delivery"))]
     assert jobs[0] == 1
 
 

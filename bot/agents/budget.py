@@ -1,10 +1,4 @@
-"""The daily model budget per installation, read from the runs in the database (so
-every process agrees).
-
-The budget is enforced where every model run starts (`admission`, called in the transaction
-that writes the run's row), so no path that starts a run can pass it; commands and the
-review job also ask first (`budget_used_up`) to answer at once instead of queueing work that
-could not run."""
+"""The daily model budget per installation, read from the runs in the database."""
 
 from __future__ import annotations
 
@@ -30,7 +24,6 @@ class DailyLimits(Protocol):
 
 
 def day_start(now: float) -> float:
-    """00:00 UTC of the day `now` falls in."""
     day = dt.datetime.fromtimestamp(now, dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     return day.timestamp()
 
@@ -49,14 +42,11 @@ class Spend:
         return ", ".join(parts)
 
     def reached(self, limits: DailyLimits) -> bool:
-        """No new run may start: a daily limit is reached."""
         runs, usd = limits.daily_max_runs, limits.daily_max_usd
         return (runs is not None and self.runs >= runs) or (usd is not None and self.usd >= usd)
 
 
 class DailyBudgetSpent(AgentError):
-    """A model run was refused: its installation's budget for the day is used up."""
-
     def __init__(self, spend: Spend, limits: DailyLimits) -> None:
         self.spend = spend
         super().__init__(
@@ -67,7 +57,7 @@ class DailyBudgetSpent(AgentError):
 async def budget_used_up(
     limits: DailyLimits, db: Database, installation_id: int | None, now: float
 ) -> Spend | None:
-    """Today's spend when it has reached a daily limit (no new model run starts), else None."""
+    """Today's spend when it has reached a daily limit, else None."""
     spend = Spend(*await spent_since(db, installation_id, day_start(now)))
     return spend if spend.reached(limits) else None
 
@@ -75,17 +65,16 @@ async def budget_used_up(
 async def refuse_when_spent(
     settings: Settings, db: Database, installation_id: int | None, now: float
 ) -> None:
-    """Raise DailyBudgetSpent when the installation's budget for today is used up: a command
-    that would start a model run answers at once instead of queueing it."""
+    """A command that would start a model run answers at once instead of queueing it."""
     spend = await budget_used_up(settings, db, installation_id, now)
     if spend is not None:
         raise DailyBudgetSpent(spend, settings)
 
 
 def admission(limits: DailyLimits) -> Admit | None:
-    """What a run's start asks, in the transaction that wrote its row (see
-    `bot.records.runs.start_run`): DailyBudgetSpent, which rolls the row back, when the
-    run's installation had reached a daily limit before it. None: no daily limit at all."""
+    """What every run's start asks, in the transaction that wrote its row (so no path that
+    starts a run can pass it): DailyBudgetSpent, which rolls the row back, when the run's
+    installation had reached a daily limit before it. None: no daily limit at all."""
     if limits.daily_max_runs is None and limits.daily_max_usd is None:
         return None
 

@@ -36,7 +36,7 @@ from bot.agents.transcript import answer_text
 from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.messages import append_messages, load_messages
-from bot.records.runs import finish_run, start_run
+from bot.records.runs import NewRun, finish_run, start_run
 from bot.records.types import Session
 from bot.records.vocab import RunStatus
 from bot.redaction import redact
@@ -110,8 +110,7 @@ class AgentRun:
     async def _start(self) -> int:
         """Every model run passes here, whatever started it: the daily budget is checked."""
         now = time.time()
-        return await start_run(
-            self.db,
+        run = NewRun(
             kind=self.kind if self.kind != "verify" else "review",
             subkind=self.subkind or (self.kind if self.kind == "verify" else None),
             session_id=self.session.id,
@@ -119,10 +118,9 @@ class AgentRun:
             provider=self.provider.name,
             model=self.provider.model,
             skill_version_id=self.skill_version_id,
-            now=now,
-            since=day_start(now),
-            admit=admission(self.budget),
+            started_at=now,
         )
+        return await start_run(self.db, run, since=day_start(now), admit=admission(self.budget))
 
     async def _loop(
         self,

@@ -1,11 +1,4 @@
-"""The job queue's contract: what a job is, the queues and keys, and `JobQueue`, which both
-backends implement (`bot.queue.sqlite.Jobs` on SQLite, `bot.queue.postgres.PgJobs` on
-procrastinate), with the worker machinery they share. `bot.backend.open_backend` picks one.
-
-A job has a kind, a key (a key runs one job at a time, in order), a payload and attempts with
-backoff; a newer job may supersede the key's older ones of its kind. A job that fails for
-good is reported by its kind's `on_gave_up` hook.
-"""
+"""The job queue's contract (`JobQueue`), which both backends implement, and what they share."""
 
 from __future__ import annotations
 
@@ -16,7 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from bot.logs import log_context
 from bot.records.types import Job
@@ -28,33 +21,26 @@ __all__ = ["EVENTS", "REVIEWS", "JobQueue", "NewJob", "PermanentError"]
 BACKOFF_BASE = 2.0
 BACKOFF_CAP = 300.0
 
-# The queues and their worker pools: deliveries are routed on EVENTS; reviews, sessions and
-# housekeeping (anything that may talk to a model or run git) on REVIEWS.
+# Deliveries are routed on EVENTS; anything that may talk to a model or run git on REVIEWS.
 EVENTS = "events"
 REVIEWS = "reviews"
 
 JobHandler = Callable[[Job], Awaitable[None]]
-# Called once when a job fails for good, with the reason (e.g. to say so on the PR).
 GaveUpHook = Callable[[Job, str], Awaitable[None]]
-# Called as a job ends: the job, its outcome (done, retrying, failed, cancelled, interrupted)
-# and the seconds it ran.
+# The job, its outcome (done, retrying, failed, cancelled, interrupted), the seconds it ran.
 FinishedHook = Callable[[Job, str, float], None]
 
 
 def review_key(pull_id: int) -> str:
-    """One running review per PR."""
     return f"review:{pull_id}"
 
 
 def turn_key(session_id: int) -> str:
-    """A session's turns run one at a time, in the order they were asked."""
     return f"session:{session_id}"
 
 
 @dataclass(frozen=True)
 class NewJob:
-    """A job to add, as each backend turns it into its own row."""
-
     kind: str
     key: str
     payload: dict[str, Any]
@@ -71,140 +57,87 @@ def backoff_seconds(attempts: int) -> float:
     return min(BACKOFF_CAP, BACKOFF_BASE ** max(attempts, 1))
 
 
-class JobQueue(Protocol):
-    """The queue and this process's workers, on either backend. A difference between the
+class JobQueue(abc.ABC):
+    """The queue and this process's workers. A key runs one job at a time, in order; a job
+    that fails for good is reported by its kind's `on_gave_up` hook. A difference between the
     backends that callers must respect is a method here (a no-op is a valid one)."""
-
-    handlers: dict[str, JobHandler]
-    on_gave_up: dict[str, GaveUpHook]
-    on_finished: FinishedHook | None
-    restarts: int  # workers started again after stopping by themselves
-
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    def row(
-        self,
-        kind: str,
-        key: str,
-        payload: dict[str, Any],
-        *,
-        queue: str,
-        max_attempts: int = 3,
-        delay: float = 0.0,
-    ) -> Any:
-        """A job to insert with the inbox's commit (in its transaction)."""
-        ...
-
-    async def enqueue(
-        self,
-        kind: str,
-        key: str,
-        payload: dict[str, Any],
-        *,
-        queue: str,
-        supersede: bool = False,
-        max_attempts: int = 3,
-        delay: float = 0.0,
-        prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
-    ) -> int:
-        """Add a job; with `supersede`, the key's older jobs of this kind are cancelled (a
-        running one is interrupted wherever it runs). `prepare` runs in the same transaction
-        (e.g. to create the row the job works on) and its result joins the payload, so both
-        commit or neither does."""
-        ...
-
-    async def cancel(self, key: str, kind: str | None = None) -> int:
-        """Cancel the key's jobs in line and interrupt its running one; returns how many."""
-        ...
-
-    async def busy(self, key: str) -> bool:
-        """Whether the key has a job running or in line."""
-        ...
-
-    async def pending(self) -> int:
-        """Jobs with work to do now (a job scheduled for later does not count)."""
-        ...
-
-    async def counts(self) -> dict[str, int]:
-        """Jobs by state: queued, waiting, running, done, failed, cancelled."""
-        ...
-
-    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
-        """The states of the jobs of a kind and/or key, oldest first."""
-        ...
-
-    def wake(self, queue: str) -> None:
-        """New jobs are in `queue` (a committed delivery's): its workers look now."""
-        ...
-
-    def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds` (the first time at once), outside the
-        queue (for what is local to a worker, like its disk). Call before `start`."""
-        ...
-
-    async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
-        """Run `kind` as one job at a time across the processes: now, then every `seconds`
-        (SQLite: a job that queues its next run when it is done) or on `cron` (Postgres:
-        procrastinate's periodic task). Call before `start`."""
-        ...
-
-    async def prune(self, older_than: float, *, chunk: int) -> int:
-        """Forget finished jobs (any outcome) from before `older_than`, `chunk` at a time
-        where the backend deletes rows itself; how many went (0 where it does not say)."""
-        ...
-
-    async def recover(self) -> int:
-        """Jobs a dead process left running run again (their attempt counted); one that used
-        its last attempt fails for good. Returns how many run again."""
-        ...
-
-    async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
-        """At start, what a dead process left mid-way outside the queue (a revision, a run,
-        a busy session) is `work`'s to finish, when no other process may still be at it."""
-        ...
-
-    def start(self, pools: dict[str, int]) -> None: ...
-
-    async def stop(self, grace: float = 0.0) -> None:
-        """Stop taking jobs; running ones get up to `grace` seconds, then are interrupted
-        and run again later (at the next start, or in another process), their attempt not
-        counted."""
-        ...
-
-    @property
-    def running(self) -> int:
-        """Jobs this process is running now."""
-        ...
-
-    @property
-    def workers_alive(self) -> int: ...
-
-    @property
-    def workers_total(self) -> int: ...
-
-    def interrupted(self) -> bool:
-        """Inside a job being cancelled: whether it is interrupted (its worker stops: it runs
-        again, its state kept) rather than cancelled (stop, supersede)."""
-        ...
-
-
-class Workers(abc.ABC):
-    """What both backends' worker machinery shares: the handlers and hooks, the process's
-    own periodic work, the counts health reports, and reporting a job's end."""
 
     def __init__(self) -> None:
         self.handlers: dict[str, JobHandler] = {}
         self.on_finished: FinishedHook | None = None
         self.on_gave_up: dict[str, GaveUpHook] = {}
-        self.restarts = 0
+        self.restarts = 0  # workers started again after stopping by themselves
         self._workers: list[asyncio.Task] = []
         self._local: list[tuple[str, float]] = []
         self._stopping = False
         self._stopped = asyncio.Event()
 
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def cancel(self, key: str, kind: str | None = None) -> int:
+        """Cancel the key's jobs in line and interrupt its running one; returns how many."""
+
+    @abc.abstractmethod
+    async def busy(self, key: str) -> bool:
+        """Whether the key has a job running or in line."""
+
+    @abc.abstractmethod
+    async def pending(self) -> int:
+        """Jobs with work to do now (a job scheduled for later does not count)."""
+
+    @abc.abstractmethod
+    async def counts(self) -> dict[str, int]:
+        """Jobs by `JobState`."""
+
+    @abc.abstractmethod
+    def wake(self, queue: str) -> None:
+        """New jobs are in `queue` (a committed delivery's): its workers look now."""
+
+    @abc.abstractmethod
+    async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
+        """Run `kind` as one job at a time across the processes: now, then every `seconds`
+        (SQLite) or on `cron` (Postgres). Call before `start`."""
+
+    @abc.abstractmethod
+    async def prune(self, older_than: float, *, chunk: int) -> int:
+        """Forget finished jobs from before `older_than`; how many (0 where it does not say)."""
+
+    @abc.abstractmethod
+    async def recover(self) -> int:
+        """Jobs a dead process left running run again (their attempt counted); one that used
+        its last attempt fails for good. Returns how many run again."""
+
+    @abc.abstractmethod
+    async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
+        """At start, what a dead process left mid-way outside the queue is `work`'s to
+        finish, when no other process may still be at it."""
+
+    @abc.abstractmethod
+    def start(self, pools: dict[str, int]) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop taking jobs; running ones get up to `grace` seconds, then are interrupted
+        and run again later, their attempt not counted."""
+
+    @property
+    @abc.abstractmethod
+    def running(self) -> int:
+        """Jobs this process is running now."""
+
+    @abc.abstractmethod
+    def interrupted(self) -> bool:
+        """Inside a job being cancelled: whether it is interrupted (its worker stops: it runs
+        again, its state kept) rather than cancelled (stop, supersede)."""
+
     def every_here(self, kind: str, seconds: float) -> None:
+        """Run `kind` in this process every `seconds` (the first time at once), outside the
+        queue (for what is local to a worker, like its disk). Call before `start`."""
         self._local.append((kind, seconds))
 
     def _start_local(self) -> None:
@@ -244,7 +177,6 @@ class Workers(abc.ABC):
 
     @property
     def stopping(self) -> bool:
-        """True once a stop began."""
         return self._stopping
 
     @property
@@ -268,8 +200,6 @@ class Workers(abc.ABC):
         if self.on_finished:
             self.on_finished(job, outcome, time.monotonic() - started)
 
-    # -- adding jobs: the same steps on both backends, each backend's parts below ---------
-
     def row(
         self,
         kind: str,
@@ -280,6 +210,7 @@ class Workers(abc.ABC):
         max_attempts: int = 3,
         delay: float = 0.0,
     ) -> Any:
+        """A job to insert with the inbox's commit (in its transaction)."""
         return self._row(NewJob(kind, key, payload, queue, max_attempts, delay))
 
     async def enqueue(
@@ -294,6 +225,10 @@ class Workers(abc.ABC):
         delay: float = 0.0,
         prepare: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
     ) -> int:
+        """Add a job; with `supersede`, the key's older jobs of this kind are cancelled (a
+        running one is interrupted wherever it runs). `prepare` runs in the same transaction
+        (e.g. to create the row the job works on) and its result joins the payload, so both
+        commit or neither does."""
         job = NewJob(kind, key, payload, queue, max_attempts, delay)
         async with self._adding(job, supersede) as conn:
             if prepare is not None:
@@ -301,8 +236,7 @@ class Workers(abc.ABC):
             return await self._insert(conn, job, supersede)
 
     @abc.abstractmethod
-    def _row(self, job: NewJob) -> Any:
-        """The backend's row for `job`."""
+    def _row(self, job: NewJob) -> Any: ...
 
     @abc.abstractmethod
     def _adding(self, job: NewJob, supersede: bool) -> contextlib.AbstractAsyncContextManager:
@@ -310,8 +244,7 @@ class Workers(abc.ABC):
         when it supersedes them); what must follow the commit happens as it closes."""
 
     @abc.abstractmethod
-    async def _insert(self, conn: Any, job: NewJob, supersede: bool) -> int:
-        """Insert `job`'s row in the transaction; its id."""
+    async def _insert(self, conn: Any, job: NewJob, supersede: bool) -> int: ...
 
 
 def job_log(job: Job) -> contextlib.AbstractContextManager[None]:

@@ -1,18 +1,4 @@
-"""The job queue on procrastinate (Postgres): `bot.queue.JobQueue` for several processes.
-
-Every job is one procrastinate task, `cockpit.job`, whose arguments carry our kind, key and
-payload. The key is procrastinate's `lock` (one running job per key, in arrival order, also
-across retries and processes); superseding cancels the key's jobs of that kind (aborting a
-running one wherever it runs: procrastinate notifies its worker, which cancels the task)
-and defers the new one with a `queueing_lock`, so at most one superseding job of a kind and
-key ever waits. Retries follow `retry_decision` below; jobs of a worker that stopped sending
-heartbeats (a crash) are retried by the survivors; maintenance is a periodic task.
-
-A procrastinate worker stops by itself when one of its connections fails (Postgres restarted):
-each runs under a supervisor that starts it again with backoff, in this process (compose or a
-bare host has no orchestrator to restart it). The jobs it had to interrupt go back in line
-without counting an attempt: an interruption seen by a living process is not a crash.
-"""
+"""The job queue on procrastinate (Postgres), for several processes sharing the database."""
 
 from __future__ import annotations
 
@@ -23,6 +9,7 @@ import datetime as dt
 import logging
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -31,7 +18,7 @@ from procrastinate import job_context, retry
 from procrastinate import jobs as pjobs
 from procrastinate.worker import Worker
 
-from bot.queue import NewJob, PermanentError, Workers, backoff_seconds, job_log
+from bot.queue import JobQueue, NewJob, PermanentError, backoff_seconds, job_log
 from bot.records import pgjobs
 from bot.records.postgres import (
     CONNECT_TIMEOUT,
@@ -41,11 +28,20 @@ from bot.records.postgres import (
     PgDatabase,
 )
 from bot.records.types import Job
+from bot.records.vocab import JobState
 from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
 
 TASK = "cockpit.job"
+STATES = {  # procrastinate's statuses as the SQLite queue names them
+    "todo": JobState.QUEUED,
+    "doing": JobState.RUNNING,
+    "succeeded": JobState.DONE,
+    "failed": JobState.FAILED,
+    "cancelled": JobState.CANCELLED,
+    "aborted": JobState.CANCELLED,
+}
 STALLED_AFTER = 20.0  # a worker silent this long is dead: its jobs run again elsewhere
 # procrastinate announces a new job (NOTIFY) but not a freed key: a job waiting behind its key's
 # running one starts at the next poll. 0.25 s keeps that wait small for about 8 cheap queries
@@ -85,9 +81,7 @@ def retry_decision(
     return retry.RetryDecision(retry_in={"seconds": int(backoff_seconds(attempts))})
 
 
-class PgJobs(Workers):
-    """The queue in procrastinate's tables plus this process's procrastinate workers."""
-
+class PgJobs(JobQueue):
     def __init__(self, db: PgDatabase, url: str, *, stalled_after: float = STALLED_AFTER) -> None:
         super().__init__()
         self.db = db
@@ -116,8 +110,6 @@ class PgJobs(Workers):
     async def close(self) -> None:
         await self.app.close_async()
 
-    # -- queue operations -------------------------------------------------
-
     def _row(self, job: NewJob, queueing_lock: str | None = None) -> pjobs.Job:
         later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=job.delay)
         scheduled = later if job.delay else None
@@ -136,7 +128,6 @@ class PgJobs(Workers):
         )
 
     async def insert_in(self, conn: Connection, rows: list[pjobs.Job]) -> list[int]:
-        """Defer jobs inside the caller's transaction (they commit with it, or not at all)."""
         if not rows:
             return []
         deferred = await self.app.job_manager.batch_defer_jobs_async(rows, connection=conn.raw)
@@ -159,28 +150,43 @@ class PgJobs(Workers):
             return await self._cancel_in(conn, key, kind)
 
     async def _cancel_in(self, conn: Connection, key: str, kind: str | None) -> int:
-        ids = await pgjobs.open_ids(conn, TASK, key, kind)  # the jobs in line first
+        found = [job for job in await self._open(key) if kind in (None, job.task_kwargs["kind"])]
+        ids = sorted((int(job.id or 0) for job in found), reverse=True)  # the jobs in line first
         for job_id in ids:
             await self.app.job_manager.cancel_job_by_id_async(
                 job_id, abort=True, connection=conn.raw
             )
         return len(ids)
 
+    async def _open(self, key: str) -> list[pjobs.Job]:
+        manager = self.app.job_manager
+        return [
+            job
+            for status in ("todo", "doing")
+            for job in await manager.list_jobs_async(task=TASK, lock=key, status=status)
+        ]
+
     async def busy(self, key: str) -> bool:
-        return await pgjobs.busy(self.db, key)
+        return bool(await self._open(key))
 
     async def pending(self) -> int:
-        return await pgjobs.pending(self.db)
+        now = dt.datetime.now(dt.UTC)
+        manager = self.app.job_manager
+        due = [
+            job
+            for job in await manager.list_jobs_async(status="todo")
+            if job.scheduled_at is None or job.scheduled_at <= now
+        ]
+        return len(due) + len(await manager.list_jobs_async(status="doing"))
 
     async def counts(self) -> dict[str, int]:
-        return await pgjobs.counts(self.db)
-
-    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
-        return await pgjobs.states(self.db, TASK, kind, key)
+        found: Counter[str] = Counter()
+        for queue in await self.app.job_manager.list_queues_async():
+            for status, state in STATES.items():  # two statuses are one state
+                found[state] += queue[status]
+        return {state: n for state, n in found.items() if n}
 
     async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
-        """Run `kind` on this cron schedule (procrastinate's periodic tasks: one job per
-        tick whichever workers are up; `seconds` is SQLite's). Call before `start`."""
         self.app.periodic(
             cron=cron,
             periodic_id=kind,
@@ -191,8 +197,7 @@ class PgJobs(Workers):
         )(self.app.tasks[TASK])
 
     async def prune(self, older_than: float, *, chunk: int) -> int:
-        """Forget finished jobs (any outcome) from before `older_than`, in whole hours
-        (procrastinate deletes them in one statement and does not say how many: 0)."""
+        """In whole hours (procrastinate does not say how many it deleted: 0)."""
         await self.app.job_manager.delete_old_jobs(
             nb_hours=int((time.time() - older_than) // 3600),
             include_failed=True,
@@ -202,12 +207,9 @@ class PgJobs(Workers):
         return 0
 
     async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Nothing here: several processes share the database, so what one left mid-way may
-        be another's work under way (and a dead worker's jobs are retried by procrastinate)."""
+        """Nothing here: what one process left mid-way may be another's work under way."""
 
     async def recover(self) -> int:
-        """Retry the jobs of workers that stopped sending heartbeats (a crashed process);
-        a job that used its last attempt fails for good instead. Returns how many ran again."""
         manager = self.app.job_manager
         stalled = await manager.get_stalled_jobs(seconds_since_heartbeat=self.stalled_after)
         retried = 0
@@ -229,13 +231,10 @@ class PgJobs(Workers):
             await self._gave_up(job, reason)
         return retried
 
-    # -- workers ----------------------------------------------------------
-
     def wake(self, queue: str) -> None:
-        """Nothing to do: procrastinate's workers hear about new jobs through NOTIFY."""
+        """procrastinate's workers hear about new jobs through NOTIFY."""
 
     def start(self, pools: dict[str, int]) -> None:
-        """One supervised procrastinate worker per queue, running up to `size` jobs at once."""
         self._start_local()
         for queue, size in pools.items():
             self._workers.append(
@@ -258,9 +257,8 @@ class PgJobs(Workers):
         )
 
     async def _supervise(self, queue: str, size: int) -> None:
-        """Keep a worker for `queue` running until `stop`: one that stops by itself (a
-        connection of its failed: Postgres restarted or went away) is started again, after
-        RESTART_FIRST seconds, doubling to RESTART_CAP while it keeps failing."""
+        """A procrastinate worker stops by itself when one of its connections fails: start
+        it again here (compose or a bare host has no orchestrator to do it)."""
         delay = RESTART_FIRST
         while not self._stopping:
             worker = self._procrastinate[queue] = self._worker(queue, size)
@@ -287,9 +285,7 @@ class PgJobs(Workers):
                     await asyncio.wait_for(self._stopped.wait(), delay)
 
     async def _settle_interrupted(self) -> bool:
-        """Put the jobs interrupted here back in line with the attempts they had
-        (`pgjobs.put_back`). False when the database could not be reached (what is left is
-        tried at the next call)."""
+        """False when the database could not be reached (the rest waits for the next call)."""
         async with self._settling:
             for job_id, (worker_id, attempts) in list(self._interrupted.items()):
                 try:
@@ -303,9 +299,6 @@ class PgJobs(Workers):
         return True
 
     def interrupted(self) -> bool:
-        """Inside a job being cancelled: whether it is interrupted (its worker stops, here
-        or because a connection failed: it runs again, its state kept) rather than cancelled
-        (stop, supersede)."""
         context = _CURRENT.get()
         return context is not None and (context.abort_reason() == job_context.AbortReason.SHUTDOWN)
 
@@ -330,8 +323,6 @@ class PgJobs(Workers):
             except Exception:
                 log.exception("recovering stalled jobs failed")
 
-    # -- running one job ----------------------------------------------------
-
     def _job(self, found: pjobs.Job) -> Job:
         kwargs = found.task_kwargs
         return Job(
@@ -345,8 +336,6 @@ class PgJobs(Workers):
         )
 
     async def _execute(self, context: job_context.JobContext, **kwargs: Any) -> None:
-        """procrastinate's task: run our handler for the job's kind (`kwargs` are the job's
-        `task_kwargs`, which `_job` reads)."""
         job = self._job(context.job)
         handler = self.handlers.get(job.kind)
         started = time.monotonic()

@@ -1,12 +1,4 @@
-"""The job queue on SQLite (`bot.queue.JobQueue`) and the worker pools that run it.
-
-Jobs have a kind, a serialisation key (one running job per key), attempts with backoff,
-a lease renewed while they run, and cancellation: a newer job may supersede older ones
-with the same key and kind. Jobs left `running` by a crash are re-queued at start-up with
-that attempt counted; one past its `max_attempts` fails for good (a job that kills the
-process is never run again and again), and its kind's `on_gave_up` hook reports it. On a
-graceful stop, running jobs get a bounded grace; the rest are re-queued uncounted.
-"""
+"""The job queue on SQLite and the worker pools that run it (one process owns the file)."""
 
 from __future__ import annotations
 
@@ -19,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from bot.queue import NewJob, PermanentError, Workers, backoff_seconds, job_log
+from bot.queue import JobQueue, NewJob, PermanentError, backoff_seconds, job_log
 from bot.records import jobs as rows
 from bot.records.database import Database
 from bot.records.types import Job
@@ -35,14 +27,10 @@ _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_j
 
 
 def _lost(job: Job) -> str:
-    """Why a job that ran past its attempts when its process died failed for good."""
     return say(PEOPLE, "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts)
 
 
-class Jobs(Workers):
-    """The queue (rows in `jobs`, through `bot.records.jobs`) plus the asyncio workers that
-    drain it; one process owns it."""
-
+class Jobs(JobQueue):
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.db = db
@@ -53,12 +41,10 @@ class Jobs(Workers):
         self._every: dict[str, tuple[str, float]] = {}  # kind -> (queue, seconds)
 
     async def open(self) -> None:
-        """Nothing to open: the queue is tables of the database."""
+        pass
 
     async def close(self) -> None:
-        """Nothing to close (the database closes on its own)."""
-
-    # -- queue operations -------------------------------------------------
+        pass
 
     def _row(self, job: NewJob) -> tuple:
         return rows.new_row(
@@ -99,8 +85,6 @@ class Jobs(Workers):
                 task.cancel()
 
     async def claim(self, queue: str) -> Job | None:
-        """Take the next runnable job atomically: only the heads of keys' lines (a retry
-        waiting out its backoff keeps its place)."""
         now = self.clock()
         return await rows.claim(self.db, queue, now, now + LEASE_SECONDS)
 
@@ -139,11 +123,6 @@ class Jobs(Workers):
     async def counts(self) -> dict[str, int]:
         return await rows.counts(self.db)
 
-    async def states(self, kind: str | None = None, key: str | None = None) -> list[str]:
-        return await rows.states(self.db, kind, key)
-
-    # -- workers ----------------------------------------------------------
-
     def wake(self, queue: str) -> None:
         event = self._wake.get(queue)
         if event is not None:
@@ -154,8 +133,6 @@ class Jobs(Workers):
             event.set()
 
     async def every(self, kind: str, *, cron: str, seconds: float, queue: str) -> None:
-        """Run `kind` now (superseding one left in line), then, each time it is done, again
-        `seconds` later (one process owns the queue: a job queues its own next run)."""
         self._every[kind] = (queue, seconds)
         await self.enqueue(kind, kind, {}, queue=queue, supersede=True)
 
@@ -165,13 +142,9 @@ class Jobs(Workers):
             await self.enqueue(job.kind, job.key, {}, queue=queue, delay=seconds)
 
     async def prune(self, older_than: float, *, chunk: int) -> int:
-        """Forget finished jobs from before `older_than`, `chunk` at a time (the write lock
-        is never held long against the inbox)."""
         return await rows.prune(self.db, older_than, chunk)
 
     async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
-        """One process owns the database: whatever was mid-way when it died is its own to
-        finish, now."""
         await work()
 
     def start(self, pools: dict[str, int]) -> None:
@@ -187,8 +160,6 @@ class Jobs(Workers):
         return len(self._running)
 
     def interrupted(self) -> bool:
-        """Inside a job being cancelled: whether it is interrupted (a graceful stop: it runs
-        again at the next start, its state kept) rather than cancelled (stop, supersede)."""
         return _CURRENT.get() in self._interrupted
 
     async def stop(self, grace: float = 0.0) -> None:
@@ -272,7 +243,6 @@ class Jobs(Workers):
         await rows.requeue_uncounted(self.db, job.id, self.clock())
 
     async def _reaper(self) -> None:
-        """Re-queue jobs whose worker stopped renewing their lease."""
         while not self._stopping:
             await asyncio.sleep(LEASE_SECONDS / 2)
             try:

@@ -1,6 +1,4 @@
-"""The database contract both backends implement (`bot.records.sqlite.SqliteDatabase` and
-`bot.records.postgres.PgDatabase`, one of them opened by `bot.backend.open_backend`). Only
-the records floor runs statements; code above it calls the floor's functions."""
+"""The database contract both backends implement; only the records floor runs statements."""
 
 from __future__ import annotations
 
@@ -11,8 +9,7 @@ from typing import Any, Protocol
 
 
 def marks(values: Iterable[object]) -> str:
-    """A statement's `?` for each of `values` (`IN (?, ?)`); `NULL` for none, which `IN`
-    matches nothing with."""
+    """A `?` for each of `values`; `NULL` for none, which `IN` matches nothing with."""
     return ", ".join("?" for _ in values) or "NULL"
 
 
@@ -22,8 +19,6 @@ class Interrupted(sqlite3.OperationalError):
 
 
 class Cursor(Protocol):
-    """What a statement in a transaction returns."""
-
     rowcount: int
     lastrowid: int | None
 
@@ -33,17 +28,14 @@ class Cursor(Protocol):
 
 
 class Connection(Protocol):
-    """A transaction's connection."""
-
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor: ...
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any: ...
 
 
 class Database(Protocol):
-    """Statements one at a time or in a transaction, rows read by column name (records are
-    built from them by `from_row`), a lock across whatever processes share the database, and
-    the schema's steps."""
+    """Statements one at a time or in a transaction, rows read by column name, a lock across
+    the processes sharing the database, and the schema's steps."""
 
     def transaction(
         self, lock: str | None = None, *, timeout: float | None = None
@@ -60,7 +52,7 @@ class Database(Protocol):
         ...
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        """Run one statement; rowcount, or the new row's id for an INSERT."""
+        """Rowcount, or the new row's id for an INSERT."""
         ...
 
     async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> Any: ...
@@ -68,31 +60,27 @@ class Database(Protocol):
     async def fetchall(self, sql: str, args: Iterable[Any] = ()) -> list[Any]: ...
 
     async def ping(self) -> bool:
-        """Whether the database answers (bounded: health never hangs on it)."""
+        """Bounded: health never hangs on it."""
         ...
 
-    async def migrate(self) -> Any:
-        """Apply the schema's missing steps (`bot.records.schema.Migrated` says what it did)."""
-        ...
+    async def migrate(self) -> Any: ...
 
     async def schema_version(self) -> int: ...
 
     async def empty(self) -> bool:
-        """Nothing made yet: not a table (a database another process is only starting to
-        make)."""
+        """Nothing made yet: not a table (a database another process is only starting to make)."""
         ...
 
     async def check_schema(self) -> None:
-        """`bot.records.schema.SchemaBehind` unless this release's whole schema is there."""
+        """`SchemaBehind` unless this release's whole schema is there."""
         ...
 
     async def close(self) -> None: ...
 
 
 async def delete_in_chunks(db: Database, older_than: float, chunk: int, *statements: str) -> int:
-    """Run each `DELETE … WHERE key IN (SELECT … WHERE … < ? LIMIT ?)` in turn until it
-    deletes nothing, `chunk` rows at a time, so a write lock is never held long; returns how
-    many went."""
+    """Run each `DELETE … WHERE key IN (SELECT … WHERE … < ? LIMIT ?)` until it deletes
+    nothing, `chunk` rows at a time, so a write lock is never held long; how many went."""
     total = 0
     for statement in statements:
         while count := await db.execute(statement, (older_than, chunk)):

@@ -1,5 +1,4 @@
-"""Webhook deliveries as the inbox stores them (`deliveries`, each with the job that routes it,
-in one transaction) and as their job reads and records them."""
+"""Webhook deliveries as the inbox stores them and as their job reads and records them."""
 
 from __future__ import annotations
 
@@ -30,10 +29,9 @@ def store_new(
     conn: sqlite3.Connection, rows: dict[str, tuple], routes: dict[str, tuple]
 ) -> set[str]:
     """SQLite, on the inbox's connection (a worker thread): the deliveries not stored before,
-    each with its job (`routes[id]`, a `bot.records.jobs.new_row`), in one transaction;
-    returns their ids. A fixed handful of statements per batch, whatever its size: each
-    statement hands the interpreter lock back and forth with the event loop, which is what a
-    commit waits on."""
+    each with its job, in one transaction; returns their ids. A fixed handful of statements
+    per batch, whatever its size: each statement hands the interpreter lock back and forth
+    with the event loop, which is what a commit waits on."""
     ids = list(rows)
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -64,8 +62,7 @@ def probe(conn: sqlite3.Connection) -> None:
 
 async def insert_new(conn: Any, rows: dict[str, tuple], statement_seconds: int) -> set[str]:
     """Postgres, inside the caller's transaction (which defers the jobs of the ids returned):
-    the deliveries not stored before (by anyone: a repeated id is skipped by its primary
-    key), each statement bounded by `statement_seconds`."""
+    a repeated id is skipped by its primary key, also when another process stored it."""
     await conn.execute(f"SET LOCAL statement_timeout = '{int(statement_seconds)}s'")
     ids = list(rows)
     fresh: set[str] = set()
@@ -83,7 +80,6 @@ async def insert_new(conn: Any, rows: dict[str, tuple], statement_seconds: int) 
 
 
 async def queued_delivery(db: Database, delivery_id: str) -> StoredDelivery | None:
-    """The delivery, when it is stored and not processed yet."""
     row = await db.fetchone(
         "SELECT id, event, installation_id, repo, body, status FROM deliveries WHERE id = ?",
         (delivery_id,),
@@ -96,7 +92,6 @@ async def queued_delivery(db: Database, delivery_id: str) -> StoredDelivery | No
 async def record(
     db: Database, delivery_id: str, status: str, outcome: str, attempts: int, now: float
 ) -> None:
-    """How processing the delivery ended (done, ignored, failed) and why."""
     await db.execute(
         "UPDATE deliveries SET status = ?, outcome = ?, attempts = ?, processed_at = ?"
         " WHERE id = ?",
@@ -105,7 +100,6 @@ async def record(
 
 
 async def prune(db: Database, older_than: float, chunk: int) -> int:
-    """Delete processed deliveries received before `older_than`, `chunk` at a time."""
     return await delete_in_chunks(
         db,
         older_than,

@@ -1,6 +1,4 @@
-"""Eval replays' records: a batch of runs (`eval_runs`, one per model), their cases
-(`eval_cases`) with the findings scored (`eval_findings`), and the LLM judge's answers
-(`eval_judgements`), kept so scoring again costs nothing."""
+"""Eval replays' records: runs, their cases and findings, and the LLM judge's answers."""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ def _columns(values: Mapping[str, Any]) -> tuple[str, str]:
 
 
 async def create_runs(db: Database, runs: Sequence[Mapping[str, Any]]) -> list[int]:
-    """One `eval_runs` row per mapping (its columns), running, all in one batch named by
-    the first one's id."""
+    """One `eval_runs` row per mapping, all in one batch named by the first one's id."""
     ids: list[int] = []
     for values in runs:
         row = {**values, "status": RunStatus.RUNNING, "batch": ids[0] if ids else None}
@@ -34,17 +31,14 @@ async def create_runs(db: Database, runs: Sequence[Mapping[str, Any]]) -> list[i
 
 
 async def resume_batch(db: Database, batch: int) -> list[EvalRun]:
-    """The batch's runs, oldest first, running again."""
-    rows = await db.fetchall("SELECT * FROM eval_runs WHERE batch = ? ORDER BY id", (batch,))
+    runs = await EvalRun.all(db, "SELECT * FROM eval_runs WHERE batch = ? ORDER BY id", (batch,))
     await db.execute(
         "UPDATE eval_runs SET status = 'running', finished_at = NULL WHERE batch = ?", (batch,)
     )
-    return [EvalRun.from_row(row) for row in rows]
+    return runs
 
 
 async def finish_run(db: Database, run_id: int, **values: Any) -> None:
-    """A run's totals (status, precision, recall, f1, cost_usd, tokens, wall_seconds,
-    scores) as it ends."""
     values["finished_at"] = time.time()
     await db.execute(
         f"UPDATE eval_runs SET {', '.join(f'{k} = ?' for k in values)} WHERE id = ?",
@@ -63,8 +57,7 @@ async def store_case(
     case: Mapping[str, Any],
     findings: Sequence[Mapping[str, Any]],
 ) -> None:
-    """A case's outcome (`case`: its columns) and its findings (each one's columns), in
-    place of what the run stored for it before."""
+    """A case's outcome and its findings, in place of what the run stored for it before."""
     async with db.transaction() as conn:
         await conn.execute(
             "DELETE FROM eval_findings WHERE eval_case_id IN (SELECT id FROM eval_cases"
@@ -90,7 +83,6 @@ async def store_case(
 async def done_case(
     db: Database, run_id: int, case_id: str
 ) -> tuple[EvalCase, list[StoredEvalFinding]] | None:
-    """A case the run finished, with its findings in order; None when it has not."""
     row = await db.fetchone(
         "SELECT * FROM eval_cases WHERE eval_run_id = ? AND case_id = ? AND status = 'done'",
         (run_id, case_id),
@@ -104,7 +96,6 @@ async def done_case(
 
 
 async def failed_case_scores(db: Database, run_id: int, case_id: str) -> str | None:
-    """The scores (JSON) a failed attempt at the case stored, None when there was none."""
     row = await db.fetchone(
         "SELECT scores FROM eval_cases WHERE eval_run_id = ? AND case_id = ? AND status = 'failed'",
         (run_id, case_id),
@@ -113,7 +104,6 @@ async def failed_case_scores(db: Database, run_id: int, case_id: str) -> str | N
 
 
 async def judgement(db: Database, keys: tuple[str, str, str, str]) -> tuple | None:
-    """(match, confidence, reasoning) a judge gave for (judge, model, finding, label)."""
     row = await db.fetchone(
         "SELECT match, confidence, reasoning FROM eval_judgements WHERE judge = ? AND"
         " model = ? AND finding_key = ? AND label_key = ?",
@@ -140,8 +130,7 @@ async def store_judgement(
 
 
 async def posted_reviews(db: Database, repo: str, posted: str) -> list[tuple[Review, Pull]]:
-    """The newest review in state `posted` of each of the repository's PRs, by PR number,
-    with its PR."""
+    """The newest `posted` review of each of the repository's PRs, by PR number."""
     rows = await db.fetchall(
         "SELECT r.* FROM reviews r JOIN pulls p ON p.id = r.pull_id WHERE p.repo = ? AND"
         " r.state = ? AND r.id = (SELECT MAX(id) FROM reviews WHERE pull_id = r.pull_id"
@@ -156,7 +145,6 @@ async def posted_reviews(db: Database, repo: str, posted: str) -> list[tuple[Rev
 
 
 async def repos_with_reviews(db: Database, posted: str) -> list[str]:
-    """The repositories with at least one review in state `posted`, by name."""
     rows = await db.fetchall(
         "SELECT DISTINCT p.repo FROM reviews r JOIN pulls p ON p.id = r.pull_id"
         " WHERE r.state = ? ORDER BY p.repo",

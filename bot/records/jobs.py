@@ -1,6 +1,4 @@
-"""The SQLite job queue's rows (`jobs`): the only module that writes them. A key runs its jobs
-one at a time, in order: only its oldest unfinished job is `queued` or `running`, the ones
-behind it are `waiting` (the schema's triggers move the next one up)."""
+"""The SQLite job queue's rows (`jobs`): the only module that writes them."""
 
 from __future__ import annotations
 
@@ -29,25 +27,21 @@ def new_row(
     delay: float,
     now: float,
 ) -> tuple:
-    """A job's values, due `delay` seconds after `now`, to insert in a transaction of the
-    caller's (`insert`, `insert_many`)."""
     return (kind, queue, key, json.dumps(payload), max_attempts, now + delay, now)
 
 
 async def insert(conn: Any, row: tuple) -> int:
-    """Add a job inside the caller's transaction; returns its id."""
     cursor = await conn.execute(_INSERT, row)
     return int(cursor.lastrowid or 0)
 
 
 def insert_many(conn: sqlite3.Connection, rows: list[tuple]) -> None:
-    """Add jobs on a plain sqlite3 connection, inside its transaction (the inbox's commit)."""
+    """On a plain sqlite3 connection, inside its transaction (the inbox's commit)."""
     conn.executemany(_INSERT, rows)
 
 
 async def cancel_in(conn: Any, key: str, kind: str | None, now: float) -> list[int]:
-    """Cancel the key's jobs in line (of `kind`, if given) inside the caller's transaction;
-    returns the ids of its running ones, which the caller interrupts."""
+    """Returns the ids of the key's running jobs, which the caller interrupts."""
     kind_clause = " AND kind = ?" if kind else ""
     args: tuple = (key, kind) if kind else (key,)
     # The jobs in line first: the head's exit then moves up only a job that stays.
@@ -64,7 +58,6 @@ async def cancel_in(conn: Any, key: str, kind: str | None, now: float) -> list[i
 
 
 async def count_open(conn: Any, key: str, kind: str | None) -> int:
-    """The key's jobs running or in line (of `kind`, if given), inside a transaction."""
     cursor = await conn.execute(
         f"SELECT COUNT(*) FROM jobs WHERE key = ? AND state IN {sql_in(UNFINISHED_JOB)}"
         + (" AND kind = ?" if kind else ""),
@@ -74,9 +67,10 @@ async def count_open(conn: Any, key: str, kind: str | None) -> int:
 
 
 async def claim(db: Database, queue: str, now: float, lease_until: float) -> Job | None:
-    """Take the next runnable job atomically: only heads of their keys' lines, due, with
-    attempts left, whose key runs nothing else; its attempt is counted."""
-    row = await db.fetchone(
+    """Only heads of their keys' lines, due, with attempts left, whose key runs nothing else;
+    its attempt is counted."""
+    return await Job.one(
+        db,
         "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
         " started_at = ?, lease_until = ?"
         " WHERE id = (SELECT j.id FROM jobs j WHERE j.queue = ? AND j.state = 'queued'"
@@ -86,11 +80,9 @@ async def claim(db: Database, queue: str, now: float, lease_until: float) -> Job
         " RETURNING *",
         (now, lease_until, queue, now),
     )
-    return Job.from_row(row) if row else None
 
 
 async def finish(db: Database, job_id: int, state: str, error: str | None, now: float) -> None:
-    """A running job ends as `state` (done, failed, cancelled)."""
     await db.execute(
         "UPDATE jobs SET state = ?, error = ?, finished_at = ?, lease_until = NULL"
         " WHERE id = ? AND state = 'running'",
@@ -99,7 +91,6 @@ async def finish(db: Database, job_id: int, state: str, error: str | None, now: 
 
 
 async def retry_at(db: Database, job_id: int, error: str, run_after: float) -> None:
-    """A running job that failed goes back in line (its place kept) for another attempt."""
     await db.execute(
         "UPDATE jobs SET state = 'queued', error = ?, run_after = ?, lease_until = NULL"
         " WHERE id = ? AND state = 'running'",
@@ -108,7 +99,6 @@ async def retry_at(db: Database, job_id: int, error: str, run_after: float) -> N
 
 
 async def requeue_uncounted(db: Database, job_id: int, now: float) -> None:
-    """A running job that was interrupted goes back in line, its attempt not counted."""
     await db.execute(
         "UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), lease_until = NULL,"
         " run_after = ? WHERE id = ? AND state = 'running'",
@@ -130,10 +120,9 @@ async def requeue_lost(
     expired_before: float | None = None,
     alive: list[int] = (),
 ) -> tuple[list[Job], int]:
-    """Jobs left running by a dead process (all running ones; with `expired_before`, those
-    whose lease ended before it and that are not `alive` here) go back in line, their
-    attempt counted; those at their limit fail for good instead, `lost(job)` their error.
-    Returns (the jobs that failed for good, how many went back in line)."""
+    """Jobs left running by a dead process (with `expired_before`, those whose lease ended
+    before it and that are not `alive` here) go back in line, their attempt counted; those at
+    their limit fail for good instead. Returns (those, how many went back in line)."""
     where, args = "state = 'running'", ()
     if expired_before is not None:
         where += f" AND lease_until < ? AND id NOT IN ({','.join('?' * len(alive))})"
@@ -155,7 +144,6 @@ async def requeue_lost(
 
 
 async def busy(db: Database, key: str) -> bool:
-    """Whether the key has a job running or in line."""
     row = await db.fetchone(
         f"SELECT 1 FROM jobs WHERE key = ? AND state IN {sql_in(UNFINISHED_JOB)} LIMIT 1",
         (key,),
@@ -164,7 +152,6 @@ async def busy(db: Database, key: str) -> bool:
 
 
 async def in_line_behind(db: Database, key: str, job_id: int) -> bool:
-    """Whether the key has another job queued or waiting besides `job_id`."""
     row = await db.fetchone(
         "SELECT 1 FROM jobs WHERE key = ? AND state IN ('queued', 'waiting') AND id != ?",
         (key, job_id),
@@ -187,18 +174,7 @@ async def counts(db: Database) -> dict[str, int]:
     return {row["state"]: row["n"] for row in rows}
 
 
-async def states(db: Database, kind: str | None = None, key: str | None = None) -> list[str]:
-    """The states of the jobs of a kind and/or key, oldest first."""
-    rows = await db.fetchall(
-        "SELECT state FROM jobs WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR key = ?)"
-        " ORDER BY id",
-        (kind, kind, key, key),
-    )
-    return [row["state"] for row in rows]
-
-
 async def prune(db: Database, older_than: float, chunk: int) -> int:
-    """Delete finished jobs from before `older_than`, `chunk` at a time."""
     return await delete_in_chunks(
         db,
         older_than,

@@ -1,6 +1,4 @@
-"""The SQL of the finding ledger: a PR's `F` numbers with what identifies each across pushes
-(see `bot.review.ledger`, the only caller), and the PR's findings in review order, from
-which what people did with each number is read."""
+"""The SQL of the finding ledger (see `bot.review.ledger`, the only caller)."""
 
 from __future__ import annotations
 
@@ -15,8 +13,6 @@ from bot.records.vocab import DRAFTED, sql_in
 
 @dataclass(frozen=True)
 class NewEntry:
-    """A ledger row's identifying columns, in the table's order."""
-
     ordinal: int
     fingerprint: str
     path: str
@@ -26,8 +22,6 @@ class NewEntry:
 
 @dataclass(frozen=True)
 class LedgerWrites:
-    """What one push does to the ledger, written with the draft's findings."""
-
     pull_id: int
     review_id: int
     head_sha: str
@@ -38,13 +32,13 @@ class LedgerWrites:
 
 
 async def entries(db: Database, pull_id: int) -> list[LedgerEntry]:
-    rows = await db.fetchall("SELECT * FROM ledger WHERE pull_id = ? ORDER BY ordinal", (pull_id,))
-    return [LedgerEntry.from_row(row) for row in rows]
+    return await LedgerEntry.all(
+        db, "SELECT * FROM ledger WHERE pull_id = ? ORDER BY ordinal", (pull_id,)
+    )
 
 
 async def history(db: Database, pull_id: int) -> list[tuple[str, str, Finding]]:
-    """Every finding of the PR's drafts, oldest review first: (review state, head sha,
-    finding)."""
+    """Every finding of the PR's drafts, oldest review first: (review state, head sha, finding)."""
     rows = await db.fetchall(
         "SELECT f.*, r.state AS review_state, r.head_sha AS review_head FROM findings f"
         " JOIN reviews r ON r.id = f.review_id"
@@ -58,16 +52,16 @@ async def history(db: Database, pull_id: int) -> list[tuple[str, str, Finding]]:
 async def last_reviewed(db: Database, pull_id: int, before: int) -> Review | None:
     """The PR's newest review before `before` that made a draft (its head is where the next
     push's delta starts)."""
-    row = await db.fetchone(
+    return await Review.one(
+        db,
         "SELECT * FROM reviews WHERE pull_id = ? AND id < ?"
         f" AND state IN {sql_in(DRAFTED)} ORDER BY id DESC LIMIT 1",
         (pull_id, before),
     )
-    return Review.from_row(row) if row else None
 
 
 async def next_ordinal(db: Database, pull_id: int) -> int:
-    """The PR's next free `F` number (numbers of drafts older than the ledger count too)."""
+    """Numbers of drafts older than the ledger count too."""
     row = await db.fetchone(
         "SELECT MAX(n) AS n FROM (SELECT MAX(ordinal) AS n FROM ledger WHERE pull_id = ?"
         " UNION ALL SELECT MAX(f.ordinal) AS n FROM findings f JOIN reviews r"

@@ -1,5 +1,4 @@
-"""A session's native messages (each provider's own shape) in order, `msg-0, msg-1, …`: the
-only module that stores or reads `messages`."""
+"""A session's native messages (each provider's own shape) in order: `msg-0, msg-1, …`."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ async def append_messages(
     github_comment_id: int | None = None,
     source: str | None = None,
 ) -> list[str]:
-    """Store native messages in order; ids are `msg-<seq>`, stable across restarts. `source`
-    names the command a person's message came from (`comment:line`), so a retried turn
-    finds it instead of adding it again."""
+    """Ids are `msg-<seq>`, stable across restarts. `source` names the command a person's
+    message came from (`comment:line`), so a retried turn finds it instead of adding it again."""
     now = time.time()
     async with db.transaction() as conn:
         cursor = await conn.execute(
@@ -62,10 +60,9 @@ async def load_messages(db: Database, session_id: int) -> list[dict[str, Any]]:
 
 
 async def messages(db: Database, session_id: int) -> list[Message]:
-    rows = await db.fetchall(
-        "SELECT * FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
+    return await Message.all(
+        db, "SELECT * FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
     )
-    return [Message.from_row(row) for row in rows]
 
 
 async def since_source(db: Database, session_id: int, source: str) -> list[Message] | None:
@@ -77,7 +74,6 @@ async def since_source(db: Database, session_id: int, source: str) -> list[Messa
 
 
 async def link_comment(db: Database, session_id: int, message_id: str, comment_id: int) -> None:
-    """The PR comment a message produced."""
     await db.execute(
         "UPDATE messages SET github_comment_id = ? WHERE session_id = ? AND id = ?",
         (comment_id, session_id, message_id),

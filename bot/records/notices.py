@@ -1,5 +1,4 @@
-"""What must not repeat too often: notices given (`notices`) and model-starting commands run
-(`command_uses`), counted in the database so every process sees the same windows."""
+"""Notices and model-starting commands counted in the database, so every process agrees."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ from bot.records.database import Database
 
 
 async def first_notice(db: Database, key: str, now: float, every: float) -> bool:
-    """True when notice `key` was not given in the last `every` seconds (it counts as given
-    now); False otherwise."""
+    """True when notice `key` was not given in the last `every` seconds (it counts as given now)."""
     row = await db.fetchone(
         "INSERT INTO notices (key, sent_at) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
         " SET sent_at = excluded.sent_at WHERE notices.sent_at <= ? RETURNING key",
@@ -28,8 +26,7 @@ async def take_uses(
 ) -> tuple[int, float] | None:
     """One use of every key, when each (key, count, seconds) has room in its window: None.
     Else nothing is counted, and (the index of the first full window, seconds until it has
-    room). One decision at a time across processes (an advisory lock on Postgres, the write
-    lock on SQLite)."""
+    room). One decision at a time across processes."""
     async with db.transaction(lock="command_uses") as conn:
         for index, (key, count, seconds) in enumerate(windows):
             cursor = await conn.execute(
@@ -47,5 +44,4 @@ async def take_uses(
 
 
 async def forget_command_uses(db: Database, older_than: float) -> int:
-    """Uses older than every window."""
     return await db.execute("DELETE FROM command_uses WHERE used_at < ?", (older_than,))

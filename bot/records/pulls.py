@@ -1,5 +1,4 @@
-"""Pull requests as deliveries and API reads show them (`pulls`), known by their repository's
-id; and what leaves with an installation."""
+"""Pull requests as deliveries and API reads show them, known by their repository's id."""
 
 from __future__ import annotations
 
@@ -12,11 +11,8 @@ from bot.records.types import Pull
 
 
 async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr: dict) -> int:
-    """Record the PR as the payload shows it; returns the `pulls.id`.
-
-    A PR is known by its repository's id: a renamed or transferred repository keeps its
-    state, and a new repository that takes an old name never inherits the old one's (the
-    old rows give the name up)."""
+    """A renamed or transferred repository keeps its PRs' state, and a new repository that
+    takes an old name never inherits the old one's (the old rows give the name up)."""
     values: dict[str, Any] = {
         "installation_id": installation_id,
         "repo": repo["full_name"],
@@ -74,33 +70,28 @@ async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr:
 
 
 async def get_pull(db: Database, repo: str, number: int) -> Pull | None:
-    row = await db.fetchone("SELECT * FROM pulls WHERE repo = ? AND number = ?", (repo, number))
-    return Pull.from_row(row) if row else None
+    return await Pull.one(db, "SELECT * FROM pulls WHERE repo = ? AND number = ?", (repo, number))
 
 
 async def find_pull(db: Database, repo: dict, number: int) -> Pull | None:
-    """The PR of a payload's `repository`, by its id (by name for payloads without one)."""
+    """By the repository's id (by name for payloads without one)."""
     if isinstance(repo.get("id"), int):
-        row = await db.fetchone(
-            "SELECT * FROM pulls WHERE repo_id = ? AND number = ?", (repo["id"], number)
+        return await Pull.one(
+            db, "SELECT * FROM pulls WHERE repo_id = ? AND number = ?", (repo["id"], number)
         )
-        return Pull.from_row(row) if row else None
     return await get_pull(db, repo["full_name"], number)
 
 
 async def pull_by_id(db: Database, pull_id: int) -> Pull | None:
-    row = await db.fetchone("SELECT * FROM pulls WHERE id = ?", (pull_id,))
-    return Pull.from_row(row) if row else None
+    return await Pull.one(db, "SELECT * FROM pulls WHERE id = ?", (pull_id,))
 
 
 async def installation_pulls(db: Database, installation_id: int) -> list[int]:
-    """The ids of the installation's PRs."""
     rows = await db.fetchall("SELECT id FROM pulls WHERE installation_id = ?", (installation_id,))
     return [int(row["id"]) for row in rows]
 
 
 async def closed_pull_refs(db: Database) -> dict[str, list[int]]:
-    """The numbers of the closed PRs, by repository."""
     rows = await db.fetchall("SELECT repo, number FROM pulls WHERE state = 'closed'")
     found: dict[str, list[int]] = {}
     for row in rows:
@@ -109,9 +100,8 @@ async def closed_pull_refs(db: Database) -> dict[str, list[int]]:
 
 
 async def delete_installation(db: Database, installation_id: int) -> list[str]:
-    """Delete the installation's PRs, reviews, findings, review figures (out of the sums too)
-    and processed deliveries (its sessions go first, through `bot.records.sessions`);
-    returns its repositories."""
+    """Its PRs, reviews, findings, review figures (out of the sums too) and processed
+    deliveries (its sessions go first, through `bot.records.sessions`); returns its repositories."""
     rows = await db.fetchall(
         "SELECT DISTINCT repo FROM pulls WHERE installation_id = ?", (installation_id,)
     )

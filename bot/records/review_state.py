@@ -38,8 +38,7 @@ async def create(
     requested_by: str | None = None,
     held: str | None = None,
 ) -> int:
-    """A new queued review (inside the caller's transaction), or with `held` one that is not
-    started and says why; the PR's older queued or running review is superseded by it."""
+    """The PR's older queued or running review is superseded by it (caller's transaction)."""
     now = time.time()
     await conn.execute(
         "UPDATE reviews SET state = 'superseded', updated_at = ?"
@@ -59,7 +58,6 @@ async def create(
 async def create_held(
     db: Database, pull_id: int, head_sha: str, provider: str, why: str, *, reason: str
 ) -> int:
-    """A review that is not started (e.g. an outside author's PR); `why` is shown on the PR."""
     async with db.transaction() as conn:
         return await create(conn, pull_id, head_sha, provider, reason=reason, held=why)
 
@@ -79,7 +77,6 @@ async def cancel(db: Database, review_id: int, why: str) -> bool:
 
 
 async def cancel_pull(db: Database, pull_id: int, why: str, *, queued_only: bool = False) -> int:
-    """Cancel a PR's queued (and, unless `queued_only`, running) reviews; how many were."""
     sources = (ReviewState.QUEUED,) if queued_only else ACTIVE
     return await db.execute(
         "UPDATE reviews SET state = ?, progress = ?, updated_at = ?"
@@ -100,8 +97,7 @@ async def end_revision(db: Database, review_id: int) -> bool:
 
 
 async def recover_revisions(db: Database) -> int:
-    """At start-up: a revision interrupted by a crash leaves its draft approvable again
-    (`approve` rebuilds the pending review from the stored findings)."""
+    """At start-up: a revision interrupted by a crash leaves its draft approvable again."""
     return await db.execute(
         "UPDATE reviews SET state = ?, updated_at = ? WHERE state = ?",
         (ReviewState.DRAFT, time.time(), ReviewState.REVISING),
@@ -132,15 +128,15 @@ async def end_run(
     db: Database, review_id: int, owner: str, to: ReviewState, **fields: Any
 ) -> Review | None:
     """running → draft / failed / cancelled, only while `owner` owns the run; the review as
-    it ended (None: it did not, this attempt no longer owns it or it ended otherwise)."""
+    it ended (None: it did not)."""
     assert to in (ReviewState.DRAFT, ReviewState.FAILED, ReviewState.CANCELLED)
     fields = {"state": to, **fields, "updated_at": time.time()}
-    row = await db.fetchone(
+    return await Review.one(
+        db,
         f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)}"
         " WHERE id = ? AND state = 'running' AND run_owner = ? RETURNING *",
         (*fields.values(), review_id, owner),
     )
-    return Review.from_row(row) if row else None
 
 
 async def _move(
@@ -156,7 +152,6 @@ async def _move(
 
 
 async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
-    """Drafts of an older head go stale when the PR moves on; returns how many did."""
     return await db.execute(
         "UPDATE reviews SET stale = 1, updated_at = ?"
         " WHERE pull_id = ? AND head_sha != ? AND state = 'draft' AND stale = 0",
@@ -167,9 +162,8 @@ async def mark_stale(db: Database, pull_id: int, head_sha: str) -> int:
 async def drop_findings(
     db: Database, review_id: int, ordinals: tuple[int, ...], why: str | None = None, *, by: str
 ) -> bool:
-    """A person (`by`: their login) drops findings from the draft (`why`: their reason): only
-    while it is a draft (not being revised or published). False, and nothing changed, when it
-    is not."""
+    """Only while it is a draft (not being revised or published); False, and nothing changed,
+    when it is not."""
     changed = await db.execute(
         "UPDATE findings SET state = 'dropped', checked_by = 'human', dropped_by = ?, why = ?"
         f" WHERE review_id = ? AND ordinal IN ({_marks(ordinals)})"
@@ -182,9 +176,9 @@ async def drop_findings(
 async def claim_posting(
     db: Database, review_id: int, actor: str, event: str, chosen: list[int]
 ) -> bool:
-    """draft → posting by `actor` publishing `chosen` as `event`, recorded in the same commit
-    (so a crash at any point leaves enough to finish exactly once; findings not chosen are
-    skipped); False when someone else got there first."""
+    """draft → posting, recorded in the same commit (so a crash at any point leaves enough to
+    finish exactly once; findings not chosen are skipped); False when someone else got there
+    first."""
     progress = say(PEOPLE, "progress", step="publishing")
     async with db.transaction() as conn:
         cursor = await conn.execute(
@@ -208,8 +202,7 @@ async def claim_posting(
 
 
 async def release(db: Database, review_id: int) -> bool:
-    """posting → draft, when the publish provably did not happen: approve may run again (its
-    skipped findings are kept again, in the same commit)."""
+    """posting → draft, when the publish provably did not happen."""
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "UPDATE reviews SET state = 'draft' WHERE id = ? AND state = 'posting'", (review_id,)
@@ -281,8 +274,8 @@ async def set_findings(
     numbered: list[tuple[int, DraftFinding]],
     writes: LedgerWrites | None = None,
 ) -> None:
-    """A new draft's findings under their `F` numbers (the PR's ledger's), all kept, and
-    what the push did to the ledger, in one commit."""
+    """A new draft's findings under their `F` numbers, all kept, and what the push did to the
+    ledger, in one commit."""
     async with db.transaction() as conn:
         await conn.execute("DELETE FROM findings WHERE review_id = ?", (review_id,))
         await conn.executemany(

@@ -1,6 +1,4 @@
-"""Reviews and their findings as records: reads, the details a review carries (progress, the
-ids of its GitHub objects, its texts) and their cost. Their state changes only through
-`bot.records.review_state`."""
+"""Reviews and their findings as records; their state changes only in `review_state`."""
 
 from __future__ import annotations
 
@@ -13,29 +11,25 @@ from bot.records.vocab import ACTIVE, DRAFTED, STOPPED, sql_in
 
 
 async def get_review(db: Database, review_id: int) -> Review | None:
-    row = await db.fetchone("SELECT * FROM reviews WHERE id = ?", (review_id,))
-    return Review.from_row(row) if row else None
+    return await Review.one(db, "SELECT * FROM reviews WHERE id = ?", (review_id,))
 
 
 async def latest_review(db: Database, pull_id: int) -> Review | None:
-    row = await db.fetchone(
-        "SELECT * FROM reviews WHERE pull_id = ? ORDER BY id DESC LIMIT 1", (pull_id,)
+    return await Review.one(
+        db, "SELECT * FROM reviews WHERE pull_id = ? ORDER BY id DESC LIMIT 1", (pull_id,)
     )
-    return Review.from_row(row) if row else None
 
 
 async def latest_draft(db: Database, pull_id: int) -> Review | None:
-    """The newest review that produced a draft (draft, revising, posting or posted)."""
-    row = await db.fetchone(
+    return await Review.one(
+        db,
         f"SELECT * FROM reviews WHERE pull_id = ? AND state IN {sql_in(DRAFTED)}"
         " ORDER BY id DESC LIMIT 1",
         (pull_id,),
     )
-    return Review.from_row(row) if row else None
 
 
 async def newest_state(db: Database) -> str | None:
-    """The state of the newest review of all."""
     row = await db.fetchone("SELECT state FROM reviews ORDER BY id DESC LIMIT 1")
     return row["state"] if row else None
 
@@ -55,8 +49,7 @@ async def head_handled(db: Database, pull_id: int, head_sha: str, since: float) 
 async def automatic_reviews_since(
     conn: Any, installation_id: int | None, author: str, since: float
 ) -> int:
-    """Reviews started without anyone asking, of this author's PRs in the installation
-    (inside the caller's transaction)."""
+    """Reviews started without anyone asking, of this author's PRs in the installation."""
     cursor = await conn.execute(
         "SELECT COUNT(*) FROM reviews r JOIN pulls p ON p.id = r.pull_id"
         " WHERE COALESCE(p.installation_id, 0) = COALESCE(?, 0) AND p.author = ?"
@@ -69,7 +62,6 @@ async def automatic_reviews_since(
 
 
 async def owns_run(db: Database, review_id: int, owner: str) -> bool:
-    """Whether `owner` (a job attempt) owns the review's run."""
     row = await db.fetchone(
         "SELECT 1 FROM reviews WHERE id = ? AND run_owner = ?", (review_id, owner)
     )
@@ -77,7 +69,6 @@ async def owns_run(db: Database, review_id: int, owner: str) -> bool:
 
 
 async def status_comment_of(db: Database, pull_id: int) -> int | None:
-    """The status comment the PR's newest review that has one shows itself in."""
     row = await db.fetchone(
         "SELECT status_comment_id FROM reviews WHERE pull_id = ? AND status_comment_id"
         " IS NOT NULL ORDER BY id DESC LIMIT 1",
@@ -87,14 +78,13 @@ async def status_comment_of(db: Database, pull_id: int) -> int | None:
 
 
 async def mid_publish(db: Database) -> list[int]:
-    """Reviews left `posting` or `revising` (a publish or a revision under way)."""
     rows = await db.fetchall("SELECT id FROM reviews WHERE state IN ('posting', 'revising')")
     return [int(row["id"]) for row in rows]
 
 
 async def conversations_of(db: Database, pull_id: int) -> list[tuple[int, int | None]]:
-    """(review id, session id or None) of each review of the PR and each of its sessions:
-    what their worktrees are named after."""
+    """(review id, session id or None) of each review and session of the PR: what their
+    worktrees are named after."""
     rows = await db.fetchall(
         "SELECT r.id AS review_id, s.id AS session_id FROM reviews r"
         " LEFT JOIN sessions s ON s.review_id = r.id WHERE r.pull_id = ?",
@@ -104,28 +94,24 @@ async def conversations_of(db: Database, pull_id: int) -> list[tuple[int, int | 
 
 
 async def update_review(db: Database, review_id: int, **fields: Any) -> Review | None:
-    """Write a review's details (progress, ids of its GitHub objects, …) and hand back the
-    review as it is now; its state and staleness change only through `bot.records.review_state`."""
+    """Write a review's details and hand back the review as it is now."""
     assert not {"state", "stale"} & fields.keys(), "use bot.records.review_state"
     fields["updated_at"] = time.time()
-    row = await db.fetchone(
+    return await Review.one(
+        db,
         f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ? RETURNING *",
         (*fields.values(), review_id),
     )
-    return Review.from_row(row) if row else None
 
 
 async def load_findings(db: Database, review_id: int) -> list[Finding]:
-    """A review's findings in `F` order."""
-    rows = await db.fetchall(
-        "SELECT * FROM findings WHERE review_id = ? ORDER BY ordinal", (review_id,)
+    return await Finding.all(
+        db, "SELECT * FROM findings WHERE review_id = ? ORDER BY ordinal", (review_id,)
     )
-    return [Finding.from_row(row) for row in rows]
 
 
 async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> int:
-    """Delete the reviews, findings and ledgers of PRs closed before `older_than`, `chunk` rows at a
-    time; what they counted for stays in `review_figures`, their runs until `prune_runs`."""
+    """What they counted for stays in `review_figures`, their runs until `prune_runs`."""
     closed = (  # a PR whose figures are still to be counted waits (bot.records.stats)
         "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
         " AND id NOT IN (SELECT pull_id FROM figures_stale)"

@@ -1,13 +1,13 @@
-"""Model runs and their spend: one `runs` row per model execution (whatever started it) and its
-per-model `run_usage`, and what they add up to."""
+"""Model runs (one `runs` row per model execution) and their spend."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from bot.records.database import Database, delete_in_chunks
+from bot.records.database import Database, delete_in_chunks, marks
 
 # Run starts take this lock (Postgres: a transaction advisory lock; SQLite's BEGIN IMMEDIATE
 # already excludes every other writer), so two runs cannot both take an installation's last
@@ -18,32 +18,31 @@ _SPENT = (
     " WHERE COALESCE(installation_id, 0) = COALESCE(?, 0) AND started_at >= ?"
 )
 # Told what the run's installation had spent since the day began before this run (runs,
-# USD); raises to refuse the run (its row is rolled back).
+# USD); refuses the run by raising (bot.agents.budget.DailyBudgetSpent), which rolls its row
+# back.
 Admit = Callable[[int, float], None]
 
 
-async def start_run(
-    db: Database,
-    *,
-    kind: str,
-    subkind: str | None,
-    session_id: int,
-    review_id: int | None,
-    provider: str,
-    model: str,
-    skill_version_id: int | None,
-    now: float,
-    since: float,
-    admit: Admit | None,
-) -> int:
-    """The run's row, charged to its PR's installation (a schema trigger does that)
-    and kept only when `admit` lets it through, in one transaction under RUN_START_LOCK."""
+@dataclass(frozen=True)
+class NewRun:
+    kind: str
+    subkind: str | None
+    session_id: int
+    review_id: int | None
+    provider: str
+    model: str
+    skill_version_id: int | None
+    started_at: float
+
+
+async def start_run(db: Database, run: NewRun, *, since: float, admit: Admit | None) -> int:
+    """The run's row, charged to its PR's installation (a schema trigger does that) and kept
+    only when `admit` does not raise, in one transaction under RUN_START_LOCK."""
+    values = asdict(run)
     async with db.transaction(lock=RUN_START_LOCK) as conn:
         cursor = await conn.execute(
-            "INSERT INTO runs (kind, subkind, session_id, review_id, provider, model,"
-            " skill_version_id, status, started_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-            (kind, subkind, session_id, review_id, provider, model, skill_version_id, now),
+            f"INSERT INTO runs ({', '.join(values)}) VALUES ({marks(values)})",
+            tuple(values.values()),
         )
         run_id = int(cursor.lastrowid or 0)
         if admit is not None:

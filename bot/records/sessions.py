@@ -1,6 +1,4 @@
-"""Sessions (model conversations) and the cross-reviews between them: the only writer of a
-session's status (active, busy, ended, failed) and of `session_reviews`. Their messages are
-`bot.records.messages`."""
+"""Sessions and cross-reviews: the only writer of a session's status and of `session_reviews`."""
 
 from __future__ import annotations
 
@@ -25,7 +23,6 @@ async def create_session(
     pull_id: int | None = None,
     review_id: int | None = None,
 ) -> Session:
-    """A primary session (a reviewer's conversation)."""
     async with db.transaction() as conn:
         session_id = await _insert(
             conn, provider, model, SessionRole.PRIMARY, pull_id, review_id, None
@@ -42,8 +39,8 @@ async def start_verify_session(
     review_id: int | None,
     draft_session_id: int | None,
 ) -> Session:
-    """The verify pass's own conversation (role `verify`), linked to the draft's session; it
-    ends with its one turn (`end_session`)."""
+    """The verify pass's own conversation, linked to the draft's session; it ends with its
+    one turn."""
     async with db.transaction() as conn:
         session_id = await _insert(
             conn, provider, model, SessionRole.VERIFY, pull_id, review_id, draft_session_id
@@ -82,8 +79,8 @@ async def start_cross_review(
     prompt: str,
     title: str,
 ) -> Session:
-    """A child session on `provider` and its `session_reviews` row, in one commit; raises
-    OneActive when the parent already has an active cross-review (also under races)."""
+    """A child session and its `session_reviews` row, in one commit; OneActive when the
+    parent already has an active cross-review (also under races)."""
     now = time.time()
     try:
         async with db.transaction() as conn:
@@ -123,31 +120,30 @@ async def get_session(db: Database, session_id: int) -> Session:
 
 
 async def primary_of_review(db: Database, review_id: int) -> Session | None:
-    row = await db.fetchone(
+    return await Session.one(
+        db,
         "SELECT * FROM sessions WHERE review_id = ? AND role = 'primary' ORDER BY id DESC LIMIT 1",
         (review_id,),
     )
-    return Session.from_row(row) if row else None
 
 
 async def active_cross_review(db: Database, parent_id: int) -> CrossReview | None:
-    row = await db.fetchone(
+    return await CrossReview.one(
+        db,
         "SELECT * FROM session_reviews WHERE parent_session_id = ? AND ended_at IS NULL",
         (parent_id,),
     )
-    return CrossReview.from_row(row) if row else None
 
 
 async def open_sessions(db: Database, pull_id: int) -> list[Session]:
-    rows = await db.fetchall(
+    return await Session.all(
+        db,
         f"SELECT * FROM sessions WHERE pull_id = ? AND status IN {sql_in(OPEN_SESSION)}",
         (pull_id,),
     )
-    return [Session.from_row(row) for row in rows]
 
 
 async def end_review_sessions(db: Database, review_id: int) -> None:
-    """A review that failed or was stopped: its conversation ends with it."""
     rows = await db.fetchall(
         f"SELECT id FROM sessions WHERE review_id = ? AND status IN {sql_in(OPEN_SESSION)}",
         (review_id,),
@@ -164,7 +160,7 @@ async def has_active_cross_review(db: Database, review_id: int) -> bool:
 
 
 async def _set(db: Database, session_id: int, status: str) -> bool:
-    """An open session becomes `status` (busy, or active again); False when it is not open."""
+    """False when the session is not open."""
     changed = await db.execute(
         "UPDATE sessions SET status = ?, updated_at = ? WHERE id = ? AND status IN (?, ?)",
         (status, time.time(), session_id, *OPEN_SESSION),
@@ -173,7 +169,6 @@ async def _set(db: Database, session_id: int, status: str) -> bool:
 
 
 async def touch(conn: Any, session_id: int, now: float) -> None:
-    """The session spoke (inside the caller's transaction)."""
     await conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
 
 
@@ -186,8 +181,7 @@ async def mark_idle(db: Database, session_id: int) -> bool:
 
 
 async def end_session(db: Database, session_id: int, *, failed: str | None = None) -> None:
-    """End a session (failed, with the reason, when its provider gave up); its active
-    cross-reviews end too, as child or as parent, with their message counts."""
+    """Its active cross-reviews end too, as child or as parent, with their message counts."""
     now = time.time()
     status = SessionStatus.FAILED if failed else SessionStatus.ENDED
     async with db.transaction() as conn:
@@ -202,8 +196,7 @@ async def end_session(db: Database, session_id: int, *, failed: str | None = Non
 
 
 async def end_pull_sessions(db: Database, pull_id: int, *, keep_review: int | None = None) -> None:
-    """End the PR's sessions (all of them when it closed; those of older drafts when a new
-    draft replaces them) and the cross-reviews between them."""
+    """All of them when the PR closed; those of older drafts when a new draft replaces them."""
     now = time.time()
     where = "pull_id = ?" + (" AND COALESCE(review_id, 0) != ?" if keep_review else "")
     args: tuple = (pull_id, keep_review) if keep_review else (pull_id,)
@@ -252,7 +245,6 @@ async def settle_sessions_at_start(db: Database) -> int:
 
 
 async def delete_installation_sessions(db: Database, installation_id: int) -> None:
-    """The App was uninstalled: its PRs' conversations are deleted."""
     sessions = (
         "SELECT id FROM sessions WHERE pull_id IN (SELECT id FROM pulls WHERE installation_id = ?)"
     )
@@ -266,8 +258,6 @@ async def delete_installation_sessions(db: Database, installation_id: int) -> No
 
 
 async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> int:
-    """Delete the conversations of PRs closed before `older_than`, `chunk` rows at a time
-    (the write lock is never held long)."""
     closed = (  # a PR whose figures are still to be counted waits (bot.records.stats)
         "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
         " AND id NOT IN (SELECT pull_id FROM figures_stale)"
@@ -286,9 +276,8 @@ async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> 
 
 
 async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -> int:
-    """Delete the sessions of no PR (eval replays make them) last touched before
-    `older_than`, and their messages: nobody can continue one, having no PR to comment on.
-    Their runs (and what they cost) stay."""
+    """Sessions of no PR (eval replays make them): nobody can continue one, having no PR to
+    comment on. Their runs (and what they cost) stay."""
     detached = "SELECT id FROM sessions WHERE pull_id IS NULL AND updated_at < ?"
     return await delete_in_chunks(
         db,

@@ -8,7 +8,6 @@ from bot.records.database import Database
 
 
 async def skill_version(db: Database, name: str, sha256: str, text: str) -> int:
-    """The id of this prompt text's version, stored the first time it is seen."""
     await db.execute(
         "INSERT INTO skill_versions (name, sha256, body, created_at) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (sha256) DO NOTHING",

@@ -1,6 +1,4 @@
-"""SQLite storage (aiosqlite, WAL): one server process owns the file and applies every
-schema step at every start, in one exclusive transaction (so processes opening a new file at
-once take turns); a reporting command opens it without changing the schema."""
+"""SQLite storage (aiosqlite, WAL): one server process owns the file."""
 
 from __future__ import annotations
 
@@ -16,15 +14,12 @@ import aiosqlite
 
 from bot.records.database import Interrupted
 from bot.records.jobs import REPAIR_LINES
-from bot.records.schema import STEPS, VERSIONS, Migrated, behind
+from bot.records.schema import SQLITE, STEPS, VERSIONS, Migrated, behind, ddl, statements
 
 BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
 
 class SqliteDatabase:
-    """`bot.records.database.Database` on one aiosqlite connection (one process owns the
-    file); writes and multi-statement work go through `transaction()`."""
-
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
         self.migrated: Migrated | None = None  # what opening it applied (None: opened as is)
@@ -42,10 +37,9 @@ class SqliteDatabase:
     async def open(
         cls, path: Path | str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, migrate: bool = True
     ) -> SqliteDatabase:
-        """Open the database. `migrate`: create it if need be and apply the schema's steps
-        (`migrated` says what that did); else open an existing file as it is. WAL with
-        `synchronous=NORMAL` survives a killed process; the inbox commits deliveries on its
-        own connection at `synchronous=FULL`."""
+        """`migrate`: create it if need be and apply the schema's steps; else open an existing
+        file as it is. WAL with `synchronous=NORMAL` survives a killed process; the inbox commits
+        deliveries on its own connection at `synchronous=FULL`."""
         if str(path) == ":memory:":
             target, uri = ":memory:", False
         elif migrate:
@@ -75,15 +69,13 @@ class SqliteDatabase:
         await self.conn.close()
 
     async def migrate(self) -> Migrated:
-        """Apply every step (each is idempotent, so every start runs them all) and record the
-        new ones, in one exclusive transaction: a second process opening a new file at the
-        same time waits for it, then finds everything there."""
+        """Every step (each is idempotent) at every start, in one exclusive transaction: a second
+        process opening a new file at the same time waits for it, then finds everything there."""
         async with self._lock:
             await self.conn.execute("BEGIN IMMEDIATE")
             try:
                 done = Migrated(before=await self._recorded_version())
-                for statement in _statements(VERSIONS):
-                    await self.conn.execute(statement)
+                await self._apply(VERSIONS)
                 for step in STEPS:
                     await self._apply(step.schema)
                     for table, column, declaration in step.columns:
@@ -93,6 +85,7 @@ class SqliteDatabase:
                                 f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
                             )
                     await self._apply(step.after)
+                    await self._apply(step.sqlite)
                 await self._apply(REPAIR_LINES)
                 recorded = await self.conn.execute_fetchall(
                     "INSERT INTO schema_versions (version, name, applied_at) VALUES "
@@ -109,7 +102,8 @@ class SqliteDatabase:
         return done
 
     async def _apply(self, script: str) -> None:
-        for statement in _statements(script):
+        """Statement by statement: `executescript` would commit the transaction."""
+        for statement in statements(ddl(script, SQLITE)):
             await self.conn.execute(statement)
 
     async def _recorded_version(self) -> int:
@@ -122,17 +116,14 @@ class SqliteDatabase:
         return int(rows[0][0] or 0)
 
     async def schema_version(self) -> int:
-        """The newest step recorded (0: none, or no record at all)."""
         async with self._lock:
             return await self._recorded_version()
 
     async def empty(self) -> bool:
-        """Nothing made yet: not a table (a file another process is only starting to make)."""
         row = await self.fetchone("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'")
         return not (row and row[0])
 
     async def check_schema(self) -> None:
-        """SchemaBehind unless every step of this release is recorded."""
         if (problem := behind(await self.schema_version())) is not None:
             raise problem
 
@@ -201,15 +192,3 @@ class SqliteDatabase:
         except (sqlite3.Error, ValueError):
             return False
         return True
-
-
-def _statements(script: str) -> list[str]:
-    """A script's statements one by one (a trigger's body is part of its statement):
-    `executescript` would commit the transaction they must run in."""
-    found, pending = [], ""
-    for piece in script.split(";"):
-        pending += piece + ";"
-        if sqlite3.complete_statement(pending):
-            found.append(pending.strip())
-            pending = ""
-    return [statement for statement in found if statement.strip("; \n")]

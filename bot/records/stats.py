@@ -1,13 +1,4 @@
-"""The SQL of `cockpit stats` and the review gauges of `/metrics`: what each provider and
-model's reviews came to (see `bot.stats` for the ratios).
-
-Each review that made a draft has a row of figures (`review_figures`), and each provider and
-model their sums (`figure_totals`), so a scrape reads a row per model however long the history.
-Every write the figures depend on marks its PR stale (schema triggers, `figures_stale`);
-`recount` counts those PRs' reviews again and moves the sums by the difference. A review's
-row outlives the review: when retention prunes a closed PR's reviews (and later their runs),
-what they counted for stays in the sums and in `cockpit stats`.
-"""
+"""The SQL of `cockpit stats` and the review gauges of `/metrics` (see `bot.stats` for ratios)."""
 
 from __future__ import annotations
 
@@ -92,8 +83,7 @@ ORDER BY provider, model
 
 @dataclass(frozen=True)
 class ModelFigures:
-    """What one provider and model's reviews that made a draft add up to (built from the
-    aggregate's row with its sums as ints: Postgres sums integers as numerics)."""
+    """Sums as ints: Postgres sums integers as numerics."""
 
     provider: str
     model: str  # '' when no session recorded it
@@ -124,8 +114,8 @@ def _per_review(where: str) -> str:
 async def model_figures(
     db: Database, *, since: float = 0.0, repo: str | None = None
 ) -> list[ModelFigures]:
-    """Per provider and model, the reviews created since `since` (epoch seconds) of `repo`
-    (OWNER/NAME; None: every repository) that made a draft, pruned ones included."""
+    """Per provider and model, the reviews created since `since` of `repo` (None: every
+    repository) that made a draft, pruned ones included."""
     per_review = _per_review("r.created_at >= ? AND p.repo = COALESCE(?, p.repo)")
     rows = await db.fetchall(
         _PER_MODEL.format(per_review=per_review, summed=_SUMMED),
@@ -145,8 +135,7 @@ async def model_figures(
 async def totals(db: Database, *, recount: int, timeout: float | None) -> list[ModelFigures]:
     """Every review's figures per provider and model, after counting again the reviews of
     PRs up to `recount` changes touched (what is left waits for the next call); statements
-    still running `timeout` seconds in are stopped (`Interrupted`). What it reads is a row
-    per model and what changed, never the history."""
+    still running `timeout` seconds in are stopped (`Interrupted`)."""
     async with db.transaction(lock=FIGURES_LOCK, timeout=timeout) as conn:
         await _recount(conn, recount)
         cursor = await conn.execute(
@@ -166,8 +155,7 @@ async def totals(db: Database, *, recount: int, timeout: float | None) -> list[M
 
 
 async def recount_stale(db: Database) -> int:
-    """Count again the reviews of every PR marked stale, a chunk per transaction; returns
-    how many marks were taken."""
+    """A chunk per transaction; returns how many marks were taken."""
     taken = 0
     while True:
         async with db.transaction(lock=FIGURES_LOCK) as conn:
@@ -178,8 +166,7 @@ async def recount_stale(db: Database) -> int:
 
 
 async def mark_uncounted(db: Database) -> int:
-    """Mark stale the PRs with a review that made a draft and has no figures yet (from
-    before they were kept, or not counted since); returns how many."""
+    """Mark stale the PRs with a review that made a draft and has no figures yet; how many."""
     rows = await db.fetchall(
         "INSERT INTO figures_stale (pull_id) SELECT DISTINCT r.pull_id FROM reviews r"
         f" WHERE r.state IN ({_marks(DRAFTED)}) AND NOT EXISTS"
@@ -192,7 +179,7 @@ async def mark_uncounted(db: Database) -> int:
 async def _recount(conn: Any, limit: int) -> int:
     """The oldest `limit` stale marks: their PRs' reviews counted again (rows of reviews
     that are gone stay as they were), the sums moved by the difference, the marks taken
-    (only those read: one added meanwhile stays for the next time). Returns how many."""
+    (only those read: one added meanwhile stays for the next time)."""
     cursor = await conn.execute(
         "SELECT id, pull_id FROM figures_stale ORDER BY id LIMIT ?", (limit,)
     )
@@ -227,9 +214,8 @@ async def _recount(conn: Any, limit: int) -> int:
 
 
 async def forget_pulls(conn: Any, pulls: str, args: Sequence[Any]) -> None:
-    """The figures of the reviews of the PRs `pulls` selects (`SELECT id FROM pulls …` with
-    `args`) taken out of the sums, and their rows and stale marks deleted: their installation
-    is gone, and nothing of it is kept. In the caller's transaction, under FIGURES_LOCK."""
+    """The figures of the reviews of the PRs `pulls` selects taken out of the sums, and their
+    rows and stale marks deleted. In the caller's transaction, under FIGURES_LOCK."""
     cursor = await conn.execute(
         f"SELECT {_ROW} FROM review_figures WHERE pull_id IN ({pulls})", args
     )
@@ -239,7 +225,6 @@ async def forget_pulls(conn: Any, pulls: str, args: Sequence[Any]) -> None:
 
 
 async def _move_totals(conn: Any, before: Sequence[Any], after: Sequence[Any]) -> None:
-    """The sums moved as the figures rows `before` become `after` (`_differences`)."""
     for (provider, model), change in _differences(before, after).items():
         await conn.execute(
             f"INSERT INTO figure_totals (provider, model, {', '.join(_TOTALS)})"
@@ -250,8 +235,7 @@ async def _move_totals(conn: Any, before: Sequence[Any], after: Sequence[Any]) -
 
 
 def _differences(before: Sequence[Any], after: Sequence[Any]) -> dict[tuple[str, str], dict]:
-    """(provider, model) → how much each of `_TOTALS` moves when the rows `before` become
-    the rows `after` (models that do not move are left out)."""
+    """(provider, model) → how much each of `_TOTALS` moves (models that move)."""
     found: dict[tuple[str, str], dict[str, int]] = {}
     for rows, sign in ((before, -1), (after, 1)):
         for row in rows:
@@ -263,7 +247,6 @@ def _differences(before: Sequence[Any], after: Sequence[Any]) -> dict[tuple[str,
 
 
 def _figures(row: Any) -> dict[str, int]:
-    """One review's row as what it adds to the sums."""
     usd = row["usd"]
     return {
         "reviews": 1,

@@ -1,20 +1,18 @@
-"""The records the database hands out, one frozen dataclass per kind of row: each is built by
-its `from_row` from whichever backend's row (sqlite3.Row, the Postgres row), never passed on
-as a row or a dict."""
+"""The records the database hands out, one frozen dataclass per kind of row."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any, Self
 
 from bot.records.vocab import CheckedBy, FindingState
 
 
 class Record:
-    """`from_row` for a frozen dataclass whose fields are columns of one row; a field typed
-    `bool` reads the backend's 0/1, one with `metadata={"json": COLUMN}` decodes the JSON
-    that COLUMN holds."""
+    """`from_row` for a frozen dataclass whose fields are columns of one row (either backend's):
+    a `bool` field reads the backend's 0/1, one with `metadata={"json": COLUMN}` decodes it."""
 
     @classmethod
     def from_row(cls, row: Any) -> Self:
@@ -27,11 +25,18 @@ class Record:
                 values[field.name] = bool(value) if field.type == "bool" else value
         return cls(**values)
 
+    @classmethod
+    async def one(cls, db: Any, sql: str, args: Sequence[Any] = ()) -> Self | None:
+        row = await db.fetchone(sql, args)
+        return cls.from_row(row) if row else None
+
+    @classmethod
+    async def all(cls, db: Any, sql: str, args: Sequence[Any] = ()) -> list[Self]:
+        return [cls.from_row(row) for row in await db.fetchall(sql, args)]
+
 
 @dataclasses.dataclass(frozen=True)
 class Pull(Record):
-    """A pull request as the last delivery or API read showed it."""
-
     id: int
     installation_id: int | None
     repo: str  # owner/name
@@ -51,8 +56,7 @@ class Pull(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Review(Record):
-    """One review of a PR head: its state (see bot.records.review_state), its draft's texts, and the
-    GitHub objects that show it."""
+    """One review of a PR head (its state: `bot.records.review_state`)."""
 
     id: int
     pull_id: int
@@ -91,8 +95,7 @@ class Review(Record):
 
 @dataclasses.dataclass(frozen=True)
 class DraftFinding:
-    """A finding of a new or revised draft before it has an `F` number: the reviewer's claim
-    as placed on the diff, and the verify pass's verdict once one is known."""
+    """A finding of a new or revised draft before it has an `F` number."""
 
     path: str
     severity: str
@@ -109,8 +112,6 @@ class DraftFinding:
 
 @dataclasses.dataclass(frozen=True)
 class Finding(Record):
-    """A stored finding of a draft."""
-
     id: int
     review_id: int
     ordinal: int  # its `F` number on the PR
@@ -139,8 +140,7 @@ class Finding(Record):
 @dataclasses.dataclass(frozen=True)
 class LedgerEntry(Record):
     """One `F` number of a PR for the PR's life: what identifies its finding across pushes
-    (path, the code it points at and its title's words, never its line), and what happened to
-    it that is not a finding's state (fixed by a push, repeats suppressed)."""
+    (never its line), and what happened to it that is not a finding's state."""
 
     pull_id: int
     ordinal: int
@@ -187,7 +187,7 @@ class CrossReview(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Message(Record):
-    """One native message of a session (a provider's own shape), in order."""
+    """One native message of a session (a provider's own shape)."""
 
     session_id: int
     seq: int
@@ -200,8 +200,6 @@ class Message(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Skill:
-    """A system prompt's text and its stored version (`skill_versions`)."""
-
     id: int
     name: str
     sha256: str
@@ -210,8 +208,7 @@ class Skill:
 
 @dataclasses.dataclass(frozen=True)
 class Job(Record):
-    """A job of the queue (either backend's): a kind of work on a key's line, its payload,
-    and its attempts so far (the running one included). `from_row` reads SQLite's `jobs`."""
+    """A job of either backend's queue; `attempts` counts the running one."""
 
     id: int
     kind: str
@@ -224,8 +221,6 @@ class Job(Record):
 
 @dataclasses.dataclass(frozen=True)
 class StoredDelivery(Record):
-    """A delivery as the inbox stored it, waiting for its job."""
-
     id: str
     event: str
     installation_id: int | None
@@ -236,8 +231,6 @@ class StoredDelivery(Record):
 
 @dataclasses.dataclass(frozen=True)
 class EvalRun(Record):
-    """One model's pass over an eval batch's cases (`eval_runs`)."""
-
     id: int
     provider: str
     model: str
@@ -248,8 +241,6 @@ class EvalRun(Record):
 
 @dataclasses.dataclass(frozen=True)
 class EvalCase(Record):
-    """A case an eval run finished (`eval_cases`)."""
-
     id: int
     head_sha: str
     wall_seconds: float | None
@@ -258,8 +249,6 @@ class EvalCase(Record):
 
 @dataclasses.dataclass(frozen=True)
 class StoredEvalFinding(Record):
-    """A finding an eval case scored (`eval_findings`)."""
-
     ordinal: int | None
     path: str | None
     line: int | None

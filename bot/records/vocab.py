@@ -1,5 +1,4 @@
-"""Every state a stored row can be in, and the groups of them the code asks about: one
-spelling each. A member equals the string stored (`StrEnum`), so rows need no conversion."""
+"""Every state a stored row can be in, and the groups of them the code asks about."""
 
 from __future__ import annotations
 
@@ -101,8 +100,6 @@ class DeliveryStatus(StrEnum):
 
 
 class RunStatus(StrEnum):
-    """A model run's, and an eval run's or case's."""
-
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
