@@ -16,7 +16,7 @@ from bot.records.pulls import pull_by_id
 from bot.records.reviews import load_findings
 from bot.records.vocab import ReviewState
 from bot.review.approve import publish, publishing_key
-from bot.review.status import Target
+from bot.review.target import Target
 from bot.server import CONTEXT, make_app
 from handlers import router
 from tests.conftest import WEBHOOK_SECRET, wait_for

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.records.pulls import find_pull, upsert_pull
 from bot.records.types import Pull
-from bot.review.status import Target
+from bot.review.target import Target
 
 if TYPE_CHECKING:
     from bot.context import Context

@@ -17,7 +17,8 @@ from bot.records.vocab import FindingState, ReviewState
 from bot.review.checkrun import finish_check
 from bot.review.pending import pending_review
 from bot.review.rules import DraftRules
-from bot.review.status import Target, show_status
+from bot.review.status import show_status
+from bot.review.target import Target
 from bot.texts import PEOPLE, say
 
 if TYPE_CHECKING:

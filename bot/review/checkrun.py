@@ -13,7 +13,7 @@ from bot.review.rules import DraftRules
 from bot.texts import PEOPLE, fit, neutralise_mentions, render, say
 
 if TYPE_CHECKING:
-    from bot.review.status import Target
+    from bot.review.target import Target
 
 CHECK_NAME = "PR Cockpit"
 ANNOTATION_BATCH = 50

@@ -31,7 +31,8 @@ from bot.review.checkrun import finish_check, start_check
 from bot.review.lifecycle import end_sessions
 from bot.review.pending import pending_review
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
-from bot.review.status import Target, show_status
+from bot.review.status import show_status
+from bot.review.target import Target
 from bot.review.threads import resolve_threads, thread_replies
 from bot.review.verify import choose_provider, verify_unverified
 from bot.texts import PEOPLE, say

@@ -15,7 +15,7 @@ from bot.review.status import where
 from bot.texts import PEOPLE, fit, render, say
 
 if TYPE_CHECKING:
-    from bot.review.status import Target
+    from bot.review.target import Target
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,8 @@ from bot.review.identity import NEAR_LINES, pair, same, words
 from bot.review.pending import pending_review
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.review.rules import DraftRules
-from bot.review.status import Target, show_status
+from bot.review.status import show_status
+from bot.review.target import Target
 from bot.review.verify import verify_unverified
 from bot.worktrees import Worktree
 

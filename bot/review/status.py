@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gidgethub
@@ -25,7 +24,8 @@ from bot.records.vocab import ACTIVE, ReviewState
 from bot.redaction import redact
 from bot.review.checkrun import finish_check
 from bot.review.rules import DraftRules
-from bot.texts import PEOPLE, STATUS_MARKER, fit, render, repo_url_of, say, usd
+from bot.review.target import Target
+from bot.texts import PEOPLE, STATUS_MARKER, fit, render, say, usd
 
 if TYPE_CHECKING:
     from bot.context import Context
@@ -56,36 +56,6 @@ def ledger_note(stored: str | None) -> dict[str, Any] | None:
     )  # fmt: skip
     older = {"resolve_error": None, "unconfirmed": [], "not_open": []}  # notes stored before
     return {**older, **note, **{f"{k}_refs": refs(note.get(k, [])) for k in lists}}
-
-
-@dataclass
-class Target:
-    ctx: Context
-    gh: Any
-    pull: Pull
-
-    @property
-    def repo_url(self) -> str | None:
-        """The repository's page on GitHub: the one place model text may link to."""
-        return repo_url_of(self.pull.html_url)
-
-    @property
-    def owner_repo(self) -> dict[str, Any]:
-        owner, name = self.pull.repo.split("/", 1)
-        return {"owner": owner, "repo": name, "number": self.pull.number}
-
-    async def comment(self, body: str) -> int:
-        created = await self.gh.post(
-            "/repos/{owner}/{repo}/issues/{number}/comments",
-            self.owner_repo,
-            data={"body": fit(redact(body))},
-        )
-        return int(created["id"])
-
-    def status_link(self, review: Review) -> str | None:
-        if not (self.pull.html_url and review.status_comment_id):
-            return None
-        return f"{self.pull.html_url}#issuecomment-{review.status_comment_id}"
 
 
 async def show_status(target: Target, review: Review) -> int:

@@ -14,7 +14,7 @@ from bot.redaction import redact
 from bot.texts import PEOPLE, say
 
 if TYPE_CHECKING:
-    from bot.review.status import Target
+    from bot.review.target import Target
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,8 @@ from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
 from bot.review.revise import apply_revision
 from bot.review.rules import files_left_out
-from bot.review.status import Target, refs
+from bot.review.status import refs
+from bot.review.target import Target
 from bot.skills import load_skill
 from bot.texts import render as render_text
 from bot.worktrees import GitError, Worktree

@@ -1,0 +1,43 @@
+"""Where on GitHub a PR's review goes: its repository, number and the installation's client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bot.records.types import Pull, Review
+from bot.redaction import redact
+from bot.texts import fit, repo_url_of
+
+if TYPE_CHECKING:
+    from bot.context import Context
+
+
+@dataclass
+class Target:
+    ctx: Context
+    gh: Any
+    pull: Pull
+
+    @property
+    def repo_url(self) -> str | None:
+        """The repository's page on GitHub: the one place model text may link to."""
+        return repo_url_of(self.pull.html_url)
+
+    @property
+    def owner_repo(self) -> dict[str, Any]:
+        owner, name = self.pull.repo.split("/", 1)
+        return {"owner": owner, "repo": name, "number": self.pull.number}
+
+    async def comment(self, body: str) -> int:
+        created = await self.gh.post(
+            "/repos/{owner}/{repo}/issues/{number}/comments",
+            self.owner_repo,
+            data={"body": fit(redact(body))},
+        )
+        return int(created["id"])
+
+    def status_link(self, review: Review) -> str | None:
+        if not (self.pull.html_url and review.status_comment_id):
+            return None
+        return f"{self.pull.html_url}#issuecomment-{review.status_comment_id}"
