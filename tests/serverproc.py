@@ -18,6 +18,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+PROBE = aiohttp.ClientTimeout(total=5)  # a listener that never answers is not our server
+
+
 class ServerProcess:
     """`cockpit serve` on a free loopback port. `data_dir=None` leaves COCKPIT_DATA_DIR
     unset (the default, `./data`, under `cwd`); `command` runs another installation's
@@ -36,15 +39,12 @@ class ServerProcess:
         flags: bool = False,
     ) -> None:
         self.role = role
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        listen = {"host": "127.0.0.1", "port": str(self.port)}
         self.env = {
             **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")},
             **env,
-            **({} if flags else {f"COCKPIT_{k.upper()}": v for k, v in listen.items()}),
         }
-        self.flags = [f"--{k}={v}" for k, v in listen.items()] if flags else []
+        self.listen_flags = flags
+        self._listen_on(free_port())
         if data_dir is not None:
             self.env["COCKPIT_DATA_DIR"] = str(data_dir)
         self.cwd = cwd
@@ -52,7 +52,29 @@ class ServerProcess:
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
+    def _listen_on(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        listen = {"host": "127.0.0.1", "port": str(port)}
+        self.flags = [f"--{k}={v}" for k, v in listen.items()] if self.listen_flags else []
+        if not self.listen_flags:
+            self.env.update({f"COCKPIT_{k.upper()}": v for k, v in listen.items()})
+
     async def start(self, timeout: float = 60.0) -> None:  # a loaded machine starts slowly
+        # The free port was free when picked; another process of a parallel run may take it
+        # before the server binds it (an outgoing connection's ephemeral port, too): pick again.
+        for _ in range(3):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                return await self._start(timeout)
+            except RuntimeError:
+                told = self.log_path.read_bytes()[logged:].decode(errors="replace")
+                if f":{self.port} is in use" not in told:
+                    raise
+                self._listen_on(free_port())
+        await self._start(timeout)
+
+    async def _start(self, timeout: float) -> None:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [*self.command, "serve", "--role", self.role, *self.flags],
@@ -67,10 +89,10 @@ class ServerProcess:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
                 try:
-                    async with session.get(f"{self.url}/healthz") as response:
+                    async with session.get(f"{self.url}/healthz", timeout=PROBE) as response:
                         if response.status == 200:
                             return
-                except aiohttp.ClientError:
+                except (aiohttp.ClientError, TimeoutError):
                     pass
                 if asyncio.get_running_loop().time() > deadline:
                     raise TimeoutError("server did not become healthy")
