@@ -296,6 +296,35 @@ NONE_BODY = "Use `is None` / `is not None`: `==` can be overridden."
             [],
             [2],
         ),
+        # a dropped finding with its title reworded a line away and a body written anew: its title
+        # says it is the same claim (found by the #29 review: title + body alone let it come back)
+        (
+            [
+                old(
+                    1,
+                    "app/db.py",
+                    42,
+                    "SQL injection in query builder",
+                    "dropped",
+                    "The query string is built with an f-string from the request's `name` "
+                    "parameter and passed to cursor.execute, so an attacker controls the SQL text.",
+                )
+            ],
+            [
+                new(
+                    "app/db.py",
+                    43,
+                    "Possible SQL injection in the query builder",
+                    "User input reaches execute() unescaped; parameterise it with placeholders "
+                    "instead of formatting the statement yourself.",
+                )
+            ],
+            [],
+            [],
+            [],
+            [],
+            [1],
+        ),
         # ... but another problem next to it is new
         (
             [old(2, "calc.py", 6, IS_NONE, "dropped", NONE_BODY)],

@@ -42,7 +42,7 @@ class Renumbered:
 def match(old: Sequence[Finding], new: Sequence[DraftFinding]) -> dict[int, Finding]:
     """Which old finding each revised one is (by index into `new`), one to one: the same
     title on its file, nearest first (a person's drop only where it was), then a rewording
-    at the same place (`identity.same`)."""
+    at the same place (`identity.same`, by its title or by its title and body)."""
     titles = [words(f.title) for f in old], [words(f.title) for f in new]
     texts = [words(f"{f.title} {f.body}") for f in old], [words(f"{f.title} {f.body}") for f in new]
 
@@ -65,8 +65,11 @@ def match(old: Sequence[Finding], new: Sequence[DraftFinding]) -> dict[int, Find
         lines = apart(o, n)
         if lines is None:
             return None
-        alike = same(texts[0][o], texts[1][n], placed=lines <= NEAR_LINES)
-        return None if alike is None else lines - alike
+        # the title alone, or title and body: a claim restated keeps one of the two
+        placed = lines <= NEAR_LINES
+        alike = [same(claims[0][o], claims[1][n], placed=placed) for claims in (titles, texts)]
+        best = max((a for a in alike if a is not None), default=None)
+        return None if best is None else lines - best
 
     return {n: old[o] for n, o in pair(len(old), len(new), (exact, reworded)).items()}
 
