@@ -107,6 +107,23 @@ def test_secrets_never_appear_in_repr():
     assert "s3cret!" not in text and "PRIVATE KEY" not in text
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("COCKPIT_DAILY_MAX_RUNS", "0", "a whole number of at least 1 (or 'none' for no limit)"),
+        ("COCKPIT_DAILY_MAX_USD", "1e16", "a number above 0 up to 1e+15 (or 'none' for no limit)"),
+        ("COCKPIT_PORT", "70000", "a whole number from 0 to 65535, got 70000"),
+        ("COCKPIT_SHUTDOWN_GRACE_SECONDS", "9999", "a number from 0 to 3600, got 9999"),
+    ],
+)
+def test_a_number_out_of_bounds_is_told_the_bounds_it_has(variable, value, says):
+    """Whatever bounds a setting declares (a floor only, a ceiling above an open floor, both),
+    the problem names them: the #29 review found 'from 1 to  (or …)' for a floor alone."""
+    with pytest.raises(ConfigError) as caught:
+        load_settings({**GOOD, variable: value})
+    assert says in str(caught.value) and "  " not in str(caught.value)
+
+
 def test_check_settings_lists_every_problem():
     problems = check_settings({"COCKPIT_PORT": "x"})
     assert {p.variable for p in problems} == {
