@@ -230,3 +230,14 @@ def test_migrate_on_sqlite_reports_the_version(tmp_path):
     assert done.stdout == f"SQLite {path}: schema from version 0 to {schema.SCHEMA_VERSION}" + (
         f" (steps {', '.join(str(step.version) for step in schema.STEPS)})\n"
     )
+
+
+async def test_a_fresh_sqlite_databases_integer_keys_are_rowids(tmp_path):
+    """One DDL text serves both backends, yet in SQLite a single integer key stays the rowid
+    (an integer, never NULL) as before: the #29 review found `review_figures.review_id`
+    declared BIGINT, which SQLite keeps as an ordinary column that takes '7x'."""
+    db = await SqliteDatabase.open(tmp_path / "fresh.sqlite3")
+    await db.close()
+    with sqlite3.connect(tmp_path / "fresh.sqlite3") as conn:
+        with pytest.raises(sqlite3.IntegrityError, match="datatype mismatch"):
+            conn.execute("INSERT INTO review_figures (review_id) VALUES ('7x')")
