@@ -129,6 +129,7 @@ LEDGER = (
 )
 
 
+@pytest.mark.backends
 async def test_a_review_reads_its_stored_json_once_and_writes_it_back_the_same(db):
     pull_id = await upsert_pull(
         db,
