@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from functools import cache
 from typing import Any
@@ -79,6 +79,7 @@ def _environment(strict: bool) -> jinja2.Environment:
         md_line=_linking(safe_line),
         cell=_linking(table_cell),
         usd=usd,
+        refs=refs,
         fenced=fenced,
         prompt_data=prompt_data,
     )
@@ -247,6 +248,10 @@ def prompt_data(text: str | None) -> str:
 
 def table_cell(text: str | None, *, repo_url: str | None = None) -> str:
     return safe_line(text, repo_url=repo_url).replace("|", "\\|")[:300]
+
+
+def refs(ordinals: Iterable[int]) -> str:
+    return ", ".join(f"F{n}" for n in ordinals) or "none"
 
 
 def usd(value: float | None) -> str:

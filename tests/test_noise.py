@@ -3,15 +3,18 @@ first), which findings are folded below `min_severity`, and which go past `max_f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from bot.diff import parse_diff
+from bot.records import review_state
+from bot.records.pulls import upsert_pull
+from bot.records.reviews import get_review, update_review
+from bot.records.types import DraftRules, LedgerNote, RevisionNote, UsedSource
 from bot.repo_config import RepoConfig
-from bot.review.noise import file_noise, folded, noise_files, over_cap
+from bot.review.noise import file_noise, noise_files
 from bot.review.plan import plan_files
-from bot.review.rules import DraftRules
 
 GEN, VEN = "linguist-generated", "linguist-vendored"
 
@@ -85,7 +88,7 @@ def test_the_plan_skips_noise_with_its_reason_after_ignore_and_removal():
     ],
 )
 def test_findings_below_min_severity_fold(severity, min_severity, expected):
-    assert folded(severity, min_severity) is expected
+    assert DraftRules(min_severity=min_severity).folds(F(1, severity)) is expected
 
 
 @dataclass(frozen=True)
@@ -108,13 +111,69 @@ class F:
     ],
 )
 def test_inline_comments_past_max_findings(findings, cap, expected):
-    assert over_cap(findings, cap) == expected
+    assert DraftRules(max_findings=cap).over_cap(findings) == expected
 
 
-def test_a_review_stored_before_rules_folds_and_caps_nothing():
-    rules = DraftRules.from_json(None)
-    assert (
-        not rules.folds(F(1, "nit")) and rules.over_cap([F(n, "nit") for n in range(50)]) == set()
+# What the code before typed review fields wrote (`json.dumps`): rows keep reading and
+# new writes stay the same text.
+RULES = (
+    '{"commit": "c0ffee", "used": [{"source": "`REVIEW.md`", "files": 0, "cut": false}],'
+    ' "left_out": [], "edited": [], "min_severity": "major", "max_findings": 3,'
+    ' "noise": ["a.lock"], "noise_dropped": 2, "ignored": [], "ignored_dropped": 0}'
+)
+NOT_REVIEWED = '[["a.lock", "lock file"], ["b.min.js", "minified"]]'
+REVISION = '{"by": "claude", "after": "codex", "kept": [1], "added": [3], "withdrawn": [2]}'
+LEDGER = (
+    '{"since": null, "head": "bbb", "earlier": 0, "new": [1, 2], "open": [], "published": [],'
+    ' "fixed": [], "fixed_published": [], "dropped": [], "suppressed": 0}'
+)
+
+
+@pytest.mark.backends
+async def test_a_review_reads_its_stored_json_once_and_writes_it_back_the_same(db):
+    pull_id = await upsert_pull(
+        db,
+        7,
+        {"full_name": "o/r", "id": 5},
+        {"number": 1, "head": {"sha": "a" * 40}, "base": {"ref": "main"}},
     )
-    again = DraftRules(min_severity="major", max_findings=3, noise=("a.lock",), noise_dropped=2)
-    assert DraftRules.from_json(again.to_json()) == again
+    async with db.transaction() as conn:
+        review_id = await review_state.create(conn, pull_id, "a" * 40, "claude")
+    review = await get_review(db, review_id)
+    # stored before rules existed: folds and caps nothing
+    assert (review.rules, review.ledger, review.revision_note) == (DraftRules(), None, None)
+    assert not review.rules.folds(F(1, "nit")) and review.rules.over_cap([F(2, "nit")]) == set()
+    await db.execute(
+        "UPDATE reviews SET rules = ?, not_reviewed = ?, revision_note = ?, ledger = ?"
+        " WHERE id = ?",
+        (RULES, NOT_REVIEWED, REVISION, LEDGER, review_id),
+    )
+    review = await get_review(db, review_id)
+    rules = DraftRules(
+        commit="c0ffee",
+        used=(UsedSource("`REVIEW.md`", 0, False),),
+        min_severity="major",
+        max_findings=3,
+        noise=("a.lock",),
+        noise_dropped=2,
+    )
+    assert review.rules == rules and review.files_left_out() == {"a.lock": "lock file"}
+    assert review.not_reviewed == (("a.lock", "lock file"), ("b.min.js", "minified"))
+    assert review.revision_note == RevisionNote("claude", "codex", (1,), (3,), (2,))  # no dropped
+    assert review.ledger == LedgerNote(None, "bbb", 0, (1, 2), (), (), (), (), (), 0)
+    await update_review(
+        db,
+        review_id,
+        rules=rules,
+        not_reviewed=review.not_reviewed,
+        revision_note=replace(review.revision_note, dropped=(4,)),
+        ledger=replace(review.ledger, resolve_error="no permission"),
+    )
+    [row] = await db.fetchall(
+        "SELECT rules, not_reviewed, revision_note, ledger FROM reviews WHERE id = ?", (review_id,)
+    )
+    assert (row["rules"], row["not_reviewed"]) == (RULES, NOT_REVIEWED)
+    assert row["revision_note"] == REVISION[:-1] + ', "dropped": [4]}'
+    assert row["ledger"] == LEDGER[:-1] + ', "unconfirmed": [], "not_open": [],' + (
+        ' "resolve_error": "no permission"}'
+    )

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.records.types import DraftRules, LedgerNote, RevisionNote, UsedSource
 from bot.repo_config import Source, effective, from_data
-from bot.review.rules import DraftRules, UsedSource
 from bot.texts import (
     STATUS_MARKER,
     WJ,
@@ -96,34 +96,22 @@ def status(text: dict[str, str], state: str) -> str:
         findings=findings,
         links={1: f"{PR_URL}/files#diff-abc1R3"},
         not_reviewed=[(text["path"], "lock file")],
-        revision_note={
-            "by": "claude",
-            "after": "codex",
-            "kept": "F1",
-            "added": "F3",
-            "withdrawn": "F2",
-            "dropped": "F4",
-        },
-        ledger={  # what the push did to the PR's findings; GitHub's refusal is shown as text
-            "since": "a" * 40,
-            "head": "b" * 40,
-            "earlier": 4,
-            "new_refs": "F3",
-            "open_refs": "F1",
-            "published": [2],
-            "published_refs": "F2",
-            "fixed": [4],
-            "fixed_refs": "F4",
-            "fixed_published": [4],
-            "fixed_published_refs": "F4",
-            "dropped_refs": "F5",
-            "suppressed": 1,
-            "unconfirmed": [1],  # fixes the reviewer claimed that the code does not show
-            "unconfirmed_refs": "F1",
-            "not_open": [9],
-            "not_open_refs": "F9",
-            "resolve_error": text["error"],
-        },
+        revision_note=RevisionNote("claude", "codex", (1,), (3,), (2,), (4,)),
+        ledger=LedgerNote(  # what the push did to the PR's findings; GitHub's refusal is text
+            since="a" * 40,
+            head="b" * 40,
+            earlier=4,
+            new=(3,),
+            open=(1,),
+            published=(2,),
+            fixed=(4,),
+            fixed_published=(4,),
+            dropped=(5,),
+            suppressed=1,
+            unconfirmed=(1,),  # fixes the reviewer claimed that the code does not show
+            not_open=(9,),
+            resolve_error=text["error"],
+        ),
         cost_line="1 model run(s) · cost $0.0100",
         commands=["approve", "review"],
         prefix="/cockpit",

@@ -10,9 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.agents.answers import InvalidAnswer, Verdict, parse_verification
-from bot.records.types import DraftFinding
+from bot.records.types import DraftFinding, DraftRules
 from bot.repo_config import parse_repo_config
-from bot.review.rules import DraftRules
 from bot.review.verify import Verification, apply_verification, choose_provider
 from bot.server import make_app
 from bot.standin.models import call, fail

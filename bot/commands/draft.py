@@ -14,7 +14,6 @@ from bot.review.approve import PublishFailed, approve, publishing_key, select_fi
 from bot.review.checkrun import new_check
 from bot.review.lifecycle import queue_status_refresh
 from bot.review.pending import pending_review
-from bot.review.rules import DraftRules
 from bot.review.status import show_status
 from bot.texts import PEOPLE, say
 
@@ -92,7 +91,7 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
     ]
     if gone:
         raise CommandFailed(say(PEOPLE, "findings_gone", gone=gone))
-    chosen = select_findings(findings, cmd.findings, DraftRules.from_json(review.rules))
+    chosen = select_findings(findings, cmd.findings, review.rules)
     event = _event(cmd, review.verdict)
     try:
         published = await approve(pr.ctx, pr.target(), review.id, pr.actor, event, chosen)

@@ -232,6 +232,7 @@ async def begin_revision(
     marked so; a finding a person dropped is left exactly as they dropped it. False, and
     nothing changed, unless this is the PR's newest review and still a draft that is not stale
     (nothing may overwrite what people approve)."""
+    texts = Review.columns(texts)
     async with db.transaction() as conn:
         cursor = await conn.execute(
             "UPDATE reviews SET state = 'revising', revision = revision + 1,"

@@ -96,7 +96,7 @@ async def conversations_of(db: Database, pull_id: int) -> list[tuple[int, int | 
 async def update_review(db: Database, review_id: int, **fields: Any) -> Review | None:
     """Write a review's details and hand back the review as it is now."""
     assert not {"state", "stale"} & fields.keys(), "use bot.records.review_state"
-    fields["updated_at"] = time.time()
+    fields = Review.columns({**fields, "updated_at": time.time()})
     return await Review.one(
         db,
         f"UPDATE reviews SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ? RETURNING *",

@@ -492,7 +492,7 @@ CREATE INDEX IF NOT EXISTS command_uses_key ON command_uses(key, used_at);
     Step(
         3,
         "the rules a draft was made under (instructions used, severity gate, noise left out)",
-        columns=(("reviews", "rules", "TEXT"),),  # JSON, see bot.review.rules
+        columns=(("reviews", "rules", "TEXT"),),  # JSON, see bot.records.types.DraftRules
     ),
     Step(
         4,

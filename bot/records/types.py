@@ -3,27 +3,52 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import typing
 from collections.abc import Sequence
 from typing import Any, Self
 
-from bot.records.vocab import CheckedBy, FindingState
+import msgspec
+
+from bot.records.vocab import CheckedBy, FindingState, Severity, VerifyStatus
+
+
+@functools.cache
+def _types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 class Record:
     """`from_row` for a frozen dataclass whose fields are columns of one row (either backend's):
-    a `bool` field reads the backend's 0/1, one with `metadata={"json": COLUMN}` decodes it."""
+    a `bool` field reads the backend's 0/1; one with `metadata={"json": COLUMN}` is that
+    column's JSON text decoded to the field's type (NULL: its default), `columns` encodes it."""
 
     @classmethod
     def from_row(cls, row: Any) -> Self:
         values = {}
         for field in dataclasses.fields(cls):  # type: ignore[arg-type]
             if "json" in field.metadata:
-                values[field.name] = json.loads(row[field.metadata["json"]])
+                text = row[field.metadata["json"]]
+                empty = None if field.default is dataclasses.MISSING else field.default
+                values[field.name] = (
+                    empty
+                    if text is None
+                    else msgspec.convert(json.loads(text), _types(cls)[field.name])
+                )
             else:
                 value = row[field.name]
                 values[field.name] = bool(value) if field.type == "bool" else value
         return cls(**values)
+
+    @classmethod
+    def columns(cls, fields: dict[str, Any]) -> dict[str, Any]:
+        """Values for these fields' columns, JSON ones as `json.dumps` writes them."""
+        encoded = {f.name for f in dataclasses.fields(cls) if "json" in f.metadata}  # type: ignore[arg-type]
+        return {
+            k: json.dumps(msgspec.to_builtins(v)) if k in encoded and v is not None else v
+            for k, v in fields.items()
+        }
 
     @classmethod
     async def one(cls, db: Any, sql: str, args: Sequence[Any] = ()) -> Self | None:
@@ -55,6 +80,87 @@ class Pull(Record):
 
 
 @dataclasses.dataclass(frozen=True)
+class UsedSource:
+    source: str
+    files: int  # reviewed files it is for; 0 for every file
+    cut: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftRules:
+    """The rules a draft was made under, stored with it so later config changes never apply
+    (a review made before they were stored folds and caps nothing)."""
+
+    commit: str | None = None  # the default branch's commit the instructions come from
+    used: tuple[UsedSource, ...] = ()
+    left_out: tuple[str, ...] = ()  # instruction sources left out whole (size budget)
+    edited: tuple[str, ...] = ()  # steering files the PR edits: they apply after merge
+    min_severity: str = Severity.NIT
+    max_findings: int | None = None
+    noise: tuple[str, ...] = ()  # changed files left out as noise
+    noise_dropped: int = 0  # findings the reviewer placed on them, dropped
+    ignored: tuple[str, ...] = ()  # changed files matching an `ignore` glob
+    ignored_dropped: int = 0  # findings the reviewer placed on them, dropped
+
+    def approvable(self, findings: list[Finding]) -> list[Finding]:
+        """What a plain `approve` publishes and the pending review shows: kept findings the
+        verify pass did not refute, at or above `min_severity` (the others only when listed)."""
+        return [
+            f
+            for f in findings
+            if f.state == FindingState.KEPT
+            and f.verify_status != VerifyStatus.REFUTED
+            and not self.folds(f)
+        ]
+
+    def folds(self, finding: Finding) -> bool:
+        """Below `min_severity`: in the status comment's "minor" section, out of the pending
+        review unless listed at `approve`."""
+        return Severity.rank(finding.severity) > Severity.rank(self.min_severity)
+
+    def over_cap(self, findings: Sequence[Finding]) -> set[int]:
+        """Of the findings going into a pending review, those past `max_findings` inline
+        comments (the most severe go inline first, then in `F` order): summarised in its body."""
+        if self.max_findings is None:
+            return set()
+        inline = sorted(
+            (f for f in findings if f.in_diff), key=lambda f: (Severity.rank(f.severity), f.ordinal)
+        )
+        return {f.ordinal for f in inline[self.max_findings :]}
+
+
+@dataclasses.dataclass(frozen=True)
+class RevisionNote:
+    """Who revised a draft after whose critique, and what it did to the `F` numbers."""
+
+    by: str
+    after: str
+    kept: tuple[int, ...] = ()
+    added: tuple[int, ...] = ()
+    withdrawn: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()  # dropped by a person and reported again
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerNote:
+    """What a push did to the PR's findings (bot.review.ledger), for the status comment."""
+
+    since: str | None  # the head the delta starts from; None: whole PR reviewed
+    head: str
+    earlier: int  # numbers the PR had before this push
+    new: tuple[int, ...]
+    open: tuple[int, ...]
+    published: tuple[int, ...]
+    fixed: tuple[int, ...]
+    fixed_published: tuple[int, ...]
+    dropped: tuple[int, ...]
+    suppressed: int
+    unconfirmed: tuple[int, ...] = ()  # (notes stored before these were kept: none)
+    not_open: tuple[int, ...] = ()
+    resolve_error: str | None = None  # why GitHub refused to resolve the fixed ones' threads
+
+
+@dataclasses.dataclass(frozen=True)
 class Review(Record):
     """One review of a PR head (its state: `bot.records.review_state`)."""
 
@@ -75,22 +181,30 @@ class Review(Record):
     run_id: int | None
     posted_by: str | None
     posted_event: str | None
-    not_reviewed: str  # JSON: [[path, why], …]
+    not_reviewed: tuple[tuple[str, str], ...] = dataclasses.field(
+        metadata={"json": "not_reviewed"}
+    )  # (path, why)
     config_error: str | None
     created_at: float
     updated_at: float
     posted_at: float | None
     revision: int
-    revision_note: str | None  # JSON (see bot.review.revise)
+    revision_note: RevisionNote | None = dataclasses.field(metadata={"json": "revision_note"})
     base_sha: str | None
     verify_provider: str | None
     verify_error: str | None
     reason: str | None  # what started it: opened, synchronize, command …
     requested_by: str | None
     run_owner: str | None  # the job attempt that runs it
-    rules: str | None  # JSON: the rules its draft was made under (see bot.review.rules)
-    ledger: str | None = None  # JSON: what its push did to the findings (bot.review.ledger)
+    rules: DraftRules = dataclasses.field(default=DraftRules(), metadata={"json": "rules"})
+    ledger: LedgerNote | None = dataclasses.field(default=None, metadata={"json": "ledger"})
     suppressed: int = 0  # findings it raised again after a person dropped them: left out
+
+    def files_left_out(self) -> dict[str, str]:
+        """The changed files its draft left out of the reviewer's diff, path → why: every
+        later turn on it leaves them out too."""
+        out = {*self.rules.noise, *self.rules.ignored}
+        return {path: why for path, why in self.not_reviewed if path in out}
 
 
 @dataclasses.dataclass(frozen=True)

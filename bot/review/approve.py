@@ -12,11 +12,10 @@ from bot.queue import REVIEWS
 from bot.records import review_state
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings, mid_publish, update_review
-from bot.records.types import Finding, Job
+from bot.records.types import DraftRules, Finding, Job
 from bot.records.vocab import FindingState, ReviewState
 from bot.review.checkrun import finish_check
 from bot.review.pending import pending_review
-from bot.review.rules import DraftRules
 from bot.review.status import show_status
 from bot.review.target import Target
 from bot.texts import PEOPLE, say

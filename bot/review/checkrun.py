@@ -9,7 +9,6 @@ from bot.records.reviews import load_findings, update_review
 from bot.records.types import Finding, Review
 from bot.records.vocab import FindingState, Severity
 from bot.redaction import redact
-from bot.review.rules import DraftRules
 from bot.texts import PEOPLE, fit, neutralise_mentions, render, say
 
 if TYPE_CHECKING:
@@ -63,11 +62,10 @@ async def finish_check(
     sent once, when the draft is first finished (`with_annotations=False` after that)."""
     if not review.check_run_id:
         return
-    rules = DraftRules.from_json(review.rules)
     findings = [
         f
         for f in await load_findings(target.ctx.db, review.id)
-        if f.state == FindingState.KEPT and not rules.folds(f)
+        if f.state == FindingState.KEPT and not review.rules.folds(f)
     ]
     verifier = review.verify_provider
     annotations = [_annotation(f, verifier) for f in findings if f.line] if with_annotations else []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import sqlite3
 import time
@@ -22,7 +21,7 @@ from bot.records import review_state
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, owns_run, update_review
 from bot.records.sessions import end_review_sessions
-from bot.records.types import DraftFinding, Job, Pull, Review
+from bot.records.types import DraftFinding, Job, LedgerNote, Pull, Review
 from bot.records.vocab import ACTIVE, LedgerStatus, ReviewState
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.review import ledger
@@ -198,9 +197,9 @@ class ReviewJob:
             run_id=draft.run_id,
             skill_version_id=draft.skill_version_id,
             progress=say(PEOPLE, "progress", step="publishing"),
-            rules=draft.rules.to_json() if draft.rules else None,
-            ledger=json.dumps(note),
-            suppressed=note["suppressed"],
+            rules=draft.rules,
+            ledger=note,
+            suppressed=note.suppressed,
             **verified,
         )
         if not await owns_run(ctx.db, review_id, self.owner):
@@ -220,11 +219,11 @@ class ReviewJob:
             return Ended.TAKEN_OVER
         await end_sessions(ctx, self.pull.id, keep_review=review_id)  # the old drafts' talk
         await finish_check(self.target, ended)
-        if note["fixed_published"]:  # their review threads on GitHub are resolved
-            refused = await resolve_threads(self.target, note["fixed_published"])
+        if note.fixed_published:  # their review threads on GitHub are resolved
+            refused = await resolve_threads(self.target, list(note.fixed_published))
             if refused:
-                note["resolve_error"] = refused
-                ended = await update_review(ctx.db, review_id, ledger=json.dumps(note)) or ended
+                note = replace(note, resolve_error=refused)
+                ended = await update_review(ctx.db, review_id, ledger=note) or ended
         await show_status(self.target, ended)
         return Ended.DRAFTED
 
@@ -232,7 +231,7 @@ class ReviewJob:
         await update_review(
             self.ctx.db,
             self.review_id,
-            not_reviewed=json.dumps(skipped),
+            not_reviewed=skipped,
             progress=say(PEOPLE, "progress", step="reviewing"),
         )
 
@@ -244,7 +243,7 @@ class ReviewJob:
         items: list[ledger.Item],
         draft: Draft,
         progress: StatusTicker,
-    ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any], dict[str, Any]]:
+    ) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, LedgerNote, dict[str, Any]]:
         """The draft's findings under the ledger's numbers (verified when asked), the ledger
         writes, the status note and the verify pass's fields of the review."""
         ctx = self.ctx

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.records import ledger as sql
 from bot.records.ledger import LedgerWrites, NewEntry
-from bot.records.types import DraftFinding, Finding, LedgerEntry, Review
+from bot.records.types import DraftFinding, Finding, LedgerEntry, LedgerNote, Review
 from bot.records.vocab import FindingState, LedgerStatus, ReviewState
 from bot.review.identity import pair, same, words
 from bot.review.plan import placed
@@ -291,23 +291,23 @@ class Reconciled:
             suppressed=tuple(sorted(self.suppressed.items())),
         )
 
-    def note(self, items: list[Item], *, since: str | None, head_sha: str) -> dict[str, Any]:
+    def note(self, items: list[Item], *, since: str | None, head_sha: str) -> LedgerNote:
         fresh = {e.ordinal for e in self.new}
         drafted = [n for n, _ in self.numbered]
-        return {
-            "since": since,
-            "head": head_sha,
-            "earlier": len(items),  # numbers the PR had before this push
-            "new": [n for n in drafted if n in fresh],
-            "open": [n for n in drafted if n not in fresh],
-            "published": sorted(self.still_published),
-            "fixed": [i.ordinal for i in self.fixed],
-            "fixed_published": [i.ordinal for i in self.fixed if i.published],
-            "dropped": [i.ordinal for i in items if i.status == LedgerStatus.DROPPED],
-            "suppressed": sum(self.suppressed.values()),
-            "unconfirmed": sorted(self.unconfirmed),
-            "not_open": self.not_open,
-        }
+        return LedgerNote(
+            since=since,
+            head=head_sha,
+            earlier=len(items),
+            new=tuple(n for n in drafted if n in fresh),
+            open=tuple(n for n in drafted if n not in fresh),
+            published=tuple(sorted(self.still_published)),
+            fixed=tuple(i.ordinal for i in self.fixed),
+            fixed_published=tuple(i.ordinal for i in self.fixed if i.published),
+            dropped=tuple(i.ordinal for i in items if i.status == LedgerStatus.DROPPED),
+            suppressed=sum(self.suppressed.values()),
+            unconfirmed=tuple(sorted(self.unconfirmed)),
+            not_open=tuple(self.not_open),
+        )
 
 
 def reconcile(
@@ -564,7 +564,7 @@ async def numbered(
     items: list[Item],
     draft: Draft,
     since: str | None,
-) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, dict[str, Any]]:
+) -> tuple[list[tuple[int, DraftFinding]], LedgerWrites, LedgerNote]:
     """A new head's draft against the ledger: numbered findings (untouched open ones carried to
     where their code is now), the ledger writes and the status note. The bookkeeping runs in a
     worker thread: a large file must not hold the event loop that acknowledges webhooks."""

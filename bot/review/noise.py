@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Iterable, Mapping
 
-from bot.records.vocab import Severity
 from bot.texts import PEOPLE, say
 
 GENERATED_ATTR, VENDORED_ATTR = "linguist-generated", "linguist-vendored"
@@ -83,32 +81,3 @@ def noise_files(
         if why is not None:
             found[path] = why
     return found
-
-
-def folded(severity: str, min_severity: str) -> bool:
-    """Whether a finding of `severity` is below `min_severity` (folded away: shown in the
-    status comment's "minor" section, left out of the pending review unless listed)."""
-    return Severity.rank(severity) > Severity.rank(min_severity)
-
-
-class Placed(Protocol):
-    @property
-    def ordinal(self) -> int: ...
-
-    @property
-    def severity(self) -> str: ...
-
-    @property
-    def in_diff(self) -> bool: ...
-
-
-def over_cap(findings: Sequence[Placed], max_findings: int | None) -> set[int]:
-    """The ordinals of findings that would be inline comments but are past `max_findings`
-    (the most severe go inline first, then in `F` order): they are summarised in the review
-    body instead."""
-    inline = sorted(
-        (f for f in findings if f.in_diff), key=lambda f: (Severity.rank(f.severity), f.ordinal)
-    )
-    if max_findings is None:
-        return set()
-    return {f.ordinal for f in inline[max_findings:]}

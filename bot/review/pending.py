@@ -10,7 +10,6 @@ import gidgethub
 from bot.records.reviews import load_findings, update_review
 from bot.records.types import Finding, Review
 from bot.records.vocab import FindingState
-from bot.review.rules import DraftRules
 from bot.review.status import where
 from bot.texts import PEOPLE, fit, render, say
 
@@ -36,19 +35,18 @@ async def pending_review(target: Target, review: Review, *, only: set[int] | Non
     """Create the pending review (`only`: those ordinals, a partial approve; else what a plain
     approve publishes). When GitHub refuses the inline comments (422) they move to the body:
     the draft is never lost."""
-    rules = DraftRules.from_json(review.rules)
     stored = await load_findings(target.ctx.db, review.id)
     if only is not None:
         findings = [f for f in stored if f.state == FindingState.KEPT and f.ordinal in only]
     else:
-        findings = rules.approvable(stored)
+        findings = review.rules.approvable(stored)
     await delete_pending(target)
     url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
     try:
         created = await target.gh.post(
             url,
             target.owner_repo,
-            data=_review_payload(target, review, findings, inline=True, rules=rules),
+            data=_review_payload(target, review, findings, inline=True),
         )
     except gidgethub.BadRequest as exc:
         if int(exc.status_code) != 422:
@@ -67,10 +65,9 @@ def _review_payload(
     findings: list[Finding],
     *,
     inline: bool,
-    rules: DraftRules | None = None,
 ) -> dict[str, Any]:
     comments, other, summarised = [], [], []
-    capped = rules.over_cap(findings) if rules is not None and inline else set()
+    capped = review.rules.over_cap(findings) if inline else set()
     for f in findings:
         listed = {
             "ordinal": f.ordinal,
@@ -91,7 +88,7 @@ def _review_payload(
             review=review,
             other=other,
             summarised=summarised,
-            max_findings=rules.max_findings if rules is not None else None,
+            max_findings=review.rules.max_findings if inline else None,
             repo_url=target.repo_url,
         )
     )

@@ -16,14 +16,13 @@ from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.sessions import create_session
-from bot.records.types import DraftFinding, Pull, Review, Session, Skill
+from bot.records.types import DraftFinding, DraftRules, Pull, Review, Session, Skill, UsedSource
 from bot.records.vocab import Verdict
 from bot.repo_config import RepoConfig
 from bot.review.default_branch import read_default_branch
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
 from bot.review.noise import noise_files
 from bot.review.plan import placed, plan_files
-from bot.review.rules import DraftRules, UsedSource
 from bot.skills import load_skill
 from bot.texts import PEOPLE, render, say
 from bot.worktrees import Worktree

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -10,7 +9,7 @@ from typing import TYPE_CHECKING
 from bot.records import review_state
 from bot.records.ledger import next_ordinal
 from bot.records.reviews import get_review, load_findings
-from bot.records.types import DraftFinding, Finding, Review
+from bot.records.types import DraftFinding, DraftRules, Finding, Review, RevisionNote
 from bot.records.vocab import FindingState
 from bot.repo_config import RepoConfig
 from bot.review import ledger
@@ -19,7 +18,6 @@ from bot.review.checkrun import new_check
 from bot.review.identity import NEAR_LINES, pair, same, words
 from bot.review.pending import pending_review
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
-from bot.review.rules import DraftRules
 from bot.review.status import show_status
 from bot.review.target import Target
 from bot.review.verify import verify_unverified
@@ -137,7 +135,7 @@ async def apply_revision(
     held (no drop races it)."""
     review = await get_review(ctx.db, review_id)
     assert review is not None
-    draft, noise_texts = _without_noise(draft, DraftRules.from_json(review.rules))
+    draft, noise_texts = _without_noise(draft, review.rules)
     findings, verified = draft.findings, {}
     if review.verify_provider:
         findings, verified = await _verified(ctx, target, review, draft, tree)
@@ -148,12 +146,13 @@ async def apply_revision(
             findings,
             await next_ordinal(ctx.db, review.pull_id),
         )
-        lists = ("kept", "added", "withdrawn", "dropped")
-        note = {"by": by, "after": after, **{k: getattr(change, k) for k in lists}}
+        note = RevisionNote(
+            by, after, *map(tuple, (change.kept, change.added, change.withdrawn, change.dropped))
+        )
         texts = {
             "verdict": draft.verdict,
             "summary": draft.summary,
-            "revision_note": json.dumps(note),
+            "revision_note": note,
             **noise_texts,
             **verified,
             **({"run_id": draft.run_id} if draft.run_id else {}),
@@ -186,7 +185,7 @@ def _without_noise(draft: Draft, rules: DraftRules) -> tuple[Draft, dict[str, ob
         noise_dropped=rules.noise_dropped + on_noise,
         ignored_dropped=rules.ignored_dropped + on_ignored,
     )
-    return replace(draft, findings=kept), {"rules": counted.to_json()}
+    return replace(draft, findings=kept), {"rules": counted}
 
 
 async def _verified(

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import gidgethub
 
@@ -23,39 +22,15 @@ from bot.records.types import Finding, Job, Pull, Review
 from bot.records.vocab import ACTIVE, ReviewState
 from bot.redaction import redact
 from bot.review.checkrun import finish_check
-from bot.review.rules import DraftRules
 from bot.review.target import Target
-from bot.texts import PEOPLE, STATUS_MARKER, fit, render, say, usd
+from bot.texts import PEOPLE, STATUS_MARKER, fit, refs, render, say, usd
 
 if TYPE_CHECKING:
     from bot.context import Context
 
 
-def refs(ordinals: list[int]) -> str:
-    return ", ".join(f"F{n}" for n in ordinals) or "none"
-
-
 def where(finding: Finding) -> str:
     return finding.path + (f":{finding.line}" if finding.line else "")
-
-
-def revision_note(stored: str | None) -> dict[str, Any] | None:
-    if not stored:
-        return None
-    note = json.loads(stored)
-    lists = ("kept", "added", "withdrawn", "dropped")
-    return {**note, **{k: refs(note.get(k, [])) for k in lists}}
-
-
-def ledger_note(stored: str | None) -> dict[str, Any] | None:
-    if not stored:
-        return None
-    note = json.loads(stored)
-    lists = (
-        "new", "open", "published", "fixed", "dropped", "fixed_published", "unconfirmed", "not_open"
-    )  # fmt: skip
-    older = {"resolve_error": None, "unconfirmed": [], "not_open": []}  # notes stored before
-    return {**older, **note, **{f"{k}_refs": refs(note.get(k, [])) for k in lists}}
 
 
 async def show_status(target: Target, review: Review) -> int:
@@ -98,7 +73,7 @@ async def _find_status_comment(target: Target) -> int | None:
 async def render_status(target: Target, review: Review) -> str:
     db = target.ctx.db
     findings = await load_findings(db, review.id)
-    rules = DraftRules.from_json(review.rules)
+    rules = review.rules
     costs = await review_costs(db, review.id)
     stale_sha = None
     if review.state in ACTIVE:
@@ -117,9 +92,9 @@ async def render_status(target: Target, review: Review) -> str:
         stale_sha=stale_sha,
         findings=[f for f in findings if not rules.folds(f)],
         links={f.ordinal: _link(target.pull, f) for f in findings},
-        not_reviewed=[tuple(x) for x in json.loads(review.not_reviewed or "[]")],
-        revision_note=revision_note(review.revision_note),
-        ledger=ledger_note(review.ledger),
+        not_reviewed=review.not_reviewed,
+        revision_note=review.revision_note,
+        ledger=review.ledger,
         cost_line=cost_line,
         commands=suggested(review.state, bool(review.stale), cross_review),
         prefix=target.ctx.settings.command_prefix,

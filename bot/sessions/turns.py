@@ -33,10 +33,9 @@ from bot.records.vocab import FindingState, SessionRole, SessionStatus
 from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review, stored_draft
 from bot.review.revise import apply_revision
-from bot.review.rules import files_left_out
-from bot.review.status import refs
 from bot.review.target import Target
 from bot.skills import load_skill
+from bot.texts import refs
 from bot.texts import render as render_text
 from bot.worktrees import GitError, Worktree
 
@@ -175,7 +174,7 @@ class Turn:
             skill = await load_skill(ctx.db, "critic" if self.child else "review")
             run = Reviewer.of(ctx).agent(
                 self.session,
-                Toolbox(tree, left_out=files_left_out(self.review)),
+                Toolbox(tree, left_out=self.review.files_left_out()),
                 skill,
                 kind="session",
                 subkind=self.mode,
@@ -223,7 +222,7 @@ class Turn:
             ),
             None,
         )
-        left_out = files_left_out(self.review)
+        left_out = self.review.files_left_out()
         if submitted is not None:  # revised before a restart; not yet applied
             draft = await stored_draft(tree, self.session, submitted, left_out)
         else:
