@@ -238,6 +238,7 @@ async def test_a_fresh_sqlite_databases_integer_keys_are_rowids(tmp_path):
     declared BIGINT, which SQLite keeps as an ordinary column that takes '7x'."""
     db = await SqliteDatabase.open(tmp_path / "fresh.sqlite3")
     await db.close()
-    with sqlite3.connect(tmp_path / "fresh.sqlite3") as conn:
-        with pytest.raises(sqlite3.IntegrityError, match="datatype mismatch"):
-            conn.execute("INSERT INTO review_figures (review_id) VALUES ('7x')")
+    conn = sqlite3.connect(tmp_path / "fresh.sqlite3")
+    with conn, pytest.raises(sqlite3.IntegrityError, match="datatype mismatch"):
+        conn.execute("INSERT INTO review_figures (review_id) VALUES ('7x')")
+    conn.close()
