@@ -6,6 +6,7 @@ import base64
 import binascii
 import functools
 import json
+import re
 import sys
 import tomllib
 from enum import StrEnum
@@ -199,7 +200,7 @@ def glob_problem(glob: Any, *, negation: bool = True) -> str | None:
         return say(PEOPLE, "glob_problem", why="negated")
     try:
         [pattern] = pathspec.GitIgnoreSpec.from_lines([glob]).patterns
-    except ValueError:  # pathspec's pattern errors are ValueErrors
+    except (ValueError, re.error):  # pathspec's own, and a bracket its regex cannot hold
         return say(PEOPLE, "glob_problem", why="pattern")
     if pattern.include is None:
         return say(PEOPLE, "glob_problem", why="nothing")

@@ -272,6 +272,17 @@ def test_ignore_globs_follow_gitignore_rules(globs, path, ignored):
     assert config.ignores(path) is ignored
 
 
+@pytest.mark.parametrize("glob", ["[z-a]", "[@---![a](x)", "src/[9-0]*.py"])
+def test_a_glob_whose_bracket_cannot_match_is_a_problem_not_a_crash(glob):
+    # pathspec turns `[z-a]` into a regex Python refuses (re.error, not a ValueError); a test of
+    # every template with hostile text found it as a crash while reading the config
+    ignore = f"ignore = [{json.dumps(glob)}]\n"
+    paths = f"[[review.paths]]\nglob = {json.dumps(glob)}\ninstructions = 'x'\n"
+    for config in (ignore, paths):
+        problems = parse_repo_config(config).problems
+        assert len(problems) == 1 and "is not a gitignore-style glob" in problems[0], problems
+
+
 @pytest.mark.parametrize(
     ("glob", "path", "matches"),
     [
