@@ -272,7 +272,7 @@ def test_ignore_globs_follow_gitignore_rules(globs, path, ignored):
     assert config.ignores(path) is ignored
 
 
-@pytest.mark.parametrize("glob", ["[z-a]", "[@---![a](x)", "src/[9-0]*.py"])
+@pytest.mark.parametrize("glob", ["[z-a]", "[@-!]x", "src/[9-0]*.py"])
 def test_a_glob_whose_bracket_cannot_match_is_a_problem_not_a_crash(glob):
     # pathspec turns `[z-a]` into a regex Python refuses (re.error, not a ValueError); a test of
     # every template with hostile text found it as a crash while reading the config
