@@ -206,11 +206,12 @@ async def test_uninstall_removes_the_installations_data_and_mirrors(world):
     await world.wait_review("draft")
     mirror = world.ctx.mirrors.mirror_path(world.full_name)
     assert mirror.exists()
+    assert (await world.ctx.db.fetchone("SELECT COUNT(*) FROM ledger"))[0] > 0
     data = deliveries.payload("installation.deleted")
     data["installation"]["id"] = 7
     await world.send("installation", data)
     await world.wait_idle()
-    for table in ("pulls", "reviews", "findings", "sessions", "messages"):
+    for table in ("pulls", "reviews", "findings", "ledger", "sessions", "messages"):
         assert (await world.ctx.db.fetchone(f"SELECT COUNT(*) FROM {table}"))[0] == 0, table
     assert not mirror.exists()
     assert list(world.ctx.mirrors.trees.iterdir()) == []

@@ -100,8 +100,9 @@ async def closed_pull_refs(db: Database) -> dict[str, list[int]]:
 
 
 async def delete_installation(db: Database, installation_id: int) -> list[str]:
-    """Its PRs, reviews, findings, review figures (out of the sums too) and processed
-    deliveries (its sessions go first, through `bot.records.sessions`); returns its repositories."""
+    """Its PRs, reviews, findings, finding ledgers, review figures (out of the sums too) and
+    processed deliveries (its sessions go first, through `bot.records.sessions`); returns its
+    repositories."""
     rows = await db.fetchall(
         "SELECT DISTINCT repo FROM pulls WHERE installation_id = ?", (installation_id,)
     )
@@ -111,6 +112,7 @@ async def delete_installation(db: Database, installation_id: int) -> list[str]:
         await forget_pulls(conn, pulls, (installation_id,))
         for statement in (
             f"DELETE FROM findings WHERE review_id IN ({reviews})",
+            f"DELETE FROM ledger WHERE pull_id IN ({pulls})",
             f"DELETE FROM reviews WHERE pull_id IN ({pulls})",
             "DELETE FROM pulls WHERE installation_id = ?",
             "DELETE FROM deliveries WHERE installation_id = ? AND status != 'queued'",
