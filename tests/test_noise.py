@@ -8,13 +8,12 @@ from dataclasses import dataclass, replace
 import pytest
 
 from bot.diff import parse_diff
-from bot.records import review_state
-from bot.records.pulls import upsert_pull
 from bot.records.reviews import get_review, update_review
 from bot.records.types import DraftRules, LedgerNote, RevisionNote, UsedSource
 from bot.repo_config import RepoConfig
 from bot.review.noise import file_noise, noise_files
 from bot.review.plan import plan_files
+from tests.world import stored_review
 
 GEN, VEN = "linguist-generated", "linguist-vendored"
 
@@ -131,14 +130,7 @@ LEDGER = (
 
 @pytest.mark.backends
 async def test_a_review_reads_its_stored_json_once_and_writes_it_back_the_same(db):
-    pull_id = await upsert_pull(
-        db,
-        7,
-        {"full_name": "o/r", "id": 5},
-        {"number": 1, "head": {"sha": "a" * 40}, "base": {"ref": "main"}},
-    )
-    async with db.transaction() as conn:
-        review_id = await review_state.create(conn, pull_id, "a" * 40, "claude")
+    review_id = await stored_review(db)
     review = await get_review(db, review_id)
     # stored before rules existed: folds and caps nothing
     assert (review.rules, review.ledger, review.revision_note) == (DraftRules(), None, None)

@@ -11,7 +11,6 @@ from dataclasses import fields, replace
 import pytest
 
 from bot.records import review_state
-from bot.records.pulls import upsert_pull
 from bot.records.reviews import load_findings
 from bot.records.types import DraftFinding, Finding
 from bot.records.vocab import ReviewState
@@ -25,7 +24,7 @@ from tests.conftest import wait_for
 from tests.test_sessions import bodies, reactions, rows, say_on_pr, start_world
 from tests.test_verify import HEAD as VERIFY_HEAD
 from tests.test_verify import VERIFY_CONFIG
-from tests.world import HEAD, NOTHING_FOLDED, build_world
+from tests.world import HEAD, NOTHING_FOLDED, build_world, stored_review
 
 pytestmark = pytest.mark.backends
 
@@ -395,14 +394,7 @@ def test_a_verdict_survives_only_an_unchanged_claim(before, after, verdicts, unv
 
 
 async def test_renumbering_reads_the_records_the_database_returns(db):
-    pull_id = await upsert_pull(
-        db,
-        7,
-        {"full_name": "o/r", "id": 5},
-        {"number": 1, "head": {"sha": "a" * 40}, "base": {"ref": "main"}},
-    )
-    async with db.transaction() as conn:
-        review_id = await review_state.create(conn, pull_id, "a" * 40, "claude")
+    review_id = await stored_review(db)
     await review_state.take_run(db, review_id, "job:1", config_error=None)
     await review_state.set_findings(
         db,
@@ -459,6 +451,30 @@ async def test_renumbering_reads_the_records_the_database_returns(db):
 
 
 # -- 3: a revision that adds a finding ------------------------------------------------------
+
+
+async def test_a_dropped_finding_restated_with_a_new_body_stays_dropped_from_the_database(db):
+    """The hand-built case of test_revised_findings_keep_their_numbers, on the records the
+    database returns after a person's drop."""
+    review_id = await stored_review(db)
+    await review_state.take_run(db, review_id, "job:1", config_error=None)
+    said = (
+        "The query string is built with an f-string from the request's `name` parameter and"
+        " passed to cursor.execute, so an attacker controls the SQL text."
+    )
+    finding = new("app/db.py", 42, "SQL injection in query builder", said)
+    await review_state.set_findings(db, review_id, [(1, finding)])
+    await review_state.end_run(db, review_id, "job:1", ReviewState.DRAFT, progress="draft ready")
+    assert await review_state.drop_findings(db, review_id, (1,), by="octocat")
+    restated = new(
+        "app/db.py",
+        43,
+        "Possible SQL injection in the query builder",
+        "User input reaches execute() unescaped; parameterise it with placeholders instead of"
+        " formatting the statement yourself.",
+    )
+    change = renumber(await load_findings(db, review_id), [restated])
+    assert (change.assigned, change.added, change.dropped) == ([], [], [1])
 
 
 async def test_a_revision_that_adds_a_finding_next_to_an_old_one_revises_the_draft(world):

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bot.records import review_state
+from bot.records.pulls import upsert_pull
 from bot.server import CONTEXT
 from bot.standin.github import GitHubStandin, StandinRepo
 from bot.standin.repo import GeneratedPR, git, make_pr, write_files
@@ -206,3 +208,15 @@ def review_thread_payload(
     data["comment"]["user"] = {"login": user, "id": 2, "type": "User"}
     data["sender"] = {"login": user, "id": 2, "type": "User"}
     return data
+
+
+async def stored_review(db: Any) -> int:
+    """A review of PR #1 of o/r in `db`, made as the review state machine makes one."""
+    pull_id = await upsert_pull(
+        db,
+        7,
+        {"full_name": "o/r", "id": 5},
+        {"number": 1, "head": {"sha": "a" * 40}, "base": {"ref": "main"}},
+    )
+    async with db.transaction() as conn:
+        return await review_state.create(conn, pull_id, "a" * 40, "claude")
