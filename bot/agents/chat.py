@@ -8,7 +8,6 @@ import logging
 import math
 import re
 import secrets
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,15 +108,14 @@ class ChatProvider:
         answer = await self._create(messages, tools)
         text = _THINK.sub("", answer.text).strip()
         stored: dict[str, Any] = {"role": "assistant", "content": text or None}
-        calls = _tool_calls(answer.calls)
-        if calls:
-            stored["tool_calls"] = calls
-        said = text + "".join(call["function"]["arguments"] for call in calls)
+        if answer.calls:
+            stored["tool_calls"] = answer.calls
+        said = text + "".join(call["function"]["arguments"] for call in answer.calls)
         return ModelReply(
             text=text,
             usage=self._usage(answer.usage, request_tokens(messages, tools), said),
             # An empty answer is not stored: the API refuses an assistant message with neither.
-            items=[stored] if text or calls else [],
+            items=[stored] if text or answer.calls else [],
             # Recorded under the configured name (an Azure deployment, an Ollama tag): servers
             # answer with another (llama.cpp's file name, Azure's dated model), or none.
             model=self.model,
@@ -196,37 +194,21 @@ class ChatProvider:
         ]
 
 
-def _tool_calls(raw: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The reply's function calls as stored: each with an id unique in the reply (a server may
-    send none, or repeat one; a made-up id is 9 characters, as Mistral's templates need) and
-    its arguments as JSON text."""
-    stored: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for item in raw:
-        function = item.get("function")
-        if function is None:
-            continue
-        call_id = str(item.get("id") or "")
-        if not call_id or call_id in seen:
-            call_id = secrets.token_hex(5)[:9]
-        seen.add(call_id)
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str):  # a server that sends an object, not its JSON text
-            arguments = json.dumps(arguments)
-        function = {"name": str(function.get("name") or ""), "arguments": arguments}
-        stored.append({"id": call_id, "type": "function", "function": function})
-    return stored
-
-
 @dataclass(frozen=True)
 class Completion:
     text: str
-    calls: list[dict[str, Any]]  # the message's `tool_calls`, each a dict
+    calls: list[dict[str, Any]]  # as stored: ids unique in the reply, arguments as JSON text
     usage: Usage | None
 
 
+_JSON_TYPES = {type(None): "null", bool: "boolean", int: "number", float: "number"}
+_JSON_TYPES |= {str: "string", list: "array"}
+
+
 def read_completion(content_type: str, body: str) -> Completion:
-    """A server's answer, checked as far as it is used; AgentError saying what it sent instead."""
+    """A server's answer, checked as far as it is used; AgentError saying what it sent instead.
+    A call's id is made up when a server sends none, or repeats one (9 characters, as Mistral's
+    templates need); arguments sent as an object are stored as their JSON text."""
     kind = content_type.split(";", 1)[0].strip().lower()
 
     def wrong(why: str, value: Any = None, **context: Any) -> AgentError:
@@ -234,17 +216,24 @@ def read_completion(content_type: str, body: str) -> Completion:
             shown = quoted(json.dumps(value, ensure_ascii=False), 80)
         except (ValueError, RecursionError):  # nested past the limit: the body says enough
             shown = ""
-        what = _what(value)
+        what = _JSON_TYPES.get(type(value), "object")
+        sent = quoted(body, 120)
         said = texts.say(
-            texts.PEOPLE,
-            "chat_malformed",
-            why=why,
-            sent=quoted(body, 120),
-            what=what,
-            value=shown,
-            **context,
+            texts.PEOPLE, "chat_malformed", why=why, sent=sent, what=what, value=shown, **context
         )
         return AgentError(said)
+
+    def count(*path: str) -> int:
+        value = data["usage"]
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is None:
+            return 0
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise wrong("count", value, field=".".join(("usage", *path)))
+        return value
 
     if kind == "text/event-stream" or body.lstrip().startswith("data:"):
         raise wrong("stream")
@@ -269,49 +258,34 @@ def read_completion(content_type: str, body: str) -> Completion:
         content = "".join(parts)
     if content is not None and not isinstance(content, str):
         raise wrong("content", content)
-    calls = message.get("tool_calls")
-    if calls is not None and not isinstance(calls, list):
-        raise wrong("tool_calls", calls)
-    for call in calls or []:
+    raw_calls = message.get("tool_calls")
+    if raw_calls is not None and not isinstance(raw_calls, list):
+        raise wrong("tool_calls", raw_calls)
+    calls: list[dict[str, Any]] = []
+    for call in raw_calls or []:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(call, dict) or not isinstance(function, dict | None):
             raise wrong("tool_call", call)
-    return Completion(content or "", calls or [], _reported_usage(data.get("usage"), wrong))
-
-
-def _reported_usage(usage: Any, wrong: Callable[..., AgentError]) -> Usage | None:
+        if function is None:
+            continue
+        call_id = str(call.get("id") or "")
+        if not call_id or call_id in {c["id"] for c in calls}:
+            call_id = secrets.token_hex(5)[:9]
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        function = {"name": str(function.get("name") or ""), "arguments": arguments}
+        calls.append({"id": call_id, "type": "function", "function": function})
+    usage = data.get("usage")
     if usage is None:
-        return None
+        return Completion(content or "", calls, None)
     if not isinstance(usage, dict):
         raise wrong("usage", usage)
-
-    def count(field: str, value: Any) -> int:
-        if value is None:
-            return 0
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise wrong("count", value, field=field)
-        return value
-
-    prompt = count("usage.prompt_tokens", usage.get("prompt_tokens"))
-    details = usage.get("prompt_tokens_details")
-    cached = 0
-    if isinstance(details, dict):
-        cached = count("usage.prompt_tokens_details.cached_tokens", details.get("cached_tokens"))
-    completion = count("usage.completion_tokens", usage.get("completion_tokens"))
-    if not prompt:
-        return None
-    cached = min(cached, prompt)
-    return Usage(input_tokens=prompt - cached, output_tokens=completion, cache_read_tokens=cached)
-
-
-_JSON_TYPES = {type(None): "null", bool: "boolean", int: "number", float: "number"}
-_JSON_TYPES |= {str: "string", list: "array"}
-
-
-def _what(value: Any) -> str:
-    return _JSON_TYPES.get(type(value), "object")
+    prompt = count("prompt_tokens")
+    cached = min(count("prompt_tokens_details", "cached_tokens"), prompt)
+    completion = count("completion_tokens")
+    reported = Usage(prompt - cached, completion, cache_read_tokens=cached) if prompt else None
+    return Completion(content or "", calls, reported)
 
 
 def outgoing(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -372,21 +346,15 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(ascii_chars / ASCII_PER_TOKEN) + other_bytes
 
 
-def message_tokens(message: dict[str, Any]) -> int:
-    content = message.get("content")
-    text = content if isinstance(content, str) else json.dumps(content or "")
-    calls = message.get("tool_calls")
-    return (
-        MESSAGE_TOKENS
-        + estimate_tokens(text)
-        + (estimate_tokens(json.dumps(calls)) if calls else 0)
-    )
-
-
 def request_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-    return sum(message_tokens(m) for m in messages) + (
-        estimate_tokens(json.dumps(tools)) if tools else 0
-    )
+    total = estimate_tokens(json.dumps(tools)) if tools else 0
+    for message in messages:
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content or "")
+        calls = message.get("tool_calls")
+        total += MESSAGE_TOKENS + estimate_tokens(text)
+        total += estimate_tokens(json.dumps(calls)) if calls else 0
+    return total
 
 
 @dataclass(frozen=True)
