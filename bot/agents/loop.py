@@ -155,7 +155,6 @@ class AgentRun:
             )
             reply = await self._send(request, started)
             self._count(reply, usage)
-            self._check_spend(usage)
             if reply.items:
                 await self._store(reply.items)
             if not reply.tool_calls:
@@ -175,7 +174,10 @@ class AgentRun:
             try:
                 for call, problem in zip(reply.tool_calls, problems, strict=True):
                     if problem:  # one corrective turn: the next reply's arguments must be valid
-                        results.append((call, unreadable_arguments(call.name, problem), True))
+                        why = render(
+                            "prompts/tool_arguments_invalid.md.j2", tool=call.name, problem=problem
+                        )
+                        results.append((call, why.strip(), True))
                         continue
                     if call.name == final.name and self.answer is not Answer.REQUIRED:
                         results.append((call, fragment("not_now"), True))
@@ -239,21 +241,17 @@ class AgentRun:
             raise AgentError(_describe(self.provider.name, exc)) from exc
 
     def _count(self, reply: ModelReply, usage: dict[str, Usage]) -> None:
+        """Adds the reply to `usage` and the metrics; BudgetExceeded once the run spent too much."""
+        budget, rate = self.budget, self.provider.fallback_rate
         model = reply.model or self.provider.model
         usage.setdefault(model, Usage()).add(reply.usage)
         if self.metrics:
             labels = {"provider": self.provider.name, "model": model}
             for kind, count in reply.usage.counts().items():
                 self.metrics.model_tokens.labels(**labels, kind=kind).inc(count)
-            cost = cost_usd(model, reply.usage, self.provider.fallback_rate)
+            cost = cost_usd(model, reply.usage, rate)
             if cost:
                 self.metrics.model_cost.labels(**labels).inc(cost)
-
-    def _out_of_time(self) -> str:
-        return say(PEOPLE, "budget_wall_clock", seconds=self.budget.max_seconds)
-
-    def _check_spend(self, usage: dict[str, Usage]) -> None:
-        budget, rate = self.budget, self.provider.fallback_rate
         tokens = sum(u.total for u in usage.values())
         if tokens > budget.max_tokens:
             raise BudgetExceeded(
@@ -262,6 +260,9 @@ class AgentRun:
         spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
         if budget.max_usd is not None and spent > budget.max_usd:
             raise BudgetExceeded(say(PEOPLE, "budget_usd", spent=spent, limit=budget.max_usd))
+
+    def _out_of_time(self) -> str:
+        return say(PEOPLE, "budget_wall_clock", seconds=self.budget.max_seconds)
 
     async def _finish(
         self, run_id: int, usage: dict[str, Usage], status: str, error: str | None, tool_calls: int
@@ -288,10 +289,6 @@ def fragment(name: str) -> str:
 
 def interrupted() -> str:
     return fragment("tool_interrupted")
-
-
-def unreadable_arguments(tool: str, problem: str) -> str:
-    return render("prompts/tool_arguments_invalid.md.j2", tool=tool, problem=problem).strip()
 
 
 def _describe(provider: str, exc: Exception) -> str:
