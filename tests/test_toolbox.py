@@ -11,8 +11,8 @@ import pytest
 
 from bot.agents.toolbox import (
     MAX_OUTPUT_CHARS,
-    READ_ONLY_TOOLS,
     SEARCH_TIMEOUT,
+    TOOLS,
     Toolbox,
     clean_path,
 )
@@ -208,7 +208,7 @@ async def test_arguments_are_read_through_each_tools_declaration(toolbox):
 
 
 def test_the_toolbox_offers_only_read_tools():
-    assert {"read_file", "list_files", "search_code", "git_diff", "git_log"} == READ_ONLY_TOOLS
+    assert {"read_file", "list_files", "search_code", "git_diff", "git_log"} == set(TOOLS)
 
 
 @pytest.mark.parametrize(

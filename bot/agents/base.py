@@ -139,7 +139,7 @@ class ModelReply:
     text: str
     usage: Usage
     items: list[dict[str, Any]]
-    model: str = ""
+    model: str
 
     @cached_property
     def tool_calls(self) -> list[ToolCall]:

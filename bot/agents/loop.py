@@ -243,7 +243,7 @@ class AgentRun:
     def _count(self, reply: ModelReply, usage: dict[str, Usage]) -> None:
         """Adds the reply to `usage` and the metrics; BudgetExceeded once the run spent too much."""
         budget, rate = self.budget, self.provider.fallback_rate
-        model = reply.model or self.provider.model
+        model = reply.model
         usage.setdefault(model, Usage()).add(reply.usage)
         if self.metrics:
             labels = {"provider": self.provider.name, "model": model}

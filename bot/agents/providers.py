@@ -17,10 +17,9 @@ from bot.redaction import register_all, url_passwords
 from bot.texts import PEOPLE, say
 
 PROBE_TIMEOUT = 15.0
-SDK_KEYS = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}  # read by the SDKs themselves
-SDKS = {
-    "claude": (anthropic.AsyncAnthropic, anthropic.AnthropicError),
-    "codex": (openai.AsyncOpenAI, openai.OpenAIError),
+SDKS = {  # each SDK's client, its error, and the variable it reads its key from
+    "claude": (anthropic.AsyncAnthropic, anthropic.AnthropicError, "ANTHROPIC_API_KEY"),
+    "codex": (openai.AsyncOpenAI, openai.OpenAIError, "OPENAI_API_KEY"),
 }
 OLLAMA_DEFAULT_TAG = ":latest"  # Ollama serves `qwen3` as `qwen3:latest`
 AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
@@ -58,11 +57,11 @@ class ModelClients:
     def _sdk(self, name: str) -> Any:
         """What the client sends (its key, its base URL's password) is masked everywhere."""
         if name not in self._sdks:
-            client_class, error = SDKS[name]
+            client_class, error, key = SDKS[name]
             try:
                 client = client_class(max_retries=MAX_RETRIES)
             except error as exc:
-                raise _not_configured(name, SDK_KEYS[name]) from exc
+                raise _not_configured(name, key) from exc
             secrets = [client.api_key, getattr(client, "auth_token", None)]
             register_all([s or "" for s in secrets] + url_passwords(str(client.base_url)))
             self._sdks[name] = client
@@ -95,10 +94,10 @@ async def probe(settings: Settings, provider: str) -> list[str]:
     `chat`: its server answers `GET /models` and lists COCKPIT_CHAT_MODEL."""
     clients = ModelClients(settings)
     try:
-        if provider in SDK_KEYS:
+        if provider in SDKS:
             if clients.configured(provider):
                 return []
-            return [_problem(SDK_KEYS[provider], "model_key", provider=provider)]
+            return [_problem(SDKS[provider][2], "model_key", provider=provider)]
         if provider != "chat":
             return [say(PEOPLE, "unknown_provider", provider=repr(provider), choices=PROVIDERS)]
         chat = settings.chat

@@ -80,7 +80,6 @@ TOOLS = {
     "git_log": GitLog,
 }
 TOOL_DEFINITIONS = [tool(name, shape) for name, shape in TOOLS.items()]
-READ_ONLY_TOOLS = frozenset(TOOLS)
 
 
 def clean_path(raw: str | None, *, allow_root: bool = False) -> str:

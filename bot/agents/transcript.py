@@ -32,10 +32,6 @@ def tool_call(item: dict[str, Any], name: str) -> dict[str, Any] | None:
     return arguments_object(call.arguments) if call is not None else None
 
 
-def calls_tools(item: dict[str, Any]) -> bool:
-    return bool(calls(item))
-
-
 def answer_text(item: dict[str, Any]) -> str:
     if item.get("role") != "assistant":
         return ""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import gidgethub
 
 from bot import texts
-from bot.agents.base import AgentError
+from bot.agents.base import AgentError, calls
 from bot.agents.budget import DailyBudgetSpent
 from bot.agents.loop import Answer
 from bot.agents.toolbox import Toolbox
@@ -16,7 +16,6 @@ from bot.agents.transcript import (
     MAX_BYTES,
     MAX_MESSAGES,
     answer_text,
-    calls_tools,
     excerpt,
     render,
     to_lines,
@@ -164,7 +163,7 @@ class Turn:
         answered = None
         if done is not None and done[-1].role == "assistant":
             last = done[-1].item
-            if not calls_tools(last):  # the answer was stored, then the process died
+            if not calls(last):  # the answer was stored, then the process died
                 answered = answer_text(last) or None
         if answered is None:
             message = None if done is not None else self.text
