@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Protocol
 
-from bot.agents.base import AgentError
+from bot.agents.base import AgentError, Budget
 from bot.config import Settings
 from bot.records.database import Database
 from bot.records.runs import Admit, spent_since
 from bot.texts import render
 
-
-class DailyLimits(Protocol):
-    """The daily caps, as `Settings` and an agent's `Budget` both carry them."""
-
-    @property
-    def daily_max_runs(self) -> int | None: ...
-
-    @property
-    def daily_max_usd(self) -> float | None: ...
+DailyLimits = Settings | Budget  # both carry the daily caps
 
 
 def day_start(now: float) -> float:
