@@ -89,12 +89,10 @@ class AgentRun:
         run_id = await self._start()
         usage: dict[str, Usage] = {}
         started = time.monotonic()
-        calls = 0
         try:
             result = await self._loop(run_id, user_text, (comment_id, source), usage, started)
-            calls = result.tool_calls
         except asyncio.CancelledError:
-            await self._finish(run_id, usage, RunStatus.CANCELLED, "cancelled", calls)
+            await self._finish(run_id, usage, RunStatus.CANCELLED, "cancelled", 0)
             raise
         except AgentError as exc:
             await self._finish(run_id, usage, RunStatus.FAILED, str(exc), self.toolbox.calls)
@@ -103,7 +101,7 @@ class AgentRun:
             error = redact(f"{exc.__class__.__name__}: {exc}")
             await self._finish(run_id, usage, RunStatus.FAILED, error, self.toolbox.calls)
             raise AgentError(say(PEOPLE, "run_failed", error_class=exc.__class__.__name__)) from exc
-        result.cost_usd = await self._finish(run_id, usage, RunStatus.DONE, None, calls)
+        result.cost_usd = await self._finish(run_id, usage, RunStatus.DONE, None, result.tool_calls)
         result.usage = usage
         return result
 
