@@ -223,18 +223,6 @@ def read_completion(content_type: str, body: str) -> Completion:
         )
         return AgentError(said)
 
-    def count(*path: str) -> int:
-        value = data["usage"]
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        if value is None:
-            return 0
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise wrong("count", value, field=".".join(("usage", *path)))
-        return value
-
     if kind == "text/event-stream" or body.lstrip().startswith("data:"):
         raise wrong("stream")
     try:
@@ -281,6 +269,19 @@ def read_completion(content_type: str, body: str) -> Completion:
         return Completion(content or "", calls, None)
     if not isinstance(usage, dict):
         raise wrong("usage", usage)
+
+    def count(*path: str) -> int:
+        value: Any = usage
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is None:
+            return 0
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise wrong("count", value, field=".".join(("usage", *path)))
+        return value
+
     prompt = count("prompt_tokens")
     cached = min(count("prompt_tokens_details", "cached_tokens"), prompt)
     completion = count("completion_tokens")
