@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from bot.evals.messages import resume_hint
+from bot.evals.commands import resume_hint
 from bot.evals.results import CaseResult, EvalResult, ModelRun, ProgressSink, case_figures
 from bot.evals.scoring import add_usd
 from bot.texts import OPERATOR, say

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -104,6 +105,24 @@ class EvalResult:
     @property
     def ok(self) -> bool:
         return not self.source_changed and not any(run.failed for run in self.runs)
+
+    @cached_property
+    def figures(self) -> Results:
+        """Read once the run is over: the summary, `--json` and the report show the same."""
+        judge = self.judge
+        return Results(
+            batch=self.batch,
+            golden=list(self.goldens),
+            judge=JudgeFigures(
+                judge.name, judge.model, judge.tokens, judge.cost_usd, judge.unreadable
+            ),
+            source_changed=self.source_changed,
+            runs=[
+                run_figures(self, run, variant)
+                for run in self.runs
+                for variant in ((ALL, VERIFIED) if run.verify else (ALL,))
+            ],
+        )
 
 
 class ProgressSink:
@@ -235,19 +254,4 @@ def run_figures(result: EvalResult, run: ModelRun, variant: str) -> RunFigures:
         batch=result.batch,
         failed_cases=len(run.failed),
         cases=[case_figures(case, variant, verify) for case in run.cases],
-    )
-
-
-def results(result: EvalResult) -> Results:
-    judge = result.judge
-    return Results(
-        batch=result.batch,
-        golden=list(result.goldens),
-        judge=JudgeFigures(judge.name, judge.model, judge.tokens, judge.cost_usd, judge.unreadable),
-        source_changed=result.source_changed,
-        runs=[
-            run_figures(result, run, variant)
-            for run in result.runs
-            for variant in ((ALL, VERIFIED) if run.verify else (ALL,))
-        ],
     )

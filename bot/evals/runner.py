@@ -38,7 +38,7 @@ from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
 from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.texts import OPERATOR, say
 from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
-from bot.worktrees import GitError
+from bot.worktrees import GitError, Mirrors
 
 
 class EvalError(Exception):
@@ -227,35 +227,12 @@ def default_model(settings: Settings, provider: str) -> str:
     return settings.chat.model
 
 
-async def _start_batch(
-    db: SqliteDatabase, options: EvalOptions, verify_provider: str | None
-) -> list[ModelRun]:
-    rows = [
-        {
-            "golden": json.dumps(list(options.goldens)),
-            "provider": options.provider,
-            "model": model,
-            "verify": int(options.verify),
-            "verify_provider": verify_provider,
-            "judge": options.judge,
-            "options": msgspec.json.encode(options).decode(),
-        }
-        for model in options.models
-    ]
-    ids = await evals.create_runs(db, rows)
-    return [
-        ModelRun(run_id, options.provider, model, options.verify, verify_provider)
-        for run_id, model in zip(ids, options.models, strict=True)
-    ]
-
-
-async def _resume_batch(db: SqliteDatabase, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
+async def _read_batch(db: SqliteDatabase, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
     found = await evals.resume_batch(db, batch)
     if not found:
         raise EvalError(say(OPERATOR, "eval.bad_option", why="no_run", batch=batch))
-    options = msgspec.json.decode(found[0].options, type=EvalOptions)
     runs = [ModelRun(r.id, r.provider, r.model, r.verify, r.verify_provider) for r in found]
-    return options, runs
+    return msgspec.json.decode(found[0].options, type=EvalOptions), runs
 
 
 async def run_eval(
@@ -274,7 +251,7 @@ async def run_eval(
         # user of its data folder, with no server's maintenance to do it).
         await prune_detached_sessions(db, time.time() - CONVERSATION_TTL, PRUNE_CHUNK)
         if resume is not None:
-            options, runs = await _resume_batch(db, resume)
+            options, runs = await _read_batch(db, resume)
         elif options is None:
             raise EvalError(say(OPERATOR, "eval.bad_option", why="nothing"))
         try:
@@ -282,18 +259,31 @@ async def run_eval(
             judge = make_judge(options.judge, db, models, options.judge_model)
         except (ValueError, AgentError) as exc:
             raise EvalError(str(exc)) from exc
-        verify_provider = None
-        if options.verify:
-            verify_provider = choose_provider(options.provider, None, models.available())
-        if resume is None:
-            runs = await _start_batch(db, options, verify_provider)
-        batch = runs[0].id if resume is None else resume
-        result = EvalResult(batch, options, goldens, runs, judge)
+        if resume is None:  # stored first, then read back as a resumed batch is
+            verify_provider = None
+            if options.verify:
+                verify_provider = choose_provider(options.provider, None, models.available())
+            rows = [
+                {
+                    "golden": json.dumps(list(options.goldens)),
+                    "provider": options.provider,
+                    "model": model,
+                    "verify": int(options.verify),
+                    "verify_provider": verify_provider,
+                    "judge": options.judge,
+                    "options": msgspec.json.encode(options).decode(),
+                }
+                for model in options.models
+            ]
+            options, runs = await _read_batch(db, (await evals.create_runs(db, rows))[0])
+        result = EvalResult(runs[0].id, options, goldens, runs, judge)
         cases = [case for golden in goldens.values() for case in golden.cases]
         repositories = sorted({case.repository for case in cases})
         before = {repo: await fingerprint(repo) for repo in repositories}
         progress.start(result, len(cases) * len(runs), resumed=resume is not None)
-        runner = Runner(settings, db, models, Sources.under(settings.data_dir), judge, progress)
+        runner = Runner(
+            settings, db, models, Sources(Mirrors(settings.data_dir / "eval")), judge, progress
+        )
         try:
             for run in runs:
                 await runner.run_model(run, cases, max(1, options.jobs))
