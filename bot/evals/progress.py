@@ -47,7 +47,7 @@ class ConsoleProgress(ProgressSink):
     def case_done(self, run: ModelRun, result: CaseResult) -> None:
         self.done += 1
         self.failed += bool(result.error)
-        figures = case_figures(result, run.final, verify=True)  # its whole spend
+        figures = case_figures(result, run.verify)
         self.usd = add_usd(self.usd, figures.usd)
         if not self.tty:
             line = say(

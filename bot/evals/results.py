@@ -85,10 +85,6 @@ class ModelRun:
     def failed(self) -> list[CaseResult]:
         return [c for c in self.cases if c.error]
 
-    @property
-    def final(self) -> str:
-        return VERIFIED if self.verify else ALL
-
     def total(self, variant: str) -> Counts:
         return sum((c.counts[variant] for c in self.cases if not c.error), Counts())
 
@@ -118,9 +114,9 @@ class EvalResult:
             ),
             source_changed=self.source_changed,
             runs=[
-                run_figures(self, run, variant)
+                run_figures(self, run, verify)
                 for run in self.runs
-                for variant in ((ALL, VERIFIED) if run.verify else (ALL,))
+                for verify in ((False, True) if run.verify else (False,))
             ],
         )
 
@@ -200,10 +196,11 @@ def _spend(cases: Sequence[CaseResult], verify: bool) -> tuple[int, float | None
     return tokens, usd, seconds
 
 
-def case_figures(case: CaseResult, variant: str, verify: bool) -> CaseFigures:
+def case_figures(case: CaseResult, verify: bool) -> CaseFigures:
+    """`verify`: with the verify pass (its spend, and refuted findings left out)."""
     tokens, usd, seconds = _spend([case], verify)
     labels = len(case.case.labels)
-    counts = None if case.error else case.counts.get(variant)
+    counts = None if case.error else case.counts.get(VERIFIED if verify else ALL)
     shown = Counts(fn=labels) if counts is None else counts
     figures = CaseFigures(
         id=case.case.id,
@@ -232,9 +229,10 @@ def case_figures(case: CaseResult, variant: str, verify: bool) -> CaseFigures:
     return figures
 
 
-def run_figures(result: EvalResult, run: ModelRun, variant: str) -> RunFigures:
-    verify = variant == VERIFIED
-    total = run.total(variant)  # scores leave failed cases out; spend counts them
+def run_figures(result: EvalResult, run: ModelRun, verify: bool) -> RunFigures:
+    total = run.total(
+        VERIFIED if verify else ALL
+    )  # scores leave failed cases out; spend counts them
     tokens, usd, seconds = _spend(run.cases, verify)
     return RunFigures(
         provider=run.provider,
@@ -253,5 +251,5 @@ def run_figures(result: EvalResult, run: ModelRun, variant: str) -> RunFigures:
         eval_run=run.id,
         batch=result.batch,
         failed_cases=len(run.failed),
-        cases=[case_figures(case, variant, verify) for case in run.cases],
+        cases=[case_figures(case, verify) for case in run.cases],
     )

@@ -120,17 +120,15 @@ class Runner:
         if case.known_false_positives and result.findings:
             fp_scores = await self.judge.scores(result.findings, case.known_false_positives)
             known = [any(s > 0 for s in row) for row in fp_scores]
-        result.counts[ALL], result.pairs = score_case(scores, len(case.labels), known_fp=known)
-        if any(f.verify_status for f in result.findings) or result.verify_error is not None:
-            kept = [f.verify_status != VerifyStatus.REFUTED for f in result.findings]
-            result.counts[VERIFIED], result.pairs = score_case(
-                scores, len(case.labels), kept=kept, known_fp=known
-            )
-        else:
-            result.counts[VERIFIED] = result.counts[ALL]
+        labels = len(case.labels)
+        result.counts[ALL] = score_case(scores, labels, known_fp=known)[0]
+        kept = [f.verify_status != VerifyStatus.REFUTED for f in result.findings]
+        result.counts[VERIFIED], result.pairs = score_case(
+            scores, labels, kept=kept, known_fp=known
+        )
 
     async def store_case(self, run: ModelRun, result: CaseResult) -> None:
-        figures = case_figures(result, run.final, run.verify)
+        figures = case_figures(result, run.verify)
         strict = figures.strict or Counts().strict  # a failed case stores no score
         case = {
             "pr": result.case.pr or 0,
@@ -191,7 +189,7 @@ def _scores(text: str | None) -> CaseScores:
 
 
 async def finish_run(db: SqliteDatabase, result: EvalResult, run: ModelRun) -> None:
-    figures = run_figures(result, run, run.final)
+    figures = run_figures(result, run, run.verify)
     scores = msgspec.json.encode({name: run.total(name) for name in (ALL, VERIFIED)}).decode()
     totals = _totals(figures, figures.strict, run.failed, run.wall_seconds)
     await evals.finish_run(db, run.id, scores=scores, **totals)
