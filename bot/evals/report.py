@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,6 @@ import msgspec
 from bot.evals.commands import Resume
 from bot.evals.results import EvalResult, RunFigures
 from bot.texts import OPERATOR, render, say
-
-log = logging.getLogger(__name__)
 
 CHART_EXTRA = "pip install 'pr-cockpit[eval]'"
 

@@ -17,6 +17,7 @@ from bot.config import PROVIDERS, Settings
 from bot.evals.golden import Case, load_golden
 from bot.evals.judges import EvalFinding, Judge, make_judge
 from bot.evals.results import (
+    CaseFigures,
     CaseResult,
     CaseScores,
     Cost,
@@ -127,7 +128,7 @@ class Runner:
             scores, labels, kept=kept, known_fp=known
         )
 
-    async def store_case(self, run: ModelRun, result: CaseResult) -> None:
+    async def store_case(self, run: ModelRun, result: CaseResult) -> CaseFigures:
         figures = case_figures(result, run.verify)
         strict = figures.strict or Counts().strict  # a failed case stores no score
         case = {
@@ -145,6 +146,7 @@ class Runner:
             for index, f in enumerate(result.findings)
         ]
         await evals.store_case(self.db, run.id, result.case.id, case, findings)
+        return figures
 
     async def load_case(self, run: ModelRun, case: Case) -> CaseResult | None:
         done = await evals.done_case(self.db, run.id, case.id)
@@ -176,8 +178,7 @@ class Runner:
                         await self.score(result)
                     except AgentError as exc:
                         result.error = say(OPERATOR, "eval.judging_failed", error=exc)
-                await self.store_case(run, result)
-                self.progress.case_done(run, result)
+                self.progress.case_done(run, result, await self.store_case(run, result))
                 return result
 
         run.cases = list(await asyncio.gather(*(one(n, c) for n, c in enumerate(cases, start=1))))
