@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bot.config import ConfigError, load_settings
 from bot.evals.golden import GoldenError, golden_problems, write_golden
-from bot.evals.messages import resume_hint
 from bot.texts import OPERATOR, say
 
 if TYPE_CHECKING:
@@ -21,6 +23,27 @@ if TYPE_CHECKING:
 # second or more to import), `import-martian` and `golden-from-reviews` do not.
 
 EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE = 0, 1, 2
+RUNNER = "cockpit eval run"  # what runs an eval (scripts/eval_offline.py names itself)
+
+
+@dataclass(frozen=True)
+class Resume:
+    command: str
+    data_dir: Path
+    temporary: bool  # the data directory is in the system's temporary folder
+
+
+def resume_hint(
+    batch: int | str, data_dir: Path, cwd: Path | None = None, runner: str | None = None
+) -> Resume:
+    """The command names `data_dir` unless it is the default (`./data`) where it runs."""
+    where = Path(data_dir).expanduser().resolve()
+    here = (cwd or Path.cwd()).resolve()
+    command = f"{runner or RUNNER} --resume {batch}"
+    if where != here / "data":
+        command = f"COCKPIT_DATA_DIR={shlex.quote(str(where))} {command}"
+    temporary = where.is_relative_to(Path(tempfile.gettempdir()).resolve())
+    return Resume(command, where, temporary)
 
 
 def _error(message: str) -> int:
@@ -83,25 +106,27 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
 
 def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: Path) -> int:
     from bot.evals.report import CHART_EXTRA, write_json, write_report
-    from bot.evals.results import results
 
     resume = resume_hint(result.batch, data_dir, runner=args.resume_with)
-    entries = results(result).runs
-    out.write(say(OPERATOR, "eval.summary", entries=entries) + "\n")
+    out.write(say(OPERATOR, "eval.summary", entries=result.figures.runs) + "\n")
     failed = sum(len(run.failed) for run in result.runs)
     if failed:
         out.write(say(OPERATOR, "eval.failed_cases", count=failed, resume=resume) + "\n")
-    if result.judge.unreadable:
-        judge = result.judge
+    judge = result.judge
+    if judge.unreadable:
         out.write(say(OPERATOR, "eval.unreadable", count=judge.unreadable, judge=judge.name) + "\n")
     if result.source_changed:
         out.write(say(OPERATOR, "eval.source_changed", repos=result.source_changed) + "\n")
     report, chart = write_report(result, Path(args.report_dir), resume=resume)
     if args.json:
         write_json(result, Path(args.json))
-    extra = CHART_EXTRA
     written = say(
-        OPERATOR, "eval.written", report=report, chart=chart, chart_extra=extra, json_path=args.json
+        OPERATOR,
+        "eval.written",
+        report=report,
+        chart=chart,
+        chart_extra=CHART_EXTRA,
+        json_path=args.json,
     )
     out.write(written + "\n")
     return EXIT_OK if result.ok else EXIT_CASE_FAILED
@@ -118,8 +143,10 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
 
     from bot.backend import describe, reach, read_database
     from bot.checks import PG_WAIT, database_verdict, exit_code
-    from bot.evals.from_reviews import check_repo, golden_from_reviews, published_repos
+    from bot.evals.from_reviews import check_repo, golden_from_reviews
+    from bot.records.evals import repos_with_reviews
     from bot.records.postgres import SchemaBehind
+    from bot.records.vocab import ReviewState
 
     try:
         settings = load_settings(github=False)
@@ -141,7 +168,7 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
         return _error(str(exc))
     try:
         golden = await golden_from_reviews(db, args.repo)
-        others = [] if golden["cases"] else await published_repos(db)
+        others = [] if golden["cases"] else await repos_with_reviews(db, ReviewState.POSTED)
     finally:
         await db.close()
     if not golden["cases"]:

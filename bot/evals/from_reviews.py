@@ -31,14 +31,9 @@ def check_repo(repo: str) -> None:
         raise ValueError(say(OPERATOR, "eval.bad_option", why="repo"))
 
 
-async def published_repos(db: Database) -> list[str]:
-    return await evals.repos_with_reviews(db, ReviewState.POSTED)
-
-
 async def golden_from_reviews(db: Database, repo: str) -> dict[str, Any]:
     """The newest posted review per PR, a case at its head: published findings are labels, the
     ones a person dropped known false positives (the bot's own drops are neither)."""
-    check_repo(repo)
     cases = []
     clone_url = None
     for review, pull in await evals.posted_reviews(db, repo, ReviewState.POSTED):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any
 
 from bot.agents.base import AgentError, ProviderRequest, Usage, cost_usd
 from bot.agents.providers import ModelClients
@@ -51,12 +51,6 @@ def normal_path(path: str | None) -> str | None:
     return path or None
 
 
-def _line_distance(finding: EvalFinding, line: int) -> int:
-    assert finding.line is not None
-    start, end = sorted((finding.line, finding.end_line or finding.line))
-    return 0 if start <= line <= end else min(abs(line - start), abs(line - end))
-
-
 def lexical_score(finding: EvalFinding, label: Label) -> float:
     """0 when they do not match, else higher for a closer match; a free-text label (no path)
     must share more words."""
@@ -70,23 +64,12 @@ def lexical_score(finding: EvalFinding, label: Label) -> float:
         return 0.0
     nearness = 0.25
     if label.line and finding.line is not None:
-        distance = _line_distance(finding, label.line)
+        start, end = sorted((finding.line, finding.end_line or finding.line))
+        distance = max(start - label.line, label.line - end, 0)  # 0 inside the finding's lines
         if distance > LINE_WINDOW:
             return 0.0
         nearness = 1 - distance / (LINE_WINDOW + 1)
     return 1 + nearness + text if text >= LOCATED_MIN else 0.0
-
-
-class Judge(Protocol):
-    name: str
-    model: str | None
-    tokens: int
-    cost_usd: float | None
-    unreadable: int  # answers with no verdict to read: scored "no match", asked again
-
-    async def scores(
-        self, findings: Sequence[EvalFinding], labels: Sequence[Label]
-    ) -> list[list[float]]: ...
 
 
 class LexicalJudge:
@@ -126,32 +109,24 @@ class Answer:
     reasoning: str
 
 
-def _objects(text: str) -> Iterator[Any]:
-    """Every JSON object in `text`, in order (prose, fences and stray braces skipped)."""
+def parse_answer(text: str) -> Answer | None:
+    """The first JSON object with a boolean `match`, prose, fences and stray braces skipped
+    (None: none; the caller counts those)."""
     start = text.find("{")
     while start != -1:
         try:
-            value, end = _DECODER.raw_decode(text, start)
+            data, end = _DECODER.raw_decode(text, start)
         except ValueError:
             start = text.find("{", start + 1)
             continue
-        yield value
+        if isinstance(data, dict) and isinstance(data.get("match"), bool):
+            confidence = data.get("confidence", 1.0)
+            if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+                confidence = 1.0
+            confidence = min(max(float(confidence), 0.0), 1.0)
+            return Answer(data["match"], confidence, str(data.get("reasoning", "")))
         start = text.find("{", end)
-
-
-def parse_answer(text: str) -> Answer | None:
-    """The first JSON object with a boolean `match` (None: none; the caller counts those)."""
-    answers = (
-        o for o in _objects(text or "") if isinstance(o, dict) and isinstance(o.get("match"), bool)
-    )
-    data = next(answers, None)
-    if data is None:
-        return None
-    confidence = data.get("confidence", 1.0)
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
-        confidence = 1.0
-    confidence = min(max(float(confidence), 0.0), 1.0)
-    return Answer(data["match"], confidence, str(data.get("reasoning", "")))
+    return None
 
 
 @dataclass
@@ -167,7 +142,7 @@ class LLMJudge:
     usage: dict[str, Usage] = field(default_factory=dict)
     asked: int = 0
     cached: int = 0
-    unreadable: int = 0
+    unreadable: int = 0  # answers with no verdict to read: scored "no match", asked again
 
     def __post_init__(self) -> None:
         self._provider = self.models.provider(self.name, self.model)
@@ -211,17 +186,6 @@ class LLMJudge:
         if known is not None:
             self.cached += 1
             return Answer(*known)
-        async with self._limit:
-            answer = await self._ask(finding, label)
-        if answer is None:
-            self.unreadable += 1
-            return None
-        await evals.store_judgement(
-            self.db, keys, answer.match, answer.confidence, answer.reasoning
-        )
-        return answer
-
-    async def _ask(self, finding: str, label: str) -> Answer | None:
         provider = self._provider
         request = ProviderRequest(
             system=self._system,
@@ -232,7 +196,8 @@ class LLMJudge:
             cache_key="pr-cockpit-eval-judge",
         )
         try:
-            reply = await provider.send(request)  # the SDK retried what is transient
+            async with self._limit:
+                reply = await provider.send(request)  # the SDK retried what is transient
         except AgentError:  # the provider said what is wrong (a chat server's refusal)
             raise
         except Exception as exc:
@@ -242,7 +207,17 @@ class LLMJudge:
             ) from exc
         self.asked += 1
         self.usage.setdefault(reply.model or provider.model, Usage()).add(reply.usage)
-        return parse_answer(reply.text)
+        answer = parse_answer(reply.text or "")
+        if answer is None:
+            self.unreadable += 1
+            return None
+        await evals.store_judgement(
+            self.db, keys, answer.match, answer.confidence, answer.reasoning
+        )
+        return answer
+
+
+Judge = LexicalJudge | LLMJudge
 
 
 def make_judge(name: str, db: Database, models: ModelClients, model: str | None = None) -> Judge:

@@ -57,10 +57,6 @@ class PullRef:
     name: str
     number: int
 
-    @property
-    def clone_url(self) -> str:
-        return f"https://github.com/{self.owner}/{self.name}.git"
-
 
 def parse_pr_url(url: str) -> PullRef:
     match = _PR_URL.match(url.strip())
@@ -85,7 +81,7 @@ def convert_entries(source: str, entries: Any) -> list[dict[str, Any]]:
             pr=ref.number,
             url=entry.url,
             original_url=entry.original_url,
-            repository=ref.clone_url,
+            repository=f"https://github.com/{ref.owner}/{ref.name}.git",
             title=entry.pr_title,
             base_sha=None,
             head_sha=None,
@@ -118,10 +114,6 @@ def martian_golden(directory: Path) -> dict[str, Any]:
     }
 
 
-class PullNotFound(GoldenError):
-    """GitHub answered 404: it does not know this pull request (asking again will not help)."""
-
-
 @dataclass
 class Resolution:
     """PRs GitHub does not know, and cases it could not be asked about, with the reason."""
@@ -134,12 +126,14 @@ class Resolution:
         return len(self.unknown) + len(self.failed)
 
 
-async def _fetch(session: aiohttp.ClientSession, api_url: str, ref: PullRef) -> Pull:
+async def _fetch(session: aiohttp.ClientSession, api_url: str, ref: PullRef) -> Pull | None:
+    """None: GitHub answered 404, it does not know this pull request (asking again will not
+    help)."""
     # On the API base: never a URL from the data.
     url = f"{api_url.rstrip('/')}/repos/{ref.owner}/{ref.name}/pulls/{ref.number}"
     async with session.get(url, timeout=aiohttp.ClientTimeout(30)) as resp:
         if resp.status == 404:
-            raise PullNotFound(say(OPERATOR, "eval.martian_file", why="unknown_pull", ref=ref))
+            return None
         if resp.status != 200:
             raise GoldenError(
                 say(OPERATOR, "eval.martian_file", why="status", ref=ref, status=resp.status)
@@ -160,9 +154,6 @@ async def resolve_with_github(golden: dict[str, Any], api_url: str) -> Resolutio
         async with limit:
             try:
                 pull = await _fetch(session, api_url, parse_pr_url(case["url"]))
-            except PullNotFound:
-                resolution.unknown.append(case["id"])
-                return
             except ValueError as exc:
                 resolution.failed.append((case["id"], str(exc)))
                 return
@@ -172,6 +163,9 @@ async def resolve_with_github(golden: dict[str, Any], api_url: str) -> Resolutio
                 )
                 resolution.failed.append((case["id"], reason))
                 return
+        if pull is None:
+            resolution.unknown.append(case["id"])
+            return
         case["head_sha"], case["base_sha"] = pull.head.sha, pull.base.sha
         if pull.base.ref is not None:
             case["base_ref"] = pull.base.ref

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from bot.evals.messages import resume_hint
-from bot.evals.results import CaseResult, EvalResult, ModelRun, ProgressSink, case_figures
+from bot.evals.commands import resume_hint
+from bot.evals.results import CaseFigures, CaseResult, EvalResult, ModelRun, ProgressSink
 from bot.evals.scoring import add_usd
 from bot.texts import OPERATOR, say
 
@@ -44,10 +44,9 @@ class ConsoleProgress(ProgressSink):
         )
         self._write(said + "\n")
 
-    def case_done(self, run: ModelRun, result: CaseResult) -> None:
+    def case_done(self, run: ModelRun, result: CaseResult, figures: CaseFigures) -> None:
         self.done += 1
         self.failed += bool(result.error)
-        figures = case_figures(result, run.final, verify=True)  # its whole spend
         self.usd = add_usd(self.usd, figures.usd)
         if not self.tty:
             line = say(

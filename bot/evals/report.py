@@ -3,29 +3,26 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from bot.evals.messages import Resume
-from bot.evals.results import EvalResult, RunFigures, results
+from bot.evals.commands import Resume
+from bot.evals.results import EvalResult, RunFigures
 from bot.texts import OPERATOR, render, say
-
-log = logging.getLogger(__name__)
 
 CHART_EXTRA = "pip install 'pr-cockpit[eval]'"
 
 
 def results_json(result: EvalResult) -> dict[str, Any]:
-    return msgspec.to_builtins(results(result))
+    return msgspec.to_builtins(result.figures)
 
 
 def write_json(result: EvalResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(msgspec.json.format(msgspec.json.encode(results(result)), indent=2) + b"\n")
+    path.write_bytes(msgspec.json.format(msgspec.json.encode(result.figures), indent=2) + b"\n")
 
 
 @dataclass(frozen=True)
@@ -136,7 +133,7 @@ def write_report(result: EvalResult, directory: Path, *, resume: Resume) -> tupl
     """The markdown report and its chart beside it; nothing already there is overwritten."""
     now = dt.datetime.now(dt.UTC)
     path = reserve_report(directory, result.batch, now)
-    figures = results(result)
+    figures = result.figures
     spec = chart_spec(msgspec.to_builtins(figures.runs), result.batch)
     chart = draw_chart(spec, path.with_name(f"{path.stem}-f1-cost.png"))
     by_run: dict[int, list[RunFigures]] = {}

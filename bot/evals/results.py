@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -84,10 +85,6 @@ class ModelRun:
     def failed(self) -> list[CaseResult]:
         return [c for c in self.cases if c.error]
 
-    @property
-    def final(self) -> str:
-        return VERIFIED if self.verify else ALL
-
     def total(self, variant: str) -> Counts:
         return sum((c.counts[variant] for c in self.cases if not c.error), Counts())
 
@@ -105,11 +102,29 @@ class EvalResult:
     def ok(self) -> bool:
         return not self.source_changed and not any(run.failed for run in self.runs)
 
+    @cached_property
+    def figures(self) -> Results:
+        """Read once the run is over: the summary, `--json` and the report show the same."""
+        judge = self.judge
+        return Results(
+            batch=self.batch,
+            golden=list(self.goldens),
+            judge=JudgeFigures(
+                judge.name, judge.model, judge.tokens, judge.cost_usd, judge.unreadable
+            ),
+            source_changed=self.source_changed,
+            runs=[
+                run_figures(self, run, verify)
+                for run in self.runs
+                for verify in ((False, True) if run.verify else (False,))
+            ],
+        )
+
 
 class ProgressSink:
     def start(self, result: EvalResult, total: int, resumed: bool) -> None: ...
 
-    def case_done(self, run: ModelRun, result: CaseResult) -> None: ...
+    def case_done(self, run: ModelRun, result: CaseResult, figures: CaseFigures) -> None: ...
 
     def finish(self) -> None: ...
 
@@ -181,10 +196,11 @@ def _spend(cases: Sequence[CaseResult], verify: bool) -> tuple[int, float | None
     return tokens, usd, seconds
 
 
-def case_figures(case: CaseResult, variant: str, verify: bool) -> CaseFigures:
+def case_figures(case: CaseResult, verify: bool) -> CaseFigures:
+    """`verify`: with the verify pass (its spend, and refuted findings left out)."""
     tokens, usd, seconds = _spend([case], verify)
     labels = len(case.case.labels)
-    counts = None if case.error else case.counts.get(variant)
+    counts = None if case.error else case.counts.get(VERIFIED if verify else ALL)
     shown = Counts(fn=labels) if counts is None else counts
     figures = CaseFigures(
         id=case.case.id,
@@ -213,9 +229,10 @@ def case_figures(case: CaseResult, variant: str, verify: bool) -> CaseFigures:
     return figures
 
 
-def run_figures(result: EvalResult, run: ModelRun, variant: str) -> RunFigures:
-    verify = variant == VERIFIED
-    total = run.total(variant)  # scores leave failed cases out; spend counts them
+def run_figures(result: EvalResult, run: ModelRun, verify: bool) -> RunFigures:
+    total = run.total(
+        VERIFIED if verify else ALL
+    )  # scores leave failed cases out; spend counts them
     tokens, usd, seconds = _spend(run.cases, verify)
     return RunFigures(
         provider=run.provider,
@@ -234,20 +251,5 @@ def run_figures(result: EvalResult, run: ModelRun, variant: str) -> RunFigures:
         eval_run=run.id,
         batch=result.batch,
         failed_cases=len(run.failed),
-        cases=[case_figures(case, variant, verify) for case in run.cases],
-    )
-
-
-def results(result: EvalResult) -> Results:
-    judge = result.judge
-    return Results(
-        batch=result.batch,
-        golden=list(result.goldens),
-        judge=JudgeFigures(judge.name, judge.model, judge.tokens, judge.cost_usd, judge.unreadable),
-        source_changed=result.source_changed,
-        runs=[
-            run_figures(result, run, variant)
-            for run in result.runs
-            for variant in ((ALL, VERIFIED) if run.verify else (ALL,))
-        ],
+        cases=[case_figures(case, verify) for case in run.cases],
     )

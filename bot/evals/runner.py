@@ -17,6 +17,7 @@ from bot.config import PROVIDERS, Settings
 from bot.evals.golden import Case, load_golden
 from bot.evals.judges import EvalFinding, Judge, make_judge
 from bot.evals.results import (
+    CaseFigures,
     CaseResult,
     CaseScores,
     Cost,
@@ -38,7 +39,7 @@ from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
 from bot.review.verify import apply_verification, choose_provider, verify_draft
 from bot.texts import OPERATOR, say
 from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
-from bot.worktrees import GitError
+from bot.worktrees import GitError, Mirrors
 
 
 class EvalError(Exception):
@@ -120,17 +121,15 @@ class Runner:
         if case.known_false_positives and result.findings:
             fp_scores = await self.judge.scores(result.findings, case.known_false_positives)
             known = [any(s > 0 for s in row) for row in fp_scores]
-        result.counts[ALL], result.pairs = score_case(scores, len(case.labels), known_fp=known)
-        if any(f.verify_status for f in result.findings) or result.verify_error is not None:
-            kept = [f.verify_status != VerifyStatus.REFUTED for f in result.findings]
-            result.counts[VERIFIED], result.pairs = score_case(
-                scores, len(case.labels), kept=kept, known_fp=known
-            )
-        else:
-            result.counts[VERIFIED] = result.counts[ALL]
+        labels = len(case.labels)
+        result.counts[ALL] = score_case(scores, labels, known_fp=known)[0]
+        kept = [f.verify_status != VerifyStatus.REFUTED for f in result.findings]
+        result.counts[VERIFIED], result.pairs = score_case(
+            scores, labels, kept=kept, known_fp=known
+        )
 
-    async def store_case(self, run: ModelRun, result: CaseResult) -> None:
-        figures = case_figures(result, run.final, run.verify)
+    async def store_case(self, run: ModelRun, result: CaseResult) -> CaseFigures:
+        figures = case_figures(result, run.verify)
         strict = figures.strict or Counts().strict  # a failed case stores no score
         case = {
             "pr": result.case.pr or 0,
@@ -147,6 +146,7 @@ class Runner:
             for index, f in enumerate(result.findings)
         ]
         await evals.store_case(self.db, run.id, result.case.id, case, findings)
+        return figures
 
     async def load_case(self, run: ModelRun, case: Case) -> CaseResult | None:
         done = await evals.done_case(self.db, run.id, case.id)
@@ -178,8 +178,7 @@ class Runner:
                         await self.score(result)
                     except AgentError as exc:
                         result.error = say(OPERATOR, "eval.judging_failed", error=exc)
-                await self.store_case(run, result)
-                self.progress.case_done(run, result)
+                self.progress.case_done(run, result, await self.store_case(run, result))
                 return result
 
         run.cases = list(await asyncio.gather(*(one(n, c) for n, c in enumerate(cases, start=1))))
@@ -191,7 +190,7 @@ def _scores(text: str | None) -> CaseScores:
 
 
 async def finish_run(db: SqliteDatabase, result: EvalResult, run: ModelRun) -> None:
-    figures = run_figures(result, run, run.final)
+    figures = run_figures(result, run, run.verify)
     scores = msgspec.json.encode({name: run.total(name) for name in (ALL, VERIFIED)}).decode()
     totals = _totals(figures, figures.strict, run.failed, run.wall_seconds)
     await evals.finish_run(db, run.id, scores=scores, **totals)
@@ -227,35 +226,12 @@ def default_model(settings: Settings, provider: str) -> str:
     return settings.chat.model
 
 
-async def _start_batch(
-    db: SqliteDatabase, options: EvalOptions, verify_provider: str | None
-) -> list[ModelRun]:
-    rows = [
-        {
-            "golden": json.dumps(list(options.goldens)),
-            "provider": options.provider,
-            "model": model,
-            "verify": int(options.verify),
-            "verify_provider": verify_provider,
-            "judge": options.judge,
-            "options": msgspec.json.encode(options).decode(),
-        }
-        for model in options.models
-    ]
-    ids = await evals.create_runs(db, rows)
-    return [
-        ModelRun(run_id, options.provider, model, options.verify, verify_provider)
-        for run_id, model in zip(ids, options.models, strict=True)
-    ]
-
-
-async def _resume_batch(db: SqliteDatabase, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
+async def _read_batch(db: SqliteDatabase, batch: int) -> tuple[EvalOptions, list[ModelRun]]:
     found = await evals.resume_batch(db, batch)
     if not found:
         raise EvalError(say(OPERATOR, "eval.bad_option", why="no_run", batch=batch))
-    options = msgspec.json.decode(found[0].options, type=EvalOptions)
     runs = [ModelRun(r.id, r.provider, r.model, r.verify, r.verify_provider) for r in found]
-    return options, runs
+    return msgspec.json.decode(found[0].options, type=EvalOptions), runs
 
 
 async def run_eval(
@@ -274,7 +250,7 @@ async def run_eval(
         # user of its data folder, with no server's maintenance to do it).
         await prune_detached_sessions(db, time.time() - CONVERSATION_TTL, PRUNE_CHUNK)
         if resume is not None:
-            options, runs = await _resume_batch(db, resume)
+            options, runs = await _read_batch(db, resume)
         elif options is None:
             raise EvalError(say(OPERATOR, "eval.bad_option", why="nothing"))
         try:
@@ -282,18 +258,31 @@ async def run_eval(
             judge = make_judge(options.judge, db, models, options.judge_model)
         except (ValueError, AgentError) as exc:
             raise EvalError(str(exc)) from exc
-        verify_provider = None
-        if options.verify:
-            verify_provider = choose_provider(options.provider, None, models.available())
-        if resume is None:
-            runs = await _start_batch(db, options, verify_provider)
-        batch = runs[0].id if resume is None else resume
-        result = EvalResult(batch, options, goldens, runs, judge)
+        if resume is None:  # stored first, then read back as a resumed batch is
+            verify_provider = None
+            if options.verify:
+                verify_provider = choose_provider(options.provider, None, models.available())
+            rows = [
+                {
+                    "golden": json.dumps(list(options.goldens)),
+                    "provider": options.provider,
+                    "model": model,
+                    "verify": int(options.verify),
+                    "verify_provider": verify_provider,
+                    "judge": options.judge,
+                    "options": msgspec.json.encode(options).decode(),
+                }
+                for model in options.models
+            ]
+            options, runs = await _read_batch(db, (await evals.create_runs(db, rows))[0])
+        result = EvalResult(runs[0].id, options, goldens, runs, judge)
         cases = [case for golden in goldens.values() for case in golden.cases]
         repositories = sorted({case.repository for case in cases})
         before = {repo: await fingerprint(repo) for repo in repositories}
         progress.start(result, len(cases) * len(runs), resumed=resume is not None)
-        runner = Runner(settings, db, models, Sources.under(settings.data_dir), judge, progress)
+        runner = Runner(
+            settings, db, models, Sources(Mirrors(settings.data_dir / "eval")), judge, progress
+        )
         try:
             for run in runs:
                 await runner.run_model(run, cases, max(1, options.jobs))

@@ -63,10 +63,6 @@ class Sources:
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _fetched: dict[str, set[str]] = field(default_factory=dict)
 
-    @classmethod
-    def under(cls, data_dir: Path) -> Sources:
-        return cls(Mirrors(data_dir / "eval"))
-
     async def clone_url(self, repository: str) -> str:
         """A URL git can mirror: remote URLs as they are, a local folder as file://, and a
         bundle unpacked once into a bare repository (git cannot fetch a bundle by URL)."""
