@@ -36,12 +36,10 @@ class GitError(Exception):
     """A git command failed or timed out; the message is safe to show (no secrets)."""
 
 
-def git_env(*, home: Path, token: str | None = None, offline: bool = False) -> dict[str, str]:
+def git_env(*, home: Path, offline: bool = False) -> dict[str, str]:
     """The only environment git ever runs with: no user/system config, no hooks, no helpers.
-    The installation token reaches git only here, as `http.extraHeader` in this process's
-    environment: never in a URL, a file, a command line or a log. Offline (review-local, in
-    someone's repository and its mirror): no transport at all, so no fetch, lazy or not, ever
-    starts, and no system attributes."""
+    Offline (review-local, in someone's repository and its mirror): no transport at all, so no
+    fetch, lazy or not, ever starts, and no system attributes."""
     config = {
         "core.hooksPath": "/dev/null",
         "core.fsmonitor": "false",
@@ -66,8 +64,6 @@ def git_env(*, home: Path, token: str | None = None, offline: bool = False) -> d
         # writes to it: none is read, but where review-local's listing needs it.
         "core.excludesFile": "/dev/null",
     }
-    if token:
-        config.update(_token_config(token))
     # A private CA (GitHub Enterprise Server): git's libcurl does not read SSL_CERT_FILE
     # itself, and this environment is built from nothing, so the file is passed on.
     ca_file = os.environ.get("GIT_SSL_CAINFO") or os.environ.get("SSL_CERT_FILE")
@@ -93,11 +89,6 @@ def git_env(*, home: Path, token: str | None = None, offline: bool = False) -> d
     return with_config(env, config)
 
 
-def _token_config(token: str) -> dict[str, str]:
-    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-    return {"http.extraHeader": f"Authorization: Basic {basic}"}
-
-
 def with_config(env: dict[str, str], config: dict[str, str]) -> dict[str, str]:
     count = int(env["GIT_CONFIG_COUNT"])
     added = {**env, "GIT_CONFIG_COUNT": str(count + len(config))}
@@ -107,7 +98,12 @@ def with_config(env: dict[str, str], config: dict[str, str]) -> dict[str, str]:
 
 
 def with_token(env: dict[str, str], token: str | None) -> dict[str, str]:
-    return with_config(env, _token_config(token)) if token else env
+    """The installation token reaches git only here, as `http.extraHeader` in this process's
+    environment: never in a URL, a file, a command line or a log."""
+    if not token:
+        return env
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    return with_config(env, {"http.extraHeader": f"Authorization: Basic {basic}"})
 
 
 TokenSource = Callable[[], Awaitable[str | None]]  # a fresh installation token when asked
@@ -279,14 +275,11 @@ class Worktree:
             line[1:] for line in listed.decode(errors="replace").splitlines() if line[:1] == "?"
         ]
         if missing:
+            fetch = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--stdin"]
             await self.git(
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                "--no-write-fetch-head",
+                *fetch,
                 "--recurse-submodules=no",
                 f"--filter={PARTIAL_FILTER}",
-                "--stdin",
                 "origin",
                 timeout=BLOB_FETCH_TIMEOUT,
                 stdin="\n".join(missing).encode() + b"\n",
@@ -307,9 +300,9 @@ class Mirrors:
         self.offline = offline
         self._locks: dict[Path, asyncio.Lock] = {}
 
-    def env(self, token: str | None = None) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
         self.home.mkdir(parents=True, exist_ok=True)
-        return git_env(home=self.home, token=token, offline=self.offline)
+        return git_env(home=self.home, offline=self.offline)
 
     def mirror_path(self, repo: str) -> Path:
         owner, _, name = repo.partition("/")
@@ -351,7 +344,7 @@ class Mirrors:
         if not clone_url.startswith(("https://", "http://", "file://")):
             raise GitError(say(PEOPLE, "clone_url_scheme"))
         mirror = self.mirror_path(repo)
-        env = self.env(token)
+        env = with_token(self.env(), token)
         async with self.lock(mirror):
             if not (mirror / "HEAD").exists():
                 mirror.parent.mkdir(parents=True, exist_ok=True)
