@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -55,11 +56,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 class LocalError(Exception):
-    """review-local cannot run as asked: one line saying why and what to do."""
-
-    def __init__(self, message: str, code: int = EXIT_CONFIG) -> None:
-        super().__init__(message)
-        self.code = code
+    """review-local cannot run as asked (EXIT_CONFIG): one line saying why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +137,9 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
         base_ref, base_sha = await _default_branch(path, env)
     uncommitted = 0
     if bare != "true" and options.head == "HEAD":
-        uncommitted = await uncommitted_count(top, index, env)
+        with contextlib.suppress(TimeoutError, GitError):  # no note, and the review goes on
+            async with asyncio.timeout(UNCOMMITTED_SECONDS):
+                uncommitted = len(await uncommitted_paths(top, index, env))
     mirror = await mirrors.borrow(MIRROR, git_dir, objects, object_format)
     merge_base = await _git(mirror, env, "merge-base", base_sha, head_sha, check=False)
     log = ""
@@ -170,9 +169,10 @@ _NOT_WRITTEN_BY_GIT = re.compile(r"^/|(^|/)(\.{0,2}|\.git)(/|$)")  # `..`, `.git
 # <path> NUL`, then five lines of stat data and flags (each ends in a newline; the format is
 # "for manual inspection", so a NUL is accepted there too).
 _ENTRY = re.compile(
-    rb"([A-Za-z]) ([0-7]+) ([0-9a-f]+) ([0-3])\t([^\x00]*)\x00"
-    rb"  ctime: \d+:\d+[\n\x00]  mtime: (\d+):(\d+)[\n\x00]  dev: \d+\tino: \d+[\n\x00]"
-    rb"  uid: \d+\tgid: \d+[\n\x00]  size: (\d+)\tflags: ([0-9a-f]+)[\n\x00]"
+    r"([A-Za-z]) ([0-7]+) ([0-9a-f]+) ([0-3])\t([^\x00]*)\x00"
+    r"  ctime: \d+:\d+[\n\x00]  mtime: (\d+):(\d+)[\n\x00]  dev: \d+\tino: \d+[\n\x00]"
+    r"  uid: \d+\tgid: \d+[\n\x00]  size: (\d+)\tflags: ([0-9a-f]+)[\n\x00]",
+    re.ASCII,
 )
 
 
@@ -190,21 +190,12 @@ class IndexEntry(NamedTuple):  # a tuple: a repository has hundreds of thousands
 def index_entries(out: bytes) -> list[IndexEntry]:
     """The index's entries as `git ls-files -z -t -v --stage --debug` lists them (an answer
     of another shape gives fewer: the entries up to where it changed)."""
+    text = out.decode("utf-8", errors="surrogateescape")
     entries, at = [], 0
-    while found := _ENTRY.match(out, at):
+    while found := _ENTRY.match(text, at):
         tag, mode, oid, stage, path, seconds, nanoseconds, size, flags = found.groups()
-        entries.append(
-            IndexEntry(
-                tag.decode(),
-                mode.decode(),
-                oid.decode(),
-                stage.decode(),
-                path.decode("utf-8", errors="surrogateescape"),
-                (int(seconds), int(nanoseconds)),
-                int(size),
-                int(flags, 16),
-            )
-        )
+        mtime = (int(seconds), int(nanoseconds))
+        entries.append(IndexEntry(tag, mode, oid, stage, path, mtime, int(size), int(flags, 16)))
         at = found.end()
     return entries
 
@@ -261,40 +252,16 @@ def worktree_changed(top: Path, entry: IndexEntry, racy_from: int, file_mode: bo
         return True
 
 
-async def uncommitted_count(top: Path, index: Path, env: dict[str, str]) -> int:
-    """How many paths `git status` would name (`uncommitted_paths`); 0, and no note, when git
-    cannot tell within UNCOMMITTED_SECONDS: the review goes on without it."""
-    try:
-        async with asyncio.timeout(UNCOMMITTED_SECONDS):
-            return len(await uncommitted_paths(top, index, env))
-    except (TimeoutError, GitError):
-        return 0
-
-
 async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[str]:
     """The paths `git status` would name, found without `git status`: that command reads
     changed-looking files through the repository's clean filters (programs its config names).
     Git compares the index with HEAD and lists the index and the untracked files; the
     working tree's files are compared with the index by their stat data, and by their raw
     content's hash when that cannot tell (see `worktree_changed`)."""
-    staged_only = ["diff-index", "--cached", "--name-only", "-z", "--no-renames", "--no-relative"]
-    staged = await run_git(
-        [*staged_only, "--no-ext-diff", "--no-textconv", "HEAD", "--"],
-        cwd=top,
-        env=env,
-        timeout=60,
-        limit=64 << 20,
-    )
-    changed = {p for p in staged.decode("utf-8", errors="surrogateescape").split("\x00") if p}
-    settings = await _git(
-        top,
-        env,
-        "config",
-        "--show-scope",
-        "--get-regexp",
-        r"^(core\.filemode|core\.excludesfile|status\.showuntrackedfiles)$",
-        check=False,
-    )
+    staged = ["diff-index", "--cached", "--name-only", "-z", "--no-renames", "--no-relative"]
+    changed = await _paths(top, env, *staged, "--no-ext-diff", "--no-textconv", "HEAD", "--")
+    wanted = r"^(core\.filemode|core\.excludesfile|status\.showuntrackedfiles)$"
+    settings = await _git(top, env, "config", "--show-scope", "--get-regexp", wanted, check=False)
     config = {
         key: value
         for scope, _, setting in (line.partition("\t") for line in settings.splitlines())
@@ -303,10 +270,8 @@ async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[
     }
     # The repository's excludes file counts for untracked files, when it is a plain file.
     excludes = config.get("core.excludesfile", "")
-    if excludes and os.path.isfile(top / excludes):
-        others_env = with_config(env, {"core.excludesFile": excludes})
-    else:
-        others_env = env
+    readable = excludes and os.path.isfile(top / excludes)
+    others_env = with_config(env, {"core.excludesFile": excludes}) if readable else env
     file_mode = config.get("core.filemode", "true").lower() not in ("false", "no", "off", "0")
     listed = ["ls-files", "-z", "-t", "-v", "--stage", "--debug", "--full-name", "--"]
     out = await run_git(listed, cwd=top, env=env, timeout=60, limit=256 << 20)
@@ -323,16 +288,14 @@ async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[
     )
     untracked = config.get("status.showuntrackedfiles", "normal").lower()
     if untracked not in ("no", "false", "off", "0"):
-        others = ["ls-files", "-z", "--others", "--exclude-standard", "--directory"]
-        listed = await run_git(
-            [*others, "--no-empty-directory", "--full-name", "--"],
-            cwd=top,
-            env=others_env,
-            timeout=60,
-            limit=64 << 20,
-        )
-        changed |= {p for p in listed.decode("utf-8", errors="surrogateescape").split("\x00") if p}
+        others = ["ls-files", "-z", "--others", "--exclude-standard", "--directory", "--full-name"]
+        changed |= await _paths(top, others_env, *others, "--no-empty-directory", "--")
     return changed
+
+
+async def _paths(top: Path, env: dict[str, str], *args: str) -> set[str]:
+    out = await run_git(list(args), cwd=top, env=env, timeout=60, limit=64 << 20)
+    return {p for p in out.decode("utf-8", errors="surrogateescape").split("\x00") if p}
 
 
 async def review_local(
@@ -385,19 +348,15 @@ async def review_local(
             "notes": notes,
         }
         if tree.merge_base == tree.head_sha:
-            review["summary"] = say(
-                OPERATOR,
-                "local.nothing_to_review",
-                head=revisions.head_ref,
-                base=revisions.base_ref,
-            )
+            head, base = revisions.head_ref, revisions.base_ref
+            review["summary"] = say(OPERATOR, "local.nothing_to_review", head=head, base=base)
             return review, revisions
+        commits, head = revisions.commits, revisions.head_ref
+        title = commits[0] if len(commits) == 1 else f"{len(commits)} commits on {head}"
         request = ReviewRequest(
             repo=revisions.top.name,
             number=0,
-            title=revisions.commits[0]
-            if len(revisions.commits) == 1
-            else f"{len(revisions.commits)} commits on {revisions.head_ref}",
+            title=title,
             body=revisions.description,
             base_ref=revisions.base_ref,
             provider=provider,
@@ -480,23 +439,22 @@ def run_review_local(options: LocalOptions) -> int:
     except ConfigError as exc:
         print(say(OPERATOR, "local.config_failed", error=exc), file=sys.stderr)
         return EXIT_CONFIG
+    work = None
     try:
+        # The key first, before any work: nothing read, nothing written.
         _require_key(options.provider or settings.provider, options.provider is not None)
-    except LocalError as exc:  # before any work: nothing read, nothing written
-        print(say(OPERATOR, "local.failed", error=exc), file=sys.stderr)
-        return exc.code
-    work = Path(tempfile.mkdtemp(prefix="cockpit-review-local-"))
-    try:
+        work = Path(tempfile.mkdtemp(prefix="cockpit-review-local-"))
         settings = dataclasses.replace(settings, data_dir=work)
         review, revisions = asyncio.run(review_local(options, settings, work))
     except LocalError as exc:
         print(say(OPERATOR, "local.failed", error=exc), file=sys.stderr)
-        return exc.code
+        return EXIT_CONFIG
     except (AgentError, GitError) as exc:
         print(say(OPERATOR, "local.review_failed", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
     if options.json:
         print(json.dumps(review, indent=2, ensure_ascii=False))
     else:
