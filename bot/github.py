@@ -55,7 +55,6 @@ class InstallationToken:
 def retry_delay(
     exc: gidgethub.HTTPException, attempt: int, now: float, method: str = "GET"
 ) -> float | None:
-    """Seconds to wait before retrying a failed GitHub call, or None to give up."""
     if attempt >= MAX_ATTEMPTS:
         return None
     status = int(exc.status_code)

@@ -207,7 +207,6 @@ def _stop(proc: asyncio.subprocess.Process) -> None:
 
 
 async def commit_of(repo: Path, env: dict[str, str], rev: str) -> str | None:
-    """The commit `rev` names in the git repository at `repo` (None when it names none)."""
     verify = ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"]
     out = await run_git(verify, cwd=repo, env=env, timeout=60, check=False)
     return out.decode().strip() or None
@@ -481,7 +480,6 @@ class Mirrors:
         return removed
 
     async def _in_each_mirror(self, args: list[str], timeout: float) -> int:
-        """`git <args>` in every mirror, one at a time, each under its lock."""
         mirrors = sorted(self.root.glob("*/*.git")) if self.root.exists() else []
         for mirror in mirrors:
             async with self.lock(mirror):
