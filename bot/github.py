@@ -7,7 +7,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -48,17 +48,13 @@ def graphql_url(api_url: str) -> str:
 
 @dataclass(frozen=True)
 class InstallationToken:
-    token: str
+    token: str = field(repr=False)
     expires_at: float
-
-    def __repr__(self) -> str:
-        return f"InstallationToken(expires_at={self.expires_at})"
 
 
 def retry_delay(
     exc: gidgethub.HTTPException, attempt: int, now: float, method: str = "GET"
 ) -> float | None:
-    """Seconds to wait before retrying a failed GitHub call, or None to give up."""
     if attempt >= MAX_ATTEMPTS:
         return None
     status = int(exc.status_code)
@@ -229,9 +225,7 @@ class GitHubApp:
         return self._client(app_id=self.settings.app_id, private_key=self._private_key())
 
     def installation_api(self, installation_id: int) -> CockpitGitHubAPI:
-        cache = self._etags.get(installation_id)
-        if cache is None:
-            cache = self._etags[installation_id] = cachetools.LRUCache(maxsize=512)
+        cache = self._etags.setdefault(installation_id, cachetools.LRUCache(maxsize=512))
         return self._client(
             token_source=lambda: self.installation_token(installation_id), cache=cache
         )
@@ -304,5 +298,4 @@ def describe_failure(exc: Exception) -> str:
 
 def permits(level: str, required: str = "write") -> bool:
     """Unknown levels permit nothing."""
-    order = {name: n for n, name in enumerate(PERMISSIONS)}
-    return order.get(level, 0) >= order[required]
+    return level in PERMISSIONS and PERMISSIONS.index(level) >= PERMISSIONS.index(required)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -14,9 +15,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import msgspec
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bot.agents.base import AgentError, Budget
 from bot.config import (
@@ -31,6 +30,9 @@ from bot.records.vocab import Verdict
 from bot.texts import OPERATOR, render, say, usd
 from bot.worktrees import GitError, Mirrors, Worktree, commit_of, run_git, with_config
 
+if TYPE_CHECKING:
+    from bot.records.types import DraftFinding
+
 EXIT_RUNTIME, EXIT_CONFIG = 1, 2
 # Where the default branch is looked for, in order: what a pull request would be opened
 # against (the remote's default branch), then the usual local names.
@@ -41,6 +43,7 @@ DEFAULT_BRANCHES = (
     "refs/heads/main",
     "refs/heads/master",
 )
+MIRROR = "local/repository"  # the one mirror in a run's own temporary folder
 MAX_LINES_SHOWN = 12  # lines of the head version shown under a finding
 MAX_COMMIT_TEXT = 8000  # characters of commit messages given to the reviewer as the description
 # The uncommitted count is a note, not the review: past this it is left out. Listing untracked
@@ -53,11 +56,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 class LocalError(Exception):
-    """review-local cannot run as asked: one line saying why and what to do."""
-
-    def __init__(self, message: str, code: int = EXIT_CONFIG) -> None:
-        super().__init__(message)
-        self.code = code
+    """review-local cannot run as asked (EXIT_CONFIG): one line saying why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,6 @@ class Revisions:
     """What is reviewed, resolved in the repository before anything else happens."""
 
     top: Path  # the repository's folder (the git dir for a bare one)
-    git_dir: Path  # where its objects are (the common dir of a linked worktree)
     head_ref: str
     head_sha: str
     base_ref: str
@@ -86,84 +84,22 @@ class Revisions:
     uncommitted: int  # changed paths in the working tree (not reviewed)
 
 
-class Ref(msgspec.Struct):
-    ref: str
-    sha: str
-
-
-class Line(msgspec.Struct):
-    line: int
-    text: str
-
-
-class LocalFinding(msgspec.Struct):
-    id: str
-    severity: str
-    path: str
-    line: int | None
-    end_line: int | None
-    side: str
-    title: str
-    body: str
-    suggestion: str | None
-    in_diff: bool
-    lines: list[Line]
-    verify_status: str | None
-    verify_note: str | None
-
-
-class Skipped(msgspec.Struct):
-    path: str
-    why: str
-
-
-class VerifyRun(msgspec.Struct):
-    provider: str
-    error: str | None
-
-
-class LocalReview(msgspec.Struct):
-    """The draft and what it cost: what `--json` prints (the README's "Try it on your code"
-    documents it) and what the terminal shows (templates/local/draft.txt.j2)."""
-
-    repository: str
-    base: Ref
-    head: Ref
-    merge_base: str
-    provider: str
-    model: str
-    verdict: str = Verdict.COMMENT
-    summary: str = ""
-    findings: list[LocalFinding] = []
-    skipped: list[Skipped] = []
-    verify: VerifyRun | None = None
-    tokens: int = 0
-    usd: float | None = 0.0
-    notes: list[str] = []
-
-
 def plain(text: str | None) -> str:
     """Untrusted text (model output, commit messages, file lines) made safe for a terminal:
     control characters other than newline and tab are shown as `?`."""
     return _CONTROL.sub("?", (text or "").replace("\r\n", "\n"))
 
 
-class LocalMirrors(Mirrors):
-    """The mirrors of review-local: git's safe environment with no transport at all (no
-    protocol allowed, so no fetch, lazy or not, ever starts) and no system attributes. Every
-    git command of review-local runs with it, in the repository and in the mirror."""
-
-    def env(self, token: str | None = None) -> dict[str, str]:
-        env = {**super().env(token), "GIT_ALLOW_PROTOCOL": "", "GIT_ATTR_NOSYSTEM": "1"}
-        # The excludes file the repository's config names is read by more commands than the
-        # untracked listing (`diff-index` too), and one that is a FIFO holds git until someone
-        # writes to it: none is read, but where the listing needs it (`uncommitted_paths`).
-        return with_config(env, {"core.excludesFile": "/dev/null"})
-
-
 async def _git(repo: Path, env: dict[str, str], *args: str, check: bool = True) -> str:
     out = await run_git(list(args), cwd=repo, env=env, timeout=60, check=check)
     return out.decode("utf-8", errors="replace").strip()
+
+
+async def _commit(repo: Path, env: dict[str, str], flag: str, ref: str, top: Path) -> str:
+    sha = await commit_of(repo, env, ref)
+    if sha is None:
+        raise LocalError(say(OPERATOR, "local.no_commit", flag=flag, ref=ref, top=top))
+    return sha
 
 
 async def _default_branch(repo: Path, env: dict[str, str]) -> tuple[str, str]:
@@ -179,44 +115,32 @@ async def _default_branch(repo: Path, env: dict[str, str]) -> tuple[str, str]:
     raise LocalError(say(OPERATOR, "local.no_default_branch"))
 
 
-def mirror_key(top: Path) -> str:
-    return "local/" + (re.sub(r"[^A-Za-z0-9._-]", "_", top.name) or "repository")
-
-
 async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     """The base and head, resolved in the repository (refs and commits only), and what the
-    reviewer is told of them, read in the mirror that borrows its objects (`borrow`)."""
+    reviewer is told of them, read in the mirror that borrows its objects."""
     env = mirrors.env()
     path = Path(options.path).expanduser()
     if not path.is_dir():
         raise LocalError(say(OPERATOR, "local.no_folder", path=options.path))
+    asked = ["--is-bare-repository", "--show-object-format", "--path-format=absolute"]
+    asked += ["--git-common-dir", "--git-path", "objects", "--git-path", "index"]
     try:
-        bare = await _git(path, env, "rev-parse", "--is-bare-repository")
+        bare, object_format, *paths = (await _git(path, env, "rev-parse", *asked)).splitlines()
     except GitError:
         raise LocalError(say(OPERATOR, "local.not_a_repository", path=options.path)) from None
-    asked = ["--show-object-format", "--path-format=absolute", "--git-common-dir"]
-    found = await _git(
-        path, env, "rev-parse", *asked, "--git-path", "objects", "--git-path", "index"
-    )
-    object_format, *paths = found.splitlines()
     git_dir, objects, index = (Path(line) for line in paths)
     top = git_dir if bare == "true" else Path(await _git(path, env, "rev-parse", "--show-toplevel"))
-    head_sha = await commit_of(path, env, options.head)
-    if head_sha is None:
-        raise LocalError(say(OPERATOR, "local.no_commit", flag="head", ref=options.head, top=top))
+    head_sha = await _commit(path, env, "head", options.head, top)
     if options.base is not None:
-        base_ref = options.base
-        base_sha = await commit_of(path, env, options.base)
-        if base_sha is None:
-            raise LocalError(
-                say(OPERATOR, "local.no_commit", flag="base", ref=options.base, top=top)
-            )
+        base_ref, base_sha = options.base, await _commit(path, env, "base", options.base, top)
     else:
         base_ref, base_sha = await _default_branch(path, env)
     uncommitted = 0
     if bare != "true" and options.head == "HEAD":
-        uncommitted = await uncommitted_count(top, index, env)
-    mirror = await borrow(mirrors, mirror_key(top), git_dir, objects, object_format)
+        with contextlib.suppress(TimeoutError, GitError):  # no note, and the review goes on
+            async with asyncio.timeout(UNCOMMITTED_SECONDS):
+                uncommitted = len(await uncommitted_paths(top, index, env))
+    mirror = await mirrors.borrow(MIRROR, git_dir, objects, object_format)
     merge_base = await _git(mirror, env, "merge-base", base_sha, head_sha, check=False)
     log = ""
     if merge_base:
@@ -227,7 +151,6 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     config = await run_git(show, cwd=mirror, env=env, timeout=30, limit=64 * 1024, check=False)
     return Revisions(
         top=top,
-        git_dir=git_dir,
         head_ref=options.head,
         head_sha=head_sha,
         base_ref=base_ref,
@@ -239,33 +162,6 @@ async def resolve(options: LocalOptions, mirrors: Mirrors) -> Revisions:
     )
 
 
-async def borrow(
-    mirrors: Mirrors, key: str, git_dir: Path, objects: Path, object_format: str
-) -> Path:
-    """A new bare mirror that reads the repository's objects in place: its alternates file
-    names their folder, and a shallow repository's boundary is copied. No git process runs in
-    the repository (a clone would start `git upload-pack` there, under its own config), and
-    the mirror's configuration is only what git_env gives it."""
-    mirror = mirrors.mirror_path(key)
-    async with mirrors.lock(mirror):
-        init = ["init", "--quiet", "--bare", "--template=", f"--object-format={object_format}"]
-        await run_git([*init, "--", str(mirror)], cwd=mirror.parent, env=mirrors.env())
-        (mirror / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (mirror / "objects" / "info" / "alternates").write_text(f"{objects}\n")
-        if (git_dir / "shallow").is_file():
-            shutil.copyfile(git_dir / "shallow", mirror / "shallow")
-    return mirror
-
-
-async def mirror_of(mirrors: Mirrors, revisions: Revisions) -> Worktree:
-    return await mirrors.add_worktree(
-        mirror_key(revisions.top),
-        name="review-local",
-        head_sha=revisions.head_sha,
-        base_ref=revisions.base_sha,
-    )
-
-
 _EXEC_BIT = 0o100
 _INTENT_TO_ADD = 1 << 29  # `git add -N` (a flag of the index entry, as --debug shows it)
 _NOT_WRITTEN_BY_GIT = re.compile(r"^/|(^|/)(\.{0,2}|\.git)(/|$)")  # `..`, `.git`, empty parts
@@ -273,9 +169,10 @@ _NOT_WRITTEN_BY_GIT = re.compile(r"^/|(^|/)(\.{0,2}|\.git)(/|$)")  # `..`, `.git
 # <path> NUL`, then five lines of stat data and flags (each ends in a newline; the format is
 # "for manual inspection", so a NUL is accepted there too).
 _ENTRY = re.compile(
-    rb"([A-Za-z]) ([0-7]+) ([0-9a-f]+) ([0-3])\t([^\x00]*)\x00"
-    rb"  ctime: \d+:\d+[\n\x00]  mtime: (\d+):(\d+)[\n\x00]  dev: \d+\tino: \d+[\n\x00]"
-    rb"  uid: \d+\tgid: \d+[\n\x00]  size: (\d+)\tflags: ([0-9a-f]+)[\n\x00]"
+    r"([A-Za-z]) ([0-7]+) ([0-9a-f]+) ([0-3])\t([^\x00]*)\x00"
+    r"  ctime: \d+:\d+[\n\x00]  mtime: (\d+):(\d+)[\n\x00]  dev: \d+\tino: \d+[\n\x00]"
+    r"  uid: \d+\tgid: \d+[\n\x00]  size: (\d+)\tflags: ([0-9a-f]+)[\n\x00]",
+    re.ASCII,
 )
 
 
@@ -293,21 +190,12 @@ class IndexEntry(NamedTuple):  # a tuple: a repository has hundreds of thousands
 def index_entries(out: bytes) -> list[IndexEntry]:
     """The index's entries as `git ls-files -z -t -v --stage --debug` lists them (an answer
     of another shape gives fewer: the entries up to where it changed)."""
+    text = out.decode("utf-8", errors="surrogateescape")
     entries, at = [], 0
-    while found := _ENTRY.match(out, at):
+    while found := _ENTRY.match(text, at):
         tag, mode, oid, stage, path, seconds, nanoseconds, size, flags = found.groups()
-        entries.append(
-            IndexEntry(
-                tag.decode(),
-                mode.decode(),
-                oid.decode(),
-                stage.decode(),
-                path.decode("utf-8", errors="surrogateescape"),
-                (int(seconds), int(nanoseconds)),
-                int(size),
-                int(flags, 16),
-            )
-        )
+        mtime = (int(seconds), int(nanoseconds))
+        entries.append(IndexEntry(tag, mode, oid, stage, path, mtime, int(size), int(flags, 16)))
         at = found.end()
     return entries
 
@@ -364,52 +252,26 @@ def worktree_changed(top: Path, entry: IndexEntry, racy_from: int, file_mode: bo
         return True
 
 
-async def uncommitted_count(top: Path, index: Path, env: dict[str, str]) -> int:
-    """How many paths `git status` would name (`uncommitted_paths`); 0, and no note, when git
-    cannot tell within UNCOMMITTED_SECONDS: the review goes on without it."""
-    try:
-        async with asyncio.timeout(UNCOMMITTED_SECONDS):
-            return len(await uncommitted_paths(top, index, env))
-    except (TimeoutError, GitError):
-        return 0
-
-
 async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[str]:
     """The paths `git status` would name, found without `git status`: that command reads
     changed-looking files through the repository's clean filters (programs its config names).
     Git compares the index with HEAD and lists the index and the untracked files; the
     working tree's files are compared with the index by their stat data, and by their raw
     content's hash when that cannot tell (see `worktree_changed`)."""
-    staged_only = ["diff-index", "--cached", "--name-only", "-z", "--no-renames", "--no-relative"]
-    staged = await run_git(
-        [*staged_only, "--no-ext-diff", "--no-textconv", "HEAD", "--"],
-        cwd=top,
-        env=env,
-        timeout=60,
-        limit=64 << 20,
-    )
-    changed = {p for p in staged.decode("utf-8", errors="surrogateescape").split("\x00") if p}
-    settings = await _git(
-        top,
-        env,
-        "config",
-        "--show-scope",
-        "--get-regexp",
-        r"^(core\.filemode|core\.excludesfile|status\.showuntrackedfiles)$",
-        check=False,
-    )
+    staged = ["diff-index", "--cached", "--name-only", "-z", "--no-renames", "--no-relative"]
+    changed = await _paths(top, env, *staged, "--no-ext-diff", "--no-textconv", "HEAD", "--")
+    wanted = r"^(core\.filemode|core\.excludesfile|status\.showuntrackedfiles)$"
+    settings = await _git(top, env, "config", "--show-scope", "--get-regexp", wanted, check=False)
     config = {
         key: value
         for scope, _, setting in (line.partition("\t") for line in settings.splitlines())
-        if scope != "command"  # the repository's, not `LocalMirrors.env`'s
+        if scope != "command"  # the repository's, not git_env's
         for key, _, value in [setting.partition(" ")]
     }
     # The repository's excludes file counts for untracked files, when it is a plain file.
     excludes = config.get("core.excludesfile", "")
-    if excludes and os.path.isfile(top / excludes):
-        others_env = with_config(env, {"core.excludesFile": excludes})
-    else:
-        others_env = env
+    readable = excludes and os.path.isfile(top / excludes)
+    others_env = with_config(env, {"core.excludesFile": excludes}) if readable else env
     file_mode = config.get("core.filemode", "true").lower() not in ("false", "no", "off", "0")
     listed = ["ls-files", "-z", "-t", "-v", "--stage", "--debug", "--full-name", "--"]
     out = await run_git(listed, cwd=top, env=env, timeout=60, limit=256 << 20)
@@ -426,43 +288,29 @@ async def uncommitted_paths(top: Path, index: Path, env: dict[str, str]) -> set[
     )
     untracked = config.get("status.showuntrackedfiles", "normal").lower()
     if untracked not in ("no", "false", "off", "0"):
-        others = ["ls-files", "-z", "--others", "--exclude-standard", "--directory"]
-        listed = await run_git(
-            [*others, "--no-empty-directory", "--full-name", "--"],
-            cwd=top,
-            env=others_env,
-            timeout=60,
-            limit=64 << 20,
-        )
-        changed |= {p for p in listed.decode("utf-8", errors="surrogateescape").split("\x00") if p}
+        others = ["ls-files", "-z", "--others", "--exclude-standard", "--directory", "--full-name"]
+        changed |= await _paths(top, others_env, *others, "--no-empty-directory", "--")
     return changed
 
 
-async def run_engine(
-    reviewer: Any, tree: Worktree, request: Any, verify_with: str | None
-) -> tuple[Any, list[Any], Any]:
-    """The review, then (when asked) the verify pass, as the review job runs them."""
-    from bot.review.pipeline import review_worktree
-    from bot.review.verify import apply_verification, verify_draft
-
-    draft = await review_worktree(reviewer, tree, request)
-    if verify_with is None or not draft.findings:
-        return draft, list(draft.findings), None
-    verification = await verify_draft(reviewer, tree, request, draft, provider=verify_with)
-    return draft, apply_verification(draft.findings, verification), verification
+async def _paths(top: Path, env: dict[str, str], *args: str) -> set[str]:
+    out = await run_git(list(args), cwd=top, env=env, timeout=60, limit=64 << 20)
+    return {p for p in out.decode("utf-8", errors="surrogateescape").split("\x00") if p}
 
 
 async def review_local(
     options: LocalOptions, settings: Settings, work: Path
-) -> tuple[LocalReview, Revisions]:
+) -> tuple[dict[str, Any], Revisions]:
+    """The draft and what it cost, as `--json` prints it (the README's "Try it on your code"
+    documents it) and the terminal shows it (templates/local/draft.txt.j2)."""
     from bot.agents.providers import ModelClients
     from bot.evals.runner import Cost, session_spend
     from bot.records.sqlite import SqliteDatabase
     from bot.repo_config import RepoConfig, parse_repo_config
-    from bot.review.pipeline import Reviewer, ReviewRequest
-    from bot.review.verify import choose_provider
+    from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
+    from bot.review.verify import choose_provider, verify_unverified
 
-    mirrors = LocalMirrors(work)
+    mirrors = Mirrors(work, offline=True)
     revisions = await resolve(options, mirrors)
     config = parse_repo_config(revisions.config_text) if revisions.config_text else RepoConfig()
     provider = options.provider or config.provider or settings.provider
@@ -476,34 +324,39 @@ async def review_local(
         notes.append(say(OPERATOR, "local.config_error", error=config.error))
     if revisions.uncommitted:
         notes.append(say(OPERATOR, "local.uncommitted", count=revisions.uncommitted))
-    tree = await mirror_of(mirrors, revisions)
+    tree = await mirrors.add_worktree(
+        MIRROR, name="review-local", head_sha=revisions.head_sha, base_ref=revisions.base_sha
+    )
     db = await SqliteDatabase.open(work / "cockpit.sqlite3")
     models = ModelClients(settings)
     try:
         model = models.provider(provider).model
-        review = LocalReview(
-            repository=str(revisions.top),
-            base=Ref(revisions.base_ref, revisions.base_sha),
-            head=Ref(revisions.head_ref, revisions.head_sha),
-            merge_base=tree.merge_base,
-            provider=provider,
-            model=model,
-            notes=notes,
-        )
+        review: dict[str, Any] = {
+            "repository": str(revisions.top),
+            "base": {"ref": revisions.base_ref, "sha": revisions.base_sha},
+            "head": {"ref": revisions.head_ref, "sha": revisions.head_sha},
+            "merge_base": tree.merge_base,
+            "provider": provider,
+            "model": model,
+            "verdict": Verdict.COMMENT,
+            "summary": "",
+            "findings": [],
+            "skipped": [],
+            "verify": None,
+            "tokens": 0,
+            "usd": 0.0,
+            "notes": notes,
+        }
         if tree.merge_base == tree.head_sha:
-            review.summary = say(
-                OPERATOR,
-                "local.nothing_to_review",
-                head=revisions.head_ref,
-                base=revisions.base_ref,
-            )
+            head, base = revisions.head_ref, revisions.base_ref
+            review["summary"] = say(OPERATOR, "local.nothing_to_review", head=head, base=base)
             return review, revisions
+        commits, head = revisions.commits, revisions.head_ref
+        title = commits[0] if len(commits) == 1 else f"{len(commits)} commits on {head}"
         request = ReviewRequest(
             repo=revisions.top.name,
             number=0,
-            title=revisions.commits[0]
-            if len(revisions.commits) == 1
-            else f"{len(revisions.commits)} commits on {revisions.head_ref}",
+            title=title,
             body=revisions.description,
             base_ref=revisions.base_ref,
             provider=provider,
@@ -520,16 +373,24 @@ async def review_local(
         )
         print(progress, file=sys.stderr, flush=True)
         reviewer = Reviewer(db, models, Budget.from_settings(settings))
-        draft, findings, verification = await run_engine(reviewer, tree, request, verify_with)
-        review.verdict, review.summary = draft.verdict, draft.summary
-        review.skipped = [Skipped(path, why) for path, why in draft.skipped]
-        review.findings = await _findings(tree, findings)
+        draft = await review_worktree(reviewer, tree, request)
+        findings = draft.findings
+        if verify_with is not None and findings:
+            findings, error = await verify_unverified(
+                reviewer, tree, request, draft, provider=verify_with
+            )
+            review["verify"] = {"provider": verify_with, "error": error}
         spent = Cost()
         if draft.session_id is not None:  # the reviewer's runs and the verify pass's
             spent = sum(await session_spend(db, draft.session_id), Cost())
-        review.tokens, review.usd = spent.tokens, spent.usd
-        if verification is not None:
-            review.verify = VerifyRun(verification.provider, verification.error)
+        review |= {
+            "verdict": draft.verdict,
+            "summary": draft.summary,
+            "findings": await _numbered(tree, findings),
+            "skipped": [{"path": path, "why": why} for path, why in draft.skipped],
+            "tokens": spent.tokens,
+            "usd": spent.usd,
+        }
         return review, revisions
     finally:
         await models.close()
@@ -553,37 +414,23 @@ def _require_key(provider: str, chosen: bool) -> None:
     )
 
 
-async def _findings(tree: Worktree, findings: list[Any]) -> list[LocalFinding]:
-    """The findings with their lines as the head has them (at most MAX_LINES_SHOWN each)."""
-    files: dict[str, list[str] | None] = {}
-    local = []
+async def _numbered(tree: Worktree, findings: list[DraftFinding]) -> list[dict[str, Any]]:
+    """The findings numbered F1…Fn, with their lines as the head has them (at most
+    MAX_LINES_SHOWN each)."""
+    files: dict[str, list[str]] = {}
+    numbered = []
     for number, f in enumerate(findings, 1):
         lines = []
-        if f.line and f.side != "LEFT" and f.path not in files:
-            out = await tree.git("cat-file", "blob", f"{tree.head_sha}:{f.path}", check=False)
-            binary = not out or b"\0" in out[:8000]
-            files[f.path] = None if binary else out.decode(errors="replace").splitlines()
-        if f.line and f.side != "LEFT" and (content := files[f.path]) is not None:
+        if f.line and f.side != "LEFT":
+            if f.path not in files:
+                out = await tree.git("cat-file", "blob", f"{tree.head_sha}:{f.path}", check=False)
+                binary = not out or b"\0" in out[:8000]
+                files[f.path] = [] if binary else out.decode(errors="replace").splitlines()
+            content = files[f.path]
             last = min(f.end_line or f.line, f.line + MAX_LINES_SHOWN - 1, len(content))
-            lines = [Line(n, content[n - 1]) for n in range(f.line, last + 1)]
-        local.append(
-            LocalFinding(
-                f"F{number}",
-                f.severity,
-                f.path,
-                f.line,
-                f.end_line,
-                f.side,
-                f.title,
-                f.body,
-                f.suggestion,
-                f.in_diff,
-                lines,
-                f.verify_status,
-                f.verify_note,
-            )
-        )
-    return local
+            lines = [{"line": n, "text": content[n - 1]} for n in range(f.line, last + 1)]
+        numbered.append({"id": f"F{number}", **dataclasses.asdict(f), "lines": lines})
+    return numbered
 
 
 def run_review_local(options: LocalOptions) -> int:
@@ -592,33 +439,32 @@ def run_review_local(options: LocalOptions) -> int:
     except ConfigError as exc:
         print(say(OPERATOR, "local.config_failed", error=exc), file=sys.stderr)
         return EXIT_CONFIG
+    work = None
     try:
+        # The key first, before any work: nothing read, nothing written.
         _require_key(options.provider or settings.provider, options.provider is not None)
-    except LocalError as exc:  # before any work: nothing read, nothing written
-        print(say(OPERATOR, "local.failed", error=exc), file=sys.stderr)
-        return exc.code
-    work = Path(tempfile.mkdtemp(prefix="cockpit-review-local-"))
-    try:
+        work = Path(tempfile.mkdtemp(prefix="cockpit-review-local-"))
         settings = dataclasses.replace(settings, data_dir=work)
         review, revisions = asyncio.run(review_local(options, settings, work))
     except LocalError as exc:
         print(say(OPERATOR, "local.failed", error=exc), file=sys.stderr)
-        return exc.code
+        return EXIT_CONFIG
     except (AgentError, GitError) as exc:
         print(say(OPERATOR, "local.review_failed", error=exc), file=sys.stderr)
         return EXIT_RUNTIME
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
     if options.json:
-        print(json.dumps(msgspec.to_builtins(review), indent=2, ensure_ascii=False))
+        print(json.dumps(review, indent=2, ensure_ascii=False))
     else:
         text = render(
             "local/draft.txt.j2",
             review=review,
             commits=len(revisions.commits),
             plain=plain,
-            cost=usd(review.usd),
-            tokens=f"{review.tokens:,}",
+            cost=usd(review["usd"]),
+            tokens=f"{review['tokens']:,}",
         )
         print(text, end="")
     return 0

@@ -39,27 +39,9 @@ _USER_INFO = re.compile(
 )
 
 
-class _Registry:
-    """The secrets this process knows, their pattern made again when one is added."""
-
-    def __init__(self) -> None:
-        self.secrets: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
-
-    def add(self, value: str) -> None:
-        forms = {value} | {json.dumps(value, ensure_ascii=a)[1:-1] for a in (True, False)}
-        if not forms <= self.secrets:
-            self.secrets = self.secrets | forms  # a new set: a thread's log line may be reading it
-            self._pattern = None
-
-    @property
-    def pattern(self) -> re.Pattern[str]:
-        if self._pattern is None:
-            self._pattern = _pattern(frozenset(self.secrets))
-        return self._pattern
-
-
-_registry = _Registry()
+# What this process knows to mask: a new set at each change, never changed in place (a
+# thread's log line may be reading it).
+_secrets: frozenset[str] = frozenset()
 
 
 def mask(text: str, secrets: Iterable[str]) -> str:
@@ -67,13 +49,14 @@ def mask(text: str, secrets: Iterable[str]) -> str:
 
 
 def redact(text: str) -> str:
-    return _masked(text, _registry.pattern)
+    return _masked(text, _pattern(_secrets))
 
 
 def register(value: str | None) -> None:
     """Also as JSON writes it (escaped in a log line)."""
+    global _secrets
     if value and _maskable(value):
-        _registry.add(value)
+        _secrets |= {value} | {json.dumps(value, ensure_ascii=a)[1:-1] for a in (True, False)}
 
 
 def register_all(values: Iterable[str]) -> None:

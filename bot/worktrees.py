@@ -36,10 +36,10 @@ class GitError(Exception):
     """A git command failed or timed out; the message is safe to show (no secrets)."""
 
 
-def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
+def git_env(*, home: Path, offline: bool = False) -> dict[str, str]:
     """The only environment git ever runs with: no user/system config, no hooks, no helpers.
-    The installation token reaches git only here, as `http.extraHeader` in this process's
-    environment: never in a URL, a file, a command line or a log."""
+    Offline (review-local, in someone's repository and its mirror): no transport at all, so no
+    fetch, lazy or not, ever starts, and no system attributes."""
     config = {
         "core.hooksPath": "/dev/null",
         "core.fsmonitor": "false",
@@ -59,9 +59,11 @@ def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
         "advice.detachedHead": "false",
         "diff.noprefix": "false",
         "log.showSignature": "false",
+        # The excludes file a repository's config names is read by more commands than the
+        # untracked listing (`diff-index` too), and one that is a FIFO holds git until someone
+        # writes to it: none is read, but where review-local's listing needs it.
+        "core.excludesFile": "/dev/null",
     }
-    if token:
-        config.update(_token_config(token))
     # A private CA (GitHub Enterprise Server): git's libcurl does not read SSL_CERT_FILE
     # itself, and this environment is built from nothing, so the file is passed on.
     ca_file = os.environ.get("GIT_SSL_CAINFO") or os.environ.get("SSL_CERT_FILE")
@@ -76,18 +78,15 @@ def git_env(*, home: Path, token: str | None = None) -> dict[str, str]:
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_ASKPASS": "/bin/false",
         "SSH_ASKPASS": "/bin/false",
-        "GIT_ALLOW_PROTOCOL": "https:http:file",
+        "GIT_ALLOW_PROTOCOL": "" if offline else "https:http:file",
         "GIT_NO_REPLACE_OBJECTS": "1",
         "GIT_LITERAL_PATHSPECS": "1",
         "GIT_OPTIONAL_LOCKS": "0",
         "GIT_CONFIG_COUNT": "0",
     }
+    if offline:
+        env["GIT_ATTR_NOSYSTEM"] = "1"
     return with_config(env, config)
-
-
-def _token_config(token: str) -> dict[str, str]:
-    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-    return {"http.extraHeader": f"Authorization: Basic {basic}"}
 
 
 def with_config(env: dict[str, str], config: dict[str, str]) -> dict[str, str]:
@@ -99,7 +98,12 @@ def with_config(env: dict[str, str], config: dict[str, str]) -> dict[str, str]:
 
 
 def with_token(env: dict[str, str], token: str | None) -> dict[str, str]:
-    return with_config(env, _token_config(token)) if token else env
+    """The installation token reaches git only here, as `http.extraHeader` in this process's
+    environment: never in a URL, a file, a command line or a log."""
+    if not token:
+        return env
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    return with_config(env, {"http.extraHeader": f"Authorization: Basic {basic}"})
 
 
 TokenSource = Callable[[], Awaitable[str | None]]  # a fresh installation token when asked
@@ -203,7 +207,6 @@ def _stop(proc: asyncio.subprocess.Process) -> None:
 
 
 async def commit_of(repo: Path, env: dict[str, str], rev: str) -> str | None:
-    """The commit `rev` names in the git repository at `repo` (None when it names none)."""
     verify = ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"]
     out = await run_git(verify, cwd=repo, env=env, timeout=60, check=False)
     return out.decode().strip() or None
@@ -271,14 +274,11 @@ class Worktree:
             line[1:] for line in listed.decode(errors="replace").splitlines() if line[:1] == "?"
         ]
         if missing:
+            fetch = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--stdin"]
             await self.git(
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                "--no-write-fetch-head",
+                *fetch,
                 "--recurse-submodules=no",
                 f"--filter={PARTIAL_FILTER}",
-                "--stdin",
                 "origin",
                 timeout=BLOB_FETCH_TIMEOUT,
                 stdin="\n".join(missing).encode() + b"\n",
@@ -291,16 +291,17 @@ class Mirrors:
     """Bare mirrors under `<data>/mirrors`, worktrees under `<data>/worktrees`; every path is
     absolute, for git runs in other folders."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, offline: bool = False) -> None:
         data_dir = data_dir.absolute()
         self.root = data_dir / "mirrors"
         self.trees = data_dir / "worktrees"
         self.home = data_dir / "git-home"
+        self.offline = offline
         self._locks: dict[Path, asyncio.Lock] = {}
 
-    def env(self, token: str | None = None) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
         self.home.mkdir(parents=True, exist_ok=True)
-        return git_env(home=self.home, token=token)
+        return git_env(home=self.home, offline=self.offline)
 
     def mirror_path(self, repo: str) -> Path:
         owner, _, name = repo.partition("/")
@@ -342,7 +343,7 @@ class Mirrors:
         if not clone_url.startswith(("https://", "http://", "file://")):
             raise GitError(say(PEOPLE, "clone_url_scheme"))
         mirror = self.mirror_path(repo)
-        env = self.env(token)
+        env = with_token(self.env(), token)
         async with self.lock(mirror):
             if not (mirror / "HEAD").exists():
                 mirror.parent.mkdir(parents=True, exist_ok=True)
@@ -358,6 +359,21 @@ class Mirrors:
                 fetch = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
                 fetch += ["--no-show-forced-updates", "origin", *refspecs]
                 await run_git(fetch, cwd=mirror, env=env)
+        return mirror
+
+    async def borrow(self, repo: str, git_dir: Path, objects: Path, object_format: str) -> Path:
+        """A new bare mirror that reads a local repository's objects in place: its alternates
+        file names their folder, and a shallow repository's boundary is copied. No git process
+        runs in the repository (a clone would start `git upload-pack` there, under its own
+        config), and the mirror's configuration is only what git_env gives it."""
+        mirror = self.mirror_path(repo)
+        async with self.lock(mirror):
+            init = ["init", "--quiet", "--bare", "--template=", f"--object-format={object_format}"]
+            await run_git([*init, "--", str(mirror)], cwd=mirror.parent, env=self.env())
+            (mirror / "objects" / "info").mkdir(parents=True, exist_ok=True)
+            (mirror / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+            if (git_dir / "shallow").is_file():
+                shutil.copyfile(git_dir / "shallow", mirror / "shallow")
         return mirror
 
     async def add_worktree(
@@ -464,7 +480,6 @@ class Mirrors:
         return removed
 
     async def _in_each_mirror(self, args: list[str], timeout: float) -> int:
-        """`git <args>` in every mirror, one at a time, each under its lock."""
         mirrors = sorted(self.root.glob("*/*.git")) if self.root.exists() else []
         for mirror in mirrors:
             async with self.lock(mirror):
@@ -472,11 +487,7 @@ class Mirrors:
         return len(mirrors)
 
     async def resolve(self, repo: str, rev: str) -> str | None:
-        """The commit `rev` names in the repository's mirror (None: it names none)."""
-        verify = ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"]
-        mirror = self.mirror_path(repo)
-        out = await run_git(verify, cwd=mirror, env=self.env(), timeout=30, check=False)
-        return out.decode().strip() or None
+        return await commit_of(self.mirror_path(repo), self.env(), rev)
 
 
 @dataclass(frozen=True)

@@ -519,7 +519,8 @@ async def test_the_uncommitted_count_names_what_git_status_names(tmp_path):
     """Staged, unstaged, racily clean, touched but unchanged, deleted, mode and link changes,
     untracked files and folders, intent-to-add, skip-worktree, assume-unchanged and
     conflicted paths: counted as `git status` counts them, without it."""
-    from bot.local import LocalMirrors, uncommitted_paths  # (new with this count)
+    from bot.local import uncommitted_paths  # (new with this count)
+    from bot.worktrees import Mirrors
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -568,7 +569,7 @@ async def test_the_uncommitted_count_names_what_git_status_names(tmp_path):
     later = written + 10**9
     os.utime(repo / "touched.txt", ns=(later, later))  # touched, not changed
     before = state(repo)
-    env = LocalMirrors(tmp_path / "work").env()
+    env = Mirrors(tmp_path / "work", offline=True).env()
     found = await uncommitted_paths(repo, index, env)
     assert state(repo) == before
     expected = status_paths(repo)
