@@ -54,7 +54,6 @@ def version() -> str:
 def checkout_commit() -> str | None:
     """The commit of the git checkout this code runs from, `, modified` when tracked files
     differ from it; None for an installed wheel (every release says the same version)."""
-    import os
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
@@ -75,27 +74,6 @@ def checkout_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + (", modified" if modified else "")
-
-
-class _Version(argparse.Action):
-    """`--version` (git is asked for the checkout's commit only when the flag is given)."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from bot.records.schema import SCHEMA_VERSION
-
-        print(
-            say(
-                OPERATOR,
-                "version",
-                version=version(),
-                schema=SCHEMA_VERSION,
-                commit=checkout_commit(),
-            )
-        )
-        parser.exit()
 
 
 def port(text: str) -> int:
@@ -137,8 +115,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_serve(settings, host, port, args.role))
     except (SchemaBehind, MigrationFailed) as exc:
-        print(say(OPERATOR, "failed", command="serve", error=exc), file=sys.stderr)
-        return EXIT_CONFIG
+        return _failed("serve", exc, EXIT_CONFIG)
     except OSError as exc:  # the address was taken between the check and the start
         print(listen_problem(host, port, exc).line(), file=sys.stderr)
         return EXIT_RUNTIME
@@ -230,7 +207,6 @@ def _problems(checks: list[Any]) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     import asyncio
-    import os
 
     from bot.checks import exit_code, preflight
 
@@ -405,8 +381,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _eval_keys(args: argparse.Namespace) -> int | None:
     """An eval without the reviewer's (or the LLM judge's) key stops before any case runs (a
     resumed run's provider is read later, with the run)."""
-    import os
-
     try:
         provider = args.provider or load_settings(github=False).provider
     except ConfigError as exc:
@@ -440,7 +414,6 @@ def _named() -> dict[str, Any]:
         "int": int,
         "float": float,
         "path": Path,
-        "version": _Version,
         "providers": PROVIDERS,
         "judges": ("lexical", *PROVIDERS),
         "github_url": GITHUB_WEB_URL,
@@ -522,6 +495,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_all(settings_secrets(os.environ))
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.version:
+        from bot.records.schema import SCHEMA_VERSION
+
+        commit = checkout_commit()  # git is asked only when the flag is given
+        print(say(OPERATOR, "version", version=version(), schema=SCHEMA_VERSION, commit=commit))
+        return 0
     if args.command is None:
         parser.print_help()
         return 0

@@ -45,13 +45,9 @@ def _section(title: str) -> None:
     print(f"\n{'─' * 8} {title} {'─' * max(4, 70 - len(title))}\n")
 
 
-async def idle(jobs: Any) -> bool:
-    return await jobs.pending() == 0
-
-
-async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
+async def _until_idle(jobs: Any, what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
-    while not await predicate():
+    while await jobs.pending():
         if time.monotonic() > deadline:
             raise TimeoutError(say(OPERATOR, "demo.timed_out", what=what))
         await asyncio.sleep(0.05)
@@ -82,11 +78,8 @@ async def demo(
     }
     if not live:
         os.environ.pop("ANTHROPIC_AUTH_TOKEN", None)  # the SDK would send it to the stand-in
-        for name, standin, key, base in (
-            ("claude", AnthropicStandin, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-            ("codex", OpenAIStandin, "OPENAI_API_KEY", "OPENAI_BASE_URL"),
-        ):
-            offline = standin(scripted_reviewer)
+        for name, key, base, _ in LIVE:
+            offline = (AnthropicStandin if name == "claude" else OpenAIStandin)(scripted_reviewer)
             url = await offline.start()
             os.environ[base] = url if name == "claude" else f"{url}/v1"
             os.environ[key] = "offline-demo"
@@ -122,7 +115,7 @@ async def demo(
                 body, headers = github.delivery(event, data, secret)
                 async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as r:
                     print("\n" + say(OPERATOR, "demo.delivery", what=what, status=r.status))
-                await _wait(lambda: idle(app[CONTEXT].jobs), what)
+                await _until_idle(app[CONTEXT].jobs, what)
 
             async def command(text: str) -> int:
                 data = github.pull_request_comment(pull, text, by=MAINTAINER)
