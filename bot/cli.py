@@ -125,8 +125,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
     from bot.backend import describe
 
-    chat_model = settings.chat.model if settings.chat else ""
-    models = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": chat_model}
     return say(
         OPERATOR,
         "serve_started",
@@ -135,14 +133,13 @@ def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
         port=port,
         role=role,
         provider=settings.provider,
-        model=models[settings.provider],
+        model=settings.model(settings.provider),
         data_dir=settings.data_dir.absolute(),
         database=describe(settings),
     )
 
 
 async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
-    """Serve until SIGTERM or SIGINT, then stop gracefully (see `stop_gracefully`)."""
     import asyncio
     import signal
 
@@ -196,7 +193,6 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
 
 
 def _problems(checks: list[Any]) -> int:
-    """Print the problems among `checks` as `serve` does; their exit code."""
     from bot.checks import exit_code
 
     for check in checks:
@@ -320,7 +316,6 @@ MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
 
 
 def environment_text(width: int = 100) -> str:
-    """`cockpit help environment`: each variable, its meaning and its default."""
     import textwrap
 
     def plain(text: str) -> str:

@@ -319,6 +319,12 @@ class Settings:
     def db_path(self) -> Path:
         return self.data_dir / "cockpit.sqlite3"
 
+    def model(self, provider: str) -> str:
+        """The model `provider` reviews with ("" for `chat` when it is not set up)."""
+        if provider == "chat":
+            return self.chat.model if self.chat else ""
+        return self.claude_model if provider == "claude" else self.codex_model
+
     def secrets(self) -> list[str]:
         """Every secret value these settings hold, for `bot.redaction` (the database URL's
         password too, wherever it appears)."""

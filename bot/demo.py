@@ -93,16 +93,15 @@ async def demo(
     settings = github.settings(root / "data", secret, provider=reviewer, chat=chat, **models)
     app = make_app(settings, router)
     runner, url = await serve_local(app)
-    names = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": SCRIPTED_MODEL}
     print(
         say(
             OPERATOR,
             "demo.banner",
             pr=f"{OWNER}/{NAME}#{NUMBER}",
             reviewer=reviewer.title(),
-            reviewer_model=names[reviewer],
+            reviewer_model=settings.model(reviewer),
             critic=critic.title(),
-            critic_model=names[critic],
+            critic_model=settings.model(critic),
             verifier=verifier,
             live=live,
         )
@@ -189,11 +188,6 @@ def _latest_reply(github: GitHubStandin) -> str:
     return replies[-1] if replies else say(OPERATOR, "demo.no_reply")
 
 
-def live_problem() -> str | None:
-    missing = [key for _, key, _, _ in LIVE if not os.environ.get(key)]
-    return say(OPERATOR, "demo.live_needs", missing=missing) if missing else None
-
-
 def run_demo(
     keep: bool = False, live: bool = False, critic: str = "codex", started: float | None = None
 ) -> int:
@@ -203,9 +197,8 @@ def run_demo(
         print(say(OPERATOR, "demo.no_git", line=git.line()), file=sys.stderr)
         return 2
     if live:
-        problem = live_problem()
-        if problem is not None:
-            print(problem, file=sys.stderr)
+        if missing := [key for _, key, _, _ in LIVE if not os.environ.get(key)]:
+            print(say(OPERATOR, "demo.live_needs", missing=missing), file=sys.stderr)
             return 2
         endpoints = [(name, os.environ.get(base) or default) for name, _, base, default in LIVE]
         print(say(OPERATOR, "demo.live", endpoints=endpoints))

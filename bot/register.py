@@ -86,7 +86,6 @@ class Registered:
 
 
 def _site(raw: str, kind: str) -> SplitResult:
-    """`raw` as an http(s) site's address, or a usage error `kind`."""
     parts = urlsplit(raw.strip())
     if parts.scheme not in ("https", "http") or not parts.hostname or parts.query or parts.fragment:
         raise RegisterError(kind, EXIT_USAGE, value=raw)
