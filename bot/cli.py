@@ -366,28 +366,22 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    if args.eval_func == "cmd_eval_run" and (code := _eval_keys(args)) is not None:
-        return code
+    """An eval run without the reviewer's (or the LLM judge's) key stops before any case runs
+    (a resumed run's provider is read later, with the run)."""
+    if args.eval_func == "cmd_eval_run":
+        try:
+            provider = args.provider or load_settings(github=False).provider
+        except ConfigError as exc:
+            return _fail(exc, "eval run")
+        needed = [] if args.resume is not None else [provider]
+        if args.judge != "lexical":
+            needed.append(args.judge)
+        for name in dict.fromkeys(needed):
+            if (missing := missing_model_key(name, os.environ)) is not None:
+                return _fail(missing, "eval run")
     from bot.evals import commands
 
     return int(getattr(commands, args.eval_func)(args))
-
-
-def _eval_keys(args: argparse.Namespace) -> int | None:
-    """An eval without the reviewer's (or the LLM judge's) key stops before any case runs (a
-    resumed run's provider is read later, with the run)."""
-    try:
-        provider = args.provider or load_settings(github=False).provider
-    except ConfigError as exc:
-        return _fail(exc, "eval run")
-    needed = [] if args.resume is not None else [provider]
-    if args.judge != "lexical":
-        needed.append(args.judge)
-    for name in dict.fromkeys(needed):
-        missing = missing_model_key(name, os.environ)
-        if missing is not None:
-            return _fail(missing, "eval run")
-    return None
 
 
 @cache
