@@ -221,27 +221,26 @@ async def _sdk_check(settings: Settings, provider: str) -> Check:
     if provider == "claude":
         import anthropic as sdk
 
-        model, client = settings.claude_model, sdk.AsyncAnthropic(max_retries=0, timeout=PROBE_WAIT)
+        client = sdk.AsyncAnthropic(max_retries=0, timeout=PROBE_WAIT)
     else:
         import openai as sdk
 
-        model, client = settings.codex_model, sdk.AsyncOpenAI(max_retries=0, timeout=PROBE_WAIT)
-    said = {"model": model, "where": str(client.base_url).rstrip("/")}
+        client = sdk.AsyncOpenAI(max_retries=0, timeout=PROBE_WAIT)
+    said = {"model": settings.model(provider), "where": str(client.base_url).rstrip("/")}
     try:
-        await client.models.retrieve(model)
+        await client.models.retrieve(said["model"])
     except sdk.AuthenticationError:
         env_file = env_file_named()
         return problem(provider, "key_refused", "key_fix", variable=key, env_file=env_file, **said)
     except sdk.NotFoundError:
         return problem(provider, "model_unknown", "model_fix", variable=model_variable, **said)
     except sdk.APIStatusError as exc:
-        status = exc.status_code
         return unanswered(
             provider,
             "endpoint_status",
             "endpoint_fix",
             variable=url_variable,
-            status=status,
+            status=exc.status_code,
             **said,
         )
     except sdk.APIConnectionError:
@@ -259,8 +258,7 @@ async def _chat_check(settings: Settings) -> Check:
     if problems := await probe(settings, "chat"):
         code = EXIT_RUNTIME if isinstance(problems[0], Unanswered) else EXIT_CONFIG
         return Check("chat", problems[0], problem=True, code=code)
-    assert settings.chat is not None
-    return ok("chat", "model_ok", model=settings.chat.model, where="COCKPIT_CHAT_BASE_URL")
+    return ok("chat", "model_ok", model=settings.model("chat"), where="COCKPIT_CHAT_BASE_URL")
 
 
 async def github_check(settings: Settings) -> Check:

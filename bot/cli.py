@@ -54,7 +54,6 @@ def version() -> str:
 def checkout_commit() -> str | None:
     """The commit of the git checkout this code runs from, `, modified` when tracked files
     differ from it; None for an installed wheel (every release says the same version)."""
-    import os
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
@@ -75,27 +74,6 @@ def checkout_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + (", modified" if modified else "")
-
-
-class _Version(argparse.Action):
-    """`--version` (git is asked for the checkout's commit only when the flag is given)."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from bot.records.schema import SCHEMA_VERSION
-
-        print(
-            say(
-                OPERATOR,
-                "version",
-                version=version(),
-                schema=SCHEMA_VERSION,
-                commit=checkout_commit(),
-            )
-        )
-        parser.exit()
 
 
 def port(text: str) -> int:
@@ -137,8 +115,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_serve(settings, host, port, args.role))
     except (SchemaBehind, MigrationFailed) as exc:
-        print(say(OPERATOR, "failed", command="serve", error=exc), file=sys.stderr)
-        return EXIT_CONFIG
+        return _failed("serve", exc, EXIT_CONFIG)
     except OSError as exc:  # the address was taken between the check and the start
         print(listen_problem(host, port, exc).line(), file=sys.stderr)
         return EXIT_RUNTIME
@@ -148,8 +125,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
     from bot.backend import describe
 
-    chat_model = settings.chat.model if settings.chat else ""
-    models = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": chat_model}
     return say(
         OPERATOR,
         "serve_started",
@@ -158,14 +133,13 @@ def _started_line(settings: Settings, host: str, port: int, role: str) -> str:
         port=port,
         role=role,
         provider=settings.provider,
-        model=models[settings.provider],
+        model=settings.model(settings.provider),
         data_dir=settings.data_dir.absolute(),
         database=describe(settings),
     )
 
 
 async def _serve(settings: Settings, host: str, port: int, role: str) -> None:
-    """Serve until SIGTERM or SIGINT, then stop gracefully (see `stop_gracefully`)."""
     import asyncio
     import signal
 
@@ -219,7 +193,6 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
 
 
 def _problems(checks: list[Any]) -> int:
-    """Print the problems among `checks` as `serve` does; their exit code."""
     from bot.checks import exit_code
 
     for check in checks:
@@ -230,7 +203,6 @@ def _problems(checks: list[Any]) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     import asyncio
-    import os
 
     from bot.checks import exit_code, preflight
 
@@ -344,7 +316,6 @@ MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
 
 
 def environment_text(width: int = 100) -> str:
-    """`cockpit help environment`: each variable, its meaning and its default."""
     import textwrap
 
     def plain(text: str) -> str:
@@ -395,30 +366,22 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    if args.eval_func == "cmd_eval_run" and (code := _eval_keys(args)) is not None:
-        return code
+    """An eval run without the reviewer's (or the LLM judge's) key stops before any case runs
+    (a resumed run's provider is read later, with the run)."""
+    if args.eval_func == "cmd_eval_run":
+        try:
+            provider = args.provider or load_settings(github=False).provider
+        except ConfigError as exc:
+            return _fail(exc, "eval run")
+        needed = [] if args.resume is not None else [provider]
+        if args.judge != "lexical":
+            needed.append(args.judge)
+        for name in dict.fromkeys(needed):
+            if (missing := missing_model_key(name, os.environ)) is not None:
+                return _fail(missing, "eval run")
     from bot.evals import commands
 
     return int(getattr(commands, args.eval_func)(args))
-
-
-def _eval_keys(args: argparse.Namespace) -> int | None:
-    """An eval without the reviewer's (or the LLM judge's) key stops before any case runs (a
-    resumed run's provider is read later, with the run)."""
-    import os
-
-    try:
-        provider = args.provider or load_settings(github=False).provider
-    except ConfigError as exc:
-        return _fail(exc, "eval run")
-    needed = [] if args.resume is not None else [provider]
-    if args.judge != "lexical":
-        needed.append(args.judge)
-    for name in dict.fromkeys(needed):
-        missing = missing_model_key(name, os.environ)
-        if missing is not None:
-            return _fail(missing, "eval run")
-    return None
 
 
 @cache
@@ -440,7 +403,6 @@ def _named() -> dict[str, Any]:
         "int": int,
         "float": float,
         "path": Path,
-        "version": _Version,
         "providers": PROVIDERS,
         "judges": ("lexical", *PROVIDERS),
         "github_url": GITHUB_WEB_URL,
@@ -522,6 +484,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_all(settings_secrets(os.environ))
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.version:
+        from bot.records.schema import SCHEMA_VERSION
+
+        commit = checkout_commit()  # git is asked only when the flag is given
+        print(say(OPERATOR, "version", version=version(), schema=SCHEMA_VERSION, commit=commit))
+        return 0
     if args.command is None:
         parser.print_help()
         return 0

@@ -9,7 +9,7 @@ import tomllib
 import typing
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -230,10 +230,10 @@ def _metrics_token(env: Mapping[str, str], variable: str) -> Secret | None:
     return Secret(token)
 
 
-def from_env(variable: str, read: Reader | None = None) -> dict[str, Any]:
-    """A field's metadata: the variable it is read from, and how where its declared type
+def from_env(variable: str, default: Any = MISSING, read: Reader | None = None) -> Any:
+    """A setting's field: the variable it is read from, and how where its declared type
     (bounds included) does not say all."""
-    return {"env": variable, "read": read}
+    return field(default=default, metadata={"env": variable, "read": read})
 
 
 Reader = Callable[[Mapping[str, str], str], Any]  # (the environment, the variable) -> value
@@ -245,22 +245,19 @@ Port = Annotated[int, Meta(ge=0, le=65535)]
 Workers = Annotated[int, Meta(ge=1, le=64)]
 Megabytes = Annotated[int, Meta(ge=0, le=10**9)]
 OneOrZero = Annotated[int, Meta(ge=0, le=1)]
+ContextTokens = Annotated[int, Meta(ge=1024, le=100_000_000)]
 
 
 @dataclass(frozen=True)
 class ChatSettings:
     """The `chat` provider: an OpenAI-compatible Chat Completions endpoint."""
 
-    base_url: str = field(metadata=from_env("COCKPIT_CHAT_BASE_URL"))
-    model: str = field(metadata=from_env("COCKPIT_CHAT_MODEL"))
-    api_key: Secret | None = field(default=None, metadata=from_env("COCKPIT_CHAT_API_KEY", _secret))
+    base_url: str = from_env("COCKPIT_CHAT_BASE_URL")
+    model: str = from_env("COCKPIT_CHAT_MODEL")
+    api_key: Secret | None = from_env("COCKPIT_CHAT_API_KEY", None, _secret)
     # The model's context window: what is sent is bounded.
-    context_tokens: Annotated[int, Meta(ge=1024, le=100_000_000)] | None = field(
-        default=None, metadata=from_env("COCKPIT_CHAT_CONTEXT_TOKENS")
-    )
-    rates: tuple[float, float] | None = field(
-        default=None, metadata=from_env("COCKPIT_CHAT_RATES", _rates)
-    )
+    context_tokens: ContextTokens | None = from_env("COCKPIT_CHAT_CONTEXT_TOKENS", None)
+    rates: tuple[float, float] | None = from_env("COCKPIT_CHAT_RATES", None, _rates)
 
 
 @dataclass(frozen=True)
@@ -268,56 +265,45 @@ class Settings:
     """Every setting, read from the variable its field names; `templates/environment.toml`
     says what each means."""
 
-    data_dir: Path = field(metadata=from_env("COCKPIT_DATA_DIR", _directory))
+    data_dir: Path = from_env("COCKPIT_DATA_DIR", read=_directory)
     # A container listens on all interfaces.
-    host: str = field(default="0.0.0.0", metadata=from_env("COCKPIT_HOST"))  # noqa: S104
-    port: Port = field(default=8080, metadata=from_env("COCKPIT_PORT"))
-    api_url: str = field(default=DEFAULT_API_URL, metadata=from_env("GITHUB_API_URL", _api_url))
-    app_id: str | None = field(default=None, metadata=from_env("GITHUB_APP_ID", _app_id))
-    private_key: Secret | None = field(
-        default=None, metadata=from_env("GITHUB_PRIVATE_KEY", _private_key)
-    )
-    webhook_secret: Secret | None = field(
-        default=None, metadata=from_env("GITHUB_WEBHOOK_SECRET", _webhook_secret)
-    )
-    app_slug: str | None = field(default=None, metadata=from_env("GITHUB_APP_SLUG"))
-    provider: str = field(default="claude", metadata=from_env("COCKPIT_PROVIDER", _provider))
-    claude_model: str = field(
-        default=DEFAULT_CLAUDE_MODEL, metadata=from_env("COCKPIT_CLAUDE_MODEL")
-    )
-    codex_model: str = field(default=DEFAULT_CODEX_MODEL, metadata=from_env("COCKPIT_CODEX_MODEL"))
-    chat: ChatSettings | None = field(
-        default=None, metadata=from_env("COCKPIT_CHAT_BASE_URL", _chat)
-    )
-    max_concurrent_reviews: Workers = field(
-        default=2, metadata=from_env("COCKPIT_MAX_CONCURRENT_REVIEWS")
-    )
+    host: str = from_env("COCKPIT_HOST", "0.0.0.0")  # noqa: S104
+    port: Port = from_env("COCKPIT_PORT", 8080)
+    api_url: str = from_env("GITHUB_API_URL", DEFAULT_API_URL, _api_url)
+    app_id: str | None = from_env("GITHUB_APP_ID", None, _app_id)
+    private_key: Secret | None = from_env("GITHUB_PRIVATE_KEY", None, _private_key)
+    webhook_secret: Secret | None = from_env("GITHUB_WEBHOOK_SECRET", None, _webhook_secret)
+    app_slug: str | None = from_env("GITHUB_APP_SLUG", None)
+    provider: str = from_env("COCKPIT_PROVIDER", "claude", _provider)
+    claude_model: str = from_env("COCKPIT_CLAUDE_MODEL", DEFAULT_CLAUDE_MODEL)
+    codex_model: str = from_env("COCKPIT_CODEX_MODEL", DEFAULT_CODEX_MODEL)
+    chat: ChatSettings | None = from_env("COCKPIT_CHAT_BASE_URL", None, _chat)
+    max_concurrent_reviews: Workers = from_env("COCKPIT_MAX_CONCURRENT_REVIEWS", 2)
     # SPEC: unset is no cap per run (the daily budget still holds).
-    review_max_usd: Limit = field(default=None, metadata=from_env("COCKPIT_REVIEW_MAX_USD"))
-    daily_max_usd: Limit = field(default=25, metadata=from_env("COCKPIT_DAILY_MAX_USD"))
-    daily_max_runs: Whole | None = field(default=200, metadata=from_env("COCKPIT_DAILY_MAX_RUNS"))
-    min_free_mb: Megabytes = field(default=1024, metadata=from_env("COCKPIT_MIN_FREE_MB"))
-    shutdown_grace: Seconds = field(default=20, metadata=from_env("COCKPIT_SHUTDOWN_GRACE_SECONDS"))
+    review_max_usd: Limit = from_env("COCKPIT_REVIEW_MAX_USD", None)
+    daily_max_usd: Limit = from_env("COCKPIT_DAILY_MAX_USD", 25)
+    daily_max_runs: Whole | None = from_env("COCKPIT_DAILY_MAX_RUNS", 200)
+    min_free_mb: Megabytes = from_env("COCKPIT_MIN_FREE_MB", 1024)
+    shutdown_grace: Seconds = from_env("COCKPIT_SHUTDOWN_GRACE_SECONDS", 20)
     # Per model request; 0 or unset: each provider's own.
-    model_timeout: Seconds | None = field(
-        default=None, metadata=from_env("COCKPIT_MODEL_TIMEOUT_SECONDS")
-    )
-    command_prefix: str = field(
-        default="/cockpit", metadata=from_env("COCKPIT_COMMAND_PREFIX", _prefix)
-    )
-    database_url: Secret | None = field(  # Postgres; None: SQLite
-        default=None, metadata=from_env("COCKPIT_DATABASE_URL", _database_url)
-    )
+    model_timeout: Seconds | None = from_env("COCKPIT_MODEL_TIMEOUT_SECONDS", None)
+    command_prefix: str = from_env("COCKPIT_COMMAND_PREFIX", "/cockpit", _prefix)
+    # Postgres; None: SQLite
+    database_url: Secret | None = from_env("COCKPIT_DATABASE_URL", None, _database_url)
     # Postgres: a worker silent this long is dead; `serve` applies missing schema steps itself.
-    worker_timeout: WholeSeconds = field(default=20, metadata=from_env("COCKPIT_WORKER_TIMEOUT"))
-    migrate_on_start: OneOrZero = field(default=0, metadata=from_env("COCKPIT_MIGRATE_ON_START"))
-    metrics_token: Secret | None = field(
-        default=None, metadata=from_env("COCKPIT_METRICS_TOKEN", _metrics_token)
-    )
+    worker_timeout: WholeSeconds = from_env("COCKPIT_WORKER_TIMEOUT", 20)
+    migrate_on_start: OneOrZero = from_env("COCKPIT_MIGRATE_ON_START", 0)
+    metrics_token: Secret | None = from_env("COCKPIT_METRICS_TOKEN", None, _metrics_token)
 
     @property
     def db_path(self) -> Path:
         return self.data_dir / "cockpit.sqlite3"
+
+    def model(self, provider: str) -> str:
+        """The model `provider` reviews with ("" for `chat` when it is not set up)."""
+        if provider == "chat":
+            return self.chat.model if self.chat else ""
+        return self.claude_model if provider == "claude" else self.codex_model
 
     def secrets(self) -> list[str]:
         """Every secret value these settings hold, for `bot.redaction` (the database URL's

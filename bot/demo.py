@@ -45,13 +45,9 @@ def _section(title: str) -> None:
     print(f"\n{'─' * 8} {title} {'─' * max(4, 70 - len(title))}\n")
 
 
-async def idle(jobs: Any) -> bool:
-    return await jobs.pending() == 0
-
-
-async def _wait(predicate: Any, what: str, timeout: float = 120.0) -> None:
+async def _until_idle(jobs: Any, what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
-    while not await predicate():
+    while await jobs.pending():
         if time.monotonic() > deadline:
             raise TimeoutError(say(OPERATOR, "demo.timed_out", what=what))
         await asyncio.sleep(0.05)
@@ -82,11 +78,8 @@ async def demo(
     }
     if not live:
         os.environ.pop("ANTHROPIC_AUTH_TOKEN", None)  # the SDK would send it to the stand-in
-        for name, standin, key, base in (
-            ("claude", AnthropicStandin, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-            ("codex", OpenAIStandin, "OPENAI_API_KEY", "OPENAI_BASE_URL"),
-        ):
-            offline = standin(scripted_reviewer)
+        for name, key, base, _ in LIVE:
+            offline = (AnthropicStandin if name == "claude" else OpenAIStandin)(scripted_reviewer)
             url = await offline.start()
             os.environ[base] = url if name == "claude" else f"{url}/v1"
             os.environ[key] = "offline-demo"
@@ -100,16 +93,15 @@ async def demo(
     settings = github.settings(root / "data", secret, provider=reviewer, chat=chat, **models)
     app = make_app(settings, router)
     runner, url = await serve_local(app)
-    names = {"claude": settings.claude_model, "codex": settings.codex_model, "chat": SCRIPTED_MODEL}
     print(
         say(
             OPERATOR,
             "demo.banner",
             pr=f"{OWNER}/{NAME}#{NUMBER}",
             reviewer=reviewer.title(),
-            reviewer_model=names[reviewer],
+            reviewer_model=settings.model(reviewer),
             critic=critic.title(),
-            critic_model=names[critic],
+            critic_model=settings.model(critic),
             verifier=verifier,
             live=live,
         )
@@ -122,7 +114,7 @@ async def demo(
                 body, headers = github.delivery(event, data, secret)
                 async with http.post(f"{url}/webhooks/github", data=body, headers=headers) as r:
                     print("\n" + say(OPERATOR, "demo.delivery", what=what, status=r.status))
-                await _wait(lambda: idle(app[CONTEXT].jobs), what)
+                await _until_idle(app[CONTEXT].jobs, what)
 
             async def command(text: str) -> int:
                 data = github.pull_request_comment(pull, text, by=MAINTAINER)
@@ -196,11 +188,6 @@ def _latest_reply(github: GitHubStandin) -> str:
     return replies[-1] if replies else say(OPERATOR, "demo.no_reply")
 
 
-def live_problem() -> str | None:
-    missing = [key for _, key, _, _ in LIVE if not os.environ.get(key)]
-    return say(OPERATOR, "demo.live_needs", missing=missing) if missing else None
-
-
 def run_demo(
     keep: bool = False, live: bool = False, critic: str = "codex", started: float | None = None
 ) -> int:
@@ -210,9 +197,8 @@ def run_demo(
         print(say(OPERATOR, "demo.no_git", line=git.line()), file=sys.stderr)
         return 2
     if live:
-        problem = live_problem()
-        if problem is not None:
-            print(problem, file=sys.stderr)
+        if missing := [key for _, key, _, _ in LIVE if not os.environ.get(key)]:
+            print(say(OPERATOR, "demo.live_needs", missing=missing), file=sys.stderr)
             return 2
         endpoints = [(name, os.environ.get(base) or default) for name, _, base, default in LIVE]
         print(say(OPERATOR, "demo.live", endpoints=endpoints))

@@ -64,7 +64,6 @@ def problems(value: Any, shape: Any, where: str = "") -> list[Problem]:
 
 
 def decode(value: Any, shape: type[T]) -> T:
-    """`value` (JSON- or TOML-parsed data) as a `shape`."""
     return msgspec.convert(value, shape, strict=True)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import SplitResult, urlencode, urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -85,11 +85,16 @@ class Registered:
     generated_secret: bool
 
 
-def web_url_for(raw: str) -> str:
-    """GitHub's web URL from what a user may type: the site, or by mistake its API URL."""
+def _site(raw: str, kind: str) -> SplitResult:
     parts = urlsplit(raw.strip())
     if parts.scheme not in ("https", "http") or not parts.hostname or parts.query or parts.fragment:
-        raise RegisterError("bad_github_url", EXIT_USAGE, value=raw)
+        raise RegisterError(kind, EXIT_USAGE, value=raw)
+    return parts
+
+
+def web_url_for(raw: str) -> str:
+    """GitHub's web URL from what a user may type: the site, or by mistake its API URL."""
+    parts = _site(raw, "bad_github_url")
     if parts.hostname == "api.github.com":
         return GITHUB_WEB_URL
     path = parts.path.rstrip("/").removesuffix("/api/v3")
@@ -103,9 +108,7 @@ def api_url_for(web_url: str) -> str:
 
 
 def webhook_url_for(public_url: str) -> str:
-    parts = urlsplit(public_url.strip())
-    if parts.scheme not in ("https", "http") or not parts.hostname or parts.query or parts.fragment:
-        raise RegisterError("bad_public_url", EXIT_USAGE, value=public_url)
+    _site(public_url, "bad_public_url")
     base = public_url.strip().rstrip("/")
     return base if base.endswith("/webhooks/github") else f"{base}/webhooks/github"
 
@@ -137,20 +140,8 @@ def key_path_for(env_path: Path) -> Path:
     return env_path.with_name(f"{env_path.stem}.private-key.pem")
 
 
-def env_text(
-    conversion: dict[str, Any], env_path: Path, key_path: Path, api_url: str, secret: str
-) -> str:
-    return render(
-        "register/cockpit.env.j2",
-        name=conversion.get("name") or conversion["slug"],
-        html_url=conversion.get("html_url", ""),
-        env_name=env_path.name,
-        app_id=conversion["id"],
-        slug=conversion["slug"],
-        webhook_secret=secret,
-        key_path=str(key_path),
-        api_url=api_url if api_url != DEFAULT_API_URL else "",
-    )
+def _name(conversion: dict[str, Any]) -> str:
+    return conversion.get("name") or conversion["slug"]
 
 
 def write_private(path: Path, text: str) -> None:
@@ -171,9 +162,20 @@ def write_credentials(conversion: dict[str, Any], env_path: Path, api_url: str) 
     generated = not secret
     if generated:  # GitHub generates one with the webhook; never leave the server open
         secret = secrets.token_hex(32)
+    env_text = render(
+        "register/cockpit.env.j2",
+        name=_name(conversion),
+        html_url=conversion.get("html_url", ""),
+        env_name=env_path.name,
+        app_id=conversion["id"],
+        slug=conversion["slug"],
+        webhook_secret=secret,
+        key_path=str(key_path),
+        api_url=api_url if api_url != DEFAULT_API_URL else "",
+    )
     try:
         write_private(key_path, conversion["pem"])
-        write_private(env_path, env_text(conversion, env_path, key_path, api_url, secret))
+        write_private(env_path, env_text)
     except OSError as exc:
         raise RegisterError(
             "write_failed",
@@ -250,7 +252,7 @@ class ManifestFlow:
     async def _local_only(self, request: web.Request, handler: Any) -> web.StreamResponse:
         # Another site that rebinds its name to 127.0.0.1 must not read the state or post codes.
         if request.host not in (f"127.0.0.1:{self.port}", f"localhost:{self.port}"):
-            return _page("register/result.html.j2", status=421, kind="misdirected")
+            return _result("misdirected", 421)
         return await handler(request)
 
     async def _start(self, request: web.Request) -> web.Response:
@@ -271,29 +273,28 @@ class ManifestFlow:
 
     async def _callback(self, request: web.Request) -> web.StreamResponse:
         if self._claimed:
-            return _page("register/result.html.j2", status=409, kind="finished")
+            return _result("finished", 409)
         state = request.query.get("state", "")
         if not hmac.compare_digest(state.encode(), self.state.encode()):
-            return _page("register/result.html.j2", status=400, kind="state_mismatch")
+            return _result("state_mismatch", 400)
         code = request.query.get("code", "")
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,200}", code):
-            return _page("register/result.html.j2", status=400, kind="no_code")
+            return _result("no_code", 400)
         self._claimed = True  # one exchange per run: a code works once
         try:
             conversion = await exchange(self.http, self.target, code)
             registered = write_credentials(conversion, self.options.out, self.target.api_url)
         except RegisterError as exc:
-            failed = _page("register/result.html.j2", kind="failed", message=str(exc))
+            failed = _result("failed", message=str(exc))
             await _send(request, failed)
             self.done.set_exception(exc)
             return failed
         except Exception as exc:  # a bug: end the command now rather than at its timeout
             self.done.set_exception(exc)
             raise
-        page = _page(
-            "register/result.html.j2",
-            kind="done",
-            name=conversion.get("name") or conversion["slug"],
+        page = _result(
+            "done",
+            name=_name(conversion),
             html_url=conversion.get("html_url", ""),
             env_path=registered.env_path,
             key_path=registered.key_path,
@@ -307,6 +308,10 @@ async def _send(request: web.Request, response: web.Response) -> None:
     """Deliver the page before the command (and this server) ends."""
     await response.prepare(request)
     await response.write_eof()
+
+
+def _result(kind: str, status: int = 200, **context: Any) -> web.Response:
+    return _page("register/result.html.j2", status, kind=kind, **context)
 
 
 def _page(template: str, status: int = 200, **context: Any) -> web.Response:
@@ -337,7 +342,7 @@ async def register(
         say(
             OPERATOR,
             "register.next_steps",
-            name=conversion.get("name") or conversion["slug"],
+            name=_name(conversion),
             app_id=conversion["id"],
             html_url=conversion.get("html_url", ""),
             env_path=_shown(registered.env_path),
@@ -377,7 +382,8 @@ async def _run_flow(options: Options, target: Target, echo: Callable[[str], None
                     wait=duration(options.timeout),
                 )
             )
-            if options.open_browser and _has_display():
+            display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+            if options.open_browser and (display or sys.platform in ("darwin", "win32")):
                 await asyncio.to_thread(webbrowser.open, flow.page_url)
             try:
                 return await asyncio.wait_for(asyncio.shield(flow.done), options.timeout)
@@ -414,9 +420,3 @@ def _shown(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-def _has_display() -> bool:
-    return sys.platform in ("darwin", "win32") or bool(
-        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
-    )

@@ -22,13 +22,13 @@ WJ = "\u2060"
 
 # `@name` (also after a non-ASCII letter, as GitHub reads it), emails and `user@sha` refs.
 _AT = re.compile(r"@(?=[A-Za-z0-9])")
-# Raw HTML (tags, comments, `<https://…>` autolinks) and character references (`&#64;`).
-_TAG = re.compile(r"<(?=[A-Za-z/!?])")
-_ENTITY = re.compile(r"&(?=[#A-Za-z])")
-# Images, inline links, and reference or footnote definitions.
-_IMAGE = re.compile(r"!\[")
+# Where a word joiner goes: after such an `@`; inside raw HTML (tags, comments,
+# `<https://…>` autolinks) and character references (`&#64;`); in images (`![`) and
+# reference or footnote definitions (`]:`).
+_BREAK = re.compile(
+    r"(?<=@)(?=[A-Za-z0-9])|(?<=<)(?=[A-Za-z/!?])|(?<=&)(?=[#A-Za-z])|(?<=!)(?=\[)|(?<=\])(?=:)"
+)
 _INLINE_LINK = re.compile(r"\]\(")
-_DEFINITION = re.compile(r"\]:")
 # `owner/repo#12` points at another repository's issue (and notifies it); `owner/repo@sha`
 # is broken by the `@` rule.
 _CROSS_REF = re.compile(r"(?<=[A-Za-z0-9_.-]/)([A-Za-z0-9_.-]+)(?=#[0-9])")
@@ -161,7 +161,7 @@ def neutralise_mentions(text: str) -> str:
 
 def _links(text: str, repo_url: str | None) -> str:
     """Bare URLs first (a same-repository one keeps its own scheme, nothing after it), then
-    inline links by their destination as it now reads, then images and definitions."""
+    inline links by their destination as it now reads."""
 
     def breaks(found: str) -> str:
         return _WWW.sub(WJ, _SCHEME.sub(WJ, found))
@@ -179,10 +179,7 @@ def _links(text: str, repo_url: str | None) -> str:
             return match.group(0)
         return "]" + WJ + "("
 
-    text = _URL.sub(url, text)
-    text = _INLINE_LINK.sub(inline, text)
-    text = _IMAGE.sub("!" + WJ + "[", text)
-    return _DEFINITION.sub("]" + WJ + ":", text)
+    return _INLINE_LINK.sub(inline, _URL.sub(url, text))
 
 
 def _fences(lines: list[str]) -> tuple[list[str], str]:
@@ -217,11 +214,8 @@ def safe_md(text: str | None, *, repo_url: str | None = None) -> str:
         return ""
     text = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd")
     lines, open_fence = _fences(text.split("\n"))
-    text = _links("\n".join(lines), repo_url)
-    text = _TAG.sub("<" + WJ, text)
-    text = _ENTITY.sub("&" + WJ, text)
+    text = _BREAK.sub(WJ, _links("\n".join(lines), repo_url))
     text = _CROSS_REF.sub(lambda m: m.group(1) + WJ, text)
-    text = neutralise_mentions(text)
     return text + ("\n" + open_fence if open_fence else "")
 
 
