@@ -18,12 +18,14 @@ NOW = time.time()
 
 async def test_conversations_of_long_closed_prs_go_and_the_cost_ledger_stays(db):
     for number, state, updated in ((1, "closed", 1000), (2, "closed", 9000), (3, "open", 1000)):
-        pull_id = await db.execute(
-            "INSERT INTO pulls (repo, number, state, updated_at) VALUES ('o/r', ?, ?, ?)",
+        [pull_id] = await db.fetchone(
+            "INSERT INTO pulls (repo, number, state, updated_at) VALUES ('o/r', ?, ?, ?)"
+            " RETURNING id",
             (number, state, updated),
         )
-        review_id = await db.execute(
-            "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at) VALUES (?, 'a', 0, 0)",
+        [review_id] = await db.fetchone(
+            "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at) VALUES (?, 'a', 0, 0)"
+            " RETURNING id",
             (pull_id,),
         )
         await db.execute(
@@ -31,9 +33,9 @@ async def test_conversations_of_long_closed_prs_go_and_the_cost_ledger_stays(db)
             " VALUES (?, 1, 'x', 'nit', 't')",
             (review_id,),
         )
-        session_id = await db.execute(
+        [session_id] = await db.fetchone(
             "INSERT INTO sessions (pull_id, provider, model, created_at, updated_at)"
-            " VALUES (?, 'claude', 'm', 0, 0)",
+            " VALUES (?, 'claude', 'm', 0, 0) RETURNING id",
             (pull_id,),
         )
         await db.execute(

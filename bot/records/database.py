@@ -20,7 +20,6 @@ class Interrupted(sqlite3.OperationalError):
 
 class Cursor(Protocol):
     rowcount: int
-    lastrowid: int | None
 
     async def fetchone(self) -> Any: ...
 
@@ -52,7 +51,7 @@ class Database(Protocol):
         ...
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        """Rowcount, or the new row's id for an INSERT."""
+        """Rowcount (a new row's id: `INSERT … RETURNING id` through `fetchone`)."""
         ...
 
     async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> Any: ...

@@ -62,10 +62,11 @@ async def _insert(
     now = time.time()
     cursor = await conn.execute(
         "INSERT INTO sessions (pull_id, review_id, provider, model, role, status,"
-        " parent_session_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?)",
+        " parent_session_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?)"
+        " RETURNING id",
         (pull_id, review_id, provider, model, role, parent_session_id, now, now),
     )
-    return int(cursor.lastrowid or 0)
+    return (await cursor.fetchone())[0]
 
 
 async def start_cross_review(
