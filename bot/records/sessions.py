@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from bot.records.database import Database, delete_in_chunks
+from bot.records.reviews import CLOSED_PULLS
 from bot.records.types import CrossReview, Session
 from bot.records.vocab import OPEN_SESSION, SessionRole, SessionStatus, sql_in
 
@@ -22,28 +23,14 @@ async def create_session(
     model: str,
     pull_id: int | None = None,
     review_id: int | None = None,
+    role: SessionRole = SessionRole.PRIMARY,
+    parent_session_id: int | None = None,
 ) -> Session:
+    """A reviewer's conversation, or (`role` VERIFY) the verify pass's, linked to the draft's
+    session as its parent, which ends with its one turn."""
     async with db.transaction() as conn:
         session_id = await _insert(
-            conn, provider, model, SessionRole.PRIMARY, pull_id, review_id, None
-        )
-    return await get_session(db, session_id)
-
-
-async def start_verify_session(
-    db: Database,
-    *,
-    provider: str,
-    model: str,
-    pull_id: int | None,
-    review_id: int | None,
-    draft_session_id: int | None,
-) -> Session:
-    """The verify pass's own conversation, linked to the draft's session; it ends with its
-    one turn."""
-    async with db.transaction() as conn:
-        session_id = await _insert(
-            conn, provider, model, SessionRole.VERIFY, pull_id, review_id, draft_session_id
+            conn, provider, model, role, pull_id, review_id, parent_session_id
         )
     return await get_session(db, session_id)
 
@@ -259,21 +246,17 @@ async def delete_installation_sessions(db: Database, installation_id: int) -> No
 
 
 async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> int:
-    closed = (  # a PR whose figures are still to be counted waits (bot.records.stats)
-        "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
-        " AND id NOT IN (SELECT pull_id FROM figures_stale)"
-    )
     statements = (
         # By session (messages have no single-column key on Postgres), a few at a time.
-        "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions"
-        f" WHERE pull_id IN ({closed}) AND id IN (SELECT session_id FROM messages) LIMIT ?)",
+        "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE pull_id IN"
+        f" ({CLOSED_PULLS}) AND id IN (SELECT session_id FROM messages) LIMIT ?)",
         "DELETE FROM session_reviews WHERE id IN (SELECT r.id FROM session_reviews r JOIN"
-        f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
-        f"DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE pull_id IN ({closed})"
-        " LIMIT ?)",
+        f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({CLOSED_PULLS}) LIMIT ?)",
+        "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions"
+        f" WHERE pull_id IN ({CLOSED_PULLS}) LIMIT ?)",
     )
-    closed_total = await delete_in_chunks(db, older_than, chunk, *statements)
-    return closed_total + await prune_detached_sessions(db, older_than, chunk)
+    closed = await delete_in_chunks(db, older_than, chunk, *statements)
+    return closed + await prune_detached_sessions(db, older_than, chunk)
 
 
 async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -> int:
