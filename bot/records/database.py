@@ -38,7 +38,7 @@ class Database(Protocol):
 
     def transaction(
         self, lock: str | None = None, *, timeout: float | None = None
-    ) -> AbstractAsyncContextManager[Any]:
+    ) -> AbstractAsyncContextManager[Connection]:
         """One transaction; `lock` names what other processes must not change meanwhile.
         With `timeout`, a statement still running that many seconds after the transaction
         began is stopped (`Interrupted`), and so is one whose caller is cancelled: the
