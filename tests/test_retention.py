@@ -90,3 +90,15 @@ async def test_runs_nothing_shows_go_after_their_retention_and_stats_still_count
     assert usage[0] == 1
     assert await model_figures(db) == counted
     assert await totals(db, recount=100, timeout=None) == counted
+
+
+async def test_notices_and_command_uses_older_than_the_cutoff_are_forgotten(db):
+    from bot.records.notices import first_notice, forget_before, take_uses
+
+    assert await first_notice(db, "old", NOW - 90000, every=3600)
+    assert await first_notice(db, "new", NOW, every=3600)
+    assert await take_uses(db, [("old", 5, 86400)], NOW - 90000) is None
+    assert await take_uses(db, [("new", 5, 86400)], NOW) is None
+    await forget_before(db, NOW - 86400)
+    assert [tuple(row) for row in await db.fetchall("SELECT key FROM notices")] == [("new",)]
+    assert [tuple(row) for row in await db.fetchall("SELECT key FROM command_uses")] == [("new",)]

@@ -130,17 +130,16 @@ async def store_judgement(
 
 async def posted_reviews(db: Database, repo: str, posted: str) -> list[tuple[Review, Pull]]:
     """The newest `posted` review of each of the repository's PRs, by PR number."""
-    rows = await db.fetchall(
+    reviews = await Review.all(
+        db,
         "SELECT r.* FROM reviews r JOIN pulls p ON p.id = r.pull_id WHERE p.repo = ? AND"
         " r.state = ? AND r.id = (SELECT MAX(id) FROM reviews WHERE pull_id = r.pull_id"
         " AND state = ?) ORDER BY p.number",
         (repo, posted, posted),
     )
-    found = []
-    for row in rows:
-        pull = await db.fetchone("SELECT * FROM pulls WHERE id = ?", (row["pull_id"],))
-        found.append((Review.from_row(row), Pull.from_row(pull)))
-    return found
+    pulls = await Pull.all(db, "SELECT * FROM pulls WHERE repo = ?", (repo,))
+    by_id = {pull.id: pull for pull in pulls}
+    return [(review, by_id[review.pull_id]) for review in reviews]
 
 
 async def repos_with_reviews(db: Database, posted: str) -> list[str]:
