@@ -100,20 +100,17 @@ async def closed_pull_refs(db: Database) -> dict[str, list[int]]:
 
 
 async def delete_installation(db: Database, installation_id: int) -> list[str]:
-    """Its PRs with their conversations, reviews, findings, finding ledgers, review figures
-    (out of the sums too), and its processed deliveries; returns its repositories."""
+    """Its PRs, reviews, findings, finding ledgers, review figures (out of the sums too) and
+    processed deliveries (its sessions go first, through `bot.records.sessions`); returns its
+    repositories."""
     rows = await db.fetchall(
         "SELECT DISTINCT repo FROM pulls WHERE installation_id = ?", (installation_id,)
     )
     async with db.transaction(lock=FIGURES_LOCK) as conn:  # no recount moves the sums meanwhile
         pulls = "SELECT id FROM pulls WHERE installation_id = ?"
         reviews = f"SELECT id FROM reviews WHERE pull_id IN ({pulls})"
-        sessions = f"SELECT id FROM sessions WHERE pull_id IN ({pulls})"
         await forget_pulls(conn, pulls, (installation_id,))
         for statement in (
-            f"DELETE FROM messages WHERE session_id IN ({sessions})",
-            f"DELETE FROM session_reviews WHERE parent_session_id IN ({sessions})",
-            f"DELETE FROM sessions WHERE id IN ({sessions})",
             f"DELETE FROM findings WHERE review_id IN ({reviews})",
             f"DELETE FROM ledger WHERE pull_id IN ({pulls})",
             f"DELETE FROM reviews WHERE pull_id IN ({pulls})",

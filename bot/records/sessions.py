@@ -232,6 +232,19 @@ async def settle_sessions_at_start(db: Database) -> int:
     return len(closed)
 
 
+async def delete_installation_sessions(db: Database, installation_id: int) -> None:
+    sessions = (
+        "SELECT id FROM sessions WHERE pull_id IN (SELECT id FROM pulls WHERE installation_id = ?)"
+    )
+    async with db.transaction() as conn:
+        for statement in (
+            f"DELETE FROM messages WHERE session_id IN ({sessions})",
+            f"DELETE FROM session_reviews WHERE parent_session_id IN ({sessions})",
+            f"DELETE FROM sessions WHERE id IN ({sessions})",
+        ):
+            await conn.execute(statement, (installation_id,))
+
+
 async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> int:
     statements = (
         # By session (messages have no single-column key on Postgres), a few at a time.

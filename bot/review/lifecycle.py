@@ -12,7 +12,7 @@ from bot.queue import REVIEWS, review_key, turn_key
 from bot.records import review_state
 from bot.records.pulls import delete_installation, installation_pulls, upsert_pull
 from bot.records.reviews import automatic_reviews_since, head_handled
-from bot.records.sessions import end_pull_sessions, open_sessions
+from bot.records.sessions import delete_installation_sessions, end_pull_sessions, open_sessions
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.texts import PEOPLE, say
 
@@ -181,6 +181,7 @@ async def forget_installation(ctx: Context, installation_id: int) -> None:
     for pull_id in await installation_pulls(ctx.db, installation_id):
         await ctx.jobs.cancel(review_key(pull_id))
         await end_sessions(ctx, pull_id)
+    await delete_installation_sessions(ctx.db, installation_id)
     repos = await delete_installation(ctx.db, installation_id)
     ctx.github.forget_installation(installation_id)
     await ctx.jobs.enqueue(
