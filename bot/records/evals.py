@@ -82,16 +82,17 @@ async def store_case(
 async def done_case(
     db: Database, run_id: int, case_id: str
 ) -> tuple[EvalCase, list[StoredEvalFinding]] | None:
-    row = await db.fetchone(
+    case = await EvalCase.one(
+        db,
         "SELECT * FROM eval_cases WHERE eval_run_id = ? AND case_id = ? AND status = 'done'",
         (run_id, case_id),
     )
-    if row is None:
+    if case is None:
         return None
-    findings = await db.fetchall(
-        "SELECT * FROM eval_findings WHERE eval_case_id = ? ORDER BY ordinal", (row["id"],)
+    findings = await StoredEvalFinding.all(
+        db, "SELECT * FROM eval_findings WHERE eval_case_id = ? ORDER BY ordinal", (case.id,)
     )
-    return EvalCase.from_row(row), [StoredEvalFinding.from_row(f) for f in findings]
+    return case, findings
 
 
 async def failed_case_scores(db: Database, run_id: int, case_id: str) -> str | None:
