@@ -11,7 +11,7 @@ from bot.queue import REVIEWS, JobQueue
 from bot.records import deliveries as delivery_rows
 from bot.records import review_state
 from bot.records.database import Database
-from bot.records.notices import forget_command_uses, forget_notices
+from bot.records.notices import forget_before
 from bot.records.pulls import closed_pull_refs
 from bot.records.reviews import prune_closed_reviews
 from bot.records.runs import close_interrupted_runs, prune_runs
@@ -86,8 +86,7 @@ async def maintenance(ctx: Context, job: Job) -> None:
     deliveries, jobs = await prune_history(ctx.db, ctx.jobs, now - HISTORY_TTL)
     conversations = await prune_closed_conversations(ctx.db, now - CONVERSATION_TTL)
     runs = await prune_runs(ctx.db, now - RUN_TTL, PRUNE_CHUNK)
-    await forget_notices(ctx.db, now - 86400)
-    await forget_command_uses(ctx.db, now - 86400)
+    await forget_before(ctx.db, now - 86400)
     found = {
         "deliveries": deliveries,
         "jobs": jobs,

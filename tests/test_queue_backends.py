@@ -193,8 +193,10 @@ async def test_pending_ignores_jobs_scheduled_for_later(jobs):
 
 async def test_prepare_runs_in_the_enqueue_transaction(jobs, db):
     async def prepare(conn):
-        cursor = await conn.execute("INSERT INTO pulls (repo, number) VALUES ('a/b', 7)")
-        return {"pull_id": cursor.lastrowid}
+        cursor = await conn.execute(
+            "INSERT INTO pulls (repo, number) VALUES ('a/b', 7) RETURNING id"
+        )
+        return {"pull_id": (await cursor.fetchone())[0]}
 
     await jobs.enqueue("w", "k", {"x": 1}, queue="q", prepare=prepare)
     with pytest.raises(RuntimeError):

@@ -18,12 +18,14 @@ NOW = time.time()
 
 async def test_conversations_of_long_closed_prs_go_and_the_cost_ledger_stays(db):
     for number, state, updated in ((1, "closed", 1000), (2, "closed", 9000), (3, "open", 1000)):
-        pull_id = await db.execute(
-            "INSERT INTO pulls (repo, number, state, updated_at) VALUES ('o/r', ?, ?, ?)",
+        [pull_id] = await db.fetchone(
+            "INSERT INTO pulls (repo, number, state, updated_at) VALUES ('o/r', ?, ?, ?)"
+            " RETURNING id",
             (number, state, updated),
         )
-        review_id = await db.execute(
-            "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at) VALUES (?, 'a', 0, 0)",
+        [review_id] = await db.fetchone(
+            "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at) VALUES (?, 'a', 0, 0)"
+            " RETURNING id",
             (pull_id,),
         )
         await db.execute(
@@ -31,9 +33,9 @@ async def test_conversations_of_long_closed_prs_go_and_the_cost_ledger_stays(db)
             " VALUES (?, 1, 'x', 'nit', 't')",
             (review_id,),
         )
-        session_id = await db.execute(
+        [session_id] = await db.fetchone(
             "INSERT INTO sessions (pull_id, provider, model, created_at, updated_at)"
-            " VALUES (?, 'claude', 'm', 0, 0)",
+            " VALUES (?, 'claude', 'm', 0, 0) RETURNING id",
             (pull_id,),
         )
         await db.execute(
@@ -88,3 +90,15 @@ async def test_runs_nothing_shows_go_after_their_retention_and_stats_still_count
     assert usage[0] == 1
     assert await model_figures(db) == counted
     assert await totals(db, recount=100, timeout=None) == counted
+
+
+async def test_notices_and_command_uses_older_than_the_cutoff_are_forgotten(db):
+    from bot.records.notices import first_notice, forget_before, take_uses
+
+    assert await first_notice(db, "old", NOW - 90000, every=3600)
+    assert await first_notice(db, "new", NOW, every=3600)
+    assert await take_uses(db, [("old", 5, 86400)], NOW - 90000) is None
+    assert await take_uses(db, [("new", 5, 86400)], NOW) is None
+    await forget_before(db, NOW - 86400)
+    assert [tuple(row) for row in await db.fetchall("SELECT key FROM notices")] == [("new",)]
+    assert [tuple(row) for row in await db.fetchall("SELECT key FROM command_uses")] == [("new",)]

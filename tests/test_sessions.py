@@ -532,3 +532,36 @@ async def test_a_github_error_posting_the_critique_is_retried_not_fatal(world):
     [child] = await rows(world, "SELECT status FROM sessions WHERE role = 'child'")
     assert child["status"] == "active"
     assert len(world.openai.requests) == 2  # the paid answer was posted, not asked again
+
+
+async def test_at_start_busy_sessions_of_open_prs_wait_and_those_of_closed_prs_end(db):
+    """A child ends with its parent, and so does their cross-review (with its message count);
+    the count is of sessions ended."""
+    from bot.records import sessions
+
+    pull_ids = {}
+    for number, state in ((1, "open"), (2, "closed")):
+        [pull_ids[state]] = await db.fetchone(
+            "INSERT INTO pulls (repo, number, state) VALUES ('o/r', ?, ?) RETURNING id",
+            (number, state),
+        )
+    kept = await sessions.create_session(db, provider="p", model="m", pull_id=pull_ids["open"])
+    parent = await sessions.create_session(db, provider="p", model="m", pull_id=pull_ids["closed"])
+    child = await sessions.start_cross_review(
+        db,
+        parent=parent,
+        provider="p",
+        model="m",
+        anchor_message_id=None,
+        anchor_comment_id=None,
+        prompt="p",
+        title="t",
+    )
+    await append_messages(db, child.id, [{"role": "user", "content": "hi"}])
+    for session in (kept, child):
+        assert await sessions.mark_busy(db, session.id)
+    assert await sessions.settle_sessions_at_start(db) == 2
+    statuses = [(await sessions.get_session(db, s.id)).status for s in (kept, parent, child)]
+    assert statuses == ["active", "ended", "ended"]
+    row = await db.fetchone("SELECT ended_at, message_count FROM session_reviews")
+    assert row["ended_at"] is not None and row["message_count"] == 1

@@ -97,19 +97,21 @@ async def test_migrate_runs_again_and_keeps_rows(db, backend):
 
 
 @pytest.mark.backends
-async def test_insert_gives_the_new_id_and_update_its_rowcount(db, backend):
-    first = await db.execute("INSERT INTO pulls (repo, number) VALUES (?, ?)", ("a/b", 1))
-    second = await db.execute("INSERT INTO pulls (repo, number) VALUES (?, ?)", ("a/b", 2))
+async def test_insert_returning_gives_the_new_id_and_update_its_rowcount(db, backend):
+    insert = "INSERT INTO pulls (repo, number) VALUES (?, ?) RETURNING id"
+    [first] = await db.fetchone(insert, ("a/b", 1))
+    [second] = await db.fetchone(insert, ("a/b", 2))
     assert second == first + 1
+    assert await db.execute("INSERT INTO pulls (repo, number) VALUES ('a/b', 3)") == 1
     async with db.transaction(lock="pulls") as conn:
         cursor = await conn.execute(
             "INSERT INTO reviews (pull_id, head_sha, created_at, updated_at)"
-            " VALUES (?, 'abc', 0, 0)",
+            " VALUES (?, 'abc', 0, 0) RETURNING id",
             (first,),
         )
-        assert cursor.lastrowid
+        assert (await cursor.fetchone())[0]
         cursor = await conn.execute("UPDATE pulls SET title = '100%?' WHERE number > ?", (0,))
-        assert cursor.rowcount == 2
+        assert cursor.rowcount == 3
     row = await db.fetchone("SELECT * FROM pulls WHERE id = ?", (first,))
     assert (row["repo"], row[2], row["title"], dict(row)["number"]) == ("a/b", "a/b", "100%?", 1)
     assert await db.execute("UPDATE pulls SET title = 'x' WHERE number = 9") == 0
@@ -135,9 +137,9 @@ async def test_a_compare_and_set_claim_is_won_once_across_processes(db, backend,
     other = await PgDatabase.open(database_url)
     try:
         for n in range(20):
-            review_id = await db.execute(
+            [review_id] = await db.fetchone(
                 "INSERT INTO reviews (pull_id, head_sha, state, created_at, updated_at)"
-                " VALUES (1, ?, 'draft', 0, 0)",
+                " VALUES (1, ?, 'draft', 0, 0) RETURNING id",
                 (f"sha{n}",),
             )
             won = await asyncio.gather(

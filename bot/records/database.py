@@ -20,7 +20,6 @@ class Interrupted(sqlite3.OperationalError):
 
 class Cursor(Protocol):
     rowcount: int
-    lastrowid: int | None
 
     async def fetchone(self) -> Any: ...
 
@@ -39,7 +38,7 @@ class Database(Protocol):
 
     def transaction(
         self, lock: str | None = None, *, timeout: float | None = None
-    ) -> AbstractAsyncContextManager[Any]:
+    ) -> AbstractAsyncContextManager[Connection]:
         """One transaction; `lock` names what other processes must not change meanwhile.
         With `timeout`, a statement still running that many seconds after the transaction
         began is stopped (`Interrupted`), and so is one whose caller is cancelled: the
@@ -52,7 +51,7 @@ class Database(Protocol):
         ...
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        """Rowcount, or the new row's id for an INSERT."""
+        """Rowcount (a new row's id: `INSERT … RETURNING id` through `fetchone`)."""
         ...
 
     async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> Any: ...

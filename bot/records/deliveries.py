@@ -80,13 +80,12 @@ async def insert_new(conn: Any, rows: dict[str, tuple], statement_seconds: int) 
 
 
 async def queued_delivery(db: Database, delivery_id: str) -> StoredDelivery | None:
-    row = await db.fetchone(
-        "SELECT id, event, installation_id, repo, body, status FROM deliveries WHERE id = ?",
+    return await StoredDelivery.one(
+        db,
+        "SELECT id, event, installation_id, repo, body, status FROM deliveries"
+        f" WHERE id = ? AND status = '{DeliveryStatus.QUEUED}'",
         (delivery_id,),
     )
-    if row is None or row["status"] != DeliveryStatus.QUEUED:
-        return None
-    return StoredDelivery.from_row(row)
 
 
 async def record(

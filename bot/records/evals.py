@@ -6,13 +6,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bot.records.database import Database
+from bot.records.database import Database, marks
 from bot.records.types import EvalCase, EvalRun, Pull, Review, StoredEvalFinding
 from bot.records.vocab import RunStatus
-
-
-def _columns(values: Mapping[str, Any]) -> tuple[str, str]:
-    return ", ".join(values), ", ".join("?" for _ in values)
 
 
 async def create_runs(db: Database, runs: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -20,9 +16,10 @@ async def create_runs(db: Database, runs: Sequence[Mapping[str, Any]]) -> list[i
     ids: list[int] = []
     for values in runs:
         row = {**values, "status": RunStatus.RUNNING, "batch": ids[0] if ids else None}
-        names, marks = _columns({**row, "started_at": time.time()})
-        run_id = await db.execute(
-            f"INSERT INTO eval_runs ({names}) VALUES ({marks})", (*row.values(), time.time())
+        row["started_at"] = time.time()
+        [run_id] = await db.fetchone(
+            f"INSERT INTO eval_runs ({', '.join(row)}) VALUES ({marks(row)}) RETURNING id",
+            tuple(row.values()),
         )
         if not ids:
             await db.execute("UPDATE eval_runs SET batch = ? WHERE id = ?", (run_id, run_id))
@@ -67,32 +64,35 @@ async def store_case(
         await conn.execute(
             "DELETE FROM eval_cases WHERE eval_run_id = ? AND case_id = ?", (run_id, case_id)
         )
-        names, marks = _columns(case)
         cursor = await conn.execute(
-            f"INSERT INTO eval_cases (eval_run_id, case_id, {names}) VALUES (?, ?, {marks})",
+            f"INSERT INTO eval_cases (eval_run_id, case_id, {', '.join(case)})"
+            f" VALUES (?, ?, {marks(case)})"
+            " RETURNING id",
             (run_id, case_id, *case.values()),
         )
+        case_key = (await cursor.fetchone())[0]
         if findings:
-            names, marks = _columns(findings[0])
             await conn.executemany(
-                f"INSERT INTO eval_findings (eval_case_id, {names}) VALUES (?, {marks})",
-                [(cursor.lastrowid, *finding.values()) for finding in findings],
+                f"INSERT INTO eval_findings (eval_case_id, {', '.join(findings[0])})"
+                f" VALUES (?, {marks(findings[0])})",
+                [(case_key, *finding.values()) for finding in findings],
             )
 
 
 async def done_case(
     db: Database, run_id: int, case_id: str
 ) -> tuple[EvalCase, list[StoredEvalFinding]] | None:
-    row = await db.fetchone(
+    case = await EvalCase.one(
+        db,
         "SELECT * FROM eval_cases WHERE eval_run_id = ? AND case_id = ? AND status = 'done'",
         (run_id, case_id),
     )
-    if row is None:
+    if case is None:
         return None
-    findings = await db.fetchall(
-        "SELECT * FROM eval_findings WHERE eval_case_id = ? ORDER BY ordinal", (row["id"],)
+    findings = await StoredEvalFinding.all(
+        db, "SELECT * FROM eval_findings WHERE eval_case_id = ? ORDER BY ordinal", (case.id,)
     )
-    return EvalCase.from_row(row), [StoredEvalFinding.from_row(f) for f in findings]
+    return case, findings
 
 
 async def failed_case_scores(db: Database, run_id: int, case_id: str) -> str | None:
@@ -131,17 +131,16 @@ async def store_judgement(
 
 async def posted_reviews(db: Database, repo: str, posted: str) -> list[tuple[Review, Pull]]:
     """The newest `posted` review of each of the repository's PRs, by PR number."""
-    rows = await db.fetchall(
+    reviews = await Review.all(
+        db,
         "SELECT r.* FROM reviews r JOIN pulls p ON p.id = r.pull_id WHERE p.repo = ? AND"
         " r.state = ? AND r.id = (SELECT MAX(id) FROM reviews WHERE pull_id = r.pull_id"
         " AND state = ?) ORDER BY p.number",
         (repo, posted, posted),
     )
-    found = []
-    for row in rows:
-        pull = await db.fetchone("SELECT * FROM pulls WHERE id = ?", (row["pull_id"],))
-        found.append((Review.from_row(row), Pull.from_row(pull)))
-    return found
+    pulls = await Pull.all(db, "SELECT * FROM pulls WHERE repo = ?", (repo,))
+    by_id = {pull.id: pull for pull in pulls}
+    return [(review, by_id[review.pull_id]) for review in reviews]
 
 
 async def repos_with_reviews(db: Database, posted: str) -> list[str]:

@@ -31,8 +31,8 @@ def new_row(
 
 
 async def insert(conn: Any, row: tuple) -> int:
-    cursor = await conn.execute(_INSERT, row)
-    return int(cursor.lastrowid or 0)
+    cursor = await conn.execute(_INSERT + " RETURNING id", row)
+    return (await cursor.fetchone())[0]
 
 
 def insert_many(conn: sqlite3.Connection, rows: list[tuple]) -> None:

@@ -17,10 +17,6 @@ async def first_notice(db: Database, key: str, now: float, every: float) -> bool
     return row is not None
 
 
-async def forget_notices(db: Database, older_than: float) -> int:
-    return await db.execute("DELETE FROM notices WHERE sent_at < ?", (older_than,))
-
-
 async def take_uses(
     db: Database, windows: Sequence[tuple[str, int, float]], now: float
 ) -> tuple[int, float] | None:
@@ -43,5 +39,6 @@ async def take_uses(
     return None
 
 
-async def forget_command_uses(db: Database, older_than: float) -> int:
-    return await db.execute("DELETE FROM command_uses WHERE used_at < ?", (older_than,))
+async def forget_before(db: Database, older_than: float) -> None:
+    await db.execute("DELETE FROM notices WHERE sent_at < ?", (older_than,))
+    await db.execute("DELETE FROM command_uses WHERE used_at < ?", (older_than,))

@@ -54,8 +54,6 @@ CREATE TABLE IF NOT EXISTS procrastinate_migrations (
 # What a CREATE statement makes, so one already there is skipped (see `Statement`).
 _CREATES = re.compile(r"CREATE (?:TABLE|(?:UNIQUE )?INDEX) IF NOT EXISTS (\w+)")
 _MARK = re.compile(r"('[^']*')|\?")  # a string literal (kept), or a placeholder
-_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.I)
-_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \(\s*id \{id\}")
 
 
 class MigrationFailed(RuntimeError): ...
@@ -118,24 +116,13 @@ def procrastinate_migrations() -> list[Path]:
     return sorted(folder.glob("*.sql"), key=lambda path: path.name)
 
 
-@functools.lru_cache(maxsize=1)
-def id_tables() -> frozenset[str]:
-    return frozenset(_TABLE.findall("".join(step.schema for step in schema.STEPS)))
-
-
 @functools.lru_cache(maxsize=1024)
-def translate(sql: str) -> tuple[str, bool]:
+def translate(sql: str) -> str:
     """Every statement is written once, with `?` placeholders (sqlite3's own, which psycopg
-    lacks): here they become `%s`, string literals kept and a literal `%` doubled. Also
-    whether `RETURNING id` was added to report the new row's id as lastrowid."""
+    lacks): here they become `%s`, string literals kept and a literal `%` doubled."""
     if re.match(r"^\s*INSERT\s+OR\b", sql, re.I):
         raise ValueError("INSERT OR … is SQLite only: use INSERT … ON CONFLICT")
-    text = _MARK.sub(lambda found: found[1] or "%s", sql.replace("%", "%%"))
-    match = _INSERT.match(text)
-    wants_id = bool(
-        match and match.group(1) in id_tables() and not re.search(r"\bRETURNING\b", text, re.I)
-    )
-    return (text + " RETURNING id" if wants_id else text), wants_id
+    return _MARK.sub(lambda found: found[1] or "%s", sql.replace("%", "%%"))
 
 
 class Row(tuple):
@@ -166,10 +153,9 @@ def _row_factory(cursor: Any) -> Any:
 
 
 class Cursor:
-    def __init__(self, rows: list[Row], rowcount: int, lastrowid: int | None) -> None:
+    def __init__(self, rows: list[Row], rowcount: int) -> None:
         self._rows = rows
         self.rowcount = rowcount
-        self.lastrowid = lastrowid
 
     async def fetchone(self) -> Row | None:
         return self._rows.pop(0) if self._rows else None
@@ -199,21 +185,18 @@ class Connection:
         self.deadline = deadline
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
-        text, wants_id = translate(sql)
         with _errors():
             if self.deadline is not None:
                 left = self.deadline - asyncio.get_running_loop().time()
                 await self.raw.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
-            cursor = await self.raw.execute(text, tuple(args))
+            cursor = await self.raw.execute(translate(sql), tuple(args))
             rows = await cursor.fetchall() if cursor.description is not None else []
-        lastrowid = rows[-1][0] if wants_id and rows else None
-        return Cursor([] if wants_id else rows, cursor.rowcount, lastrowid)
+        return Cursor(rows, cursor.rowcount)
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        text = translate(sql)[0].removesuffix(" RETURNING id")
         with _errors():
             async with self.raw.cursor() as cursor:
-                await cursor.executemany(text, [tuple(r) for r in rows])
+                await cursor.executemany(translate(sql), [tuple(r) for r in rows])
 
 
 async def _configure(conn: psycopg.AsyncConnection) -> None:
@@ -418,10 +401,7 @@ class PgDatabase:
                 return await Connection(conn).execute(sql, args)
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        cursor = await self._statement(sql, args)
-        if cursor.lastrowid is not None:
-            return cursor.lastrowid
-        return max(cursor.rowcount, 0)
+        return max((await self._statement(sql, args)).rowcount, 0)
 
     async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> Row | None:
         rows = await self.fetchall(sql, args)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bot.records.database import Database
+from bot.records.database import Database, marks
 from bot.records.stats import FIGURES_LOCK, forget_pulls
 from bot.records.types import Pull
 
@@ -56,10 +56,10 @@ async def upsert_pull(db: Database, installation_id: int | None, repo: dict, pr:
             )
         if found is None:
             cursor = await conn.execute(
-                f"INSERT INTO pulls ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                f"INSERT INTO pulls ({', '.join(values)}) VALUES ({marks(values)}) RETURNING id",
                 tuple(values.values()),
             )
-            return int(cursor.lastrowid or 0)
+            return (await cursor.fetchone())[0]
         if repo_id is None:
             values.pop("repo_id")
         await conn.execute(

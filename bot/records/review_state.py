@@ -49,10 +49,10 @@ async def create(
     progress = held or say(PEOPLE, "progress", step="queued")
     cursor = await conn.execute(
         "INSERT INTO reviews (pull_id, head_sha, state, provider, progress, reason,"
-        " requested_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " requested_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (pull_id, head_sha, state, provider, progress, reason, requested_by, now, now),
     )
-    return int(cursor.lastrowid or 0)
+    return (await cursor.fetchone())[0]
 
 
 async def create_held(

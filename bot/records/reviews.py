@@ -9,6 +9,13 @@ from bot.records.database import Database, delete_in_chunks
 from bot.records.types import Finding, Review
 from bot.records.vocab import ACTIVE, DRAFTED, STOPPED, sql_in
 
+# PRs closed before a time whose conversations retention forgets; a PR whose figures are
+# still to be counted waits (bot.records.stats).
+CLOSED_PULLS = (
+    "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
+    " AND id NOT IN (SELECT pull_id FROM figures_stale)"
+)
+
 
 async def get_review(db: Database, review_id: int) -> Review | None:
     return await Review.one(db, "SELECT * FROM reviews WHERE id = ?", (review_id,))
@@ -112,16 +119,12 @@ async def load_findings(db: Database, review_id: int) -> list[Finding]:
 
 async def prune_closed_reviews(db: Database, older_than: float, chunk: int) -> int:
     """What they counted for stays in `review_figures`, their runs until `prune_runs`."""
-    closed = (  # a PR whose figures are still to be counted waits (bot.records.stats)
-        "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
-        " AND id NOT IN (SELECT pull_id FROM figures_stale)"
-    )
     statements = (
         "DELETE FROM findings WHERE id IN (SELECT f.id FROM findings f JOIN reviews r"
-        f" ON r.id = f.review_id WHERE r.pull_id IN ({closed}) LIMIT ?)",
-        f"DELETE FROM reviews WHERE id IN (SELECT id FROM reviews WHERE pull_id IN ({closed})"
-        " LIMIT ?)",
+        f" ON r.id = f.review_id WHERE r.pull_id IN ({CLOSED_PULLS}) LIMIT ?)",
+        "DELETE FROM reviews WHERE id IN (SELECT id FROM reviews"
+        f" WHERE pull_id IN ({CLOSED_PULLS}) LIMIT ?)",
         "DELETE FROM ledger WHERE pull_id IN (SELECT DISTINCT pull_id FROM ledger"
-        f" WHERE pull_id IN ({closed}) LIMIT ?)",
+        f" WHERE pull_id IN ({CLOSED_PULLS}) LIMIT ?)",
     )
     return await delete_in_chunks(db, older_than, chunk, *statements)

@@ -41,11 +41,11 @@ async def start_run(db: Database, run: NewRun, *, since: float, admit: Admit | N
     values = asdict(run)
     async with db.transaction(lock=RUN_START_LOCK) as conn:
         cursor = await conn.execute(
-            f"INSERT INTO runs ({', '.join(values)}) VALUES ({marks(values)})",
+            f"INSERT INTO runs ({', '.join(values)}) VALUES ({marks(values)}) RETURNING id",
             tuple(values.values()),
         )
-        run_id = int(cursor.lastrowid or 0)
-        if admit is not None:
+        run_id = (await cursor.fetchone())[0]
+        if admit is not None:  # SQLite's RETURNING is before its trigger charged the run
             cursor = await conn.execute("SELECT installation_id FROM runs WHERE id = ?", (run_id,))
             installation_id = (await cursor.fetchone())[0]
             cursor = await conn.execute(_SPENT, (installation_id, since))

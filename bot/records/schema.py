@@ -317,43 +317,34 @@ CREATE TABLE IF NOT EXISTS notices (
 
 # Every write a review's figures depend on marks its PR stale (bot.records.stats counts them
 # again): its state, suppressed repeats, provider and day; its findings' states and verdicts;
-# the ledger's fixes; its runs and their cost; its primary session (the model).
-FIGURE_TRIGGERS = """
-CREATE TRIGGER IF NOT EXISTS figures_of_review
-AFTER UPDATE OF state, suppressed, provider, created_at ON reviews
-BEGIN
-    INSERT INTO figures_stale (pull_id) VALUES (NEW.pull_id);
-END;
-CREATE TRIGGER IF NOT EXISTS figures_of_new_finding AFTER INSERT ON findings
-BEGIN
-    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
-END;
-CREATE TRIGGER IF NOT EXISTS figures_of_finding
-AFTER UPDATE OF state, checked_by, verify_status ON findings
-BEGIN
-    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
-END;
-CREATE TRIGGER IF NOT EXISTS figures_of_fix AFTER UPDATE OF fixed_in ON ledger
-BEGIN
-    INSERT INTO figures_stale (pull_id) VALUES (NEW.pull_id);
-END;
-CREATE TRIGGER IF NOT EXISTS figures_of_new_run AFTER INSERT ON runs
-WHEN NEW.review_id IS NOT NULL
-BEGIN
-    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
-END;
-CREATE TRIGGER IF NOT EXISTS figures_of_run AFTER UPDATE OF cost_usd ON runs
-WHEN NEW.review_id IS NOT NULL
-BEGIN
-    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
-END;
-CREATE TRIGGER IF NOT EXISTS figures_of_session AFTER INSERT ON sessions
-WHEN NEW.review_id IS NOT NULL
-BEGIN
-    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
-END;
-"""
-
+# the ledger's fixes; its runs and their cost; its primary session (the model). Each trigger:
+# (name, event, table, whose pull_id: the row's own or its review's, condition).
+_WITH_REVIEW = "NEW.review_id IS NOT NULL"
+_FIGURES = (
+    (
+        "figures_of_review",
+        "UPDATE OF state, suppressed, provider, created_at",
+        "reviews",
+        "pull",
+        "",
+    ),
+    ("figures_of_new_finding", "INSERT", "findings", "review", ""),
+    ("figures_of_finding", "UPDATE OF state, checked_by, verify_status", "findings", "review", ""),
+    ("figures_of_fix", "UPDATE OF fixed_in", "ledger", "pull", ""),
+    ("figures_of_new_run", "INSERT", "runs", "review", _WITH_REVIEW),
+    ("figures_of_run", "UPDATE OF cost_usd", "runs", "review", _WITH_REVIEW),
+    ("figures_of_session", "INSERT", "sessions", "review", _WITH_REVIEW),
+)
+_STALE_PULL = {
+    "pull": "VALUES (NEW.pull_id)",
+    "review": "SELECT pull_id FROM reviews WHERE id = NEW.review_id",
+}
+FIGURE_TRIGGERS = "".join(
+    f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table}"
+    + (f" WHEN ({when})" if when else "")
+    + f"\nBEGIN\n    INSERT INTO figures_stale (pull_id) {_STALE_PULL[by]};\nEND;\n"
+    for name, event, table, by, when in _FIGURES
+)
 
 # Step 1's run charge as Postgres writes it (by trigger name).
 PG_CHARGE = {
@@ -372,48 +363,18 @@ CREATE TRIGGER runs_charge_installation BEFORE INSERT ON runs
     FOR EACH ROW EXECUTE FUNCTION runs_charge_installation();
 """,
 }
-# What marks a PR's review figures stale (FIGURE_TRIGGERS, as Postgres writes them): a row of the
-# PR itself, or of one of its reviews.
-_FIGURES_STALE = """
-CREATE OR REPLACE FUNCTION figures_stale_by_pull() RETURNS trigger AS $$
-BEGIN
-    INSERT INTO figures_stale (pull_id) VALUES (NEW.pull_id);
-    RETURN NULL;
-END $$ LANGUAGE plpgsql;
-CREATE OR REPLACE FUNCTION figures_stale_by_review() RETURNS trigger AS $$
-BEGIN
-    INSERT INTO figures_stale (pull_id) SELECT pull_id FROM reviews WHERE id = NEW.review_id;
-    RETURN NULL;
-END $$ LANGUAGE plpgsql;
-"""
-
-
-_WITH_REVIEW = "WHEN (NEW.review_id IS NOT NULL)"
+# The two ways a trigger finds the PR whose figures it marks stale, as Postgres functions.
+_FIGURES_STALE = "".join(
+    f"CREATE OR REPLACE FUNCTION figures_stale_by_{by}() RETURNS trigger AS $$\nBEGIN\n"
+    f"    INSERT INTO figures_stale (pull_id) {pull};\n    RETURN NULL;\nEND $$ LANGUAGE plpgsql;\n"
+    for by, pull in _STALE_PULL.items()
+)
 PG_FIGURE_TRIGGERS = {
     name: f"{_FIGURES_STALE}DROP TRIGGER IF EXISTS {name} ON {table};\n"
-    f"CREATE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW {when}"
-    f" EXECUTE FUNCTION figures_stale_by_{by}();\n"
-    for name, event, table, by, when in (
-        (
-            "figures_of_review",
-            "UPDATE OF state, suppressed, provider, created_at",
-            "reviews",
-            "pull",
-            "",
-        ),
-        ("figures_of_new_finding", "INSERT", "findings", "review", ""),
-        (
-            "figures_of_finding",
-            "UPDATE OF state, checked_by, verify_status",
-            "findings",
-            "review",
-            "",
-        ),
-        ("figures_of_fix", "UPDATE OF fixed_in", "ledger", "pull", ""),
-        ("figures_of_new_run", "INSERT", "runs", "review", _WITH_REVIEW),
-        ("figures_of_run", "UPDATE OF cost_usd", "runs", "review", _WITH_REVIEW),
-        ("figures_of_session", "INSERT", "sessions", "review", _WITH_REVIEW),
-    )
+    f"CREATE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW"
+    + (f" WHEN ({when})" if when else "")
+    + f" EXECUTE FUNCTION figures_stale_by_{by}();\n"
+    for name, event, table, by, when in _FIGURES
 }
 
 

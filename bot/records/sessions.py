@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from bot.records.database import Database, delete_in_chunks
+from bot.records.reviews import CLOSED_PULLS
 from bot.records.types import CrossReview, Session
 from bot.records.vocab import OPEN_SESSION, SessionRole, SessionStatus, sql_in
 
@@ -22,28 +23,14 @@ async def create_session(
     model: str,
     pull_id: int | None = None,
     review_id: int | None = None,
+    role: SessionRole = SessionRole.PRIMARY,
+    parent_session_id: int | None = None,
 ) -> Session:
+    """A reviewer's conversation, or (`role` VERIFY) the verify pass's, linked to the draft's
+    session as its parent, which ends with its one turn."""
     async with db.transaction() as conn:
         session_id = await _insert(
-            conn, provider, model, SessionRole.PRIMARY, pull_id, review_id, None
-        )
-    return await get_session(db, session_id)
-
-
-async def start_verify_session(
-    db: Database,
-    *,
-    provider: str,
-    model: str,
-    pull_id: int | None,
-    review_id: int | None,
-    draft_session_id: int | None,
-) -> Session:
-    """The verify pass's own conversation, linked to the draft's session; it ends with its
-    one turn."""
-    async with db.transaction() as conn:
-        session_id = await _insert(
-            conn, provider, model, SessionRole.VERIFY, pull_id, review_id, draft_session_id
+            conn, provider, model, role, pull_id, review_id, parent_session_id
         )
     return await get_session(db, session_id)
 
@@ -62,10 +49,11 @@ async def _insert(
     now = time.time()
     cursor = await conn.execute(
         "INSERT INTO sessions (pull_id, review_id, provider, model, role, status,"
-        " parent_session_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?)",
+        " parent_session_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?)"
+        " RETURNING id",
         (pull_id, review_id, provider, model, role, parent_session_id, now, now),
     )
-    return int(cursor.lastrowid or 0)
+    return (await cursor.fetchone())[0]
 
 
 async def start_cross_review(
@@ -144,12 +132,7 @@ async def open_sessions(db: Database, pull_id: int) -> list[Session]:
 
 
 async def end_review_sessions(db: Database, review_id: int) -> None:
-    rows = await db.fetchall(
-        f"SELECT id FROM sessions WHERE review_id = ? AND status IN {sql_in(OPEN_SESSION)}",
-        (review_id,),
-    )
-    for row in rows:
-        await end_session(db, row["id"])
+    await _end(db, "review_id = ?", (review_id,))
 
 
 async def has_active_cross_review(db: Database, review_id: int) -> bool:
@@ -181,43 +164,37 @@ async def mark_idle(db: Database, session_id: int) -> bool:
 
 
 async def end_session(db: Database, session_id: int, *, failed: str | None = None) -> None:
-    """Its active cross-reviews end too, as child or as parent, with their message counts."""
-    now = time.time()
-    status = SessionStatus.FAILED if failed else SessionStatus.ENDED
-    async with db.transaction() as conn:
-        await conn.execute(
-            "UPDATE sessions SET status = ?, error = ?, updated_at = ?"
-            f" WHERE (id = ? OR parent_session_id = ?) AND status IN {sql_in(OPEN_SESSION)}",
-            (status, failed, now, session_id, session_id),
-        )
-        await _end_cross_reviews(
-            conn, "(child_session_id = ? OR parent_session_id = ?)", (session_id, session_id), now
-        )
+    await _end(db, "id = ?", (session_id,), failed)
 
 
 async def end_pull_sessions(db: Database, pull_id: int, *, keep_review: int | None = None) -> None:
     """All of them when the PR closed; those of older drafts when a new draft replaces them."""
-    now = time.time()
     where = "pull_id = ?" + (" AND COALESCE(review_id, 0) != ?" if keep_review else "")
-    args: tuple = (pull_id, keep_review) if keep_review else (pull_id,)
+    await _end(db, where, (pull_id, keep_review) if keep_review else (pull_id,))
+
+
+async def _end(db: Database, where: str, args: tuple, failed: str | None = None) -> int:
+    """The open sessions `where` selects and those started from them (their cross-reviews'
+    children, a verify pass) end, and so do their active cross-reviews, as child or as parent,
+    with their message counts; how many sessions ended."""
+    now = time.time()
+    status = SessionStatus.FAILED if failed else SessionStatus.ENDED
+    chosen = f"SELECT id FROM sessions WHERE {where}"
     async with db.transaction() as conn:
-        await conn.execute(
-            f"UPDATE sessions SET status = 'ended', updated_at = ? WHERE {where}"
+        cursor = await conn.execute(
+            "UPDATE sessions SET status = ?, error = ?, updated_at = ?"
+            f" WHERE (id IN ({chosen}) OR parent_session_id IN ({chosen}))"
             f" AND status IN {sql_in(OPEN_SESSION)}",
-            (now, *args),
+            (status, failed, now, *args, *args),
         )
-        await _end_cross_reviews(
-            conn, f"parent_session_id IN (SELECT id FROM sessions WHERE {where})", args, now
+        await conn.execute(
+            "UPDATE session_reviews SET ended_at = ?, message_count = (SELECT COUNT(*) FROM"
+            " messages m WHERE m.session_id = session_reviews.child_session_id)"
+            f" WHERE ended_at IS NULL AND (child_session_id IN ({chosen})"
+            f" OR parent_session_id IN ({chosen}))",
+            (now, *args, *args),
         )
-
-
-async def _end_cross_reviews(conn: Any, where: str, args: tuple, now: float) -> None:
-    await conn.execute(
-        "UPDATE session_reviews SET ended_at = ?, message_count = (SELECT COUNT(*) FROM messages"
-        " m WHERE m.session_id = session_reviews.child_session_id)"
-        f" WHERE ended_at IS NULL AND {where}",
-        (now, *args),
-    )
+    return cursor.rowcount
 
 
 async def sync_message_count(db: Database, child_id: int) -> None:
@@ -235,13 +212,7 @@ async def settle_sessions_at_start(db: Database) -> int:
         "UPDATE sessions SET status = 'active' WHERE status = 'busy' AND pull_id IN"
         " (SELECT id FROM pulls WHERE state = 'open')"
     )
-    closed = await db.fetchall(
-        f"SELECT id FROM sessions WHERE status IN {sql_in(OPEN_SESSION)} AND pull_id IN"
-        " (SELECT id FROM pulls WHERE state != 'open')"
-    )
-    for row in closed:
-        await end_session(db, row["id"])
-    return len(closed)
+    return await _end(db, "pull_id IN (SELECT id FROM pulls WHERE state != 'open')", ())
 
 
 async def delete_installation_sessions(db: Database, installation_id: int) -> None:
@@ -258,21 +229,17 @@ async def delete_installation_sessions(db: Database, installation_id: int) -> No
 
 
 async def prune_closed_sessions(db: Database, older_than: float, chunk: int) -> int:
-    closed = (  # a PR whose figures are still to be counted waits (bot.records.stats)
-        "SELECT id FROM pulls WHERE state = 'closed' AND updated_at < ?"
-        " AND id NOT IN (SELECT pull_id FROM figures_stale)"
-    )
     statements = (
         # By session (messages have no single-column key on Postgres), a few at a time.
-        "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions"
-        f" WHERE pull_id IN ({closed}) AND id IN (SELECT session_id FROM messages) LIMIT ?)",
+        "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions WHERE pull_id IN"
+        f" ({CLOSED_PULLS}) AND id IN (SELECT session_id FROM messages) LIMIT ?)",
         "DELETE FROM session_reviews WHERE id IN (SELECT r.id FROM session_reviews r JOIN"
-        f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({closed}) LIMIT ?)",
-        f"DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE pull_id IN ({closed})"
-        " LIMIT ?)",
+        f" sessions s ON s.id = r.parent_session_id WHERE s.pull_id IN ({CLOSED_PULLS}) LIMIT ?)",
+        "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions"
+        f" WHERE pull_id IN ({CLOSED_PULLS}) LIMIT ?)",
     )
-    closed_total = await delete_in_chunks(db, older_than, chunk, *statements)
-    return closed_total + await prune_detached_sessions(db, older_than, chunk)
+    closed = await delete_in_chunks(db, older_than, chunk, *statements)
+    return closed + await prune_detached_sessions(db, older_than, chunk)
 
 
 async def prune_detached_sessions(db: Database, older_than: float, chunk: int) -> int:

@@ -172,10 +172,7 @@ class SqliteDatabase:
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
         async with self._lock:
-            cursor = await self.conn.execute(sql, args)
-            if sql.lstrip().upper().startswith("INSERT"):
-                return cursor.lastrowid or 0
-            return cursor.rowcount
+            return (await self.conn.execute(sql, args)).rowcount
 
     async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Row | None:
         rows = await self.fetchall(sql, args)

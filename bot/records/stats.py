@@ -121,15 +121,7 @@ async def model_figures(
         _PER_MODEL.format(per_review=per_review, summed=_SUMMED),
         (*DRAFTED, since, repo, since, repo),
     )
-    return [
-        ModelFigures(
-            provider=row["provider"],
-            model=row["model"],
-            usd=None if row["usd"] is None else float(row["usd"]),
-            **{name: int(row[name] or 0) for name in _COUNTS},
-        )
-        for row in rows
-    ]
+    return [_model(row, None if row["usd"] is None else float(row["usd"])) for row in rows]
 
 
 async def totals(db: Database, *, recount: int, timeout: float | None) -> list[ModelFigures]:
@@ -144,14 +136,13 @@ async def totals(db: Database, *, recount: int, timeout: float | None) -> list[M
         )
         rows = await cursor.fetchall()
     return [
-        ModelFigures(
-            provider=row["provider"],
-            model=row["model"],
-            usd=int(row["usd_nanos"]) / NANOS if row["priced_runs"] else None,
-            **{name: int(row[name]) for name in _COUNTS},
-        )
-        for row in rows
+        _model(row, int(row["usd_nanos"]) / NANOS if row["priced_runs"] else None) for row in rows
     ]
+
+
+def _model(row: Any, usd: float | None) -> ModelFigures:
+    counts = {name: int(row[name] or 0) for name in _COUNTS}
+    return ModelFigures(provider=row["provider"], model=row["model"], usd=usd, **counts)
 
 
 async def recount_stale(db: Database) -> int:

@@ -11,8 +11,9 @@ from bot.agents.answers import Verdict, submit_verification
 from bot.agents.base import AgentError
 from bot.agents.providers import other_provider
 from bot.agents.toolbox import Toolbox
-from bot.records.sessions import end_session, start_verify_session
+from bot.records.sessions import create_session, end_session
 from bot.records.types import DraftFinding
+from bot.records.vocab import SessionRole
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.skills import load_skill
 from bot.texts import PEOPLE, render, say
@@ -121,13 +122,14 @@ async def _verify(
     on_tool_call: Callable[[str], Awaitable[None]] | None,
 ) -> Verification:
     provider = reviewer.models.provider(provider_name, model)
-    session = await start_verify_session(
+    session = await create_session(
         reviewer.db,
         provider=provider.name,
         model=provider.model,
         pull_id=request.pull_id,
         review_id=request.review_id,
-        draft_session_id=draft.session_id,
+        role=SessionRole.VERIFY,
+        parent_session_id=draft.session_id,
     )
     skill = await load_skill(reviewer.db, "verify")
     run = reviewer.agent(
