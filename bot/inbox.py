@@ -10,7 +10,7 @@ from typing import Any
 
 from bot.commits import Commits
 from bot.delivery import Delivery
-from bot.queue import EVENTS, JobQueue
+from bot.queue import EVENTS, JobQueue, NewJob
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Inbox:
         if not self.commits.open or self._closing:
             raise InboxUnavailable("inbox is not open")
         job = self.jobs.row(
-            "delivery", delivery.key, {"delivery_id": delivery.id}, queue=EVENTS, max_attempts=5
+            NewJob("delivery", delivery.key, {"delivery_id": delivery.id}, EVENTS, max_attempts=5)
         )
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append((delivery, job, future))
