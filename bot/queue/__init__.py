@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -150,31 +151,33 @@ class JobQueue(abc.ABC):
         self._stopping = False
         self._stopped.clear()
         for kind, seconds in self._local:
-            self._workers.append(
-                asyncio.create_task(self._here(kind, seconds), name=f"local-{kind}")
+            job = Job(
+                id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1
             )
+            self._repeat(kind, seconds, functools.partial(self._call, job))
 
-    async def _here(self, kind: str, seconds: float) -> None:
-        job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)
-        while not self._stopping:
-            handler = self.handlers.get(kind)
-            try:
-                if handler is not None:
-                    await handler(job)
-            except Exception:
-                log.exception("local periodic work failed", extra={"fields": {"kind": kind}})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopped.wait(), seconds)
+    def _repeat(self, name: str, seconds: float, work: Callable[[], Awaitable[Any]]) -> None:
+        """`work` in this process now, then every `seconds`, until the stop."""
+
+        async def repeat() -> None:
+            while not self._stopping:
+                try:
+                    await work()
+                except Exception:
+                    log.exception("periodic work failed", extra={"fields": {"work": name}})
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), seconds)
+
+        self._workers.append(asyncio.create_task(repeat(), name=f"every-{name}"))
 
     def _begin_stop(self) -> None:
         self._stopping = True
         self._stopped.set()
 
-    async def _end_workers(self, *background: str) -> None:
-        """Cancel the background tasks named (and the local ones), then wait for all."""
+    async def _end_workers(self) -> None:
+        """Cancel the periodic work, then wait for every task."""
         for task in self._workers:
-            name = task.get_name()
-            if name in background or name.startswith("local-"):
+            if task.get_name().startswith("every-"):
                 task.cancel()
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -233,7 +233,7 @@ class PgJobs(JobQueue):
             self._workers.append(
                 asyncio.create_task(self._supervise(queue, size), name=f"worker-{queue}")
             )
-        self._workers.append(asyncio.create_task(self._recoverer(), name="stalled-jobs"))
+        self._repeat("stalled-jobs", self.stalled_after / 2, self.recover)
 
     def _worker(self, queue: str, size: int) -> Worker:
         return Worker(
@@ -300,17 +300,9 @@ class PgJobs(JobQueue):
         for worker in self._procrastinate.values():
             worker.shutdown_graceful_timeout = grace
             worker.stop()
-        await self._end_workers("stalled-jobs")
+        await self._end_workers()
         self._procrastinate.clear()
         await self._settle_interrupted()
-
-    async def _recoverer(self) -> None:
-        while True:
-            await asyncio.sleep(self.stalled_after / 2)
-            try:
-                await self.recover()
-            except Exception:
-                log.exception("recovering stalled jobs failed")
 
     def _job(self, found: pjobs.Job) -> Job:
         kwargs = found.task_kwargs

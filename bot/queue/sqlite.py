@@ -105,7 +105,10 @@ class Jobs(JobQueue):
         return requeued
 
     async def reap_expired_leases(self) -> int:
-        return await self.recover(expired_before=self.clock())
+        reaped = await self.recover(expired_before=self.clock())
+        if reaped:
+            self._wake_all()
+        return reaped
 
     async def busy(self, key: str) -> bool:
         return await rows.busy(self.db, key)
@@ -143,7 +146,7 @@ class Jobs(JobQueue):
             self._wake[queue] = asyncio.Event()
             for n in range(size):
                 self._workers.append(asyncio.create_task(self._worker(queue), name=f"{queue}-{n}"))
-        self._workers.append(asyncio.create_task(self._reaper(), name="lease-reaper"))
+        self._repeat("lease-reaper", LEASE_SECONDS / 2, self.reap_expired_leases)
 
     def interrupted(self) -> bool:
         return _CURRENT.get() in self._interrupted
@@ -158,7 +161,7 @@ class Jobs(JobQueue):
             if not task.done():
                 self._interrupted.add(job_id)
                 task.cancel()
-        await self._end_workers("lease-reaper")
+        await self._end_workers()
 
     async def _worker(self, queue: str) -> None:
         wake = self._wake[queue]
@@ -217,15 +220,6 @@ class Jobs(JobQueue):
 
     async def _requeue_uncounted(self, job: Job) -> None:
         await rows.requeue_uncounted(self.db, job.id, self.clock())
-
-    async def _reaper(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(LEASE_SECONDS / 2)
-            try:
-                if await self.reap_expired_leases():
-                    self._wake_all()
-            except (sqlite3.Error, ValueError):
-                log.exception("reaping expired leases failed")
 
     async def _heartbeat(self, job: Job) -> None:
         while True:
