@@ -58,8 +58,7 @@ class Commits(Protocol):
     async def commit(self, batch: list[tuple[Delivery, Any]]) -> list[bool]:
         """Each new delivery with its job in one transaction; True where it was new."""
 
-    async def probe(self) -> bool:
-        """Whether a commit could go through now."""
+    async def probe(self) -> bool: ...
 
 
 class SqliteCommits:
@@ -124,8 +123,4 @@ class PgCommits:
                     await self.jobs.insert_in(conn, [routes[i] for i in rows if i in fresh])
         except TimeoutError:
             raise OSError(f"the commit took over {PG_COMMIT_SECONDS:g} s") from None
-        except (sqlite3.Error, OSError):
-            raise
-        except Exception as exc:  # procrastinate's own: the delivery was not stored either way
-            raise OSError(f"{exc.__class__.__name__}: {exc}") from exc
         return _stored(batch, fresh)

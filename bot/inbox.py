@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
 from typing import Any
 
 from bot.commits import Commits
 from bot.delivery import Delivery
-from bot.queue import EVENTS, JobQueue, NewJob
+from bot.queue import EVENTS, JobQueue, NewJob, failure
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +68,13 @@ class Inbox:
                 batch, self._waiting = self._waiting, []
                 try:
                     stored = await self.commits.commit([(d, job) for d, job, _ in batch])
-                except (sqlite3.Error, OverflowError, OSError) as exc:
+                except Exception as exc:  # whatever it was, the batch is not stored: 503s
                     self._failing = True
-                    log.error("inbox commit failed", extra={"fields": {"reason": str(exc)}})
+                    reason = failure(exc)
+                    log.error("inbox commit failed", extra={"fields": {"reason": reason}})
                     for _, _, future in batch:
                         if not future.done():
-                            future.set_exception(InboxUnavailable(f"inbox commit failed: {exc}"))
+                            future.set_exception(InboxUnavailable(f"inbox commit failed: {reason}"))
                     continue
                 self._failing = False
                 for (_, _, future), new in zip(batch, stored, strict=True):

@@ -134,7 +134,6 @@ class JobQueue(abc.ABC):
 
     @property
     def running(self) -> int:
-        """Jobs this process is running now."""
         return len(self._running)
 
     @abc.abstractmethod
@@ -206,7 +205,6 @@ class JobQueue(abc.ABC):
             log.exception("reporting a failed job failed", extra={"fields": {"job": job.id}})
 
     async def _lost_for_good(self, job: Job) -> None:
-        """Its process died at every attempt."""
         with job_log(job):
             log.error("job failed for good: interrupted at every attempt")
         await self._gave_up(job, lost(job))
@@ -262,5 +260,4 @@ def lost(job: Job) -> str:
 
 
 def job_log(job: Job) -> contextlib.AbstractContextManager[None]:
-    """Every log line of the job carries its id, kind and key."""
     return log_context(job=job.id, job_kind=job.kind, key=job.key)
