@@ -6,8 +6,8 @@ import asyncio
 import sqlite3
 from dataclasses import dataclass
 
-from bot.commits import Commits, PgCommits, SqliteCommits
 from bot.config import ConfigError, Settings, in_words, shown_url
+from bot.inbox import Commits, PgCommits, SqliteCommits
 from bot.queue import JobQueue
 from bot.queue.sqlite import Jobs
 from bot.records.database import Database

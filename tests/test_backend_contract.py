@@ -10,8 +10,8 @@ import time
 import pytest
 
 from bot.backend import open_backend
-from bot.commits import Commits
 from bot.delivery import Delivery
+from bot.inbox import Commits
 from bot.queue import EVENTS, JobQueue, NewJob
 from bot.records.database import Database
 from tests.conftest import wait_for
