@@ -235,32 +235,29 @@ class PgJobs(JobQueue):
             )
         self._repeat("stalled-jobs", self.stalled_after / 2, self.recover)
 
-    def _worker(self, queue: str, size: int) -> Worker:
-        return Worker(
-            self.app,
-            queues=[queue],
-            name=queue,
-            concurrency=size,
-            install_signal_handlers=False,
-            fetch_job_polling_interval=FETCH_POLL_SECONDS,
-            abort_job_polling_interval=ABORT_POLL_SECONDS,
-            update_heartbeat_interval=self.stalled_after / 4,
-            stalled_worker_timeout=self.stalled_after,
-            shutdown_graceful_timeout=0.0,
-        )
-
     async def _supervise(self, queue: str, size: int) -> None:
         """A procrastinate worker stops by itself when one of its connections fails: start
         it again here (compose or a bare host has no orchestrator to do it)."""
         delay = RESTART_FIRST
         while not self._stopping:
-            worker = self._procrastinate[queue] = self._worker(queue, size)
+            worker = self._procrastinate[queue] = Worker(
+                self.app,
+                queues=[queue],
+                name=queue,
+                concurrency=size,
+                install_signal_handlers=False,
+                fetch_job_polling_interval=FETCH_POLL_SECONDS,
+                abort_job_polling_interval=ABORT_POLL_SECONDS,
+                update_heartbeat_interval=self.stalled_after / 4,
+                stalled_worker_timeout=self.stalled_after,
+                shutdown_graceful_timeout=0.0,
+            )
             started = time.monotonic()
             reason = "it stopped"
             try:
                 await worker.run()
             except Exception as exc:
-                reason = f"{exc.__class__.__name__}: {exc}"[:300]
+                reason = failure(exc)
             if self._stopping:
                 return
             if time.monotonic() - started > STEADY_SECONDS:
