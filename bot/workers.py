@@ -137,7 +137,7 @@ async def cleanup_installation(ctx: Context, job: Job) -> None:
         await ctx.mirrors.remove_repo(repo)
 
 
-async def tend_disk(ctx: Context, job: Job) -> None:
+async def tend_disk(ctx: Context) -> None:
     """In every worker process (mirrors and worktrees are local to each)."""
     removed = await ctx.mirrors.prune(WORKTREE_TTL)
     refs = 0
@@ -192,7 +192,6 @@ async def setup_workers(ctx: Context, router: routing.Router) -> None:
         "cleanup_installation": cleanup_installation,
         "maintenance": maintenance,
         "count_figures": count_figures,
-        "tend_disk": tend_disk,
         "recover_posting": recover_posting_job,
         "report_failure": report_failure_job,
         "session_turn": session_turn_job,
@@ -201,7 +200,7 @@ async def setup_workers(ctx: Context, router: routing.Router) -> None:
     ctx.jobs.on_gave_up["delivery"] = functools.partial(delivery_gave_up, ctx)
     ctx.jobs.on_gave_up["review"] = functools.partial(review_gave_up, ctx)
     ctx.jobs.on_finished = ctx.metrics.job_finished
-    ctx.jobs.every_here("tend_disk", MAINTENANCE_EVERY)  # each worker process, its own disk
+    ctx.jobs.every_here("tend_disk", MAINTENANCE_EVERY, functools.partial(tend_disk, ctx))
     await ctx.jobs.every(
         "maintenance", cron=MAINTENANCE_CRON, seconds=MAINTENANCE_EVERY, queue=REVIEWS
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -75,7 +74,7 @@ class JobQueue(abc.ABC):
         self.restarts = 0  # workers started again after stopping by themselves
         self._running: dict[int, asyncio.Task] = {}  # job id -> the task running its handler
         self._workers: list[asyncio.Task] = []
-        self._local: list[tuple[str, float]] = []
+        self._local: list[tuple[str, float, Callable[[], Awaitable[Any]]]] = []
         self._stopping = False
         self._stopped = asyncio.Event()
 
@@ -141,19 +140,16 @@ class JobQueue(abc.ABC):
         """Inside a job being cancelled: whether it is interrupted (its worker stops: it runs
         again, its state kept) rather than cancelled (stop, supersede)."""
 
-    def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds` (the first time at once), outside the
+    def every_here(self, name: str, seconds: float, work: Callable[[], Awaitable[Any]]) -> None:
+        """Run `work` in this process every `seconds` (the first time at once), outside the
         queue (for what is local to a worker, like its disk). Call before `start`."""
-        self._local.append((kind, seconds))
+        self._local.append((name, seconds, work))
 
     def _start_local(self) -> None:
         self._stopping = False
         self._stopped.clear()
-        for kind, seconds in self._local:
-            job = Job(
-                id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1
-            )
-            self._repeat(kind, seconds, functools.partial(self._call, job))
+        for name, seconds, work in self._local:
+            self._repeat(name, seconds, work)
 
     def _repeat(self, name: str, seconds: float, work: Callable[[], Awaitable[Any]]) -> None:
         """`work` in this process now, then every `seconds`, until the stop."""
