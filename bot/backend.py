@@ -6,8 +6,8 @@ import asyncio
 import sqlite3
 from dataclasses import dataclass
 
-from bot.commits import Commits, PgCommits, SqliteCommits
 from bot.config import ConfigError, Settings, in_words, shown_url
+from bot.inbox import Commits, PgCommits, SqliteCommits
 from bot.queue import JobQueue
 from bot.queue.sqlite import Jobs
 from bot.records.database import Database
@@ -112,34 +112,19 @@ def check_role(settings: Settings, role: str) -> None:
         raise ConfigError("COCKPIT_DATABASE_URL", "role_needs_postgres", role=role)
 
 
-async def open_database(settings: Settings) -> Database:
-    """The server's database, its schema current: the SQLite file applies its steps itself;
-    a Postgres schema behind this release's is refused unless COCKPIT_MIGRATE_ON_START=1."""
+async def open_database(settings: Settings, *, read_only: bool = False) -> Database:
+    """Its schema current, or refused (SchemaBehind says to run `cockpit migrate`): the
+    server's SQLite file applies the missing steps itself, Postgres only with
+    COCKPIT_MIGRATE_ON_START=1; `read_only` (a command that reports) never changes it."""
     if settings.database_url is None:
-        return await SqliteDatabase.open(settings.db_path)
-    from bot.records.postgres import PgDatabase
-
-    db = await PgDatabase.open(settings.database_url.reveal())
-    try:
-        if settings.migrate_on_start:
-            await db.migrate()
-        await db.check_schema()
-    except BaseException:
-        await db.close()
-        raise
-    return db
-
-
-async def read_database(settings: Settings) -> Database:
-    """For a command that only reads it: its schema is never changed, and one behind this
-    release's is refused (SchemaBehind says to run `cockpit migrate`)."""
-    if settings.database_url is None:
-        db: Database = await SqliteDatabase.open(settings.db_path, migrate=False)
+        db: Database = await SqliteDatabase.open(settings.db_path, migrate=not read_only)
     else:
         from bot.records.postgres import PgDatabase
 
         db = await PgDatabase.open(settings.database_url.reveal())
     try:
+        if settings.database_url and settings.migrate_on_start and not read_only:
+            await db.migrate()
         await db.check_schema()
     except BaseException:
         await db.close()

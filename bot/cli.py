@@ -292,11 +292,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 async def _stats(settings: Settings, since: float, repo: str | None) -> tuple[list[Any], str]:
-    from bot.backend import describe, read_database
+    from bot.backend import describe, open_database
     from bot.records.stats import model_figures
     from bot.stats import summarise
 
-    db = await read_database(settings)
+    db = await open_database(settings, read_only=True)
     try:
         return summarise(await model_figures(db, since=since, repo=repo)), describe(settings)
     finally:

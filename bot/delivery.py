@@ -57,7 +57,6 @@ class Delivery:
 
     @classmethod
     def from_body(cls, delivery_id: str, event: str, body: bytes) -> Delivery:
-        """Check the body is a UTF-8 JSON object and read its envelope; MalformedBody if not."""
         try:
             body.decode("utf-8")  # JSON is UTF-8 (RFC 8259), also in strings nobody reads
             envelope = _ENVELOPE.decode(body)

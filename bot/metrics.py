@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from bot.records.types import Job
 from bot.records.vocab import JobState
 
 # `cockpit stats`' figures (bot.stats.gauges) as gauges by provider and model, read from the
@@ -36,7 +37,8 @@ REVIEW_GAUGES = {
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, recount: int = 0) -> None:
+        self.recount = recount  # review changes the next scrape counts (`server.next_recount`)
         self.registry = CollectorRegistry()
         r = self.registry
         self.deliveries = Counter(
@@ -90,6 +92,9 @@ class Metrics:
         for (provider, model), values in figures.items():
             for figure, value in values.items():
                 self.review_figures[figure].labels(provider=provider, model=model).set(value)
+
+    def job_finished(self, job: Job, outcome: str, seconds: float) -> None:
+        self.job_duration.labels(kind=job.kind, outcome=outcome).observe(seconds)
 
     def set_job_counts(self, counts: dict[str, int]) -> None:
         for state in JobState:

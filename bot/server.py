@@ -10,7 +10,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -50,16 +50,6 @@ RECOUNT_PER_SCRAPE = 200
 ROLES = ("all", "web", "worker")
 
 
-@dataclass
-class Lifecycle:
-    stopping: bool = False  # a graceful stop began: deliveries get 503 (GitHub redelivers)
-
-
-@dataclass
-class Recount:
-    chunk: int = RECOUNT_PER_SCRAPE  # changes the next /metrics scrape counts
-
-
 def next_recount(chunk: int, seconds: float | None) -> int:
     """How many changes the next scrape counts into the review figures, after one that
     counted `chunk` in `seconds`. None: its deadline stopped it and it was rolled back (the
@@ -76,14 +66,10 @@ def next_recount(chunk: int, seconds: float | None) -> int:
     return max(1, min(more, fits))
 
 
-LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 CONTEXT = web.AppKey("context", Context)
 INBOX = web.AppKey("inbox", Inbox)
 METRICS = web.AppKey("metrics", Metrics)
-RECOUNT = web.AppKey("recount", Recount)
 ROLE = web.AppKey("role", str)
-
-Setup = Callable[[Context], Awaitable[None]]
 
 
 def signature_matches(body: bytes, header: str, secret: str) -> bool:
@@ -117,7 +103,7 @@ def _answer_text(why: str) -> str:
 
 async def webhook(request: web.Request) -> web.Response:
     ctx = request.app[CONTEXT]
-    if request.app[LIFECYCLE].stopping:
+    if ctx.jobs.stopping:  # a graceful stop began: GitHub redelivers
         return _answer(request, "stopping", 503)
     if request.headers.get("Content-Encoding"):
         # GitHub never compresses deliveries; inflating before the signature check would let
@@ -175,7 +161,7 @@ async def _health(request: web.Request, *, probe: bool = True, counts: bool = Fa
     app, jobs = request.app, request.app[CONTEXT].jobs
     health = Health(
         workers=app[ROLE] == "web" or jobs.workers_alive == jobs.workers_total > 0,
-        stopping=app[LIFECYCLE].stopping,
+        stopping=jobs.stopping,
         inbox=app[ROLE] == "worker",
     )
     if not probe:
@@ -255,11 +241,11 @@ async def metrics_view(request: web.Request) -> web.Response:
         )
     if await ctx.db.ping():
         metrics.set_job_counts(await ctx.jobs.counts())
-        await _review_figures(ctx, metrics, request.app[RECOUNT])
+        await _review_figures(ctx, metrics)
     return web.Response(body=metrics.render(), content_type="text/plain", charset="utf-8")
 
 
-async def _review_figures(ctx: Context, metrics: Metrics, recount: Recount) -> None:
+async def _review_figures(ctx: Context, metrics: Metrics) -> None:
     """`cockpit stats`' figures of every review so far (their sums, after counting what
     changed since the last scrape); when the database cannot give them in time, they are left
     out, the statement is stopped, the next scrape counts fewer changes (`next_recount`), and
@@ -267,12 +253,12 @@ async def _review_figures(ctx: Context, metrics: Metrics, recount: Recount) -> N
     started = time.monotonic()
     try:
         async with asyncio.timeout(HEALTH_SECONDS):
-            found = await totals(ctx.db, recount=recount.chunk, timeout=HEALTH_SECONDS)
-        recount.chunk = next_recount(recount.chunk, time.monotonic() - started)
+            found = await totals(ctx.db, recount=metrics.recount, timeout=HEALTH_SECONDS)
+        metrics.recount = next_recount(metrics.recount, time.monotonic() - started)
         figures = gauges(summarise(found))
     except Exception as exc:
         if isinstance(exc, Interrupted | TimeoutError):
-            recount.chunk = next_recount(recount.chunk, None)
+            metrics.recount = next_recount(metrics.recount, None)
         log.warning("review figures for /metrics could not be read", exc_info=True)
         figures = {}
     metrics.set_review_figures(figures)
@@ -289,24 +275,16 @@ async def errors_middleware(request: web.Request, handler: Callable) -> web.Stre
         return _reply(500, say(PEOPLE, "webhook_answer", why="internal"))
 
 
-def make_app(
-    settings: Settings, router: routing.Router, *, setup: Setup | None = None, role: str = "all"
-) -> web.Application:
+def make_app(settings: Settings, router: routing.Router, *, role: str = "all") -> web.Application:
     """Databases, sessions and workers start with the app, not here."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}")
-    if setup is None:
-        from bot.workers import setup_workers
-
-        setup = setup_workers
     app = web.Application(
         client_max_size=MAX_BODY_BYTES,
         middlewares=[errors_middleware],
         handler_args={"auto_decompress": False},  # nothing is ever inflated (see `webhook`)
     )
-    app[METRICS] = Metrics()
-    app[LIFECYCLE] = Lifecycle()
-    app[RECOUNT] = Recount()
+    app[METRICS] = Metrics(recount=RECOUNT_PER_SCRAPE)
     app[ROLE] = role
     if role != "worker":
         app.router.add_post("/webhooks/github", webhook)
@@ -314,14 +292,14 @@ def make_app(
     app.router.add_get("/healthz/live", healthz_live)
     app.router.add_get("/healthz/ready", healthz_ready)
     app.router.add_get("/metrics", metrics_view)
-    app.cleanup_ctx.append(functools.partial(_lifecycle, settings, router, setup))
+    app.cleanup_ctx.append(functools.partial(_lifecycle, settings, router))
     return app
 
 
 async def stop_gracefully(app: web.Application) -> None:
-    """SIGTERM: answer 503 to new deliveries, give running jobs the configured grace."""
+    """SIGTERM: answer 503 to new deliveries (the queue's `stopping`), give running jobs the
+    configured grace."""
     ctx = app[CONTEXT]
-    app[LIFECYCLE].stopping = True
     started = time.monotonic()
     grace = ctx.settings.shutdown_grace
     found = {"running_jobs": ctx.jobs.running, "grace_seconds": grace}
@@ -332,7 +310,7 @@ async def stop_gracefully(app: web.Application) -> None:
 
 
 async def _lifecycle(
-    settings: Settings, router: routing.Router, setup: Setup, app: web.Application
+    settings: Settings, router: routing.Router, app: web.Application
 ) -> AsyncIterator[None]:
     register_all([*settings.secrets(), *environment_secrets(os.environ)])
     metrics = app[METRICS]
@@ -355,17 +333,9 @@ async def _lifecycle(
     app[INBOX] = inbox
     runs_jobs = role != "web"
     if runs_jobs:
-        from handlers import delivery_gave_up, process_delivery
+        from bot.workers import setup_workers
 
-        jobs.handlers["delivery"] = functools.partial(process_delivery, ctx, router)
-        jobs.on_gave_up["delivery"] = functools.partial(delivery_gave_up, ctx)
-        jobs.on_finished = lambda job, outcome, seconds: metrics.job_duration.labels(
-            kind=job.kind, outcome=outcome
-        ).observe(seconds)
-        await setup(ctx)
-        recovered = await jobs.recover()
-        if recovered:
-            log.info("re-queued jobs left running", extra={"fields": {"count": recovered}})
+        await setup_workers(ctx, router)
     if role != "worker":
         await inbox.start()
     # Everything loaded so far (SDKs, templates, schema) lives as long as the process: move it

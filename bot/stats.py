@@ -18,8 +18,6 @@ _DIGITS = {"findings_per_review": 3, "acceptance": 3, "usd": 6, "usd_per_accepte
 
 @dataclass(frozen=True)
 class ModelStats:
-    """One provider and model's figures and what they come to."""
-
     figures: ModelFigures
 
     @property

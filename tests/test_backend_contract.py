@@ -10,9 +10,9 @@ import time
 import pytest
 
 from bot.backend import open_backend
-from bot.commits import Commits
 from bot.delivery import Delivery
-from bot.queue import EVENTS, JobQueue
+from bot.inbox import Commits
+from bot.queue import EVENTS, JobQueue, NewJob
 from bot.records.database import Database
 from tests.conftest import wait_for
 from tests.jobstates import job_states
@@ -56,7 +56,7 @@ async def test_each_backend_implements_all_of_the_contract(opened, part, protoco
 
 async def test_the_inbox_commits_a_delivery_with_its_job_once(opened):
     delivery = Delivery("d-1", "pull_request", b'{"action": "opened"}', "opened", 7, "o/r", 1)
-    route = opened.jobs.row("delivery", delivery.key, {"delivery_id": "d-1"}, queue=EVENTS)
+    route = opened.jobs.row(NewJob("delivery", delivery.key, {"delivery_id": "d-1"}, EVENTS))
     await opened.commits.start()
     try:
         assert await opened.commits.probe()

@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from bot import commits
 from bot.delivery import Delivery
+from bot.inbox import commit
 from bot.records.deliveries import connect
 from bot.records.sqlite import SqliteDatabase
 
@@ -30,8 +30,8 @@ async def conn(tmp_path):
 
 async def test_one_commit_stores_new_deliveries_once_with_their_jobs(conn):
     first = [item("a"), item("b"), item("a", b'{"other": 1}')]
-    assert commits.commit(conn, first) == [True, True, False]  # the repeat in the batch is seen
-    assert commits.commit(conn, [item("b"), item("c")]) == [False, True]
+    assert commit(conn, first) == [True, True, False]  # the repeat in the batch is seen
+    assert commit(conn, [item("b"), item("c")]) == [False, True]
     rows = conn.execute("SELECT id, body FROM deliveries ORDER BY id").fetchall()
     assert [r[0] for r in rows] == ["a", "b", "c"]
     assert zlib.decompress(rows[0][1]) == b'{"action": "opened"}'  # the first request's body
@@ -41,7 +41,7 @@ async def test_one_commit_stores_new_deliveries_once_with_their_jobs(conn):
 
 async def test_deliveries_about_one_pr_line_up_behind_the_first(conn):
     batch = [item(name, key="events:o/r#1") for name in ("a", "b", "c")]
-    assert commits.commit(conn, batch) == [True, True, True]
+    assert commit(conn, batch) == [True, True, True]
     states = [r[0] for r in conn.execute("SELECT state FROM jobs ORDER BY id")]
     assert states == ["queued", "waiting", "waiting"]
 
@@ -50,22 +50,21 @@ async def test_a_failed_commit_leaves_nothing_behind(conn):
     delivery, job = item("a")
     bad_job = (*job[:5], None, 1.0)  # run_after is NOT NULL
     with pytest.raises(sqlite3.IntegrityError):
-        commits.commit(conn, [item("ok"), (delivery, bad_job)])
+        commit(conn, [item("ok"), (delivery, bad_job)])
     assert conn.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0] == 0
     assert not conn.in_transaction
 
 
 async def test_a_large_batch_is_checked_for_repeats_in_chunks(conn):
     batch = [item(f"d{n}") for n in range(1200)]
-    assert commits.commit(conn, batch) == [True] * 1200
-    assert commits.commit(conn, [*batch[:5], item("new")]) == [False] * 5 + [True]
+    assert commit(conn, batch) == [True] * 1200
+    assert commit(conn, [*batch[:5], item("new")]) == [False] * 5 + [True]
 
 
 async def test_a_delivery_that_arrives_as_the_inbox_stops_gets_an_answer(tmp_path):
     import asyncio
 
-    from bot.commits import SqliteCommits
-    from bot.inbox import Inbox, InboxUnavailable
+    from bot.inbox import Inbox, InboxUnavailable, SqliteCommits
     from bot.queue.sqlite import Jobs
 
     db = await SqliteDatabase.open(tmp_path / "c.sqlite3")

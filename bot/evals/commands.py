@@ -141,7 +141,7 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
     database."""
     import psycopg
 
-    from bot.backend import describe, reach, read_database
+    from bot.backend import describe, open_database, reach
     from bot.checks import PG_WAIT, database_verdict, exit_code
     from bot.evals.from_reviews import check_repo, golden_from_reviews
     from bot.records.evals import repos_with_reviews
@@ -163,7 +163,7 @@ async def _golden_from_reviews(args: argparse.Namespace, out: TextIO) -> int:
         sys.stderr.write(verdict.line() + "\n")
         return exit_code([verdict])
     try:  # the server's database, SQLite or Postgres
-        db = await read_database(settings)  # as it is: a report never changes the schema
+        db = await open_database(settings, read_only=True)
     except (SchemaBehind, OSError, psycopg.Error) as exc:
         return _error(str(exc))
     try:

@@ -13,6 +13,7 @@ from typing import Any
 
 from bot.logs import log_context
 from bot.records.types import Job
+from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,10 @@ def backoff_seconds(attempts: int) -> float:
     return min(BACKOFF_CAP, BACKOFF_BASE ** max(attempts, 1))
 
 
+def failure(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {exc}"[:2000]
+
+
 class JobQueue(abc.ABC):
     """The queue and this process's workers. A key runs one job at a time, in order; a job
     that fails for good is reported by its kind's `on_gave_up` hook. A difference between the
@@ -67,8 +72,9 @@ class JobQueue(abc.ABC):
         self.on_finished: FinishedHook | None = None
         self.on_gave_up: dict[str, GaveUpHook] = {}
         self.restarts = 0  # workers started again after stopping by themselves
+        self._running: dict[int, asyncio.Task] = {}  # job id -> the task running its handler
         self._workers: list[asyncio.Task] = []
-        self._local: list[tuple[str, float]] = []
+        self._local: list[tuple[str, float, Callable[[], Awaitable[Any]]]] = []
         self._stopping = False
         self._stopped = asyncio.Event()
 
@@ -112,10 +118,10 @@ class JobQueue(abc.ABC):
         """Jobs a dead process left running run again (their attempt counted); one that used
         its last attempt fails for good. Returns how many run again."""
 
-    @abc.abstractmethod
     async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
         """At start, what a dead process left mid-way outside the queue is `work`'s to
         finish, when no other process may still be at it."""
+        await work()
 
     @abc.abstractmethod
     def start(self, pools: dict[str, int]) -> None: ...
@@ -126,49 +132,47 @@ class JobQueue(abc.ABC):
         and run again later, their attempt not counted."""
 
     @property
-    @abc.abstractmethod
     def running(self) -> int:
-        """Jobs this process is running now."""
+        return len(self._running)
 
     @abc.abstractmethod
     def interrupted(self) -> bool:
         """Inside a job being cancelled: whether it is interrupted (its worker stops: it runs
         again, its state kept) rather than cancelled (stop, supersede)."""
 
-    def every_here(self, kind: str, seconds: float) -> None:
-        """Run `kind` in this process every `seconds` (the first time at once), outside the
+    def every_here(self, name: str, seconds: float, work: Callable[[], Awaitable[Any]]) -> None:
+        """Run `work` in this process every `seconds` (the first time at once), outside the
         queue (for what is local to a worker, like its disk). Call before `start`."""
-        self._local.append((kind, seconds))
+        self._local.append((name, seconds, work))
 
     def _start_local(self) -> None:
         self._stopping = False
         self._stopped.clear()
-        for kind, seconds in self._local:
-            self._workers.append(
-                asyncio.create_task(self._here(kind, seconds), name=f"local-{kind}")
-            )
+        for name, seconds, work in self._local:
+            self._repeat(name, seconds, work)
 
-    async def _here(self, kind: str, seconds: float) -> None:
-        job = Job(id=0, kind=kind, queue="local", key=kind, payload={}, attempts=1, max_attempts=1)
-        while not self._stopping:
-            handler = self.handlers.get(kind)
-            try:
-                if handler is not None:
-                    await handler(job)
-            except Exception:
-                log.exception("local periodic work failed", extra={"fields": {"kind": kind}})
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopped.wait(), seconds)
+    def _repeat(self, name: str, seconds: float, work: Callable[[], Awaitable[Any]]) -> None:
+        """`work` in this process now, then every `seconds`, until the stop."""
+
+        async def repeat() -> None:
+            while not self._stopping:
+                try:
+                    await work()
+                except Exception:
+                    log.exception("periodic work failed", extra={"fields": {"work": name}})
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), seconds)
+
+        self._workers.append(asyncio.create_task(repeat(), name=f"every-{name}"))
 
     def _begin_stop(self) -> None:
         self._stopping = True
         self._stopped.set()
 
-    async def _end_workers(self, *background: str) -> None:
-        """Cancel the background tasks named (and the local ones), then wait for all."""
+    async def _end_workers(self) -> None:
+        """Cancel the periodic work, then wait for every task."""
         for task in self._workers:
-            name = task.get_name()
-            if name in background or name.startswith("local-"):
+            if task.get_name().startswith("every-"):
                 task.cancel()
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -196,22 +200,21 @@ class JobQueue(abc.ABC):
         except Exception:
             log.exception("reporting a failed job failed", extra={"fields": {"job": job.id}})
 
+    async def _lost_for_good(self, job: Job) -> None:
+        with job_log(job):
+            log.error("job failed for good: interrupted at every attempt")
+        await self._gave_up(job, lost(job))
+
+    async def _call(self, job: Job) -> None:
+        handler = self.handlers.get(job.kind)
+        if handler is None:
+            log.error("no handler for job kind")
+            raise PermanentError(say(PEOPLE, "no_handler", job_kind=repr(job.kind)))
+        await handler(job)
+
     def _finished(self, job: Job, outcome: str, started: float) -> None:
         if self.on_finished:
             self.on_finished(job, outcome, time.monotonic() - started)
-
-    def row(
-        self,
-        kind: str,
-        key: str,
-        payload: dict[str, Any],
-        *,
-        queue: str,
-        max_attempts: int = 3,
-        delay: float = 0.0,
-    ) -> Any:
-        """A job to insert with the inbox's commit (in its transaction)."""
-        return self._row(NewJob(kind, key, payload, queue, max_attempts, delay))
 
     async def enqueue(
         self,
@@ -236,7 +239,8 @@ class JobQueue(abc.ABC):
             return await self._insert(conn, job, supersede)
 
     @abc.abstractmethod
-    def _row(self, job: NewJob) -> Any: ...
+    def row(self, job: NewJob) -> Any:
+        """A job to insert with the inbox's commit (in its transaction)."""
 
     @abc.abstractmethod
     def _adding(self, job: NewJob, supersede: bool) -> contextlib.AbstractAsyncContextManager:
@@ -247,6 +251,9 @@ class JobQueue(abc.ABC):
     async def _insert(self, conn: Any, job: NewJob, supersede: bool) -> int: ...
 
 
+def lost(job: Job) -> str:
+    return say(PEOPLE, "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts)
+
+
 def job_log(job: Job) -> contextlib.AbstractContextManager[None]:
-    """Every log line of the job carries its id, kind and key."""
     return log_context(job=job.id, job_kind=job.kind, key=job.key)

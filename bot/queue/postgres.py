@@ -18,7 +18,7 @@ from procrastinate import job_context, retry
 from procrastinate import jobs as pjobs
 from procrastinate.worker import Worker
 
-from bot.queue import JobQueue, NewJob, PermanentError, backoff_seconds, job_log
+from bot.queue import JobQueue, NewJob, PermanentError, backoff_seconds, failure, job_log
 from bot.records import pgjobs
 from bot.records.postgres import (
     CONNECT_TIMEOUT,
@@ -29,7 +29,6 @@ from bot.records.postgres import (
 )
 from bot.records.types import Job
 from bot.records.vocab import JobState
-from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +97,6 @@ class PgJobs(JobQueue):
         )
         self.app.task(name=TASK, pass_context=True, retry=_Retry())(self._execute)
         self._procrastinate: dict[str, Worker] = {}
-        self._running = 0
         # Jobs interrupted here (this process's worker stopped): job id -> (the worker id
         # that ran it, its attempts when fetched), until they are back in line uncounted.
         self._interrupted: dict[int, tuple[int | None, int]] = {}
@@ -110,7 +108,7 @@ class PgJobs(JobQueue):
     async def close(self) -> None:
         await self.app.close_async()
 
-    def _row(self, job: NewJob, queueing_lock: str | None = None) -> pjobs.Job:
+    def row(self, job: NewJob, queueing_lock: str | None = None) -> pjobs.Job:
         later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=job.delay)
         scheduled = later if job.delay else None
         return pjobs.Job(
@@ -141,7 +139,7 @@ class PgJobs(JobQueue):
             yield conn
 
     async def _insert(self, conn: Connection, job: NewJob, supersede: bool) -> int:
-        row = self._row(job, queueing_lock=f"{job.key}|{job.kind}" if supersede else None)
+        row = self.row(job, queueing_lock=f"{job.key}|{job.kind}" if supersede else None)
         [job_id] = await self.insert_in(conn, [row])
         return job_id
 
@@ -223,12 +221,7 @@ class PgJobs(JobQueue):
                 await manager.finish_job_by_id_async(job.id, pjobs.Status.FAILED, delete_job=False)
             except procrastinate.exceptions.ConnectorException:
                 continue  # another worker recovered it first
-            reason = say(
-                PEOPLE, "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts
-            )
-            with job_log(job):
-                log.error("job failed for good: its worker died at every attempt")
-            await self._gave_up(job, reason)
+            await self._lost_for_good(job)
         return retried
 
     def wake(self, queue: str) -> None:
@@ -240,34 +233,31 @@ class PgJobs(JobQueue):
             self._workers.append(
                 asyncio.create_task(self._supervise(queue, size), name=f"worker-{queue}")
             )
-        self._workers.append(asyncio.create_task(self._recoverer(), name="stalled-jobs"))
-
-    def _worker(self, queue: str, size: int) -> Worker:
-        return Worker(
-            self.app,
-            queues=[queue],
-            name=queue,
-            concurrency=size,
-            install_signal_handlers=False,
-            fetch_job_polling_interval=FETCH_POLL_SECONDS,
-            abort_job_polling_interval=ABORT_POLL_SECONDS,
-            update_heartbeat_interval=self.stalled_after / 4,
-            stalled_worker_timeout=self.stalled_after,
-            shutdown_graceful_timeout=0.0,
-        )
+        self._repeat("stalled-jobs", self.stalled_after / 2, self.recover)
 
     async def _supervise(self, queue: str, size: int) -> None:
         """A procrastinate worker stops by itself when one of its connections fails: start
         it again here (compose or a bare host has no orchestrator to do it)."""
         delay = RESTART_FIRST
         while not self._stopping:
-            worker = self._procrastinate[queue] = self._worker(queue, size)
+            worker = self._procrastinate[queue] = Worker(
+                self.app,
+                queues=[queue],
+                name=queue,
+                concurrency=size,
+                install_signal_handlers=False,
+                fetch_job_polling_interval=FETCH_POLL_SECONDS,
+                abort_job_polling_interval=ABORT_POLL_SECONDS,
+                update_heartbeat_interval=self.stalled_after / 4,
+                stalled_worker_timeout=self.stalled_after,
+                shutdown_graceful_timeout=0.0,
+            )
             started = time.monotonic()
             reason = "it stopped"
             try:
                 await worker.run()
             except Exception as exc:
-                reason = f"{exc.__class__.__name__}: {exc}"[:300]
+                reason = failure(exc)
             if self._stopping:
                 return
             if time.monotonic() - started > STEADY_SECONDS:
@@ -302,26 +292,14 @@ class PgJobs(JobQueue):
         context = _CURRENT.get()
         return context is not None and (context.abort_reason() == job_context.AbortReason.SHUTDOWN)
 
-    @property
-    def running(self) -> int:
-        return self._running
-
     async def stop(self, grace: float = 0.0) -> None:
         self._begin_stop()
         for worker in self._procrastinate.values():
             worker.shutdown_graceful_timeout = grace
             worker.stop()
-        await self._end_workers("stalled-jobs")
+        await self._end_workers()
         self._procrastinate.clear()
         await self._settle_interrupted()
-
-    async def _recoverer(self) -> None:
-        while True:
-            await asyncio.sleep(self.stalled_after / 2)
-            try:
-                await self.recover()
-            except Exception:
-                log.exception("recovering stalled jobs failed")
 
     def _job(self, found: pjobs.Job) -> Job:
         kwargs = found.task_kwargs
@@ -337,17 +315,13 @@ class PgJobs(JobQueue):
 
     async def _execute(self, context: job_context.JobContext, **kwargs: Any) -> None:
         job = self._job(context.job)
-        handler = self.handlers.get(job.kind)
         started = time.monotonic()
         outcome = "done"
-        self._running += 1
+        self._running[job.id] = asyncio.current_task()
         _CURRENT.set(context)
         with job_log(job):
             try:
-                if handler is None:
-                    log.error("no handler for job kind")
-                    raise PermanentError(say(PEOPLE, "no_handler", job_kind=repr(job.kind)))
-                await handler(job)
+                await self._call(job)
             except asyncio.CancelledError:
                 if context.abort_reason() == job_context.AbortReason.SHUTDOWN:
                     outcome = "interrupted"  # this worker is stopping: run it again later
@@ -357,13 +331,12 @@ class PgJobs(JobQueue):
                 outcome = "cancelled"  # stop, supersede, or the job saw it was superseded
                 raise
             except Exception as exc:
-                error = f"{exc.__class__.__name__}: {exc}"[:2000]
                 decision = retry_decision(exc, job.attempts, job.max_attempts)
                 outcome = "retrying" if decision else "failed"
                 log.warning("job raised", exc_info=True)
                 if decision is None:
-                    await self._gave_up(job, error)
+                    await self._gave_up(job, failure(exc))
                 raise
             finally:
-                self._running -= 1
+                self._running.pop(job.id, None)
                 self._finished(job, outcome, started)

@@ -8,15 +8,14 @@ import contextvars
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from bot.queue import JobQueue, NewJob, PermanentError, backoff_seconds, job_log
+from bot.queue import JobQueue, NewJob, PermanentError, backoff_seconds, failure, job_log, lost
 from bot.records import jobs as rows
 from bot.records.database import Database
 from bot.records.types import Job
 from bot.records.vocab import JobState
-from bot.texts import PEOPLE, say
 
 log = logging.getLogger(__name__)
 
@@ -26,17 +25,12 @@ POLL_SECONDS = 0.5
 _CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("cockpit_job", default=None)
 
 
-def _lost(job: Job) -> str:
-    return say(PEOPLE, "job_interrupted", attempts=job.attempts, max_attempts=job.max_attempts)
-
-
 class Jobs(JobQueue):
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.db = db
         self.clock = clock
         self._wake: dict[str, asyncio.Event] = {}
-        self._running: dict[int, asyncio.Task] = {}
         self._interrupted: set[int] = set()  # cancelled by a stop, to be re-queued uncounted
         self._every: dict[str, tuple[str, float]] = {}  # kind -> (queue, seconds)
 
@@ -46,7 +40,7 @@ class Jobs(JobQueue):
     async def close(self) -> None:
         pass
 
-    def _row(self, job: NewJob) -> tuple:
+    def row(self, job: NewJob) -> tuple:
         return rows.new_row(
             job.kind,
             job.key,
@@ -68,7 +62,7 @@ class Jobs(JobQueue):
         self.wake(job.queue)
 
     async def _insert(self, conn: Any, job: NewJob, supersede: bool) -> int:
-        return await rows.insert(conn, self._row(job))
+        return await rows.insert(conn, self.row(job))
 
     async def cancel(self, key: str, kind: str | None = None) -> int:
         async with self.db.transaction() as conn:
@@ -91,8 +85,9 @@ class Jobs(JobQueue):
     async def _finish(self, job: Job, state: JobState, error: str | None = None) -> None:
         await rows.finish(self.db, job.id, state, error, self.clock())
 
-    async def _retry_or_fail(self, job: Job, error: str, *, permanent: bool) -> str:
-        if permanent or job.attempts >= job.max_attempts:
+    async def _retry_or_fail(self, job: Job, exc: Exception) -> str:
+        error = failure(exc)
+        if isinstance(exc, PermanentError) or job.attempts >= job.max_attempts:
             await self._finish(job, JobState.FAILED, error)
             await self._gave_up(job, error)
             return "failed"
@@ -103,16 +98,17 @@ class Jobs(JobQueue):
         """`JobQueue.recover`; with `expired_before` (the lease reaper), only the jobs whose
         lease ended before it and that do not run here (a late heartbeat is no lost job)."""
         exhausted, requeued = await rows.requeue_lost(
-            self.db, self.clock(), _lost, expired_before=expired_before, alive=list(self._running)
+            self.db, self.clock(), lost, expired_before=expired_before, alive=list(self._running)
         )
         for job in exhausted:
-            with job_log(job):
-                log.error("job failed for good: interrupted at every attempt")
-            await self._gave_up(job, _lost(job))
+            await self._lost_for_good(job)
         return requeued
 
     async def reap_expired_leases(self) -> int:
-        return await self.recover(expired_before=self.clock())
+        reaped = await self.recover(expired_before=self.clock())
+        if reaped:
+            self._wake_all()
+        return reaped
 
     async def busy(self, key: str) -> bool:
         return await rows.busy(self.db, key)
@@ -144,20 +140,13 @@ class Jobs(JobQueue):
     async def prune(self, older_than: float, *, chunk: int) -> int:
         return await rows.prune(self.db, older_than, chunk)
 
-    async def finish_leftovers(self, work: Callable[[], Awaitable[None]]) -> None:
-        await work()
-
     def start(self, pools: dict[str, int]) -> None:
         self._start_local()
         for queue, size in pools.items():
             self._wake[queue] = asyncio.Event()
             for n in range(size):
                 self._workers.append(asyncio.create_task(self._worker(queue), name=f"{queue}-{n}"))
-        self._workers.append(asyncio.create_task(self._reaper(), name="lease-reaper"))
-
-    @property
-    def running(self) -> int:
-        return len(self._running)
+        self._repeat("lease-reaper", LEASE_SECONDS / 2, self.reap_expired_leases)
 
     def interrupted(self) -> bool:
         return _CURRENT.get() in self._interrupted
@@ -172,7 +161,7 @@ class Jobs(JobQueue):
             if not task.done():
                 self._interrupted.add(job_id)
                 task.cancel()
-        await self._end_workers("lease-reaper")
+        await self._end_workers()
 
     async def _worker(self, queue: str) -> None:
         wake = self._wake[queue]
@@ -193,17 +182,10 @@ class Jobs(JobQueue):
             await self._run(job)
 
     async def _run(self, job: Job) -> None:
-        handler = self.handlers.get(job.kind)
         started = time.monotonic()
         with job_log(job):
-            if handler is None:
-                log.error("no handler for job kind")
-                await self._finish(
-                    job, JobState.FAILED, say(PEOPLE, "no_handler", job_kind=repr(job.kind))
-                )
-                return
             _CURRENT.set(job.id)
-            task = asyncio.create_task(handler(job))  # runs with this job as its current one
+            task = asyncio.create_task(self._call(job))  # runs with this job as its current one
             self._running[job.id] = task
             heartbeat = asyncio.create_task(self._heartbeat(job))
             try:
@@ -224,11 +206,8 @@ class Jobs(JobQueue):
                     outcome = "cancelled"
                     await self._finish(job, JobState.CANCELLED, "cancelled")
             except Exception as exc:
-                error = f"{exc.__class__.__name__}: {exc}"[:2000]
                 log.warning("job raised", exc_info=True)
-                outcome = await self._retry_or_fail(
-                    job, error, permanent=isinstance(exc, PermanentError)
-                )
+                outcome = await self._retry_or_fail(job, exc)
             finally:
                 heartbeat.cancel()
                 self._running.pop(job.id, None)
@@ -241,15 +220,6 @@ class Jobs(JobQueue):
 
     async def _requeue_uncounted(self, job: Job) -> None:
         await rows.requeue_uncounted(self.db, job.id, self.clock())
-
-    async def _reaper(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(LEASE_SECONDS / 2)
-            try:
-                if await self.reap_expired_leases():
-                    self._wake_all()
-            except (sqlite3.Error, ValueError):
-                log.exception("reaping expired leases failed")
 
     async def _heartbeat(self, job: Job) -> None:
         while True:
