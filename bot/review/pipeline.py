@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from bot.agents.answers import SUBMIT_REVIEW, FinalAnswer, ReviewDraft, parse_submission
+from bot.agents.answers import SUBMIT_REVIEW, FinalAnswer, parse_submission
 from bot.agents.base import Budget
 from bot.agents.loop import AgentRun, Answer
 from bot.agents.providers import ModelClients
@@ -131,24 +131,24 @@ class Reviewer:
         )
 
 
-async def pushed_paths(tree: Worktree, since: str) -> frozenset[str]:
-    """Every path the pushes since `since` touched (both paths of a rename), without reading
-    their patches (after a merge of the base branch that may be most of the repository)."""
+async def changes_since(tree: Worktree, since: str) -> list[tuple[str, list[str]]]:
+    """What changed from `since` to the head, without reading the patches (after a merge of
+    the base branch that may be most of the repository)."""
     out = await tree.git(
         "diff", "--name-status", "-z", "-M", since, tree.head_sha, timeout=300, limit=MAX_DIFF_BYTES
     )
-    return frozenset(name_status_paths(out.decode("utf-8", errors="replace")))
+    return name_status(out.decode("utf-8", errors="replace"))
 
 
-def name_status_paths(out: str) -> list[str]:
-    """The paths of `git diff --name-status -z`: a status, then one path (two for a rename
-    or copy, `R100` / `C075`)."""
-    fields, paths, n = out.split("\0"), [], 0
+def name_status(out: str) -> list[tuple[str, list[str]]]:
+    """`git diff --name-status -z`: each change's status letter and its path (two for a
+    rename or copy, `R100` / `C075`)."""
+    fields, changes, n = out.split("\0"), [], 0
     while n < len(fields) and fields[n]:
         count = 2 if fields[n][:1] in ("R", "C") else 1
-        paths.extend(fields[n + 1 : n + 1 + count])
+        changes.append((fields[n][:1], fields[n + 1 : n + 1 + count]))
         n += 1 + count
-    return paths
+    return changes
 
 
 async def pr_diff(tree: Worktree) -> DiffModel:
@@ -166,10 +166,6 @@ async def pr_diff(tree: Worktree) -> DiffModel:
         limit=MAX_DIFF_BYTES,
     )
     return await asyncio.to_thread(lambda: parse_diff(out.decode("utf-8", errors="replace")))
-
-
-def placed_findings(draft: ReviewDraft, diff: DiffModel) -> list[DraftFinding]:
-    return [placed(f, diff) for f in draft.findings]
 
 
 async def review_worktree(
@@ -191,7 +187,8 @@ async def review_worktree(
     plan = plan_files(diff, request.config, noise)
     changed: frozenset[str] = frozenset()
     if request.since is not None:  # a push: only the files it changed are reviewed again
-        changed = await pushed_paths(tree, request.since)
+        changes = await changes_since(tree, request.since)
+        changed = frozenset(path for _status, paths in changes for path in paths)
         plan = replace(plan, reviewed=tuple(p for p in plan.reviewed if p in changed))
     if on_plan is not None:
         await on_plan(plan.skipped)
@@ -245,23 +242,25 @@ async def review_worktree(
     )
     toolbox = Toolbox(tree, on_call=on_tool_call, left_out=plan.left_out, since=request.since)
     draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
-    # nothing on a file left out: not drafted, annotated or stored (ignored files are counted
-    # apart from the noise, and a file that is both counts as ignored, as the plan lists it)
-    kept = [f for f in draft.findings if f.path not in plan.left_out]
-    ignored = set(plan.ignored)
+    draft, rules = without_left_out(draft, rules, plan.left_out)
+    return replace(draft, rules=rules, changed=changed, diff=diff, left_out=plan.left_out)
+
+
+def without_left_out(
+    draft: Draft, rules: DraftRules, left_out: Collection[str]
+) -> tuple[Draft, DraftRules]:
+    """Nothing on a file left out is drafted, annotated or stored: its findings are dropped
+    and counted (ignored files apart from the noise; a file that is both counts as ignored,
+    as the plan lists it)."""
+    ignored = set(rules.ignored)
+    kept = [f for f in draft.findings if f.path not in left_out]
     on_ignored = sum(1 for f in draft.findings if f.path in ignored)
-    return replace(
-        draft,
-        findings=kept,
-        rules=replace(
-            rules,
-            noise_dropped=len(draft.findings) - len(kept) - on_ignored,
-            ignored_dropped=on_ignored,
-        ),
-        changed=changed,
-        diff=diff,
-        left_out=plan.left_out,
+    counted = replace(
+        rules,
+        noise_dropped=rules.noise_dropped + len(draft.findings) - len(kept) - on_ignored,
+        ignored_dropped=rules.ignored_dropped + on_ignored,
     )
+    return replace(draft, findings=kept), counted
 
 
 def changed_paths(diff: DiffModel) -> list[str]:
@@ -276,37 +275,18 @@ async def revise_review(
     session: Session,
     message: str | None,
     *,
-    comment_id: int | None = None,
-    source: str | None = None,
+    stored: dict[str, Any] | None = None,
+    origin: tuple[int | None, str | None] = (None, None),
     left_out: Mapping[str, str] | None = None,
 ) -> Draft:
     """The reviewer's session continues with `message` (None resumes an interrupted turn) and
-    submits its review again."""
+    submits its review again; a submission `stored` before a restart is taken as it is."""
     diff = await pr_diff(tree)
+    toolbox = Toolbox(tree, left_out=left_out)
     draft = await _submitted(
-        reviewer,
-        Toolbox(tree, left_out=left_out),
-        session,
-        diff,
-        message,
-        origin=(comment_id, source),
-        subkind="revision",
+        reviewer, toolbox, session, diff, message, stored=stored, origin=origin, subkind="revision"
     )
     return replace(draft, left_out=dict(left_out or {}))
-
-
-async def stored_draft(
-    tree: Worktree,
-    session: Session,
-    submission: dict[str, Any],
-    left_out: Mapping[str, str] | None = None,
-) -> Draft:
-    draft = parse_submission(submission)
-    diff = await pr_diff(tree)
-    found = placed_findings(draft, diff)
-    return Draft(
-        draft.summary, draft.verdict, found, (), None, None, session.id, left_out=left_out or {}
-    )
 
 
 async def _submitted(
@@ -316,21 +296,28 @@ async def _submitted(
     diff: DiffModel,
     message: str | None,
     *,
+    stored: dict[str, Any] | None = None,
     skipped: tuple[tuple[str, str], ...] = (),
     origin: tuple[int | None, str | None] = (None, None),
     subkind: str | None = None,
 ) -> Draft:
-    skill = await load_skill(reviewer.db)
-    run = reviewer.agent(session, toolbox, skill, kind="review", subkind=subkind)
-    result = await run.turn(message, comment_id=origin[0], source=origin[1])
-    assert result.draft is not None
+    """The reviewer's submission placed on the diff: the turn's, or one `stored` already."""
+    run_id = skill_id = None
+    if stored is not None:
+        submitted = parse_submission(stored)
+    else:
+        skill = await load_skill(reviewer.db)
+        run = reviewer.agent(session, toolbox, skill, kind="review", subkind=subkind)
+        result = await run.turn(message, comment_id=origin[0], source=origin[1])
+        assert result.draft is not None
+        submitted, run_id, skill_id = result.draft, result.run_id, skill.id
     return Draft(
-        result.draft.summary,
-        result.draft.verdict,
-        placed_findings(result.draft, diff),
+        submitted.summary,
+        submitted.verdict,
+        [placed(f, diff) for f in submitted.findings],
         skipped,
-        result.run_id,
-        skill.id,
+        run_id,
+        skill_id,
         session.id,
-        resolved=result.draft.resolved,
+        resolved=submitted.resolved,
     )
