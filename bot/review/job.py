@@ -124,7 +124,9 @@ class ReviewJob:
     async def run(self, config: RepoConfig) -> None:
         why_not = await self._why_not_now()
         if why_not is not None:
-            await self._held(why_not)
+            log.warning("review not started", extra={"fields": {"reason": why_not}})
+            if await review_state.hold(self.ctx.db, self.review_id, why_not):
+                await show_status(self.target, await get_review(self.ctx.db, self.review_id))
             return
         ctx = self.ctx
         if not await review_state.take_run(
@@ -289,11 +291,6 @@ class ReviewJob:
         if spent is not None:
             return say(PEOPLE, "held.budget", spent=spent.describe(settings), prefix=prefix)
         return None
-
-    async def _held(self, why: str) -> None:
-        log.warning("review not started", extra={"fields": {"reason": why}})
-        if await review_state.hold(self.ctx.db, self.review_id, why):
-            await show_status(self.target, await get_review(self.ctx.db, self.review_id))
 
     async def _ours(self, to: str, **fields: Any) -> Review | None:
         """End the run as `to`; the review when this attempt did, or when a person or a newer

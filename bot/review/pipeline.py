@@ -16,7 +16,7 @@ from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.sessions import create_session
-from bot.records.types import DraftFinding, DraftRules, Pull, Review, Session, Skill, UsedSource
+from bot.records.types import DraftFinding, DraftRules, Pull, Review, Session, UsedSource
 from bot.records.vocab import Verdict
 from bot.repo_config import RepoConfig
 from bot.review.default_branch import read_default_branch
@@ -101,29 +101,30 @@ class Reviewer:
     def of(cls, ctx: Context) -> Reviewer:
         return cls(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
 
-    def agent(
+    async def agent(
         self,
         session: Session,
         toolbox: Toolbox,
-        skill: Skill,
+        skill: str = "review",
         *,
         kind: str,
         subkind: str | None = None,
         final: FinalAnswer = SUBMIT_REVIEW,
         answer: Answer = Answer.REQUIRED,
     ) -> AgentRun:
-        """A turn of `session` (on its provider and model) with `skill` as its system prompt,
-        charged to the session's review, under this reviewer's budgets."""
+        """A turn of `session` (on its provider and model) with the `skill` prompt as its
+        system prompt, charged to the session's review, under this reviewer's budgets."""
+        prompt = await load_skill(self.db, skill)
         return AgentRun(
             db=self.db,
             provider=self.models.provider(session.provider, session.model),
             session=session,
             toolbox=toolbox,
-            system=skill.text,
+            system=prompt.text,
             kind=kind,
             subkind=subkind,
             budget=self.budget,
-            skill_version_id=skill.id,
+            skill_version_id=prompt.id,
             review_id=session.review_id,
             answer=answer,
             final=final,
@@ -306,11 +307,10 @@ async def _submitted(
     if stored is not None:
         submitted = parse_submission(stored)
     else:
-        skill = await load_skill(reviewer.db)
-        run = reviewer.agent(session, toolbox, skill, kind="review", subkind=subkind)
+        run = await reviewer.agent(session, toolbox, kind="review", subkind=subkind)
         result = await run.turn(message, comment_id=origin[0], source=origin[1])
         assert result.draft is not None
-        submitted, run_id, skill_id = result.draft, result.run_id, skill.id
+        submitted, run_id, skill_id = result.draft, result.run_id, run.skill_version_id
     return Draft(
         submitted.summary,
         submitted.verdict,

@@ -153,7 +153,7 @@ async def apply_revision(
             "verdict": draft.verdict,
             "summary": draft.summary,
             "revision_note": note,
-            "rules": rules,
+            **({"rules": rules} if rules != review.rules else {}),
             **verified,
             **({"run_id": draft.run_id} if draft.run_id else {}),
         }

@@ -14,7 +14,6 @@ from bot.agents.toolbox import Toolbox
 from bot.records.sessions import end_session, start_verify_session
 from bot.records.types import DraftFinding
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
-from bot.skills import load_skill
 from bot.texts import PEOPLE, render, say
 from bot.worktrees import GitError, Worktree
 
@@ -75,11 +74,10 @@ async def verify_draft(
             review_id=request.review_id,
             draft_session_id=draft.session_id,
         )
-        skill = await load_skill(reviewer.db, "verify")
-        run = reviewer.agent(
+        run = await reviewer.agent(
             session,
             Toolbox(tree, on_call=on_tool_call, left_out=draft.left_out),
-            skill,
+            "verify",
             kind="verify",
             final=submit_verification(len(draft.findings)),
         )

@@ -34,7 +34,6 @@ from bot.review.checkout import prepare_worktree, worktree_name
 from bot.review.pipeline import Reviewer, revise_review
 from bot.review.revise import apply_revision
 from bot.review.target import Target
-from bot.skills import load_skill
 from bot.texts import refs
 from bot.texts import render as render_text
 from bot.worktrees import GitError, Worktree
@@ -171,11 +170,10 @@ class Turn:
             if message is not None and self.mode == CRITIQUE:
                 parent = await sessions.get_session(ctx.db, self.session.parent_session_id or 0)
                 message = await cross_review_context(ctx, parent, self.review, self.pull, message)
-            skill = await load_skill(ctx.db, "critic" if self.child else "review")
-            run = Reviewer.of(ctx).agent(
+            run = await Reviewer.of(ctx).agent(
                 self.session,
                 Toolbox(tree, left_out=self.review.files_left_out()),
-                skill,
+                "critic" if self.child else "review",
                 kind="session",
                 subkind=self.mode,
                 answer=Answer.NONE if self.child else Answer.OFFERED,  # as its earlier turns
