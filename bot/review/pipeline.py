@@ -181,7 +181,8 @@ async def review_worktree(
     """Review the worktree; `on_session` hears the reviewer's session id as soon as it
     exists (an eval counts what a failed review spent from the runs of that session)."""
     diff = await pr_diff(tree)
-    touched = changed_paths(diff)
+    paths = (path for f in diff.files.values() for path in (f.path, f.old_path))
+    touched = sorted({path for path in paths if path is not None})
     commit = request.rules_commit or tree.base_sha
     base = await read_default_branch(tree, commit, touched)
     noise = noise_files(diff.files, base.attributes)
@@ -206,44 +207,35 @@ async def review_worktree(
         ignored=plan.ignored,
     )
     if not plan.reviewed:
-        nothing = say(PEOPLE, "nothing_to_review")
-        return Draft(
-            nothing,
-            Verdict.COMMENT,
-            [],
-            plan.skipped,
-            rules=rules,
-            changed=changed,
-            diff=diff,
-            left_out=plan.left_out,
+        draft = Draft(say(PEOPLE, "nothing_to_review"), Verdict.COMMENT, [], plan.skipped)
+    else:
+        provider = reviewer.models.provider(request.provider, request.model)
+        session = await create_session(
+            reviewer.db,
+            provider=provider.name,
+            model=provider.model,
+            pull_id=request.pull_id,
+            review_id=request.review_id,
         )
-    provider = reviewer.models.provider(request.provider, request.model)
-    session = await create_session(
-        reviewer.db,
-        provider=provider.name,
-        model=provider.model,
-        pull_id=request.pull_id,
-        review_id=request.review_id,
-    )
-    if on_session is not None:
-        await on_session(session.id)
-    prompt = render(
-        "prompts/review_request.md.j2",
-        request=request,
-        tree=tree,
-        reviewed=plan.reviewed,
-        # a re-review names only what the push changed: the rest was told the first time
-        skipped=[(p, why) for p, why in plan.skipped if not changed or p in changed],
-        instructions=instructions,
-        rules_commit=commit,
-        file_chars=FILE_CHARS,
-        total_chars=TOTAL_CHARS,
-        since=request.since,
-        ledger=request.ledger,
-    )
-    toolbox = Toolbox(tree, on_call=on_tool_call, left_out=plan.left_out, since=request.since)
-    draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
-    draft, rules = without_left_out(draft, rules, plan.left_out)
+        if on_session is not None:
+            await on_session(session.id)
+        prompt = render(
+            "prompts/review_request.md.j2",
+            request=request,
+            tree=tree,
+            reviewed=plan.reviewed,
+            # a re-review names only what the push changed: the rest was told the first time
+            skipped=[(p, why) for p, why in plan.skipped if not changed or p in changed],
+            instructions=instructions,
+            rules_commit=commit,
+            file_chars=FILE_CHARS,
+            total_chars=TOTAL_CHARS,
+            since=request.since,
+            ledger=request.ledger,
+        )
+        toolbox = Toolbox(tree, on_call=on_tool_call, left_out=plan.left_out, since=request.since)
+        draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
+        draft, rules = without_left_out(draft, rules, plan.left_out)
     return replace(draft, rules=rules, changed=changed, diff=diff, left_out=plan.left_out)
 
 
@@ -262,12 +254,6 @@ def without_left_out(
         ignored_dropped=rules.ignored_dropped + on_ignored,
     )
     return replace(draft, findings=kept), counted
-
-
-def changed_paths(diff: DiffModel) -> list[str]:
-    return sorted(
-        {path for f in diff.files.values() for path in (f.path, f.old_path) if path is not None}
-    )
 
 
 async def revise_review(
