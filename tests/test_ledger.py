@@ -705,13 +705,14 @@ def replace_path(finding: Finding, path: str) -> Finding:
 
 
 def test_a_pushs_paths_come_from_name_status_both_sides_of_a_rename():
-    from bot.review.pipeline import name_status_paths
+    from bot.review.pipeline import name_status
 
     out = "M\0calc.py\0R087\0old name.py\0new name.py\0C100\0a.py\0b.py\0D\0gone.py\0"
-    assert name_status_paths(out) == [
-        "calc.py", "old name.py", "new name.py", "a.py", "b.py", "gone.py"
+    assert name_status(out) == [
+        ("M", ["calc.py"]), ("R", ["old name.py", "new name.py"]), ("C", ["a.py", "b.py"]),
+        ("D", ["gone.py"]),
     ]  # fmt: skip
-    assert name_status_paths("") == []
+    assert name_status("") == []
 
 
 TWELVE = "".join(f"RATE_{n} = {n * 7}\n" for n in range(1, 13))

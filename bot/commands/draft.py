@@ -10,10 +10,9 @@ from bot.records import review_state
 from bot.records.reviews import get_review, latest_draft, load_findings
 from bot.records.types import Finding, Review
 from bot.records.vocab import FindingState, ReviewState, Verdict
-from bot.review.approve import PublishFailed, approve, publishing_key, select_findings
-from bot.review.checkrun import new_check
+from bot.review.approve import PublishFailed, approve, publishing_key
 from bot.review.lifecycle import queue_status_refresh
-from bot.review.pending import pending_review
+from bot.review.pending import redraft
 from bot.review.status import show_status
 from bot.texts import PEOPLE, say
 
@@ -53,8 +52,7 @@ async def cmd_drop(pr: PullRequest, cmd: Command) -> str | None:
         why = " ".join(cmd.words)[:500] or None  # `drop F2 it is a fixture`: the reason
         if not await review_state.drop_findings(db, review_id, cmd.findings, why, by=pr.actor):
             raise _not_a_draft(await get_review(db, review_id))
-        await pending_review(target, await get_review(db, review_id))
-        await new_check(target, review_id)  # its annotations show the draft without them
+        await redraft(target, review_id)  # without them
     await show_status(target, await get_review(db, review_id))
     return text(pr, "dropped", refs=", ".join(f"F{n}" for n in cmd.findings))
 
@@ -91,7 +89,8 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
     ]
     if gone:
         raise CommandFailed(say(PEOPLE, "findings_gone", gone=gone))
-    chosen = select_findings(findings, cmd.findings, review.rules)
+    # the listed findings, or what a plain approve publishes
+    chosen = sorted(cmd.findings) or [f.ordinal for f in review.rules.approvable(findings)]
     event = _event(cmd, review.verdict)
     try:
         published = await approve(pr.ctx, pr.target(), review.id, pr.actor, event, chosen)

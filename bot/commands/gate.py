@@ -12,12 +12,8 @@ from bot.repo_config import fetch_repo_config
 from bot.texts import PEOPLE, say
 
 
-async def permission(pr: PullRequest) -> str:
-    return await pr.ctx.github.permission(pr.gh, pr.owner, pr.name, pr.actor)
-
-
 async def may_run(pr: PullRequest, required: str = "write") -> bool:
-    return permits(await permission(pr), required)
+    return permits(await pr.ctx.github.permission(pr.gh, pr.owner, pr.name, pr.actor), required)
 
 
 async def may_decide(pr: PullRequest, command: str) -> None:
@@ -26,7 +22,7 @@ async def may_decide(pr: PullRequest, command: str) -> None:
     branch), not only the write access every command needs. CommandFailed, saying which
     permission, when the person lacks it."""
     config = await fetch_repo_config(pr.gh, pr.owner, pr.name)
-    if not permits(await permission(pr), config.approve_permission):
+    if not await may_run(pr, config.approve_permission):
         raise CommandFailed(
             say(PEOPLE, "needs_permission", command=command, permission=config.approve_permission)
         )

@@ -25,11 +25,6 @@ from bot.sessions.turns import ASK, CRITIQUE, REVISE, draft_message_id, queue_tu
 from bot.texts import PEOPLE, say
 
 
-def default_instructions() -> str:
-    path = resources.files("templates").joinpath("prompts", "cross_review_default.md")
-    return path.read_text().strip()
-
-
 async def _draft_and_reviewer(pr: PullRequest) -> tuple[Review, Session]:
     review = await current_draft(pr)
     newest = await latest_review(pr.ctx.db, review.pull_id)
@@ -82,7 +77,8 @@ async def cmd_codex_review(pr: PullRequest, cmd: Command) -> str | None:
         raise CommandFailed(str(exc)) from exc
     if active is not None:
         await _end(pr, active[1])
-    instructions = cmd.prose or default_instructions()
+    default = resources.files("templates").joinpath("prompts", "cross_review_default.md")
+    instructions = cmd.prose or default.read_text().strip()
     try:
         child = await sessions.start_cross_review(
             pr.ctx.db,

@@ -12,7 +12,7 @@ from bot.queue import REVIEWS
 from bot.records import review_state
 from bot.records.pulls import pull_by_id
 from bot.records.reviews import get_review, load_findings, mid_publish, update_review
-from bot.records.types import DraftRules, Finding, Job
+from bot.records.types import Job
 from bot.records.vocab import FindingState, ReviewState
 from bot.review.checkrun import finish_check
 from bot.review.pending import pending_review
@@ -30,15 +30,6 @@ POSTING_ATTEMPTS = 100_000  # with backoff capped at 5 minutes: most of a year
 
 class PublishFailed(Exception):
     """Publishing did not complete; the message says what happens next (shown on the PR)."""
-
-
-def select_findings(
-    findings: list[Finding], listed: tuple[int, ...], rules: DraftRules
-) -> list[int]:
-    """The listed findings, or what a plain approve publishes (`DraftRules.approvable`)."""
-    if listed:
-        return sorted(listed)
-    return [f.ordinal for f in rules.approvable(findings)]
 
 
 async def approve(
@@ -163,7 +154,7 @@ async def recover_posting(ctx: Context, review_id: int) -> str:
         if review is None or review.state != ReviewState.POSTING:
             return "nothing to do"
         pull = await pull_by_id(ctx.db, review.pull_id)
-        target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+        target = Target.of(ctx, pull)
         found = await _pending_review(target, review.pending_review_id)
         if found is not None and found.get("state") not in ("PENDING", None):
             await review_state.mark_posted(ctx.db, review_id)
@@ -184,7 +175,7 @@ async def recover_posting_job(ctx: Context, job: Job) -> None:
         pull = await pull_by_id(ctx.db, review.pull_id) if review else None
         if pull is None:
             raise
-        target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+        target = Target.of(ctx, pull)
         if github_transient(exc):  # retried by the queue, with backoff
             await waiting_for_github(ctx, target, review_id, exc)
             raise

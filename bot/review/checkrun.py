@@ -98,13 +98,6 @@ async def finish_check(
         await target.gh.patch(url, params, data=data)
 
 
-async def new_check(target: Target, review_id: int) -> None:
-    """A new check run for the draft as it stands: annotations cannot be withdrawn from one."""
-    review = await update_review(target.ctx.db, review_id, check_run_id=None)
-    if review is not None:
-        await finish_check(target, await start_check(target, review))
-
-
 def _annotation(finding: Finding, verifier: str | None) -> dict[str, Any]:
     text = render("annotation.txt.j2", f=finding, verifier=verifier)
     title, _, message = text.partition("\n")

@@ -89,40 +89,44 @@ async def run_review_job(ctx: Context, job: Job) -> None:
         await review_state.cancel(ctx.db, review.id, say(PEOPLE, "progress", step="pr_closed"))
         return
     with log_context(repo=pull.repo, pr=pull.number, review=review.id):
-        gh = ctx.github.installation_api(pull.installation_id)
+        target = Target.of(ctx, pull)
         config = job.payload.get("config")
         if config is not None:
             known = RepoConfig.from_payload(config)
         else:
             owner, name = pull.repo.split("/", 1)
-            known = await fetch_repo_config(gh, owner, name)
-        verify = bool(job.payload.get("verify")) or known.verify
-        final = job.attempts >= job.max_attempts
+            known = await fetch_repo_config(target.gh, owner, name)
         await ReviewJob(
-            ctx,
-            Target(ctx, gh, pull),
-            pull,
+            target,
             review.id,
-            verify,
-            final_attempt=final,
+            verify=bool(job.payload.get("verify")) or known.verify,
+            final_attempt=job.attempts >= job.max_attempts,
             owner=f"{job.id}:{job.attempts}",
         ).run(known)
 
 
 @dataclass
 class ReviewJob:
-    ctx: Context
     target: Target
-    pull: Pull
     review_id: int
     verify: bool = False
     final_attempt: bool = True  # else a GitHub hiccup is retried by the queue, not reported
     owner: str = ""  # the job attempt running it (see `review_state.take_run`)
 
+    @property
+    def ctx(self) -> Context:
+        return self.target.ctx
+
+    @property
+    def pull(self) -> Pull:
+        return self.target.pull
+
     async def run(self, config: RepoConfig) -> None:
         why_not = await self._why_not_now()
         if why_not is not None:
-            await self._held(why_not)
+            log.warning("review not started", extra={"fields": {"reason": why_not}})
+            if await review_state.hold(self.ctx.db, self.review_id, why_not):
+                await show_status(self.target, await get_review(self.ctx.db, self.review_id))
             return
         ctx = self.ctx
         if not await review_state.take_run(
@@ -136,7 +140,7 @@ class ReviewJob:
             ended = await self._review(review, config)
         except asyncio.CancelledError:
             if not self.ctx.jobs.interrupted():  # an interrupted job runs again: state stays
-                await self._stopped()
+                await self._ended()
             raise
         except Exception as exc:
             if self.ctx.jobs.interrupted():  # its clean-up met the outage that interrupts it
@@ -149,14 +153,14 @@ class ReviewJob:
                 raise
             if not isinstance(exc, AgentError | GitError | gidgethub.GitHubException | OSError):
                 log.exception("review crashed")
-                await self._failed(say(PEOPLE, "internal_error"))
+                await self._ended(say(PEOPLE, "internal_error"))
                 return
-            await self._failed(describe_failure(exc))
+            await self._ended(describe_failure(exc))
             return
         if ended is Ended.TAKEN_OVER:
             log.warning("review run taken over by a later attempt: this one changes nothing")
         elif ended is Ended.SUPERSEDED:
-            await self._stopped()
+            await self._ended()
 
     async def _review(self, review: Review, config: RepoConfig) -> Ended:
         ctx, review_id = self.ctx, self.review_id
@@ -288,11 +292,6 @@ class ReviewJob:
             return say(PEOPLE, "held.budget", spent=spent.describe(settings), prefix=prefix)
         return None
 
-    async def _held(self, why: str) -> None:
-        log.warning("review not started", extra={"fields": {"reason": why}})
-        if await review_state.hold(self.ctx.db, self.review_id, why):
-            await show_status(self.target, await get_review(self.ctx.db, self.review_id))
-
     async def _ours(self, to: str, **fields: Any) -> Review | None:
         """End the run as `to`; the review when this attempt did, or when a person or a newer
         review stopped the run this attempt still owns (its end is then this attempt's to
@@ -311,32 +310,24 @@ class ReviewJob:
             return review
         return None
 
-    async def _failed(self, reason: str) -> None:
-        log.warning("review failed", extra={"fields": {"reason": reason}})
-        review = await self._ours(
-            ReviewState.FAILED, error=reason, progress=say(PEOPLE, "progress", step="failed")
-        )
+    async def _ended(self, reason: str | None = None) -> None:
+        """The run ends failed (`reason`) or stopped, and this attempt shows it on the PR."""
+        what = "stop" if reason is None else "failure"
+        if reason is None:
+            stopped = say(PEOPLE, "progress", step="stopped")
+            review = await self._ours(ReviewState.CANCELLED, progress=stopped)
+        else:
+            log.warning("review failed", extra={"fields": {"reason": reason}})
+            failed = say(PEOPLE, "progress", step="failed")
+            review = await self._ours(ReviewState.FAILED, error=reason, progress=failed)
         if review is None:
-            log.warning("review run ended elsewhere: this failure is not shown")
+            log.warning("review run ended elsewhere: this %s is not shown", what)
             return
         await end_review_sessions(self.ctx.db, self.review_id)
         try:
             await show_end(self.target, review, reason)
         except gidgethub.GitHubException:
-            log.exception("could not report the failure on GitHub")
-
-    async def _stopped(self) -> None:
-        review = await self._ours(
-            ReviewState.CANCELLED, progress=say(PEOPLE, "progress", step="stopped")
-        )
-        if review is None:
-            log.warning("review run ended elsewhere: this stop is not shown")
-            return
-        await end_review_sessions(self.ctx.db, self.review_id)
-        try:
-            await show_end(self.target, review)
-        except gidgethub.GitHubException:
-            log.exception("could not report the stop on GitHub")
+            log.exception("could not report the %s on GitHub", what)
 
 
 async def show_end(target: Target, review: Review, error: str | None = None) -> None:
@@ -377,5 +368,5 @@ async def report_failure_job(ctx: Context, job: Job) -> None:
     pull = await pull_by_id(ctx.db, review.pull_id) if review else None
     if review is None or pull is None or review.state != ReviewState.FAILED:
         return
-    target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    target = Target.of(ctx, pull)
     await show_end(target, review, review.error or "")

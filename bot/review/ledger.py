@@ -17,6 +17,7 @@ from bot.records.ledger import LedgerWrites, NewEntry
 from bot.records.types import DraftFinding, Finding, LedgerEntry, LedgerNote, Review
 from bot.records.vocab import FindingState, LedgerStatus, ReviewState
 from bot.review.identity import pair, same, words
+from bot.review.pipeline import changes_since
 from bot.review.plan import placed
 
 if TYPE_CHECKING:
@@ -74,12 +75,6 @@ def key_of(finding: DraftFinding | Finding, index: CodeIndex | None) -> Key:
     """`index`: the finding's file on its side (None: unknown)."""
     code = index.key(finding.line, finding.end_line) if index else ""
     return Key(finding.path, code, title_key(finding.title))
-
-
-def _at(finding: Finding, start: int | None) -> tuple[int | None, int | None]:
-    if start is None:
-        return finding.line, finding.end_line
-    return start, (start + _span(finding)) if finding.end_line else None
 
 
 def _span(finding: Finding, length: int | None = None) -> int:
@@ -396,7 +391,9 @@ def carry(item: Item, start: int | None) -> DraftFinding:
     its verdict no longer holds)."""
     f = item.last
     same = start is not None  # its code is as it was: the verify pass's verdict still holds
-    line, end_line = _at(f, start)
+    line, end_line = f.line, f.end_line
+    if start is not None:
+        line, end_line = start, (start + _span(f)) if f.end_line else None
     return DraftFinding(
         path=f.path,
         severity=f.severity,
@@ -461,20 +458,12 @@ class Texts:
         """The files at the head that `path` (gone there) was renamed to since `since`, and
         those added since (a rename with other edits shows as one), read: its code may be
         there as it was. Added files are read ARRIVALS at most."""
-        out = await self.tree.git(
-            "diff", "--name-status", "-z", "-M", "--no-ext-diff", since, self.tree.head_sha
-        )
-        fields = out.decode("utf-8", errors="replace").split("\0")
-        renamed, added, n = [], [], 0
-        while n + 1 < len(fields) and fields[n]:  # a status, then its path (two: R and C)
-            status = fields[n][:1]
-            count = 2 if status in ("R", "C") else 1
-            names = fields[n + 1 : n + 1 + count]
-            if count == 2 and names[0] == path:
+        renamed, added = [], []
+        for status, names in await changes_since(self.tree, since):
+            if len(names) == 2 and names[0] == path:
                 renamed.append(names[-1])
             elif status == "A":
                 added.append(names[0])
-            n += 1 + count
         found = [*renamed, *added[:ARRIVALS]]
         for arrived in found:
             await self.of(arrived, "RIGHT")
@@ -494,15 +483,11 @@ class Texts:
         """The line where the item's code starts at the head; None when its code is not there
         as it was (edited, or gone)."""
         if item.ordinal not in self.starts:
-            self.starts[item.ordinal] = self._start(item)
+            f = item.last
+            index = self.index(f.path, f.side)
+            known = index is not None and item.key.code and f.line
+            self.starts[item.ordinal] = self._find(index, item) if known else None
         return self.starts[item.ordinal]
-
-    def _start(self, item: Item) -> int | None:
-        f = item.last
-        index = self.index(f.path, f.side)
-        if index is None or not (item.key.code and f.line):
-            return None
-        return self._find(index, item)
 
     def _find(self, index: CodeIndex, item: Item) -> int | None:
         f = item.last
@@ -602,9 +587,9 @@ def _reconciled(
 
 async def without_repeats(
     db: Database, tree: Worktree, review: Review, findings: list[DraftFinding]
-) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
-    """A revision's findings without repeats of ones people dropped from earlier drafts, each
-    kept one's key, and the repeats by dropped number."""
+) -> tuple[list[DraftFinding], Counter[int], Texts]:
+    """A revision's findings without repeats of ones people dropped from earlier drafts, the
+    repeats by dropped number, and the texts read (`Texts.key` of a kept one)."""
     dropped = [
         i
         for i in await load(db, review.pull_id)
@@ -612,40 +597,19 @@ async def without_repeats(
     ]
     texts = Texts(tree)
     await texts.load(findings, dropped)
-    return await asyncio.to_thread(_repeats_left_out, texts, dropped, findings)
+    kept, repeats = await asyncio.to_thread(_repeats_left_out, texts, dropped, findings)
+    return kept, repeats, texts
 
 
 def _repeats_left_out(
     texts: Texts, dropped: list[Item], findings: list[DraftFinding]
-) -> tuple[list[DraftFinding], dict[tuple[object, ...], Key], Counter[int]]:
+) -> tuple[list[DraftFinding], Counter[int]]:
     found = [texts.key(finding) for finding in findings]
     paired = _pairs(found, dropped, texts.moved(dropped), shared=range(len(dropped)))
-    kept, keys, repeats = [], {}, Counter[int]()
+    kept, repeats = [], Counter[int]()
     for n, finding in enumerate(findings):
         if n in paired:
             repeats[dropped[paired[n]].ordinal] += 1
-            continue
-        keys[_spot(finding)] = found[n]
-        kept.append(finding)
-    return kept, keys, repeats
-
-
-def _spot(finding: DraftFinding) -> tuple[object, ...]:
-    return (finding.path, finding.line, finding.end_line, finding.side, finding.title)
-
-
-def revision_writes(
-    review: Review,
-    assigned: list[tuple[int, DraftFinding]],
-    added: list[int],
-    keys: dict[tuple[object, ...], Key],
-    repeats: Counter[int],
-) -> LedgerWrites:
-    fresh = set(added)
-    return LedgerWrites(
-        review.pull_id,
-        review.id,
-        review.head_sha,
-        new=tuple(keys[_spot(f)].entry(ordinal) for ordinal, f in assigned if ordinal in fresh),
-        suppressed=tuple(sorted(repeats.items())),
-    )
+        else:
+            kept.append(finding)
+    return kept, repeats

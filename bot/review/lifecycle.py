@@ -48,15 +48,6 @@ class DailyCap:
         )
 
 
-async def outside_author(ctx: Context, gh: Any, data: dict[str, Any]) -> str | None:
-    repo, pr = data["repository"], data["pull_request"]
-    author = (pr.get("user") or {}).get("login")
-    if not author:
-        return None
-    level = await ctx.github.permission(gh, repo["owner"]["login"], repo["name"], author)
-    return None if permits(level, "write") else author
-
-
 async def new_head(ctx: Context, gh: Any, data: dict[str, Any], pull_id: int) -> None:
     """A PR shows a head: older drafts go stale, and the head is reviewed when the repository
     wants it and it was not reviewed, stopped or held lately."""
@@ -70,7 +61,11 @@ async def new_head(ctx: Context, gh: Any, data: dict[str, Any], pull_id: int) ->
         if went_stale:
             await queue_status_refresh(ctx, pull_id)
         return
-    author = await outside_author(ctx, gh, data)
+    login = (pr.get("user") or {}).get("login")
+    author = None  # the PR's author when they lack write access here
+    if login:
+        level = await ctx.github.permission(gh, repo["owner"]["login"], repo["name"], login)
+        author = None if permits(level, "write") else login
     prefix = ctx.settings.command_prefix
     if author is not None and config.outside_prs == "on-command":
         held = say(PEOPLE, "held.outside_on_command", author=author, prefix=prefix)

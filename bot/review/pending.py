@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import gidgethub
 
-from bot.records.reviews import load_findings, update_review
+from bot.records.reviews import get_review, load_findings, update_review
 from bot.records.types import Finding, Review
 from bot.records.vocab import FindingState
-from bot.review.status import where
+from bot.review.checkrun import finish_check, start_check
 from bot.texts import PEOPLE, fit, render, say
 
 if TYPE_CHECKING:
@@ -19,16 +19,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def delete_pending(target: Target) -> None:
-    """GitHub allows one pending review per user and PR: remove the bot's old one."""
-    async for existing in target.gh.getiter(
-        "/repos/{owner}/{repo}/pulls/{number}/reviews", target.owner_repo
-    ):
-        if existing.get("state") == "PENDING":
-            await target.gh.delete(
-                "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}",
-                {**target.owner_repo, "id": existing["id"]},
-            )
+async def redraft(target: Target, review_id: int) -> None:
+    """The draft as it now stands on GitHub: its pending review, and a new check run (the
+    old one's annotations cannot be withdrawn)."""
+    await pending_review(target, await get_review(target.ctx.db, review_id))
+    review = await update_review(target.ctx.db, review_id, check_run_id=None)
+    if review is not None:
+        await finish_check(target, await start_check(target, review))
 
 
 async def pending_review(target: Target, review: Review, *, only: set[int] | None = None) -> int:
@@ -40,7 +37,15 @@ async def pending_review(target: Target, review: Review, *, only: set[int] | Non
         findings = [f for f in stored if f.state == FindingState.KEPT and f.ordinal in only]
     else:
         findings = review.rules.approvable(stored)
-    await delete_pending(target)
+    # GitHub allows one pending review per user and PR: the bot's old one goes
+    async for existing in target.gh.getiter(
+        "/repos/{owner}/{repo}/pulls/{number}/reviews", target.owner_repo
+    ):
+        if existing.get("state") == "PENDING":
+            await target.gh.delete(
+                "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}",
+                {**target.owner_repo, "id": existing["id"]},
+            )
     url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
     try:
         created = await target.gh.post(
@@ -72,7 +77,7 @@ def _review_payload(
         listed = {
             "ordinal": f.ordinal,
             "severity": f.severity,
-            "where": where(f),
+            "where": f.path + (f":{f.line}" if f.line else ""),
             "title": f.title,
         }
         if f.ordinal in capped:

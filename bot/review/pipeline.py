@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from bot.agents.answers import SUBMIT_REVIEW, FinalAnswer, ReviewDraft, parse_submission
+from bot.agents.answers import SUBMIT_REVIEW, FinalAnswer, parse_submission
 from bot.agents.base import Budget
 from bot.agents.loop import AgentRun, Answer
 from bot.agents.providers import ModelClients
@@ -16,7 +16,7 @@ from bot.diff import DiffModel, parse_diff
 from bot.metrics import Metrics
 from bot.records.database import Database
 from bot.records.sessions import create_session
-from bot.records.types import DraftFinding, DraftRules, Pull, Review, Session, Skill, UsedSource
+from bot.records.types import DraftFinding, DraftRules, Pull, Review, Session, UsedSource
 from bot.records.vocab import Verdict
 from bot.repo_config import RepoConfig
 from bot.review.default_branch import read_default_branch
@@ -101,29 +101,30 @@ class Reviewer:
     def of(cls, ctx: Context) -> Reviewer:
         return cls(ctx.db, ctx.models, Budget.from_settings(ctx.settings), ctx.metrics)
 
-    def agent(
+    async def agent(
         self,
         session: Session,
         toolbox: Toolbox,
-        skill: Skill,
+        skill: str = "review",
         *,
         kind: str,
         subkind: str | None = None,
         final: FinalAnswer = SUBMIT_REVIEW,
         answer: Answer = Answer.REQUIRED,
     ) -> AgentRun:
-        """A turn of `session` (on its provider and model) with `skill` as its system prompt,
-        charged to the session's review, under this reviewer's budgets."""
+        """A turn of `session` (on its provider and model) with the `skill` prompt as its
+        system prompt, charged to the session's review, under this reviewer's budgets."""
+        prompt = await load_skill(self.db, skill)
         return AgentRun(
             db=self.db,
             provider=self.models.provider(session.provider, session.model),
             session=session,
             toolbox=toolbox,
-            system=skill.text,
+            system=prompt.text,
             kind=kind,
             subkind=subkind,
             budget=self.budget,
-            skill_version_id=skill.id,
+            skill_version_id=prompt.id,
             review_id=session.review_id,
             answer=answer,
             final=final,
@@ -131,24 +132,24 @@ class Reviewer:
         )
 
 
-async def pushed_paths(tree: Worktree, since: str) -> frozenset[str]:
-    """Every path the pushes since `since` touched (both paths of a rename), without reading
-    their patches (after a merge of the base branch that may be most of the repository)."""
+async def changes_since(tree: Worktree, since: str) -> list[tuple[str, list[str]]]:
+    """What changed from `since` to the head, without reading the patches (after a merge of
+    the base branch that may be most of the repository)."""
     out = await tree.git(
         "diff", "--name-status", "-z", "-M", since, tree.head_sha, timeout=300, limit=MAX_DIFF_BYTES
     )
-    return frozenset(name_status_paths(out.decode("utf-8", errors="replace")))
+    return name_status(out.decode("utf-8", errors="replace"))
 
 
-def name_status_paths(out: str) -> list[str]:
-    """The paths of `git diff --name-status -z`: a status, then one path (two for a rename
-    or copy, `R100` / `C075`)."""
-    fields, paths, n = out.split("\0"), [], 0
+def name_status(out: str) -> list[tuple[str, list[str]]]:
+    """`git diff --name-status -z`: each change's status letter and its path (two for a
+    rename or copy, `R100` / `C075`)."""
+    fields, changes, n = out.split("\0"), [], 0
     while n < len(fields) and fields[n]:
         count = 2 if fields[n][:1] in ("R", "C") else 1
-        paths.extend(fields[n + 1 : n + 1 + count])
+        changes.append((fields[n][:1], fields[n + 1 : n + 1 + count]))
         n += 1 + count
-    return paths
+    return changes
 
 
 async def pr_diff(tree: Worktree) -> DiffModel:
@@ -168,10 +169,6 @@ async def pr_diff(tree: Worktree) -> DiffModel:
     return await asyncio.to_thread(lambda: parse_diff(out.decode("utf-8", errors="replace")))
 
 
-def placed_findings(draft: ReviewDraft, diff: DiffModel) -> list[DraftFinding]:
-    return [placed(f, diff) for f in draft.findings]
-
-
 async def review_worktree(
     reviewer: Reviewer,
     tree: Worktree,
@@ -184,14 +181,16 @@ async def review_worktree(
     """Review the worktree; `on_session` hears the reviewer's session id as soon as it
     exists (an eval counts what a failed review spent from the runs of that session)."""
     diff = await pr_diff(tree)
-    touched = changed_paths(diff)
+    paths = (path for f in diff.files.values() for path in (f.path, f.old_path))
+    touched = sorted({path for path in paths if path is not None})
     commit = request.rules_commit or tree.base_sha
     base = await read_default_branch(tree, commit, touched)
     noise = noise_files(diff.files, base.attributes)
     plan = plan_files(diff, request.config, noise)
     changed: frozenset[str] = frozenset()
     if request.since is not None:  # a push: only the files it changed are reviewed again
-        changed = await pushed_paths(tree, request.since)
+        changes = await changes_since(tree, request.since)
+        changed = frozenset(path for _status, paths in changes for path in paths)
         plan = replace(plan, reviewed=tuple(p for p in plan.reviewed if p in changed))
     if on_plan is not None:
         await on_plan(plan.skipped)
@@ -208,66 +207,53 @@ async def review_worktree(
         ignored=plan.ignored,
     )
     if not plan.reviewed:
-        nothing = say(PEOPLE, "nothing_to_review")
-        return Draft(
-            nothing,
-            Verdict.COMMENT,
-            [],
-            plan.skipped,
-            rules=rules,
-            changed=changed,
-            diff=diff,
-            left_out=plan.left_out,
+        draft = Draft(say(PEOPLE, "nothing_to_review"), Verdict.COMMENT, [], plan.skipped)
+    else:
+        provider = reviewer.models.provider(request.provider, request.model)
+        session = await create_session(
+            reviewer.db,
+            provider=provider.name,
+            model=provider.model,
+            pull_id=request.pull_id,
+            review_id=request.review_id,
         )
-    provider = reviewer.models.provider(request.provider, request.model)
-    session = await create_session(
-        reviewer.db,
-        provider=provider.name,
-        model=provider.model,
-        pull_id=request.pull_id,
-        review_id=request.review_id,
-    )
-    if on_session is not None:
-        await on_session(session.id)
-    prompt = render(
-        "prompts/review_request.md.j2",
-        request=request,
-        tree=tree,
-        reviewed=plan.reviewed,
-        # a re-review names only what the push changed: the rest was told the first time
-        skipped=[(p, why) for p, why in plan.skipped if not changed or p in changed],
-        instructions=instructions,
-        rules_commit=commit,
-        file_chars=FILE_CHARS,
-        total_chars=TOTAL_CHARS,
-        since=request.since,
-        ledger=request.ledger,
-    )
-    toolbox = Toolbox(tree, on_call=on_tool_call, left_out=plan.left_out, since=request.since)
-    draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
-    # nothing on a file left out: not drafted, annotated or stored (ignored files are counted
-    # apart from the noise, and a file that is both counts as ignored, as the plan lists it)
-    kept = [f for f in draft.findings if f.path not in plan.left_out]
-    ignored = set(plan.ignored)
+        if on_session is not None:
+            await on_session(session.id)
+        prompt = render(
+            "prompts/review_request.md.j2",
+            request=request,
+            tree=tree,
+            reviewed=plan.reviewed,
+            # a re-review names only what the push changed: the rest was told the first time
+            skipped=[(p, why) for p, why in plan.skipped if not changed or p in changed],
+            instructions=instructions,
+            rules_commit=commit,
+            file_chars=FILE_CHARS,
+            total_chars=TOTAL_CHARS,
+            since=request.since,
+            ledger=request.ledger,
+        )
+        toolbox = Toolbox(tree, on_call=on_tool_call, left_out=plan.left_out, since=request.since)
+        draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
+        draft, rules = without_left_out(draft, rules, plan.left_out)
+    return replace(draft, rules=rules, changed=changed, diff=diff, left_out=plan.left_out)
+
+
+def without_left_out(
+    draft: Draft, rules: DraftRules, left_out: Collection[str]
+) -> tuple[Draft, DraftRules]:
+    """Nothing on a file left out is drafted, annotated or stored: its findings are dropped
+    and counted (ignored files apart from the noise; a file that is both counts as ignored,
+    as the plan lists it)."""
+    ignored = set(rules.ignored)
+    kept = [f for f in draft.findings if f.path not in left_out]
     on_ignored = sum(1 for f in draft.findings if f.path in ignored)
-    return replace(
-        draft,
-        findings=kept,
-        rules=replace(
-            rules,
-            noise_dropped=len(draft.findings) - len(kept) - on_ignored,
-            ignored_dropped=on_ignored,
-        ),
-        changed=changed,
-        diff=diff,
-        left_out=plan.left_out,
+    counted = replace(
+        rules,
+        noise_dropped=rules.noise_dropped + len(draft.findings) - len(kept) - on_ignored,
+        ignored_dropped=rules.ignored_dropped + on_ignored,
     )
-
-
-def changed_paths(diff: DiffModel) -> list[str]:
-    return sorted(
-        {path for f in diff.files.values() for path in (f.path, f.old_path) if path is not None}
-    )
+    return replace(draft, findings=kept), counted
 
 
 async def revise_review(
@@ -276,37 +262,18 @@ async def revise_review(
     session: Session,
     message: str | None,
     *,
-    comment_id: int | None = None,
-    source: str | None = None,
+    stored: dict[str, Any] | None = None,
+    origin: tuple[int | None, str | None] = (None, None),
     left_out: Mapping[str, str] | None = None,
 ) -> Draft:
     """The reviewer's session continues with `message` (None resumes an interrupted turn) and
-    submits its review again."""
+    submits its review again; a submission `stored` before a restart is taken as it is."""
     diff = await pr_diff(tree)
+    toolbox = Toolbox(tree, left_out=left_out)
     draft = await _submitted(
-        reviewer,
-        Toolbox(tree, left_out=left_out),
-        session,
-        diff,
-        message,
-        origin=(comment_id, source),
-        subkind="revision",
+        reviewer, toolbox, session, diff, message, stored=stored, origin=origin, subkind="revision"
     )
     return replace(draft, left_out=dict(left_out or {}))
-
-
-async def stored_draft(
-    tree: Worktree,
-    session: Session,
-    submission: dict[str, Any],
-    left_out: Mapping[str, str] | None = None,
-) -> Draft:
-    draft = parse_submission(submission)
-    diff = await pr_diff(tree)
-    found = placed_findings(draft, diff)
-    return Draft(
-        draft.summary, draft.verdict, found, (), None, None, session.id, left_out=left_out or {}
-    )
 
 
 async def _submitted(
@@ -316,21 +283,27 @@ async def _submitted(
     diff: DiffModel,
     message: str | None,
     *,
+    stored: dict[str, Any] | None = None,
     skipped: tuple[tuple[str, str], ...] = (),
     origin: tuple[int | None, str | None] = (None, None),
     subkind: str | None = None,
 ) -> Draft:
-    skill = await load_skill(reviewer.db)
-    run = reviewer.agent(session, toolbox, skill, kind="review", subkind=subkind)
-    result = await run.turn(message, comment_id=origin[0], source=origin[1])
-    assert result.draft is not None
+    """The reviewer's submission placed on the diff: the turn's, or one `stored` already."""
+    run_id = skill_id = None
+    if stored is not None:
+        submitted = parse_submission(stored)
+    else:
+        run = await reviewer.agent(session, toolbox, kind="review", subkind=subkind)
+        result = await run.turn(message, comment_id=origin[0], source=origin[1])
+        assert result.draft is not None
+        submitted, run_id, skill_id = result.draft, result.run_id, run.skill_version_id
     return Draft(
-        result.draft.summary,
-        result.draft.verdict,
-        placed_findings(result.draft, diff),
+        submitted.summary,
+        submitted.verdict,
+        [placed(f, diff) for f in submitted.findings],
         skipped,
-        result.run_id,
-        skill.id,
+        run_id,
+        skill_id,
         session.id,
-        resolved=result.draft.resolved,
+        resolved=submitted.resolved,
     )

@@ -7,17 +7,16 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from bot.records import review_state
-from bot.records.ledger import next_ordinal
+from bot.records.ledger import LedgerWrites, next_ordinal
 from bot.records.reviews import get_review, load_findings
-from bot.records.types import DraftFinding, DraftRules, Finding, Review, RevisionNote
+from bot.records.types import DraftFinding, Finding, Review, RevisionNote
 from bot.records.vocab import FindingState
 from bot.repo_config import RepoConfig
 from bot.review import ledger
 from bot.review.approve import publishing_key
-from bot.review.checkrun import new_check
 from bot.review.identity import NEAR_LINES, pair, same, words
-from bot.review.pending import pending_review
-from bot.review.pipeline import Draft, Reviewer, ReviewRequest
+from bot.review.pending import redraft
+from bot.review.pipeline import Draft, Reviewer, ReviewRequest, without_left_out
 from bot.review.status import show_status
 from bot.review.target import Target
 from bot.review.verify import verify_unverified
@@ -135,12 +134,13 @@ async def apply_revision(
     held (no drop races it)."""
     review = await get_review(ctx.db, review_id)
     assert review is not None
-    draft, noise_texts = _without_noise(draft, review.rules)
+    left_out = {*review.rules.noise, *review.rules.ignored}
+    draft, rules = without_left_out(draft, review.rules, left_out)
     findings, verified = draft.findings, {}
     if review.verify_provider:
         findings, verified = await _verified(ctx, target, review, draft, tree)
     async with ctx.db.hold(publishing_key(review_id)):
-        findings, keys, repeats = await ledger.without_repeats(ctx.db, tree, review, findings)
+        findings, repeats, texts = await ledger.without_repeats(ctx.db, tree, review, findings)
         change = renumber(
             await load_findings(ctx.db, review_id),
             findings,
@@ -149,43 +149,32 @@ async def apply_revision(
         note = RevisionNote(
             by, after, *map(tuple, (change.kept, change.added, change.withdrawn, change.dropped))
         )
-        texts = {
+        fields = {
             "verdict": draft.verdict,
             "summary": draft.summary,
             "revision_note": note,
-            **noise_texts,
+            **({"rules": rules} if rules != review.rules else {}),
             **verified,
             **({"run_id": draft.run_id} if draft.run_id else {}),
         }
-        writes = ledger.revision_writes(review, change.assigned, change.added, keys, repeats)
+        added = set(change.added)
+        writes = LedgerWrites(
+            review.pull_id,
+            review.id,
+            review.head_sha,
+            new=tuple(texts.key(f).entry(n) for n, f in change.assigned if n in added),
+            suppressed=tuple(sorted(repeats.items())),
+        )
         if not await review_state.begin_revision(
-            ctx.db, review_id, change.assigned, change.withdrawn, by=by, texts=texts, writes=writes
+            ctx.db, review_id, change.assigned, change.withdrawn, by=by, texts=fields, writes=writes
         ):
             return None
         try:
-            await pending_review(target, await get_review(ctx.db, review_id))
-            await new_check(target, review_id)
+            await redraft(target, review_id)
         finally:
             await review_state.end_revision(ctx.db, review_id)
     await show_status(target, await get_review(ctx.db, review_id))
     return change
-
-
-def _without_noise(draft: Draft, rules: DraftRules) -> tuple[Draft, dict[str, object]]:
-    """A revision never puts findings on the files its review left out: they are dropped and
-    counted."""
-    noise, ignored = set(rules.noise), set(rules.ignored)
-    on_noise = sum(1 for f in draft.findings if f.path in noise)
-    on_ignored = sum(1 for f in draft.findings if f.path in ignored)
-    if not on_noise and not on_ignored:
-        return draft, {}
-    kept = [f for f in draft.findings if f.path not in noise and f.path not in ignored]
-    counted = replace(
-        rules,
-        noise_dropped=rules.noise_dropped + on_noise,
-        ignored_dropped=rules.ignored_dropped + on_ignored,
-    )
-    return replace(draft, findings=kept), {"rules": counted}
 
 
 async def _verified(

@@ -29,10 +29,6 @@ if TYPE_CHECKING:
     from bot.context import Context
 
 
-def where(finding: Finding) -> str:
-    return finding.path + (f":{finding.line}" if finding.line else "")
-
-
 async def show_status(target: Target, review: Review) -> int:
     body = fit(redact(await render_status(target, review)))
     comment_id = review.status_comment_id or await _find_status_comment(target)
@@ -119,7 +115,7 @@ async def refresh_status_job(ctx: Context, job: Job) -> None:
     review = await latest_review(ctx.db, job.payload["pull_id"]) if pull else None
     if pull is None or review is None:
         return
-    target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    target = Target.of(ctx, pull)
     await show_status(target, review)
     if review.stale and review.state == ReviewState.DRAFT:
         await finish_check(target, review, with_annotations=False)

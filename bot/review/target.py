@@ -19,6 +19,10 @@ class Target:
     gh: Any
     pull: Pull
 
+    @classmethod
+    def of(cls, ctx: Context, pull: Pull) -> Target:
+        return cls(ctx, ctx.github.installation_api(pull.installation_id), pull)
+
     @property
     def repo_url(self) -> str | None:
         """The repository's page on GitHub: the one place model text may link to."""

@@ -15,7 +15,6 @@ from bot.records.sessions import create_session, end_session
 from bot.records.types import DraftFinding
 from bot.records.vocab import SessionRole
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
-from bot.skills import load_skill
 from bot.texts import PEOPLE, render, say
 from bot.worktrees import GitError, Worktree
 
@@ -67,7 +66,36 @@ async def verify_draft(
     if not draft.findings:
         return Verification(provider)
     try:
-        return await _verify(reviewer, tree, request, draft, provider, model, on_tool_call)
+        chosen = reviewer.models.provider(provider, model)
+        session = await create_session(
+            reviewer.db,
+            provider=chosen.name,
+            model=chosen.model,
+            pull_id=request.pull_id,
+            review_id=request.review_id,
+            role=SessionRole.VERIFY,
+            parent_session_id=draft.session_id,
+        )
+        run = await reviewer.agent(
+            session,
+            Toolbox(tree, on_call=on_tool_call, left_out=draft.left_out),
+            "verify",
+            kind="verify",
+            final=submit_verification(len(draft.findings)),
+        )
+        prompt = render(
+            "prompts/verify_request.md.j2",
+            number=request.number,
+            repo=request.repo,
+            head_sha=tree.head_sha,
+            merge_base=tree.merge_base,
+            findings=list(enumerate(draft.findings, start=1)),
+        )
+        try:
+            result = await run.turn(prompt)
+        finally:
+            await end_session(reviewer.db, session.id)
+        return Verification(chosen.name, result.answer, result.run_id)
     except asyncio.CancelledError:
         raise
     except (AgentError, GitError) as exc:
@@ -110,45 +138,3 @@ async def verify_unverified(
     for n, finding in zip(todo, apply_verification(subset, verification), strict=True):
         findings[n] = finding
     return findings, verification.error
-
-
-async def _verify(
-    reviewer: Reviewer,
-    tree: Worktree,
-    request: ReviewRequest,
-    draft: Draft,
-    provider_name: str,
-    model: str | None,
-    on_tool_call: Callable[[str], Awaitable[None]] | None,
-) -> Verification:
-    provider = reviewer.models.provider(provider_name, model)
-    session = await create_session(
-        reviewer.db,
-        provider=provider.name,
-        model=provider.model,
-        pull_id=request.pull_id,
-        review_id=request.review_id,
-        role=SessionRole.VERIFY,
-        parent_session_id=draft.session_id,
-    )
-    skill = await load_skill(reviewer.db, "verify")
-    run = reviewer.agent(
-        session,
-        Toolbox(tree, on_call=on_tool_call, left_out=draft.left_out),
-        skill,
-        kind="verify",
-        final=submit_verification(len(draft.findings)),
-    )
-    prompt = render(
-        "prompts/verify_request.md.j2",
-        number=request.number,
-        repo=request.repo,
-        head_sha=tree.head_sha,
-        merge_base=tree.merge_base,
-        findings=list(enumerate(draft.findings, start=1)),
-    )
-    try:
-        result = await run.turn(prompt)
-    finally:
-        await end_session(reviewer.db, session.id)
-    return Verification(provider.name, result.answer, result.run_id)

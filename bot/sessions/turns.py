@@ -30,10 +30,9 @@ from bot.records.reviews import get_review, load_findings
 from bot.records.types import Job, Message, Pull, Review, Session
 from bot.records.vocab import FindingState, SessionRole, SessionStatus
 from bot.review.checkout import prepare_worktree, worktree_name
-from bot.review.pipeline import Reviewer, revise_review, stored_draft
+from bot.review.pipeline import Reviewer, revise_review
 from bot.review.revise import apply_revision
 from bot.review.target import Target
-from bot.skills import load_skill
 from bot.texts import refs
 from bot.texts import render as render_text
 from bot.worktrees import GitError, Worktree
@@ -97,7 +96,7 @@ async def session_turn_job(ctx: Context, job: Job) -> None:
     if pull is None or review is None or pull.state != "open":
         await sessions.end_session(ctx.db, session.id)
         return
-    target = Target(ctx, ctx.github.installation_api(pull.installation_id), pull)
+    target = Target.of(ctx, pull)
     turn = Turn(ctx, target, session, pull, review, payload)
     with log_context(repo=pull.repo, pr=pull.number, session=session.id):
         await turn.run()
@@ -170,11 +169,10 @@ class Turn:
             if message is not None and self.mode == CRITIQUE:
                 parent = await sessions.get_session(ctx.db, self.session.parent_session_id or 0)
                 message = await cross_review_context(ctx, parent, self.review, self.pull, message)
-            skill = await load_skill(ctx.db, "critic" if self.child else "review")
-            run = Reviewer.of(ctx).agent(
+            run = await Reviewer.of(ctx).agent(
                 self.session,
                 Toolbox(tree, left_out=self.review.files_left_out()),
-                skill,
+                "critic" if self.child else "review",
                 kind="session",
                 subkind=self.mode,
                 answer=Answer.NONE if self.child else Answer.OFFERED,  # as its earlier turns
@@ -221,21 +219,16 @@ class Turn:
             ),
             None,
         )
-        left_out = self.review.files_left_out()
-        if submitted is not None:  # revised before a restart; not yet applied
-            draft = await stored_draft(tree, self.session, submitted, left_out)
-        else:
-            reviewer = Reviewer.of(ctx)
-            message = None if done is not None else self.text + await self._decisions()
-            draft = await revise_review(
-                reviewer,
-                tree,
-                self.session,
-                message,
-                comment_id=self.comment_id,
-                source=self.source,
-                left_out=left_out,
-            )
+        message = None if done is not None else self.text + await self._decisions()
+        draft = await revise_review(
+            Reviewer.of(ctx),
+            tree,
+            self.session,
+            message,
+            stored=submitted,  # revised before a restart; not yet applied
+            origin=(self.comment_id, self.source),
+            left_out=self.review.files_left_out(),
+        )
         change = await apply_revision(
             ctx,
             self.target,
@@ -278,27 +271,22 @@ class Turn:
         ended = self.child and await messages.count_messages(self.ctx.db, self.session.id) == 0
         if ended:
             await sessions.end_session(self.ctx.db, self.session.id)
-        try:
-            await self._reply(
-                "turn_not_run",
-                provider=self.session.provider,
-                reason=reason,
-                revising=self.mode == REVISE,
-                ended=ended,
-            )
-        except gidgethub.GitHubException:
-            log.warning("could not post why a session turn did not run", exc_info=True)
+        await self._told("turn_not_run", reason=reason, revising=self.mode == REVISE, ended=ended)
 
     async def _failed(self, reason: str) -> None:
         log.warning("session turn failed", extra={"fields": {"reason": reason}})
-        kind, context = "turn_failed", {"revising": self.mode == REVISE}
         if self.child:
             await sessions.end_session(self.ctx.db, self.session.id, failed=reason)
-            kind, context = "session_failed", {}
+            await self._told("session_failed", reason=reason)
+        else:
+            await self._told("turn_failed", reason=reason, revising=self.mode == REVISE)
+
+    async def _told(self, kind: str, **context: Any) -> None:
+        """Why the turn did not answer; a reply GitHub refuses is logged, never retried."""
         try:
-            await self._reply(kind, provider=self.session.provider, reason=reason, **context)
+            await self._reply(kind, provider=self.session.provider, **context)
         except gidgethub.GitHubException:
-            log.warning("could not post why a session turn failed", exc_info=True)
+            log.warning("could not post why a session turn did not answer", exc_info=True)
 
     async def _reply(self, kind: str, **context: Any) -> int:
         body = render_text(
