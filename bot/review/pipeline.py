@@ -111,6 +111,7 @@ class Reviewer:
         subkind: str | None = None,
         final: FinalAnswer = SUBMIT_REVIEW,
         answer: Answer = Answer.REQUIRED,
+        answer_when_spent: bool = False,
     ) -> AgentRun:
         """A turn of `session` (on its provider and model) with `skill` as its system prompt,
         charged to the session's review, under this reviewer's budgets."""
@@ -128,6 +129,7 @@ class Reviewer:
             answer=answer,
             final=final,
             metrics=self.metrics,
+            answer_when_spent=answer_when_spent,
         )
 
 
@@ -243,8 +245,17 @@ async def review_worktree(
         since=request.since,
         ledger=request.ledger,
     )
-    toolbox = Toolbox(tree, on_call=on_tool_call, left_out=plan.left_out, since=request.since)
-    draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
+    toolbox = Toolbox(
+        tree,
+        on_call=on_tool_call,
+        left_out=plan.left_out,
+        since=request.since,
+        reviewed=plan.reviewed,
+    )
+    # a budget spent ends in a draft of what was submitted, saying what was covered
+    draft = await _submitted(
+        reviewer, toolbox, session, diff, prompt, skipped=plan.skipped, answer_when_spent=True
+    )
     # nothing on a file left out: not drafted, annotated or stored (ignored files are counted
     # apart from the noise, and a file that is both counts as ignored, as the plan lists it)
     kept = [f for f in draft.findings if f.path not in plan.left_out]
@@ -319,9 +330,12 @@ async def _submitted(
     skipped: tuple[tuple[str, str], ...] = (),
     origin: tuple[int | None, str | None] = (None, None),
     subkind: str | None = None,
+    answer_when_spent: bool = False,
 ) -> Draft:
     skill = await load_skill(reviewer.db)
-    run = reviewer.agent(session, toolbox, skill, kind="review", subkind=subkind)
+    run = reviewer.agent(
+        session, toolbox, skill, kind="review", subkind=subkind, answer_when_spent=answer_when_spent
+    )
     result = await run.turn(message, comment_id=origin[0], source=origin[1])
     assert result.draft is not None
     return Draft(
