@@ -4,8 +4,9 @@ network tool; nothing from the PR is executed or checked out)."""
 from __future__ import annotations
 
 import json
+import re
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
@@ -26,6 +27,8 @@ MAX_PATTERN_CHARS = 300
 SEARCH_TIMEOUT = 5.0
 MAX_GIT_BYTES = MAX_OUTPUT_CHARS * 2  # git stops after this much (the answer is cut further)
 RAW_DIFF_BYTES = 64 << 20  # `git diff --raw` of a PR (about 130 bytes a file)
+_DIFF_PATH = re.compile(r"^(?:\+\+\+ b/|--- a/)(.+)$", re.M)
+_DIFF_HEADER = re.compile(r"^diff --git a/(.+)$", re.M)
 
 
 class ToolError(Exception):
@@ -124,7 +127,8 @@ def _tree_entries(out: bytes) -> Iterator[TreeEntry]:
 class Toolbox:
     """The read-only tools for one review. `left_out`: changed files the review leaves out
     (path → why): `git_diff` does not show them, `read_file` says so; `since`: a re-review's
-    last reviewed commit, where `git_diff` starts."""
+    last reviewed commit, where `git_diff` starts; `reviewed`: the files under review, of which
+    `coverage` counts those the model has seen."""
 
     definitions = TOOL_DEFINITIONS
 
@@ -135,8 +139,11 @@ class Toolbox:
         on_call: Callable[[str], Awaitable[None]] | None = None,
         left_out: Mapping[str, str] | None = None,
         since: str | None = None,
+        reviewed: Iterable[str] = (),
     ) -> None:
         self.tree = tree
+        self.reviewed = frozenset(reviewed)
+        self.seen: set[str] = set()  # paths shown by `git_diff` or `read_file`
         self.on_call = on_call
         self.left_out = dict(left_out or {})
         self.calls = 0
@@ -155,9 +162,16 @@ class Toolbox:
         if found:
             return say(MODEL, "tool", why="error", error=told(found))
         try:
-            return cap(await getattr(self, f"_tool_{name}")(decode(arguments, shape)))
+            answer = cap(await getattr(self, f"_tool_{name}")(decode(arguments, shape)))
         except (ToolError, GitError) as exc:
             return say(MODEL, "tool", why="error", error=exc)
+        if name == "git_diff":  # what the answer shows, cut to its cap
+            self.seen.update(diff_paths(answer))
+        return answer
+
+    def coverage(self) -> tuple[int, int]:
+        """(files under review the model has seen, files under review)."""
+        return len(self.seen & self.reviewed), len(self.reviewed)
 
     async def _entry(self, path: str) -> TreeEntry | None:
         out = await self.tree.git("ls-tree", "-z", "--full-tree", self.tree.head_sha, "--", path)
@@ -187,6 +201,7 @@ class Toolbox:
             return say(MODEL, "tool", why="symlink", path=path, target=shown)
         size = int((await self.tree.git("cat-file", "-s", entry.oid)).decode().strip())
         data = await self.tree.git("cat-file", "blob", entry.oid, limit=MAX_READ_BYTES)
+        self.seen.add(path)
         if b"\x00" in data[:8192]:
             return say(MODEL, "tool", why="binary", path=path, size=size)
         clipped = size > MAX_READ_BYTES
@@ -312,6 +327,17 @@ class Toolbox:
             limit=MAX_GIT_BYTES,
         )
         return _text(out) or say(MODEL, "tool", why="no_commits")
+
+
+def diff_paths(diff: str) -> set[str]:
+    """The paths a unified diff shows: both sides of a change, and a header's path when it has
+    no `---`/`+++` lines (a binary file, a mode change) and names one path twice."""
+    paths = set(_DIFF_PATH.findall(diff))
+    for header in _DIFF_HEADER.findall(diff):
+        half = (len(header) - 3) // 2
+        if header[half : half + 3] == " b/" and header[:half] == header[half + 3 :]:
+            paths.add(header[:half])
+    return paths
 
 
 def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:
