@@ -124,7 +124,7 @@ class Runner:
             fp_scores = await self.judge.scores(result.findings, case.known_false_positives)
             known = [any(s > 0 for s in row) for row in fp_scores]
         labels = len(case.labels)
-        result.counts = {ALL: score_case(scores, labels, known_fp=known)[0]}  # anew
+        result.counts = {ALL: score_case(scores, labels, known_fp=known)[0]}  # stored counts go
         kept = [f.verify_status != VerifyStatus.REFUTED for f in result.findings]
         result.counts[VERIFIED], result.pairs = score_case(
             scores, labels, kept=kept, known_fp=known
