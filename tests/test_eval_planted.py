@@ -394,6 +394,10 @@ async def test_the_eval_command_never_writes_to_github_or_the_repository(
         for case in entry["cases"]:
             assert {"id", "tp", "fp", "fn", "findings", "labels"} <= set(case)
     assert [e["verify"] for e in data["runs"]] == [False, True]
+    assert [list(e["variants"]) for e in data["runs"]] == [
+        ["everything", "published"],
+        ["everything", "published", "confirmed-only"],
+    ]
 
 
 async def test_a_source_that_changes_during_the_run_fails_it(planted, settings, anthropic_standin):
