@@ -21,8 +21,8 @@ import pytest
 
 from bot.cli import build_parser
 from bot.config import Settings
-from bot.evals.commands import eval_run, resume_hint
-from bot.evals.progress import ConsoleProgress, eta_text
+from bot.evals.commands import eval_run
+from bot.evals.progress import ConsoleProgress, eta_text, resume_hint
 from bot.evals.report import chart_spec, draw_chart, results_json, write_report
 from bot.evals.results import EvalOptions, ProgressSink
 from bot.evals.runner import run_eval

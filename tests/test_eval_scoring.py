@@ -168,8 +168,8 @@ def test_lexical_judge_takes_any_text(title, body, problem, path):
 @given(title=texts, problem=texts.filter(str.strip), note=texts, error=st.none() | texts)
 def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, problem, note, error):
     """Golden files and model output are untrusted: every table row stays one row of cells."""
-    from bot.evals.commands import resume_hint
     from bot.evals.golden import Case, Golden
+    from bot.evals.progress import resume_hint
     from bot.evals.report import write_report
     from bot.evals.results import CaseResult, EvalOptions, EvalResult, ModelRun
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shlex
 import sys
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -23,27 +20,6 @@ if TYPE_CHECKING:
 # second or more to import), `import-martian` and `golden-from-reviews` do not.
 
 EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE = 0, 1, 2
-RUNNER = "cockpit eval run"  # what runs an eval (scripts/eval_offline.py names itself)
-
-
-@dataclass(frozen=True)
-class Resume:
-    command: str
-    data_dir: Path
-    temporary: bool  # the data directory is in the system's temporary folder
-
-
-def resume_hint(
-    batch: int | str, data_dir: Path, cwd: Path | None = None, runner: str | None = None
-) -> Resume:
-    """The command names `data_dir` unless it is the default (`./data`) where it runs."""
-    where = Path(data_dir).expanduser().resolve()
-    here = (cwd or Path.cwd()).resolve()
-    command = f"{runner or RUNNER} --resume {batch}"
-    if where != here / "data":
-        command = f"COCKPIT_DATA_DIR={shlex.quote(str(where))} {command}"
-    temporary = where.is_relative_to(Path(tempfile.gettempdir()).resolve())
-    return Resume(command, where, temporary)
 
 
 def _error(message: str) -> int:
@@ -52,7 +28,7 @@ def _error(message: str) -> int:
 
 
 def cmd_eval_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from bot.evals.progress import ConsoleProgress
+    from bot.evals.progress import ConsoleProgress, resume_hint
 
     progress = ConsoleProgress(out, tty=out.isatty(), runner=args.resume_with)
     try:
@@ -105,6 +81,7 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
 
 
 def finish(result: EvalResult, args: argparse.Namespace, out: TextIO, data_dir: Path) -> int:
+    from bot.evals.progress import resume_hint
     from bot.evals.report import CHART_EXTRA, write_json, write_report
 
     resume = resume_hint(result.batch, data_dir, runner=args.resume_with)

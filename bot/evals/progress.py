@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+import shlex
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from bot.evals.commands import resume_hint
 from bot.evals.results import CaseFigures, CaseResult, EvalResult, ModelRun, ProgressSink
 from bot.evals.scoring import add_usd
 from bot.texts import OPERATOR, say
 
 BAR_WIDTH = 24
+RUNNER = "cockpit eval run"  # what runs an eval (scripts/eval_offline.py names itself)
+
+
+@dataclass(frozen=True)
+class Resume:
+    command: str
+    data_dir: Path
+    temporary: bool  # the data directory is in the system's temporary folder
+
+
+def resume_hint(
+    batch: int | str, data_dir: Path, cwd: Path | None = None, runner: str | None = None
+) -> Resume:
+    """The command names `data_dir` unless it is the default (`./data`) where it runs."""
+    where = Path(data_dir).expanduser().resolve()
+    here = (cwd or Path.cwd()).resolve()
+    command = f"{runner or RUNNER} --resume {batch}"
+    if where != here / "data":
+        command = f"COCKPIT_DATA_DIR={shlex.quote(str(where))} {command}"
+    temporary = where.is_relative_to(Path(tempfile.gettempdir()).resolve())
+    return Resume(command, where, temporary)
 
 
 def eta_text(elapsed: float, done: int, total: int) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from bot.evals.commands import Resume
+from bot.evals.progress import Resume
 from bot.evals.results import EvalResult, RunFigures
 from bot.texts import OPERATOR, render, say
 
