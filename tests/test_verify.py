@@ -32,55 +32,59 @@ HEAD = {
 VERIFY_CONFIG = {".github/cockpit.toml": 'verify = true\nmin_severity = "nit"\n'}
 
 
+EVAL = {"evidence": "a.py:2  calls eval", "would_post": True}
+READ = "input '1+1' -> a.py:2 -> eval runs it"
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
         (
-            {
-                "verdicts": [
-                    {"finding": 1, "status": "confirmed", "evidence": "a.py:2 calls eval"},
-                    {"finding": "F2", "status": "refuted", "evidence": "tests/x.py:1  fixture"},
-                ]
-            },
-            {
-                1: Verdict(1, "confirmed", "a.py:2 calls eval"),
-                2: Verdict(2, "refuted", "tests/x.py:1 fixture"),
-            },
+            {"status": "confirmed", "reproduction": READ, **EVAL},
+            Verdict(3, "confirmed", "a.py:2 calls eval", READ, would_post=True),
+        ),
+        (  # a `confirmed` without a reproduction is taken as `uncertain`
+            {"status": "confirmed", **EVAL},
+            Verdict(3, "uncertain", "a.py:2 calls eval", would_post=True, unreproduced=True),
         ),
         (
-            {"verdicts": [{"finding": 2, "status": "uncertain", "evidence": "b.py:9 unclear"}]},
-            {
-                1: Verdict(1, "uncertain", NO_VERDICT),
-                2: Verdict(2, "uncertain", "b.py:9 unclear"),
-            },
+            {"status": "confirmed", "reproduction": "  ", **EVAL},
+            Verdict(3, "uncertain", "a.py:2 calls eval", would_post=True, unreproduced=True),
+        ),
+        (  # lowered: kept; the same or a higher severity: ignored
+            {"status": "uncertain", "severity": "minor", **EVAL},
+            Verdict(3, "uncertain", "a.py:2 calls eval", severity="minor", would_post=True),
         ),
         (
-            {"verdicts": []},
-            {
-                1: Verdict(1, "uncertain", NO_VERDICT),
-                2: Verdict(2, "uncertain", NO_VERDICT),
-            },
+            {"status": "refuted", "severity": "critical", **EVAL, "would_post": False},
+            Verdict(3, "refuted", "a.py:2 calls eval", would_post=False),
+        ),
+        (
+            {"status": "refuted", "severity": "major", "reproduction": READ, **EVAL},
+            Verdict(3, "refuted", "a.py:2 calls eval", would_post=True),
         ),
     ],
 )
-def test_verdicts_are_read_per_finding_and_missing_ones_are_uncertain(data, expected):
-    assert parse_verification(data, count=2) == expected
+def test_a_verdict_is_read_for_its_one_finding(data, expected):
+    """Was: verdicts on every finding in one answer (missing ones uncertain); now each
+    session answers for its one finding, so the shape is one verdict."""
+    assert parse_verification(data, finding=3, severity="major") == expected
 
 
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
         ([], "input must be an object"),
-        ({"verdicts": [{"finding": 3, "status": "confirmed", "evidence": "x"}]}, "from 1 to 2"),
-        ({"verdicts": [{"finding": True, "status": "confirmed", "evidence": "x"}]}, "from 1 to 2"),
-        ({"verdicts": [{"finding": 1, "status": "maybe", "evidence": "x"}]}, "status must be"),
-        ({"verdicts": [{"finding": 1, "status": "refuted", "evidence": " "}]}, "evidence"),
-        ({"verdicts": ["F1 refuted"]}, "must be an object"),
+        ({"status": "maybe", "evidence": "x", "would_post": True}, "`status` must be"),
+        ({"status": "refuted", "evidence": " ", "would_post": True}, "evidence"),
+        ({"status": "refuted", "evidence": "x"}, "missing `would_post`"),
+        ({"status": "refuted", "evidence": "x", "would_post": True, "severity": "low"}, "severity"),
+        ({"status": "refuted", "evidence": "x", "would_post": True, "finding": 1}, "finding"),
     ],
 )
 def test_invalid_verdicts_say_what_to_fix(data, problem):
     with pytest.raises(InvalidAnswer, match=problem):
-        parse_verification(data, count=2)
+        parse_verification(data, finding=1, severity="major")
 
 
 @pytest.mark.parametrize(
@@ -129,6 +133,13 @@ def test_verdicts_land_on_their_findings_in_order():
         a,
         replace(b, verify_status="refuted", verify_note="x.py:1 is a test"),
     ]
+    lowered = Verdict(1, "confirmed", "x.py:1", "-1 -> x.py:1 -> wrong", "nit", would_post=False)
+    [checked] = apply_verification([a], Verification("codex", {1: lowered}))
+    assert (checked.severity, checked.verify_status) == ("nit", "confirmed")
+    assert checked.verify_note == (
+        "x.py:1 Reproduction: -1 -> x.py:1 -> wrong Severity lowered from minor to nit. "
+        "A senior reviewer would not post it."
+    )
 
 
 @given(note=st.text(max_size=300), title=st.text(min_size=1, max_size=100))
@@ -210,6 +221,7 @@ async def test_verify_refutes_a_false_positive_and_approve_leaves_it_out(world):
     runs = await world.ctx.db.fetchall("SELECT * FROM runs ORDER BY id")
     assert [(r["kind"], r["subkind"], r["provider"]) for r in runs] == [
         ("review", None, "claude"),
+        ("review", "verify", "codex"),  # one verify session (and run) per finding
         ("review", "verify", "codex"),
     ]
     assert all(r["review_id"] == review["id"] and r["status"] == "done" for r in runs)
@@ -222,7 +234,7 @@ async def test_verify_refutes_a_false_positive_and_approve_leaves_it_out(world):
     assert f"| F{eval_finding['ordinal']} | critical |" in status
     assert "✓ confirmed by codex" in status
     assert "✗ refuted by codex: tests/test_calc.py:1 is test code" in status
-    assert "claude: 1 model run(s)" in status and "codex: 1 model run(s)" in status
+    assert "claude: 1 model run(s)" in status and "codex: 2 model run(s)" in status
     [check] = world.github.check_runs.values()
     assert "1 confirmed, 1 refuted, 0 uncertain" in check["output"]["summary"]
     refuted_note = next(a for a in check["annotations"] if a["path"] == "tests/test_calc.py")
@@ -319,7 +331,8 @@ async def test_every_optional_field_absent_or_present_goes_through_verify_and_pu
     stored = await world.ctx.db.fetchall("SELECT * FROM findings ORDER BY ordinal")
     by_title = {f["title"]: f for f in stored}
     assert len(stored) == 5 and all(f["verify_status"] for f in stored)
-    request = world.codex.normalise(world.codex.requests[0]).user_texts[0]
+    requests = [world.codex.normalise(r).user_texts[0] for r in world.codex.requests]
+    request = "\n".join(requests)  # one session per finding: the five requests together
     assert "`calc.py:1-2`" in request and "(removed line, base version)" in request
     assert "`calc.py`" in request and "`README.md:1`" in request
 
