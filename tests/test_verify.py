@@ -357,3 +357,111 @@ async def test_every_optional_field_absent_or_present_goes_through_verify_and_pu
         "int() was safer",
         "parse is unsafe",
     ]
+
+
+def verifier(answers: dict[str, object]):
+    """A verifier per finding: the session whose finding is on `path` answers `answers[path]`
+    (a stand-in action, or the `submit_verification` arguments after one read); the others
+    answer as the scripted one."""
+
+    def policy(conversation):
+        request = conversation.user_texts[0] if conversation.user_texts else ""
+        for path, answer in answers.items():
+            if f"· `{path}:" not in request:
+                continue
+            if not isinstance(answer, dict):
+                return answer
+            if conversation.result_of("read_file") is None:
+                return call("read_file", path=path, start_line=1, end_line=2)
+            return call("submit_verification", **answer)
+        return scripted_reviewer(conversation)
+
+    return policy
+
+
+async def test_a_failed_finding_session_leaves_the_others_verified(world):
+    world.codex.policy = verifier({"tests/test_calc.py": fail(400, "invalid_request_error")})
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("draft")
+    assert review["verify_error"] == (
+        '1 of 2 findings were not checked (codex rejected the request (400: "stand-in error"))'
+    )
+    findings = await world.ctx.db.fetchall("SELECT * FROM findings ORDER BY ordinal")
+    by_path = {f["path"]: f for f in findings}
+    assert by_path["calc.py"]["verify_status"] == "confirmed"
+    assert "Reproduction: input reaching calc.py:2" in by_path["calc.py"]["verify_note"]
+    assert by_path["tests/test_calc.py"]["verify_status"] is None
+    runs = await world.ctx.db.fetchall("SELECT status FROM runs WHERE subkind = 'verify'")
+    assert sorted(r["status"] for r in runs) == ["done", "failed"]
+    assert "The verify pass (codex) did not check every finding: 1 of 2" in world.status_body()
+
+
+CHECKED = {"evidence": "calc.py:2 reads `return eval(text)`", "would_post": True}
+RULES = "Never hard-code a token, not even in tests.\n"
+
+
+async def test_a_confirmed_verdict_needs_a_reproduction_and_a_lowered_severity_is_stored(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    world = build_world(
+        github, tmp_path, base={**BASE, "REVIEW.md": RULES}, head=HEAD, files=VERIFY_CONFIG
+    )
+    world.client = await aiohttp_client(make_app(settings, router))
+    openai_standin.policy = verifier(
+        {
+            "calc.py": {"status": "confirmed", **CHECKED},  # no reproduction
+            "tests/test_calc.py": {
+                "status": "confirmed",
+                "evidence": "tests/test_calc.py:1 hard-codes a token; REVIEW.md forbids it",
+                "reproduction": "REVIEW.md's rule -> tests/test_calc.py:1 -> a token in git",
+                "severity": "minor",
+                "would_post": False,
+            },
+        }
+    )
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("draft")
+    assert review["verify_error"] is None
+    rows = await world.ctx.db.fetchall("SELECT * FROM findings ORDER BY ordinal")
+    by_path = {f["path"]: f for f in rows}
+    unreproduced, token = by_path["calc.py"], by_path["tests/test_calc.py"]
+    assert (unreproduced["verify_status"], unreproduced["severity"]) == ("uncertain", "critical")
+    assert "confirmed without a reproduction: taken as uncertain" in unreproduced["verify_note"]
+    assert (token["verify_status"], token["severity"]) == ("confirmed", "minor")
+    assert "Severity lowered from major to minor." in token["verify_note"]
+    assert "A senior reviewer would not post it." in token["verify_note"]
+
+    # each session saw its one finding, the PR's text fenced as untrusted, the team's rules
+    requests = [openai_standin.normalise(r).user_texts[0] for r in openai_standin.requests]
+    firsts = {text for text in requests if "### Finding" in text}
+    assert len(firsts) == 2 and all(text.count("### Finding") == 1 for text in firsts)
+    for text in firsts:
+        assert "<pr_title>\nParse input and total values\n</pr_title>" in text
+        assert "<pr_description>\nPlease review." in text
+        assert f"<team_rules>\n<rules>\nSource: `REVIEW.md`" in text and RULES in text
+
+
+async def test_verify_publish_confirmed_publishes_only_confirmed_findings_on_approve(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    config = {".github/cockpit.toml": VERIFY_CONFIG[".github/cockpit.toml"]}
+    config[".github/cockpit.toml"] += 'verify_publish = "confirmed"\n'
+    world = build_world(github, tmp_path, head=HEAD, files=config)
+    world.client = await aiohttp_client(make_app(settings, router))
+    uncertain = {"status": "uncertain", "evidence": "tests/test_calc.py:1 unclear"}
+    openai_standin.policy = verifier({"tests/test_calc.py": {**uncertain, "would_post": True}})
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    rows = await world.ctx.db.fetchall("SELECT path, verify_status FROM findings")
+    assert {r["path"]: r["verify_status"] for r in rows} == {
+        "calc.py": "confirmed",
+        "tests/test_calc.py": "uncertain",
+    }
+    [pending] = world.pending_reviews()
+    assert [c["path"] for c in pending["comments"]] == ["calc.py"]
+    assert "(left out of approve unless listed)" in world.status_body()
+
+    await world.send("issue_comment", comment_payload(world, "/cockpit approve"))
+    await world.wait_review("posted")
+    [published] = world.github.reviews.values()
+    assert [c["path"] for c in published["comments"]] == ["calc.py"]
