@@ -438,7 +438,7 @@ async def test_a_confirmed_verdict_needs_a_reproduction_and_a_lowered_severity_i
     for text in firsts:
         assert "<pr_title>\nParse input and total values\n</pr_title>" in text
         assert "<pr_description>\nPlease review." in text
-        assert f"<team_rules>\n<rules>\nSource: `REVIEW.md`" in text and RULES in text
+        assert "<team_rules>\n<rules>\nSource: `REVIEW.md`" in text and RULES in text
 
 
 async def test_verify_publish_confirmed_publishes_only_confirmed_findings_on_approve(
