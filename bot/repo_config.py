@@ -78,7 +78,7 @@ class Keys(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     verify_publish: Annotated[
         VerifyPublish,
         key(
-            "with `verify = true`, what a plain `approve` publishes: `not_refuted` (every "
+            "when the verify pass ran, what a plain `approve` publishes: `not_refuted` (every "
             "finding the verify pass did not refute) or `confirmed` (only those it confirmed "
             "with a reproduction); the others stay one `approve F2` away"
         ),

@@ -16,11 +16,9 @@ from bot.review.verify import Verification, apply_verification, choose_provider
 from bot.server import make_app
 from bot.standin.models import call, fail
 from bot.standin.scripted import scripted_reviewer
-from bot.texts import PEOPLE, render, say
+from bot.texts import render
 from handlers import router
 from tests.world import BASE, build_world, comment_payload
-
-NO_VERDICT = say(PEOPLE, "no_verdict")
 
 HEAD = {
     "calc.py": "def parse(text):\n    return eval(text)\n\n\ndef total(values):\n"
@@ -465,3 +463,16 @@ async def test_verify_publish_confirmed_publishes_only_confirmed_findings_on_app
     await world.wait_review("posted")
     [published] = world.github.reviews.values()
     assert [c["path"] for c in published["comments"]] == ["calc.py"]
+
+
+async def test_verify_publish_confirmed_changes_nothing_when_the_verify_pass_did_not_run(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin
+):
+    config = {".github/cockpit.toml": 'verify_publish = "confirmed"\nmin_severity = "nit"\n'}
+    world = build_world(github, tmp_path, head=HEAD, files=config)
+    world.client = await aiohttp_client(make_app(settings, router))
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("draft")
+    assert review["verify_provider"] is None
+    [pending] = world.pending_reviews()
+    assert sorted(c["path"] for c in pending["comments"]) == ["calc.py", "tests/test_calc.py"]

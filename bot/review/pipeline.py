@@ -203,8 +203,7 @@ async def review_worktree(
         edited=instructions.edited,
         min_severity=request.config.min_severity,
         max_findings=request.config.max_findings,
-        # only a repository that verifies publishes just what its verify pass confirmed
-        verify_publish=request.config.verify_publish if request.config.verify else "not_refuted",
+        verify_publish=request.config.verify_publish,  # the review job's when verify ran
         noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
         ignored=plan.ignored,
     )
