@@ -32,6 +32,7 @@ SCHEMA_KEY = "$schema"  # an editor's schema association (Taplo); the bot ignore
 Provider = StrEnum("Provider", [(p, p) for p in PROVIDERS])
 Permission = StrEnum("Permission", [(p, p) for p in PERMISSIONS[PERMISSIONS.index("write") :]])
 OutsidePrs = StrEnum("OutsidePrs", [(p, p) for p in ("review", "on-command")])
+VerifyPublish = StrEnum("VerifyPublish", [(p, p) for p in ("not_refuted", "confirmed")])
 Text = Annotated[str, Meta(max_length=MAX_TEXT)]
 Glob = Annotated[str, Meta(min_length=1)]
 
@@ -68,12 +69,20 @@ class Keys(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
         Provider | None, key("who reviews", unset="the server's `COCKPIT_PROVIDER`")
     ] = None
     verify: Annotated[
-        bool, key("a second read-only run tries to refute each finding before it is shown")
+        bool, key("a small read-only session per finding checks it before it is shown")
     ] = False
     verify_provider: Annotated[
         Provider | None,
         key("who verifies", unset="the other provider when its key is set, else the reviewer's"),
     ] = None
+    verify_publish: Annotated[
+        VerifyPublish,
+        key(
+            "when the verify pass ran, what a plain `approve` publishes: `not_refuted` (every "
+            "finding the verify pass did not refute) or `confirmed` (only those it confirmed "
+            "with a reproduction); the others stay one `approve F2` away"
+        ),
+    ] = VerifyPublish("not_refuted")
     ignore: Annotated[
         tuple[str, ...], key("files never reviewed (gitignore-style globs; `!` re-includes)")
     ] = ()

@@ -97,6 +97,7 @@ async def test_a_local_model_drafts_critiques_verifies_and_the_draft_is_approved
     assert kinds == [
         ("review", ""),  # the draft
         ("review", "revision"),  # after send-back (its findings kept their verdicts)
+        ("review", "verify"),  # one verify session per finding (two)
         ("review", "verify"),
         ("session", "critique"),
     ]
@@ -153,7 +154,9 @@ async def test_chat_is_chosen_beside_claude_by_command_and_by_the_repositorys_co
     assert all(h.get("Authorization") == "Bearer litellm-master-key" for h in chat_standin.headers)
 
     runs = await rows(world, "SELECT provider, cost_usd FROM runs WHERE provider = 'chat'")
-    assert len(runs) == 4 and all(r["cost_usd"] > 0 for r in runs)  # COCKPIT_CHAT_RATES
+    # verify of claude's two findings, the critique, chat's review and its two verifications
+    # (one verify session per finding)
+    assert len(runs) == 6 and all(r["cost_usd"] > 0 for r in runs)  # COCKPIT_CHAT_RATES
     assert re.search(r"chat: \d+ model run\(s\), \$0\.\d{4}", world.status_body())
 
 

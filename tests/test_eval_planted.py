@@ -149,11 +149,12 @@ async def test_planted_set_scores_exactly_with_and_without_verify(
     ]
 
     # The stand-ins charge fixed tokens per answer (and the scripted model's rate is $0):
-    # 20 review answers from claude, 12 verify answers from codex.
+    # 20 review answers from claude, 16 verify answers from codex (a read and a verdict in
+    # one session per finding).
     assert (without["tokens"], without["usd"]) == (47_100, 0.0)
-    assert (with_verify["tokens"], with_verify["usd"]) == (65_100, 0.0)
+    assert (with_verify["tokens"], with_verify["usd"]) == (71_100, 0.0)
     assert with_verify["usd_per_tp"] == 0.0
-    assert len(anthropic_standin.requests) == 20 and len(openai_standin.requests) == 12
+    assert len(anthropic_standin.requests) == 20 and len(openai_standin.requests) == 16
 
     # The same prompts and tools as production: the review skill and the read-only toolbox.
     first = anthropic_standin.normalise(anthropic_standin.requests[0])

@@ -338,6 +338,7 @@ GOOD_BY_KEY = {
     "outside_prs": st.sampled_from(["review", "on-command"]),
     "instructions": GOOD_VALUES["text"],
     "min_severity": st.sampled_from(["critical", "major", "minor", "nit"]),
+    "verify_publish": st.sampled_from(["not_refuted", "confirmed"]),
 }
 
 

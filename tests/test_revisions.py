@@ -521,7 +521,9 @@ async def test_a_refuted_finding_stays_refuted_through_a_revision_and_is_not_pub
     assert (await world.review_rows())[0]["revision"] == 2
     assert await verdicts_of(world) == {1: "confirmed", 2: "refuted"}
     verify_runs = await rows(world, "SELECT id FROM runs WHERE subkind = 'verify'")
-    assert len(verify_runs) == 1  # nothing changed, so nothing was verified again
+    # one verify session (and run) per finding of the first draft; nothing changed, so
+    # nothing was verified again
+    assert len(verify_runs) == 2
     assert "✗ refuted by codex" in world.status_body()
 
     await say_on_pr(world, "/cockpit approve")
@@ -550,14 +552,15 @@ async def test_a_changed_or_new_finding_is_verified_again_after_a_revision(open_
     }
     assert await verdicts_of(world) == {1: "confirmed", 2: "refuted", 3: "confirmed"}
     verify_runs = await rows(world, "SELECT review_id FROM runs WHERE subkind = 'verify'")
-    assert [r["review_id"] for r in verify_runs] == [1, 1]
-    asked = [
-        world.openai.normalise(r)
+    # one session per finding: the first draft's two, then the revision's new and changed
+    assert [r["review_id"] for r in verify_runs] == [1, 1, 1, 1]
+    asked = {
+        world.openai.normalise(r).user_texts[0]
         for r in world.openai.requests
         if "submit_verification" in str(r.get("tools"))
-    ]
-    second = asked[-1].user_texts[0]
-    assert reworded in second and added in second and TOKEN not in second
+    }
+    assert len(asked) == 4 and sum(TOKEN in text for text in asked) == 1  # not again
+    assert any(reworded in text for text in asked) and any(added in text for text in asked)
     [review] = await world.review_rows()
     assert review["verify_error"] is None
     await say_on_pr(world, "/cockpit approve")
@@ -788,10 +791,10 @@ async def test_verify_critique_revision_drop_and_approve_on_one_pr(open_world):
     runs = await rows(world, "SELECT kind, subkind, provider FROM runs ORDER BY id")
     assert [tuple(r) for r in runs] == [
         ("review", None, "claude"),
-        ("review", "verify", "codex"),
+        *[("review", "verify", "codex")] * 4,  # one verify session per finding
         ("session", "critique", "codex"),
         ("review", "revision", "claude"),
-        ("review", "verify", "codex"),
+        *[("review", "verify", "codex")] * 2,  # the revision's new and changed findings
     ]
 
     # Then a push: the ledger keeps every decision. The re-review raises the finding a person

@@ -354,12 +354,14 @@ def test_suggestion_cannot_close_its_fence():
 
 
 def test_a_missing_value_fails_in_tests_and_renders_empty_but_logged_in_production(caplog):
+    from bot.review.instructions import Instructions
+
     context = {
-        "number": 1,
-        "repo": "o/r",
-        "head_sha": "a" * 40,
-        "merge_base": "b" * 40,
-        "findings": [(1, {"path": "a.py", "severity": "nit", "title": "t", "body": "b"})],
+        "request": {"number": 1, "repo": "o/r", "title": "t", "body": "b"},
+        "tree": {"head_sha": "a" * 40, "merge_base": "b" * 40},
+        "f": {"path": "a.py", "severity": "nit", "title": "t", "body": "b"},
+        "instructions": Instructions(),
+        "calls": 12,
     }
     with pytest.raises(jinja2.UndefinedError, match="line"):
         render("prompts/verify_request.md.j2", **context)
@@ -369,7 +371,7 @@ def test_a_missing_value_fails_in_tests_and_renders_empty_but_logged_in_producti
             text = render("prompts/verify_request.md.j2", **context)
     finally:
         strict_templates(True)
-    assert "### F1 · nit · `a.py`" in text
+    assert "### Finding · nit · `a.py`" in text
     assert any("'line'" in record.getMessage() for record in caplog.records)
 
 

@@ -16,11 +16,9 @@ from bot.review.verify import Verification, apply_verification, choose_provider
 from bot.server import make_app
 from bot.standin.models import call, fail
 from bot.standin.scripted import scripted_reviewer
-from bot.texts import PEOPLE, render, say
+from bot.texts import render
 from handlers import router
 from tests.world import BASE, build_world, comment_payload
-
-NO_VERDICT = say(PEOPLE, "no_verdict")
 
 HEAD = {
     "calc.py": "def parse(text):\n    return eval(text)\n\n\ndef total(values):\n"
@@ -32,55 +30,59 @@ HEAD = {
 VERIFY_CONFIG = {".github/cockpit.toml": 'verify = true\nmin_severity = "nit"\n'}
 
 
+EVAL = {"evidence": "a.py:2  calls eval", "would_post": True}
+READ = "input '1+1' -> a.py:2 -> eval runs it"
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
         (
-            {
-                "verdicts": [
-                    {"finding": 1, "status": "confirmed", "evidence": "a.py:2 calls eval"},
-                    {"finding": "F2", "status": "refuted", "evidence": "tests/x.py:1  fixture"},
-                ]
-            },
-            {
-                1: Verdict(1, "confirmed", "a.py:2 calls eval"),
-                2: Verdict(2, "refuted", "tests/x.py:1 fixture"),
-            },
+            {"status": "confirmed", "reproduction": READ, **EVAL},
+            Verdict(3, "confirmed", "a.py:2 calls eval", READ, would_post=True),
+        ),
+        (  # a `confirmed` without a reproduction is taken as `uncertain`
+            {"status": "confirmed", **EVAL},
+            Verdict(3, "uncertain", "a.py:2 calls eval", would_post=True, unreproduced=True),
         ),
         (
-            {"verdicts": [{"finding": 2, "status": "uncertain", "evidence": "b.py:9 unclear"}]},
-            {
-                1: Verdict(1, "uncertain", NO_VERDICT),
-                2: Verdict(2, "uncertain", "b.py:9 unclear"),
-            },
+            {"status": "confirmed", "reproduction": "  ", **EVAL},
+            Verdict(3, "uncertain", "a.py:2 calls eval", would_post=True, unreproduced=True),
+        ),
+        (  # lowered: kept; the same or a higher severity: ignored
+            {"status": "uncertain", "severity": "minor", **EVAL},
+            Verdict(3, "uncertain", "a.py:2 calls eval", severity="minor", would_post=True),
         ),
         (
-            {"verdicts": []},
-            {
-                1: Verdict(1, "uncertain", NO_VERDICT),
-                2: Verdict(2, "uncertain", NO_VERDICT),
-            },
+            {"status": "refuted", "severity": "critical", **EVAL, "would_post": False},
+            Verdict(3, "refuted", "a.py:2 calls eval", would_post=False),
+        ),
+        (
+            {"status": "refuted", "severity": "major", "reproduction": READ, **EVAL},
+            Verdict(3, "refuted", "a.py:2 calls eval", would_post=True),
         ),
     ],
 )
-def test_verdicts_are_read_per_finding_and_missing_ones_are_uncertain(data, expected):
-    assert parse_verification(data, count=2) == expected
+def test_a_verdict_is_read_for_its_one_finding(data, expected):
+    """Was: verdicts on every finding in one answer (missing ones uncertain); now each
+    session answers for its one finding, so the shape is one verdict."""
+    assert parse_verification(data, finding=3, severity="major") == expected
 
 
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
         ([], "input must be an object"),
-        ({"verdicts": [{"finding": 3, "status": "confirmed", "evidence": "x"}]}, "from 1 to 2"),
-        ({"verdicts": [{"finding": True, "status": "confirmed", "evidence": "x"}]}, "from 1 to 2"),
-        ({"verdicts": [{"finding": 1, "status": "maybe", "evidence": "x"}]}, "status must be"),
-        ({"verdicts": [{"finding": 1, "status": "refuted", "evidence": " "}]}, "evidence"),
-        ({"verdicts": ["F1 refuted"]}, "must be an object"),
+        ({"status": "maybe", "evidence": "x", "would_post": True}, "`status` must be"),
+        ({"status": "refuted", "evidence": " ", "would_post": True}, "evidence"),
+        ({"status": "refuted", "evidence": "x"}, "missing `would_post`"),
+        ({"status": "refuted", "evidence": "x", "would_post": True, "severity": "low"}, "severity"),
+        ({"status": "refuted", "evidence": "x", "would_post": True, "finding": 1}, "finding"),
     ],
 )
 def test_invalid_verdicts_say_what_to_fix(data, problem):
     with pytest.raises(InvalidAnswer, match=problem):
-        parse_verification(data, count=2)
+        parse_verification(data, finding=1, severity="major")
 
 
 @pytest.mark.parametrize(
@@ -129,6 +131,13 @@ def test_verdicts_land_on_their_findings_in_order():
         a,
         replace(b, verify_status="refuted", verify_note="x.py:1 is a test"),
     ]
+    lowered = Verdict(1, "confirmed", "x.py:1", "-1 -> x.py:1 -> wrong", "nit", would_post=False)
+    [checked] = apply_verification([a], Verification("codex", {1: lowered}))
+    assert (checked.severity, checked.verify_status) == ("nit", "confirmed")
+    assert checked.verify_note == (
+        "x.py:1 Reproduction: -1 -> x.py:1 -> wrong Severity lowered from minor to nit. "
+        "A senior reviewer would not post it."
+    )
 
 
 @given(note=st.text(max_size=300), title=st.text(min_size=1, max_size=100))
@@ -210,6 +219,7 @@ async def test_verify_refutes_a_false_positive_and_approve_leaves_it_out(world):
     runs = await world.ctx.db.fetchall("SELECT * FROM runs ORDER BY id")
     assert [(r["kind"], r["subkind"], r["provider"]) for r in runs] == [
         ("review", None, "claude"),
+        ("review", "verify", "codex"),  # one verify session (and run) per finding
         ("review", "verify", "codex"),
     ]
     assert all(r["review_id"] == review["id"] and r["status"] == "done" for r in runs)
@@ -222,7 +232,7 @@ async def test_verify_refutes_a_false_positive_and_approve_leaves_it_out(world):
     assert f"| F{eval_finding['ordinal']} | critical |" in status
     assert "✓ confirmed by codex" in status
     assert "✗ refuted by codex: tests/test_calc.py:1 is test code" in status
-    assert "claude: 1 model run(s)" in status and "codex: 1 model run(s)" in status
+    assert "claude: 1 model run(s)" in status and "codex: 2 model run(s)" in status
     [check] = world.github.check_runs.values()
     assert "1 confirmed, 1 refuted, 0 uncertain" in check["output"]["summary"]
     refuted_note = next(a for a in check["annotations"] if a["path"] == "tests/test_calc.py")
@@ -319,7 +329,8 @@ async def test_every_optional_field_absent_or_present_goes_through_verify_and_pu
     stored = await world.ctx.db.fetchall("SELECT * FROM findings ORDER BY ordinal")
     by_title = {f["title"]: f for f in stored}
     assert len(stored) == 5 and all(f["verify_status"] for f in stored)
-    request = world.codex.normalise(world.codex.requests[0]).user_texts[0]
+    requests = [world.codex.normalise(r).user_texts[0] for r in world.codex.requests]
+    request = "\n".join(requests)  # one session per finding: the five requests together
     assert "`calc.py:1-2`" in request and "(removed line, base version)" in request
     assert "`calc.py`" in request and "`README.md:1`" in request
 
@@ -344,3 +355,124 @@ async def test_every_optional_field_absent_or_present_goes_through_verify_and_pu
         "int() was safer",
         "parse is unsafe",
     ]
+
+
+def verifier(answers: dict[str, object]):
+    """A verifier per finding: the session whose finding is on `path` answers `answers[path]`
+    (a stand-in action, or the `submit_verification` arguments after one read); the others
+    answer as the scripted one."""
+
+    def policy(conversation):
+        request = conversation.user_texts[0] if conversation.user_texts else ""
+        for path, answer in answers.items():
+            if f"· `{path}:" not in request:
+                continue
+            if not isinstance(answer, dict):
+                return answer
+            if conversation.result_of("read_file") is None:
+                return call("read_file", path=path, start_line=1, end_line=2)
+            return call("submit_verification", **answer)
+        return scripted_reviewer(conversation)
+
+    return policy
+
+
+async def test_a_failed_finding_session_leaves_the_others_verified(world):
+    world.codex.policy = verifier({"tests/test_calc.py": fail(400, "invalid_request_error")})
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("draft")
+    assert review["verify_error"] == (
+        '1 of 2 findings were not checked (codex rejected the request (400: "stand-in error"))'
+    )
+    findings = await world.ctx.db.fetchall("SELECT * FROM findings ORDER BY ordinal")
+    by_path = {f["path"]: f for f in findings}
+    assert by_path["calc.py"]["verify_status"] == "confirmed"
+    assert "Reproduction: input reaching calc.py:2" in by_path["calc.py"]["verify_note"]
+    assert by_path["tests/test_calc.py"]["verify_status"] is None
+    runs = await world.ctx.db.fetchall("SELECT status FROM runs WHERE subkind = 'verify'")
+    assert sorted(r["status"] for r in runs) == ["done", "failed"]
+    assert "The verify pass (codex) did not check every finding: 1 of 2" in world.status_body()
+
+
+CHECKED = {"evidence": "calc.py:2 reads `return eval(text)`", "would_post": True}
+RULES = "Never hard-code a token, not even in tests.\n"
+
+
+async def test_a_confirmed_verdict_needs_a_reproduction_and_a_lowered_severity_is_stored(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    world = build_world(
+        github, tmp_path, base={**BASE, "REVIEW.md": RULES}, head=HEAD, files=VERIFY_CONFIG
+    )
+    world.client = await aiohttp_client(make_app(settings, router))
+    openai_standin.policy = verifier(
+        {
+            "calc.py": {"status": "confirmed", **CHECKED},  # no reproduction
+            "tests/test_calc.py": {
+                "status": "confirmed",
+                "evidence": "tests/test_calc.py:1 hard-codes a token; REVIEW.md forbids it",
+                "reproduction": "REVIEW.md's rule -> tests/test_calc.py:1 -> a token in git",
+                "severity": "minor",
+                "would_post": False,
+            },
+        }
+    )
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("draft")
+    assert review["verify_error"] is None
+    rows = await world.ctx.db.fetchall("SELECT * FROM findings ORDER BY ordinal")
+    by_path = {f["path"]: f for f in rows}
+    unreproduced, token = by_path["calc.py"], by_path["tests/test_calc.py"]
+    assert (unreproduced["verify_status"], unreproduced["severity"]) == ("uncertain", "critical")
+    assert "confirmed without a reproduction: taken as uncertain" in unreproduced["verify_note"]
+    assert (token["verify_status"], token["severity"]) == ("confirmed", "minor")
+    assert "Severity lowered from major to minor." in token["verify_note"]
+    assert "A senior reviewer would not post it." in token["verify_note"]
+
+    # each session saw its one finding, the PR's text fenced as untrusted, the team's rules
+    requests = [openai_standin.normalise(r).user_texts[0] for r in openai_standin.requests]
+    firsts = {text for text in requests if "### Finding" in text}
+    assert len(firsts) == 2 and all(text.count("### Finding") == 1 for text in firsts)
+    for text in firsts:
+        assert "<pr_title>\nParse input and total values\n</pr_title>" in text
+        assert "<pr_description>\nPlease review." in text
+        assert "<team_rules>\n<rules>\nSource: `REVIEW.md`" in text and RULES in text
+
+
+async def test_verify_publish_confirmed_publishes_only_confirmed_findings_on_approve(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    config = {".github/cockpit.toml": VERIFY_CONFIG[".github/cockpit.toml"]}
+    config[".github/cockpit.toml"] += 'verify_publish = "confirmed"\n'
+    world = build_world(github, tmp_path, head=HEAD, files=config)
+    world.client = await aiohttp_client(make_app(settings, router))
+    uncertain = {"status": "uncertain", "evidence": "tests/test_calc.py:1 unclear"}
+    openai_standin.policy = verifier({"tests/test_calc.py": {**uncertain, "would_post": True}})
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    rows = await world.ctx.db.fetchall("SELECT path, verify_status FROM findings")
+    assert {r["path"]: r["verify_status"] for r in rows} == {
+        "calc.py": "confirmed",
+        "tests/test_calc.py": "uncertain",
+    }
+    [pending] = world.pending_reviews()
+    assert [c["path"] for c in pending["comments"]] == ["calc.py"]
+    assert "(left out of approve unless listed)" in world.status_body()
+
+    await world.send("issue_comment", comment_payload(world, "/cockpit approve"))
+    await world.wait_review("posted")
+    [published] = world.github.reviews.values()
+    assert [c["path"] for c in published["comments"]] == ["calc.py"]
+
+
+async def test_verify_publish_confirmed_changes_nothing_when_the_verify_pass_did_not_run(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin
+):
+    config = {".github/cockpit.toml": 'verify_publish = "confirmed"\nmin_severity = "nit"\n'}
+    world = build_world(github, tmp_path, head=HEAD, files=config)
+    world.client = await aiohttp_client(make_app(settings, router))
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    review = await world.wait_review("draft")
+    assert review["verify_provider"] is None
+    [pending] = world.pending_reviews()
+    assert sorted(c["path"] for c in pending["comments"]) == ["calc.py", "tests/test_calc.py"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -20,12 +19,20 @@ from bot.texts import MODEL, PEOPLE, say
 NON_BLANK = r"\S"
 MAX_EVIDENCE = 1000
 MAX_PROBLEMS = 20
-_REF = re.compile(r"\s*F?(\d+)\s*", re.I)
 FIXED = (
     'F numbers (e.g. "F3") of earlier findings you were shown that this head fixes or that '
     "no longer apply"
 )
 EVIDENCE = "What you read, as path:line, and why it confirms or refutes the finding"
+REPRODUCTION = (
+    "Required for `confirmed`: the input or state that triggers the problem -> the path:line "
+    "it reaches -> the wrong result there. A `confirmed` without one counts as `uncertain`"
+)
+WOULD_POST = "Whether a senior reviewer of this repository would post this finding on the PR"
+LOWER = (
+    "Only to lower the finding's severity when it is real but less serious than it says; "
+    "never higher. Leave it out to keep the severity"
+)
 
 NonBlank = Annotated[str, Meta(pattern=NON_BLANK)]
 Positive = Annotated[int, Meta(ge=1)]
@@ -58,17 +65,30 @@ class Submission(msgspec.Struct, forbid_unknown_fields=True):
     resolved: Annotated[list[FNumber], Meta(description=FIXED)] = []
 
 
-class Verdict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    finding: Positive
+class Check(msgspec.Struct, forbid_unknown_fields=True):
+    """Submit your verdict on the one finding you were given, once, when you are done
+    checking. `uncertain` unless the code settles it."""
+
     status: VerifyStatus
     evidence: Annotated[str, Meta(pattern=NON_BLANK, description=EVIDENCE)]
+    would_post: Annotated[bool, Meta(description=WOULD_POST)]
+    reproduction: Annotated[str | None, Meta(description=REPRODUCTION)] = None
+    severity: Annotated[Severity | None, Meta(description=LOWER)] = None
 
 
-class Verdicts(msgspec.Struct, forbid_unknown_fields=True):
-    """Submit one verdict per finding, once, when you are done checking. `finding` is the
-    finding's number (F1 is 1)."""
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's word on the draft's finding number `finding`, as it is kept: a
+    `confirmed` without a reproduction is already `uncertain` here, and `severity` is set
+    only when the verifier lowered it."""
 
-    verdicts: list[Verdict]
+    finding: int
+    status: str
+    evidence: str
+    reproduction: str | None = None
+    severity: str | None = None  # lowered to; None: as the reviewer said
+    would_post: bool | None = None  # whether a senior reviewer would post it
+    unreproduced: bool = False  # said `confirmed` without a reproduction
 
 
 @dataclass(frozen=True)
@@ -155,46 +175,44 @@ def dedupe(findings: list[DraftFinding]) -> list[DraftFinding]:
     return sorted(kept.values(), key=lambda f: (rank(f.severity), f.path, f.line or 0))
 
 
-def parse_verification(data: Any, *, count: int) -> dict[int, Verdict]:
-    """The verdicts on a draft of `count` findings ("F2" is read as 2); a finding the verifier
-    skipped is `uncertain`."""
-    items = data.get("verdicts") if isinstance(data, dict) else None
-    if isinstance(items, list):
-        items = [_numbered(item) for item in items]
-        data = {**data, "verdicts": items}
-    found = problems(data, Verdicts) + [
-        Problem(("verdicts", n, "finding"), "range", item["finding"])
-        for n, item in enumerate(items or [])
-        if isinstance(item, dict) and type(item.get("finding")) is int and item["finding"] > count
-    ]
-    bounds = {"ge": 1, "le": count}
-    found = [replace(p, limits=bounds) if p.key == "finding" else p for p in found]
+def parse_verification(data: Any, *, finding: int, severity: str) -> Verdict:
+    """The verdict on finding number `finding` (of `severity`): a `confirmed` without a
+    reproduction is taken as `uncertain`, a severity is kept only when it is lower."""
+    found = problems(data, Check)
     if found:
         raise InvalidAnswer(told(found))
-    verdicts = {
-        v.finding: Verdict(v.finding, v.status, " ".join(v.evidence.split())[:MAX_EVIDENCE])
-        for v in decode(data, Verdicts).verdicts
-    }
-    skipped = say(PEOPLE, "no_verdict")
-    for ordinal in range(1, count + 1):
-        verdicts.setdefault(ordinal, Verdict(ordinal, VerifyStatus.UNCERTAIN, skipped))
-    return verdicts
+    check = decode(data, Check)
+    status, reproduction = check.status, _said_once(check.reproduction)
+    unreproduced = status == VerifyStatus.CONFIRMED and not reproduction
+    if unreproduced:
+        status = VerifyStatus.UNCERTAIN
+    lowered = check.severity
+    if lowered is not None and Severity.rank(lowered) <= Severity.rank(severity):
+        lowered = None  # never raised (and the same severity changes nothing)
+    return Verdict(
+        finding,
+        status,
+        _said_once(check.evidence) or "",
+        reproduction if status == VerifyStatus.CONFIRMED else None,
+        lowered,
+        check.would_post,
+        unreproduced,
+    )
 
 
-def _numbered(item: Any) -> Any:
-    ref = item.get("finding") if isinstance(item, dict) else None
-    match = _REF.fullmatch(ref) if isinstance(ref, str) else None
-    return {**item, "finding": int(match.group(1))} if match else item
+def _said_once(text: str | None) -> str | None:
+    """On one line, capped; None when blank."""
+    return " ".join((text or "").split())[:MAX_EVIDENCE] or None
 
 
 SUBMIT_REVIEW = FinalAnswer(
     tool("submit_review", Submission), parse_submission, "submit_nudge", short=cut_short_review
 )
-VERIFY_TOOL = tool("submit_verification", Verdicts)
+VERIFY_TOOL = tool("submit_verification", Check)
 
 
-def submit_verification(count: int) -> FinalAnswer:
-    parse = partial(parse_verification, count=count)
+def submit_verification(finding: int, severity: str) -> FinalAnswer:
+    parse = partial(parse_verification, finding=finding, severity=severity)
     return FinalAnswer(VERIFY_TOOL, parse, "verify_nudge", "verified")
 
 

@@ -101,19 +101,20 @@ class DraftRules:
     noise_dropped: int = 0  # findings the reviewer placed on them, dropped
     ignored: tuple[str, ...] = ()  # changed files matching an `ignore` glob
     ignored_dropped: int = 0  # findings the reviewer placed on them, dropped
-    verify_publish: str = "not_refuted"  # or "confirmed": only what the verify pass confirmed
+    verify_publish: str = "not_refuted"  # or "confirmed" (the repository's `verify_publish`)
 
     def approvable(self, findings: list[Finding]) -> list[Finding]:
         """What a plain `approve` publishes and the pending review shows: kept findings the
-        verify pass let through, at or above `min_severity` (the others only when listed)."""
+        verify pass did not refute (with `verify_publish = "confirmed"`: that it confirmed),
+        at or above `min_severity` (the others only when listed)."""
         return [
             f
             for f in findings
-            if f.state == FindingState.KEPT and self.verified(f) and not self.folds(f)
+            if f.state == FindingState.KEPT and self.published(f) and not self.folds(f)
         ]
 
-    def verified(self, finding: Finding) -> bool:
-        """Not refuted; or, with `verify_publish = "confirmed"`, confirmed."""
+    def published(self, finding: Finding) -> bool:
+        """Whether the verify pass's verdict lets a plain `approve` publish it."""
         if self.verify_publish == "confirmed":
             return finding.verify_status == VerifyStatus.CONFIRMED
         return finding.verify_status != VerifyStatus.REFUTED

@@ -201,7 +201,8 @@ class ReviewJob:
             run_id=draft.run_id,
             skill_version_id=draft.skill_version_id,
             progress=say(PEOPLE, "progress", step="publishing"),
-            rules=draft.rules,
+            # `verify_publish` applies when the verify pass ran
+            rules=draft.rules if verified else replace(draft.rules, verify_publish="not_refuted"),
             ledger=note,
             suppressed=note.suppressed,
             **verified,

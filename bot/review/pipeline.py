@@ -205,6 +205,7 @@ async def review_worktree(
         edited=instructions.edited,
         min_severity=request.config.min_severity,
         max_findings=request.config.max_findings,
+        verify_publish=request.config.verify_publish,  # the review job's when verify ran
         noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
         ignored=plan.ignored,
     )

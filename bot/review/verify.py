@@ -1,32 +1,40 @@
-"""The verify pass: a second read-only run that tries to refute each finding of a draft."""
+"""The verify pass: one small read-only session per finding of a draft decides its verdict."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from bot.agents.answers import Verdict, submit_verification
-from bot.agents.base import AgentError
+from bot.agents.base import AgentError, Budget, Provider
+from bot.agents.loop import TurnResult
 from bot.agents.providers import other_provider
 from bot.agents.toolbox import Toolbox
 from bot.records.sessions import create_session, end_session
 from bot.records.types import DraftFinding
 from bot.records.vocab import SessionRole
+from bot.review.default_branch import read_default_branch
+from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, Instructions, assemble
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
 from bot.texts import PEOPLE, render, say
 from bot.worktrees import GitError, Worktree
 
 log = logging.getLogger(__name__)
 
+# A verify session checks one finding: a few reads of the lines, their callers and guards.
+# Past a dozen calls it is exploring, not checking; its finding then stays unverified.
+CALLS_PER_FINDING = 12
+PARALLEL = 3  # sessions at a time: the provider's rate limits, and the machine's git
+
 
 @dataclass(frozen=True)
 class Verification:
     provider: str
     verdicts: dict[int, Verdict] = field(default_factory=dict)
-    run_id: int | None = None
-    error: str | None = None
+    error: str | None = None  # why some findings (or all) have no verdict
 
 
 def choose_provider(
@@ -42,13 +50,54 @@ def choose_provider(
 def apply_verification(
     findings: Sequence[DraftFinding], verification: Verification
 ) -> list[DraftFinding]:
+    """Each verdict on its finding: its status, its note (the evidence, the reproduction, what
+    the verifier said besides) and a severity it lowered."""
     result = []
     for ordinal, finding in enumerate(findings, start=1):
         verdict = verification.verdicts.get(ordinal)
         if verdict is not None:
-            finding = replace(finding, verify_status=verdict.status, verify_note=verdict.evidence)
+            note = say(PEOPLE, "verify_note", verdict=verdict, was=finding.severity).strip()
+            finding = replace(
+                finding,
+                verify_status=verdict.status,
+                verify_note=note,
+                severity=verdict.severity or finding.severity,
+            )
         result.append(finding)
     return result
+
+
+@dataclass
+class Allowance:
+    """The verify pass's one run budget, shared by its sessions: each starts with an equal
+    share of what is left (tokens, dollars) and gives back what it did not spend; all end by
+    the pass's deadline."""
+
+    tokens: int
+    usd: float | None
+    deadline: float
+    waiting: int  # sessions not started yet
+
+    def take(self, budget: Budget) -> Budget | None:
+        """The next session's budget; None when the pass's time is up."""
+        seconds = self.deadline - time.monotonic()
+        share = self.tokens // self.waiting
+        usd = None if self.usd is None else self.usd / self.waiting
+        self.waiting -= 1
+        if seconds <= 0:
+            return None
+        self.tokens -= share
+        if usd is not None:
+            self.usd -= usd
+        calls = min(CALLS_PER_FINDING, budget.max_tool_calls)
+        return replace(
+            budget, max_tool_calls=calls, max_tokens=share, max_usd=usd, max_seconds=seconds
+        )
+
+    def give_back(self, share: Budget, tokens: int, usd: float | None) -> None:
+        self.tokens += max(share.max_tokens - tokens, 0)
+        if self.usd is not None and share.max_usd is not None:
+            self.usd += max(share.max_usd - (usd or 0.0), 0.0)
 
 
 async def verify_draft(
@@ -61,52 +110,125 @@ async def verify_draft(
     model: str | None = None,
     on_tool_call: Callable[[str], Awaitable[None]] | None = None,
 ) -> Verification:
-    """Run the verify pass over `draft`. Never raises for a failed pass (except when
-    cancelled): the result then carries the reason, and the draft stands unverified."""
-    if not draft.findings:
+    """Run the verify pass over `draft`: one small session per finding (PARALLEL at a time,
+    CALLS_PER_FINDING tool calls each, all within one run's budget). Never raises for a
+    failed session (except when cancelled): its finding stays unverified, the others keep
+    their verdicts, and the result carries the reason."""
+    findings = list(draft.findings)
+    if not findings:
         return Verification(provider)
     try:
         chosen = reviewer.models.provider(provider, model)
-        session = await create_session(
-            reviewer.db,
-            provider=chosen.name,
-            model=chosen.model,
-            pull_id=request.pull_id,
-            review_id=request.review_id,
-            role=SessionRole.VERIFY,
-            parent_session_id=draft.session_id,
-        )
-        run = await reviewer.agent(
-            session,
-            Toolbox(tree, on_call=on_tool_call, left_out=draft.left_out),
-            "verify",
-            kind="verify",
-            final=submit_verification(len(draft.findings)),
-        )
-        prompt = render(
-            "prompts/verify_request.md.j2",
-            number=request.number,
-            repo=request.repo,
-            head_sha=tree.head_sha,
-            merge_base=tree.merge_base,
-            findings=list(enumerate(draft.findings, start=1)),
-        )
-        try:
-            result = await run.turn(prompt)
-        finally:
-            await end_session(reviewer.db, session.id)
-        return Verification(chosen.name, result.answer, result.run_id)
+        rules = await _team_rules(tree, request, findings)
     except asyncio.CancelledError:
         raise
-    except (AgentError, GitError) as exc:
-        return Verification(provider, error=str(exc))
-    except OSError as exc:
-        return Verification(
-            provider, error=say(PEOPLE, "local_error", error_class=type(exc).__name__)
+    except Exception as exc:
+        return Verification(provider, error=_reason(exc))
+    budget = reviewer.budget
+    allowance = Allowance(
+        budget.max_tokens, budget.max_usd, time.monotonic() + budget.max_seconds, len(findings)
+    )
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(ordinal: int, finding: DraftFinding) -> Verdict | str:
+        async with gate:
+            share = allowance.take(budget)
+            if share is None:
+                return say(PEOPLE, "budget_wall_clock", seconds=budget.max_seconds)
+            try:
+                result = await _check(
+                    replace(reviewer, budget=share),
+                    chosen,
+                    tree,
+                    request,
+                    draft,
+                    (ordinal, finding, rules[finding.path]),
+                    on_tool_call,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                allowance.give_back(share, share.max_tokens, share.max_usd)
+                return _reason(exc)
+            tokens = sum(u.total for u in result.usage.values())
+            allowance.give_back(share, tokens, result.cost_usd)
+            return result.answer
+
+    outcomes = await asyncio.gather(*(one(n, f) for n, f in enumerate(findings, start=1)))
+    verdicts = {v.finding: v for v in outcomes if isinstance(v, Verdict)}
+    errors = [e for e in outcomes if isinstance(e, str)]
+    error = None
+    if errors and not verdicts:
+        error = errors[0]
+    elif errors:
+        error = say(
+            PEOPLE, "verify_unchecked", count=len(errors), total=len(findings), reason=errors[0]
         )
-    except Exception:
-        log.exception("verify pass crashed")
-        return Verification(provider, error=say(PEOPLE, "internal_error"))
+    return Verification(chosen.name, verdicts, error=error)
+
+
+async def _team_rules(
+    tree: Worktree, request: ReviewRequest, findings: Sequence[DraftFinding]
+) -> dict[str, Instructions]:
+    """Path → the team's rules that apply to a finding on it, read from the default branch
+    (as the review read them)."""
+    paths = sorted({f.path for f in findings})
+    base = await read_default_branch(tree, request.rules_commit or tree.base_sha, paths)
+    return {path: assemble(request.config, base.texts, [path]) for path in paths}
+
+
+async def _check(
+    reviewer: Reviewer,
+    chosen: Provider,
+    tree: Worktree,
+    request: ReviewRequest,
+    draft: Draft,
+    item: tuple[int, DraftFinding, Instructions],
+    on_tool_call: Callable[[str], Awaitable[None]] | None,
+) -> TurnResult:
+    """One finding's session: its one turn ends with the verdict."""
+    ordinal, finding, instructions = item
+    session = await create_session(
+        reviewer.db,
+        provider=chosen.name,
+        model=chosen.model,
+        pull_id=request.pull_id,
+        review_id=request.review_id,
+        role=SessionRole.VERIFY,
+        parent_session_id=draft.session_id,
+    )
+    run = await reviewer.agent(
+        session,
+        Toolbox(tree, on_call=on_tool_call, left_out=draft.left_out),
+        "verify",
+        kind="verify",
+        final=submit_verification(ordinal, finding.severity),
+    )
+    prompt = render(
+        "prompts/verify_request.md.j2",
+        request=request,
+        tree=tree,
+        f=finding,
+        instructions=instructions,
+        rules_commit=request.rules_commit or tree.base_sha,
+        file_chars=FILE_CHARS,
+        total_chars=TOTAL_CHARS,
+        calls=reviewer.budget.max_tool_calls,
+    )
+    try:
+        return await run.turn(prompt)
+    finally:
+        await end_session(reviewer.db, session.id)
+
+
+def _reason(exc: Exception) -> str:
+    """What a failed session (or pass) is said to have met, safe to show on the PR."""
+    if isinstance(exc, AgentError | GitError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return say(PEOPLE, "local_error", error_class=type(exc).__name__)
+    log.error("verify session crashed", exc_info=exc)
+    return say(PEOPLE, "internal_error")
 
 
 async def verify_unverified(

@@ -13,12 +13,7 @@ from bot.agents.budget import DailyBudgetSpent
 from bot.agents.loop import Answer
 from bot.agents.toolbox import Toolbox
 from bot.agents.transcript import (
-    MAX_BYTES,
-    MAX_MESSAGES,
     answer_text,
-    excerpt,
-    render,
-    to_lines,
     tool_call,
 )
 from bot.github import describe_failure
@@ -65,10 +60,9 @@ async def draft_message_id(ctx: Context, session_id: int) -> str | None:
 async def cross_review_context(
     ctx: Context, parent: Session, review: Review, pull: Pull, instructions: str
 ) -> str:
-    """The child's first message: the PR, the draft, the parent's conversation (capped) and
-    what to do."""
-    stored = await messages.messages(ctx.db, parent.id)
-    part = excerpt(to_lines([(m.id, m.role, m.item) for m in stored]))
+    """The child's first message: the PR, the draft and what to do. Never the reviewer's
+    conversation: a critic that reads how the draft was reached is anchored by it; it reads
+    the code itself, with the same tools."""
     findings = await load_findings(ctx.db, review.id)
     return render_text(
         "prompts/cross_review.md.j2",
@@ -76,11 +70,6 @@ async def cross_review_context(
         review=review,
         parent=parent,
         findings=[f for f in findings if f.state == FindingState.KEPT],
-        omitted=part.omitted,
-        shown=len(part.lines),
-        max_messages=MAX_MESSAGES,
-        max_bytes=MAX_BYTES,
-        conversation=render(part),
         instructions=instructions,
     )
 

@@ -17,7 +17,7 @@ from bot.standin.models import Action, Conversation, call, say
 MODEL = "scripted-reviewer"
 SEVERITIES = ("critical", "major", "minor", "nit")  # most serious first
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
-_FINDING = re.compile(r"^### F(\d+) · \w+ · `([^`:]+)(?::(\d+))?", re.M)
+_FINDING = re.compile(r"^### Finding · \w+ · `([^`:]+)(?::(\d+))?", re.M)
 _NUMBERED = re.compile(r"^\s*\d+\| ?(.*)$")
 _TEST_CODE = re.compile(r"(^|/)(tests?/|test_[^/]*$)")
 
@@ -233,44 +233,37 @@ def _critique(conversation: Conversation) -> Action:
 
 
 def _verify(conversation: Conversation) -> Action:
-    """Read every finding's line, then: a credential in test code is refuted, a line that
-    still shows its pattern is confirmed, anything else is uncertain."""
+    """Read the finding's line, then: a credential in test code is refuted, a line that
+    still shows its pattern is confirmed (with a reproduction), anything else is uncertain."""
     request = conversation.user_texts[0] if conversation.user_texts else ""
-    findings = [(int(n), path, int(line or 0)) for n, path, line in _FINDING.findall(request)]
-    reads = {
-        (args.get("path"), args.get("start_line")): result
-        for (name, args), result in zip(
-            conversation.tool_calls, conversation.tool_results, strict=False
-        )
-        if name == "read_file"
-    }
-    unread = [
-        (path, max(line, 1)) for _, path, line in findings if (path, max(line, 1)) not in reads
-    ]
-    if unread:  # all at once (a server without parallel calls passes on the first only)
-        return Action(
-            tools=[
-                ("read_file", {"path": path, "start_line": line, "end_line": line})
-                for path, line in unread
-            ]
-        )
-    verdicts = []
-    for number, path, line in findings:
-        text = _line_text(reads.get((path, max(line, 1)), ""))
-        pattern = next((p for p in PATTERNS if p.regex.search(text)), None)
-        where = f"{path}:{line}"
-        if (
-            pattern is not None
-            and pattern.title == "Hard-coded credential"
-            and (_TEST_CODE.search(path))
-        ):
-            status, evidence = "refuted", f"{where} is test code: `{text}` is a fixture value"
-        elif pattern is not None:
-            status, evidence = "confirmed", f"{where} reads `{text}`"
-        else:
-            status, evidence = "uncertain", f"{where} does not show what the finding describes"
-        verdicts.append({"finding": number, "status": status, "evidence": evidence})
-    return call("submit_verification", verdicts=verdicts)
+    found = _FINDING.search(request)
+    path, line = (found.group(1), int(found.group(2) or 0)) if found else ("", 0)
+    where = f"{path}:{line}"
+    result = conversation.result_of("read_file")
+    if result is None:
+        return call("read_file", path=path, start_line=max(line, 1), end_line=max(line, 1))
+    text = _line_text(result)
+    pattern = next((p for p in PATTERNS if p.regex.search(text)), None)
+    if pattern is not None and pattern.title == "Hard-coded credential" and _TEST_CODE.search(path):
+        verdict = {
+            "status": "refuted",
+            "evidence": f"{where} is test code: `{text}` is a fixture value",
+            "would_post": False,
+        }
+    elif pattern is not None:
+        verdict = {
+            "status": "confirmed",
+            "evidence": f"{where} reads `{text}`",
+            "reproduction": f"input reaching {where} -> `{text}` -> {pattern.title.lower()}",
+            "would_post": True,
+        }
+    else:
+        verdict = {
+            "status": "uncertain",
+            "evidence": f"{where} does not show what the finding describes",
+            "would_post": False,
+        }
+    return call("submit_verification", **verdict)
 
 
 def _line_text(result: str) -> str:
