@@ -20,6 +20,7 @@ from bot.records.types import DraftFinding, DraftRules, Pull, Review, Session, U
 from bot.records.vocab import Verdict
 from bot.repo_config import RepoConfig
 from bot.review.default_branch import read_default_branch
+from bot.review.excerpt import diff_excerpt
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
 from bot.review.noise import noise_files
 from bot.review.plan import placed, plan_files
@@ -219,6 +220,8 @@ async def review_worktree(
         )
         if on_session is not None:
             await on_session(session.id)
+        start = request.since or tree.merge_base  # where the toolbox's `git_diff` starts
+        excerpt = await diff_excerpt(tree, diff, plan.reviewed, start=start)
         prompt = render(
             "prompts/review_request.md.j2",
             request=request,
@@ -232,6 +235,7 @@ async def review_worktree(
             total_chars=TOTAL_CHARS,
             since=request.since,
             ledger=request.ledger,
+            excerpt=excerpt,
         )
         toolbox = Toolbox(tree, on_call=on_tool_call, left_out=plan.left_out, since=request.since)
         draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
