@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bot.agents.toolbox import MAX_OUTPUT_CHARS, PAGE_CHARS, Toolbox, paged
 from bot.diff import numbered
-from bot.review.excerpt import DIFF_BUDGET_CHARS, Excerpt, diff_excerpt
+from bot.review.excerpt import DIFF_BUDGET_CHARS, Excerpt, changed_symbols, diff_excerpt
 from bot.review.pipeline import pr_diff
 from bot.server import make_app
 from bot.standin.repo import make_pr
@@ -193,7 +193,8 @@ def test_hostile_names_and_content_in_the_diff_stay_inert(names, content):
     shown, *rest = names
     lines = "".join(f"+{line}\n" for line in content.split("\n"))
     patch = f"diff --git a/{shown} b/{shown}\n--- /dev/null\n+++ b/{shown}\n@@ -0,0 +1 @@\n{lines}"
-    excerpt = Excerpt(numbered(patch), (shown,), tuple((p, 99) for p in rest))
+    worth = tuple((p, ("parse",), False) for p in rest)
+    excerpt = Excerpt(numbered(patch), (shown,), tuple((p, 99) for p in rest), 60_000, worth)
     text = prompt(excerpt, names)
     found = [m.group(0).lower().replace(" ", "") for m in ANY.finditer(text)]
     ours = ["<pr_title", "</pr_title", "<pr_description", "</pr_description"]
@@ -201,3 +202,43 @@ def test_hostile_names_and_content_in_the_diff_stay_inert(names, content):
     # each left-over file is one list line, its name as a JSON string
     listed = [json.loads(name) for name in re.findall(r'^- (".*"): 99$', text, re.M)]
     assert listed == rest
+    worth_listed = [json.loads(name) for name in re.findall(r'^- (".*"): parse$', text, re.M)]
+    assert worth_listed == rest
+
+
+# -- the files worth reading: found without a model ------------------------------------------
+
+
+@pytest.mark.backends
+async def test_the_first_request_lists_the_callers_and_tests_of_what_changed(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin
+):
+    base = {
+        **BASE,
+        "app.py": "from calc import parse, total\n\nprint(total([parse('1')]))\n",
+        "tests/test_calc.py": "from calc import parse\n\n\ndef test_parse():\n    parse('2')\n",
+        "notes:odd\nname.py": "parse = None\n",
+        "other.py": "def parser_of(x):\n    return x  # parse_x, not a use\n",
+    }
+    world = await review(
+        github, settings, tmp_path, aiohttp_client, anthropic_standin, base=base, head=HEAD
+    )
+    request = first_request(world)
+    section = request[request.index("Files worth reading") :]
+    listed = re.findall(r'^- (".*?")( \(a test\))?: (.*)$', section, re.M)
+    assert [(json.loads(path), test, names) for path, test, names in listed] == [
+        ("app.py", "", "parse, total"),  # the most names first
+        ("tests/test_calc.py", " (a test)", "parse"),  # then tests
+        ("notes:odd\nname.py", "", "parse"),
+    ]
+
+
+def test_changed_symbols_come_from_hunk_headers_and_changed_definitions():
+    patch = (
+        "diff --git a/m.go b/m.go\n--- a/m.go\n+++ b/m.go\n"
+        "@@ -3,2 +3,2 @@ func (s *Server) Handle(w Writer) {\n"
+        "-\tx := old()\n+\tx := fresh()\n"
+        "@@ -9,1 +9,3 @@ type Server struct {\n"
+        " \tname string\n+func helper() {}\n+class NotGo:\n"
+    )
+    assert changed_symbols([patch]) == ["Handle", "Server", "helper", "NotGo"]
