@@ -53,7 +53,8 @@ async def diff_excerpt(
     """The `reviewed` files' diffs (`start` → head, as `git_diff` shows them) in review order
     while they fit in `budget`; a file that does not fit leaves room for smaller ones after
     it. Sizes are the PR's patch sizes; the diff is asked of git for the chosen files only, so
-    its command line and output stay within about the budget."""
+    its command line and output stay within about the budget. Then the files worth reading:
+    the unchanged ones using the names the shown diff changes."""
     chosen, room = [], budget
     for path in reviewed:
         size = diff.files[path].patch_bytes
@@ -61,14 +62,15 @@ async def diff_excerpt(
             chosen.append(path)
             room -= size
     patches = await _patches(tree, diff, chosen, start=start, limit=budget * 2)
-    shown, parts, used = [], [], 0
+    shown: dict[str, None] = {}
+    parts, used = [], 0
     for path in chosen:
         patch = patches.get(path)
         if patch is not None and used + len(patch) <= budget:
-            shown.append(path)
+            shown[path] = None
             parts.append(numbered(patch))
             used += len(patch)
-    rest = tuple((p, diff.files[p].patch_bytes) for p in reviewed if p not in set(shown))
+    rest = tuple((p, diff.files[p].patch_bytes) for p in reviewed if p not in shown)
     names = changed_symbols(patches[p] for p in shown)
     changed = {p for f in diff.files.values() for p in (f.path, f.old_path) if p is not None}
     worth = await worth_reading(tree, names, skip=changed)
