@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from bot.agents.base import AgentError, Budget, BudgetExceeded
-from bot.agents.loop import AgentRun, Answer, interrupted
+from bot.agents.loop import AgentRun, Answer
 from bot.agents.providers import ModelClients
 from bot.agents.toolbox import Toolbox
 from bot.config import Settings
@@ -58,7 +58,15 @@ async def env(tmp_path):
 
 
 async def make_run(
-    env, provider_name, *, budget=None, model=None, answer=Answer.REQUIRED, session=None
+    env,
+    provider_name,
+    *,
+    budget=None,
+    model=None,
+    answer=Answer.REQUIRED,
+    session=None,
+    toolbox=None,
+    answer_when_spent=False,
 ):
     db = env["db"]
     provider = env["clients"].provider(provider_name, model)
@@ -69,12 +77,13 @@ async def make_run(
         db=db,
         provider=provider,
         session=session,
-        toolbox=Toolbox(env["tree"]),
+        toolbox=toolbox or Toolbox(env["tree"]),
         system=skill.text,
         kind="review",
         budget=budget,
         skill_version_id=skill.id,
         answer=answer,
+        answer_when_spent=answer_when_spent,
     )
 
 
@@ -159,12 +168,12 @@ async def test_tool_call_budget_is_enforced(env, provider, anthropic_standin, op
     assert row["status"] == "failed" and "budget exhausted" in row["error"]
     usage = await env["db"].fetchone("SELECT SUM(input_tokens) FROM run_usage")
     assert usage[0] > 0  # what the failed run cost is still recorded
-    # The call cut short by the budget has its result: the conversation can go on.
+    # The calls refused by the budget have their result: the conversation can go on.
     standin.policy = Scripted(say("Six calls were too many."))
     again = await make_run(env, provider, session=run.session, answer=Answer.NONE)
     assert (await again.turn("What did you find?")).text == "Six calls were too many."
     results = standin.normalise(standin.requests[-1]).tool_results
-    assert len(results) == 6 and interrupted() in results[-1]
+    assert len(results) == 6 and "not run: the budget is spent" in results[-1]
 
 
 @pytest.mark.parametrize("provider", ["claude", "codex"])
@@ -208,6 +217,110 @@ async def test_token_and_dollar_budgets(env, anthropic_standin):
         await (await make_run(env, "claude", budget=Budget(max_tokens=5000))).turn("Review.")
     with pytest.raises(BudgetExceeded, match="COCKPIT_REVIEW_MAX_USD"):
         await (await make_run(env, "claude", budget=Budget(max_usd=0.01))).turn("Review.")
+
+
+def budget_lines(texts):
+    return [text.rpartition("\n\n")[2] for text in texts]
+
+
+async def test_each_turn_tells_the_model_what_is_left_of_its_budget(env, anthropic_standin):
+    anthropic_standin.policy = Scripted(*[call("list_files")] * 3, call("submit_review", **VALID))
+    run = await make_run(env, "claude", budget=Budget(max_tool_calls=10))
+    assert (await run.turn("Review.")).draft is not None
+    seen = [anthropic_standin.normalise(r) for r in anthropic_standin.requests]
+    first, *later = seen
+    [told] = budget_lines(first.user_texts)
+    assert told.startswith("[budget left: 10 of 10 tool calls, 1,500,000 of 1,500,000 tokens")
+    assert "of 600 seconds]" in told
+    told = budget_lines(c.tool_results[-1] for c in later)
+    assert [t.partition(" tool calls")[0] for t in told] == [
+        "[budget left: 9 of 10",
+        "[budget left: 8 of 10",
+        "[budget left: 7 of 10",
+    ]
+    # 1200 input, 300 output, then 900 read from the cache at a tenth: 1500 + 1590 a turn
+    assert "1,496,910 of 1,500,000 tokens" in told[1]
+
+
+@pytest.mark.parametrize("provider", ["claude", "codex"])
+async def test_near_the_end_of_the_budget_only_the_finishing_tool_is_offered(
+    env, provider, anthropic_standin, openai_standin
+):
+    """With 3 tool calls left the request offers only `submit_review`; the model submits
+    what it has, and its summary says the budget cut it short."""
+    standin = anthropic_standin if provider == "claude" else openai_standin
+
+    def explore_until_told(conversation):
+        if conversation.tools == ["submit_review"]:
+            return call("submit_review", **VALID)
+        return call("list_files")
+
+    standin.policy = explore_until_told
+    result = await (await make_run(env, provider, budget=Budget(max_tool_calls=6))).turn("Go.")
+    seen = [standin.normalise(r) for r in standin.requests]
+    assert [len(c.tools) for c in seen] == [6, 6, 6, 1]
+    assert seen[-1].tools == ["submit_review"]
+    told = seen[-1].tool_results[-1]
+    assert told.endswith(
+        "It is nearly spent: only submit_review is offered;"
+        " call submit_review now with what you have found so far]"
+    )
+    assert result.cut_short == "budget nearly spent: 3 of 6 tool calls"
+    assert result.draft.findings and result.draft.summary.startswith("One problem.\n\n")
+    assert "**Cut short** (budget nearly spent: 3 of 6 tool calls)" in result.draft.summary
+
+
+async def test_calls_made_after_the_finishing_tool_alone_is_offered_are_refused_and_count(
+    env, anthropic_standin
+):
+    anthropic_standin.policy = Scripted(call("list_files"))
+    run = await make_run(env, "claude", budget=Budget(max_tool_calls=5))
+    with pytest.raises(BudgetExceeded, match="more than 5 tool calls"):
+        await run.turn("Go.")
+    seen = [anthropic_standin.normalise(r) for r in anthropic_standin.requests]
+    assert len(seen) == 6  # 2 run, 3 refused (counted), the 6th refused as over the budget
+    assert [len(c.tools) for c in seen] == [6, 6, 1, 1, 1, 1]
+    refused = [r for r in seen[-1].tool_results if r.startswith("not run")]
+    assert len(refused) == 3
+    stored = await load_messages(env["db"], run.session.id)
+    assert "not run: the budget is spent" in stored[-1]["content"][0]["content"]
+    row = await env["db"].fetchone("SELECT tool_calls FROM runs")
+    assert row["tool_calls"] == 2  # run, as before
+
+
+async def test_a_spent_budget_ends_a_review_in_a_draft_saying_what_it_covered(
+    env, anthropic_standin
+):
+    """A model that never submits: no findings, and the draft says which budget ran out and
+    how many of the files under review the model saw."""
+    anthropic_standin.policy = Scripted(call("read_file", path="calc.py"), call("list_files"))
+    toolbox = Toolbox(env["tree"], reviewed=["calc.py", "gone.py"])
+    run = await make_run(
+        env, "claude", budget=Budget(max_tool_calls=5), toolbox=toolbox, answer_when_spent=True
+    )
+    result = await run.turn("Review.")
+    assert result.cut_short == "budget exhausted: more than 5 tool calls"
+    draft = result.draft
+    assert draft is not None and draft.findings == () and draft.verdict == "comment"
+    assert draft.summary.startswith("⚠️ **Cut short** (budget exhausted: more than 5 tool calls)")
+    assert "no findings. It reviewed 1 of 2 files" in draft.summary
+    row = await env["db"].fetchone("SELECT status, error, tool_calls FROM runs")
+    assert (row["status"], row["error"]) == ("done", "budget exhausted: more than 5 tool calls")
+
+
+async def test_cache_reads_count_at_their_price_in_the_token_budget(env, anthropic_standin):
+    """Each turn reads 900 tokens from the cache: at full weight 9 turns pass 3,000 tokens,
+    at Claude's price (a tenth of input) they do not. What is recorded and charged is as
+    before."""
+    cheap = Action(tools=[("list_files", {})], usage=(0, 10))
+    anthropic_standin.policy = Scripted(*[cheap] * 8, call("submit_review", **VALID))
+    run = await make_run(env, "claude", budget=Budget(max_tokens=3000))
+    result = await run.turn("Review.")
+    assert result.draft is not None and result.cut_short is None
+    row = await env["db"].fetchone("SELECT * FROM run_usage WHERE run_id = ?", (result.run_id,))
+    assert row["cache_read_tokens"] == 8 * 900 and row["output_tokens"] == 8 * 10 + 300
+    expected = (1200 * 2.0 + 380 * 10.0 + 7200 * 0.2) / 1e6
+    assert row["cost_usd"] == pytest.approx(expected)
 
 
 async def test_overloaded_529_is_retried_waiting_what_the_server_asks(

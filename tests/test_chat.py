@@ -188,8 +188,9 @@ async def test_a_template_without_a_system_role_gets_the_prompt_in_the_first_mes
     env["standin"].quirks = {"no_system_role"}
     assert (await (await run_chat(env)).turn("Review this.")).draft is not None
     later = env["standin"].requests[-1]["messages"]
-    assert later[0]["role"] == "user" and later[0]["content"].endswith("Review this.")
-    assert "review" in later[0]["content"].split("Review this.")[0].lower()  # the prompt
+    first = later[0]["content"]  # the task, then what the model may spend on it
+    assert later[0]["role"] == "user" and "Review this.\n\n[budget left: 40 of 40" in first
+    assert "review" in first.split("Review this.")[0].lower()  # the prompt
 
 
 async def test_a_server_without_usage_records_estimated_tokens(env, caplog):
@@ -238,17 +239,17 @@ def reads(*ranges):
 
 
 async def test_a_long_conversation_is_trimmed_to_the_context_with_a_note(env, caplog):
-    env["standin"].context_tokens = 7000
+    env["standin"].context_tokens = 7500  # each answer also says what is left of the budget
     env["standin"].policy = Scripted(
         *reads(*[(n * 50 + 1, n * 50 + 50) for n in range(8)]),
         call("submit_review", summary="ok", verdict="comment", findings=[]),
     )
-    models = clients(env, context_tokens=7000)
+    models = clients(env, context_tokens=7500)
     run = await run_chat(env, models=models)
     with caplog.at_level(logging.WARNING):
         assert (await run.turn("Review.")).draft is not None
     last = env["standin"].requests[-1]["messages"]
-    assert last[1]["content"].startswith("Review.\n\n[PR Cockpit: ")
+    assert last[1]["content"].startswith("Review.\n\n[budget left: ")  # told in the task
     assert "earlier message(s) of this conversation were left out" in last[1]["content"]
     assert last[-1]["role"] == "tool" and "VALUE_399" in last[-1]["content"]  # the newest
     assert "VALUE_000" not in str(last)  # the oldest exchanges went, each call with its answer

@@ -237,6 +237,84 @@ async def test_resume_runs_only_unfinished_cases_and_rescoring_costs_nothing(
     assert results_json(again)["runs"][0]["strict"]["f1"] == 10 / 19
 
 
+def variant_counts(entry: dict) -> dict[str, tuple[int, int, int, int]]:
+    """(findings, tp, fp, fn) by variant name."""
+    return {
+        name: (v["findings"], v["strict"]["tp"], v["strict"]["fp"], v["strict"]["fn"])
+        for name, v in entry["variants"].items()
+    }
+
+
+async def test_what_approve_would_publish_is_scored_beside_every_finding(
+    planted, settings, anthropic_standin, openai_standin, tmp_path
+):
+    """Under the planted repository's settings (the defaults: nits folded, ten inline comments)
+    `published` leaves out exactly the `== None` nit, and with the verify pass also the refuted
+    fixture token; the report shows both side by side, and re-scoring asks no model."""
+    result = await run_eval(settings, options(planted, verify=True), ProgressSink())
+    without, with_verify = results_json(result)["runs"]
+    assert variant_counts(without) == {"everything": (8, 5, 3, 6), "published": (7, 5, 2, 6)}
+    assert variant_counts(with_verify) == {
+        "everything": (8, 5, 3, 6),
+        "published": (6, 5, 1, 6),
+        "confirmed-only": (6, 5, 1, 6),  # the scripted verifier confirms every other one
+    }
+    assert without["variants"]["published"]["strict"]["precision"] == 5 / 7
+    assert with_verify["variants"]["published"]["benchmark"]["precision"] == 1.0
+    assert without["variants"]["published"]["summarised"] == 0
+
+    def differing(entry: dict) -> dict[str, tuple[int, int]]:
+        found = {}
+        for case in entry["cases"]:
+            every, published = (case["variants"][n] for n in ("everything", "published"))
+            if every != published:
+                found[case["id"]] = (every["findings"], published["findings"])
+        return found
+
+    assert differing(without) == {"pr-3-rate-cache": (1, 0)}  # the nit, a false positive
+    assert differing(with_verify) == {"pr-3-rate-cache": (1, 0), "pr-7-item-tests": (1, 0)}
+    # the figures that were there before stay as they were
+    assert (without["strict"]["fp"], with_verify["strict"]["fp"]) == (3, 2)
+
+    resume = resume_hint(result.batch, tmp_path / "data", cwd=tmp_path)
+    report, _ = write_report(result, tmp_path / "reports", resume=resume)
+    text = report.read_text()
+    assert "## What `approve` would publish" in text
+    row = "| claude | scripted-reviewer | {} | {} | {} | 0 | {} |"
+    assert row.format("no", "everything", 8, "62.5 | 45.5 | 52.6 | 5 | 3 | 6") in text
+    assert row.format("no", "published", 7, "71.4 | 45.5 | 55.6 | 5 | 2 | 6") in text
+    assert row.format("yes (codex)", "published", 6, "83.3 | 45.5 | 58.8 | 5 | 1 | 6") in text
+    assert row.format("yes (codex)", "confirmed-only", 6, "83.3 | 45.5 | 58.8 | 5 | 1 | 6") in text
+
+    requests = len(anthropic_standin.requests), len(openai_standin.requests)
+    again = await run_eval(settings, None, ProgressSink(), resume=result.batch)
+    assert (len(anthropic_standin.requests), len(openai_standin.requests)) == requests
+    assert results_json(again)["runs"] == [
+        {**entry, "elapsed_seconds": rescored["elapsed_seconds"]}
+        for entry, rescored in zip(
+            results_json(result)["runs"], results_json(again)["runs"], strict=True
+        )
+    ]
+
+
+async def test_cases_stored_without_their_rules_are_rescored_without_the_published_variants(
+    planted, settings, anthropic_standin
+):
+    """A batch an older version stored has no rules to decide what `approve` would publish:
+    re-scoring it keeps every figure it had and adds no variant rather than guessing."""
+    first = await run_eval(settings, options(planted), ProgressSink())
+    from bot.records.sqlite import SqliteDatabase
+
+    db = await SqliteDatabase.open(settings.db_path)
+    await db.execute("UPDATE eval_cases SET scores = json_remove(scores, '$.rules')")
+    await db.close()
+    requests = len(anthropic_standin.requests)
+    again = await run_eval(settings, None, ProgressSink(), resume=first.batch)
+    assert len(anthropic_standin.requests) == requests
+    [entry] = results_json(again)["runs"]
+    assert entry["variants"] == {} and entry["strict"] == results_json(first)["runs"][0]["strict"]
+
+
 async def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -316,6 +394,10 @@ async def test_the_eval_command_never_writes_to_github_or_the_repository(
         for case in entry["cases"]:
             assert {"id", "tp", "fp", "fn", "findings", "labels"} <= set(case)
     assert [e["verify"] for e in data["runs"]] == [False, True]
+    assert [list(e["variants"]) for e in data["runs"]] == [
+        ["everything", "published"],
+        ["everything", "published", "confirmed-only"],
+    ]
 
 
 async def test_a_source_that_changes_during_the_run_fails_it(planted, settings, anthropic_standin):

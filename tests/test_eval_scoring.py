@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from bot.evals.golden import Label
 from bot.evals.judges import EvalFinding, LexicalJudge, lexical_score, normal_path, words
-from bot.evals.scoring import Counts, f1, greedy_pairs, score_case
+from bot.evals.scoring import VARIANTS, Counts, Drafted, f1, greedy_pairs, score_case
+from bot.records.types import DraftRules
 
 SQL_LABEL = Label(
     path="app/items.py",
@@ -194,3 +195,48 @@ def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, pr
     assert len(rows) == 3
     for row in rows:
         assert row.replace("\\|", "").count("|") in (5, 15), row
+
+
+# -- what `approve` would publish: production's rules decide, each variant one entry -------------
+
+RULES = DraftRules(min_severity="minor", max_findings=2)
+DRAFTED = (  # ordinal, severity, verify status, on the diff's lines
+    Drafted(1, "minor", "confirmed", True),
+    Drafted(2, "nit", "confirmed", True),  # below min_severity: folded
+    Drafted(3, "critical", "refuted", True),  # left out with the verify pass only
+    Drafted(4, "major", "uncertain", True),
+    Drafted(5, "critical", "confirmed", True),
+    Drafted(6, "major", None, False),  # not on the diff: in the body, never capped
+)
+VARIANT = {v.name: v for v in VARIANTS}
+
+
+@pytest.mark.parametrize(
+    ("name", "verified", "rules", "published", "summarised"),
+    [
+        ("everything", False, RULES, {1, 2, 3, 4, 5, 6}, 0),
+        ("everything", True, RULES, {1, 2, 3, 4, 5, 6}, 0),
+        # the cap: the two most severe inline (3 and 5, critical), the minor and major after
+        ("published", False, RULES, {3, 5, 6}, 2),
+        # 3 refuted: 5 and 4 inline, 1 summarised
+        ("published", True, RULES, {4, 5, 6}, 1),
+        ("published", True, DraftRules(min_severity="nit"), {1, 2, 4, 5, 6}, 0),
+        ("published", False, DraftRules(min_severity="critical"), {3, 5}, 0),
+        ("confirmed-only", True, RULES, {1, 5}, 0),  # 4 uncertain, 6 never verified
+        ("confirmed-only", True, DraftRules(min_severity="nit"), {1, 2, 5}, 0),
+    ],
+)
+def test_a_variant_scores_what_production_rules_publish(
+    name, verified, rules, published, summarised
+):
+    chosen, capped = VARIANT[name].chosen(DRAFTED, rules, verified)
+    assert {f.ordinal for f, kept in zip(DRAFTED, chosen, strict=True) if kept} == published
+    assert capped == summarised
+
+
+def test_variants_are_scored_in_the_entries_they_apply_to():
+    assert VARIANT["everything"].entries(True) == (False, True)
+    assert VARIANT["published"].entries(False) == (False,)
+    assert VARIANT["confirmed-only"].entries(False) == ()
+    assert VARIANT["confirmed-only"].entries(True) == (True,)
+    assert len({v.key(w) for v in VARIANTS for w in (False, True)}) == 2 * len(VARIANTS)

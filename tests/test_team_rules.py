@@ -229,7 +229,8 @@ async def test_files_matching_an_ignore_glob_are_out_of_the_diff_and_never_get_f
     whole, one, read = final.tool_results[:3]
     assert "src/app.py" in whole and IGNORED not in whole
     assert "1 changed file(s) left out of this diff" in whole
-    assert one == f"{IGNORED} is left out of this review (matches an `ignore` glob)"
+    one, _, left = one.partition("\n\n[budget left: ")  # each answer tells what is left
+    assert one == f"{IGNORED} is left out of this review (matches an `ignore` glob)" and left
     # read_file still reads it (context), saying it is not part of the review
     assert read.startswith(f"[{IGNORED} is left out of this review (matches an `ignore` glob)")
     assert "2| x = eval(input())" in read

@@ -92,6 +92,9 @@ class FinalAnswer:
     parse: Callable[[Any], Any]  # raises InvalidAnswer saying what to fix (one repair turn)
     nudge: str  # the prompt sent once when the model ends its turn without calling the tool
     acknowledgement: str = "submitted"  # the prompt the tool call is answered with
+    # (answer or None, the budget as people are told, (files seen, files under review)) → the
+    # answer of a turn a budget cut short; None: such a turn fails, its answer is as given
+    short: Callable[[Any, str, tuple[int, int]], Any] | None = None
 
     @property
     def name(self) -> str:
@@ -109,6 +112,19 @@ def parse_submission(data: Any) -> ReviewDraft:
         findings=tuple(dedupe([_draft(f) for f in submission.findings])),
         resolved=tuple(sorted({int(ref[1:]) for ref in submission.resolved})),
     )
+
+
+def cut_short_review(
+    draft: ReviewDraft | None, budget: str, coverage: tuple[int, int]
+) -> ReviewDraft:
+    """A review a budget cut short: the draft submitted (none: no findings), its summary saying
+    which budget and what the model had seen."""
+    seen, of = coverage
+    submitted = draft is not None
+    note = say(PEOPLE, "cut_short", budget=budget, submitted=submitted, seen=seen, of=of)
+    if draft is None:
+        return ReviewDraft(note, vocab.Verdict.COMMENT, ())
+    return replace(draft, summary=f"{draft.summary}\n\n{note}")
 
 
 def _draft(found: SubmittedFinding) -> DraftFinding:
@@ -171,7 +187,9 @@ def _numbered(item: Any) -> Any:
     return {**item, "finding": int(match.group(1))} if match else item
 
 
-SUBMIT_REVIEW = FinalAnswer(tool("submit_review", Submission), parse_submission, "submit_nudge")
+SUBMIT_REVIEW = FinalAnswer(
+    tool("submit_review", Submission), parse_submission, "submit_nudge", short=cut_short_review
+)
 VERIFY_TOOL = tool("submit_verification", Verdicts)
 
 

@@ -90,6 +90,24 @@ def rate_for(model: str) -> dict[str, float] | None:
     return rates.get(snapshot.group("base")) if snapshot else None
 
 
+# What the token budget charges a cached input token, when the model's rate does not say:
+# Anthropic bills a cache read at 0.1x its input price and a cache write at 1.25x.
+CACHE_READ_WEIGHT = 0.1
+CACHE_WRITE_WEIGHT = 1.25
+
+
+def budget_tokens(model: str, usage: Usage, fallback: dict[str, float] | None = None) -> float:
+    """`usage` as the token budget counts it: cached input at its price relative to input
+    (the model's rate, else Anthropic's multipliers), so a conversation resent every turn and
+    read from the cache is not charged in full each time. Costs in USD are counted apart."""
+    read, write = CACHE_READ_WEIGHT, CACHE_WRITE_WEIGHT
+    rate = rate_for(model) or fallback
+    if rate is not None and rate["input"] > 0:
+        read, write = rate["cache_read"] / rate["input"], rate["cache_write"] / rate["input"]
+    plain = usage.input_tokens + usage.output_tokens
+    return plain + read * usage.cache_read_tokens + write * usage.cache_write_tokens
+
+
 def chat_rate(rates: tuple[float, float] | None) -> dict[str, float] | None:
     """COCKPIT_CHAT_RATES as a rate; cached input is charged as input (conservative)."""
     if rates is None:

@@ -25,6 +25,7 @@ from bot.agents.base import (
     Usage,
     arguments_object,
     arguments_problem,
+    budget_tokens,
     close_dangling,
     cost_usd,
     quoted,
@@ -41,7 +42,16 @@ from bot.records.types import Session
 from bot.records.vocab import RunStatus
 from bot.redaction import redact
 from bot.skills import prompt_text
-from bot.texts import PEOPLE, render, say
+from bot.texts import MODEL, PEOPLE, render, say
+
+# Near the end of a budget the request offers only the finishing tool and tells the model to
+# submit what it has. The last 3 tool calls are kept for that: a submission, the one repair
+# turn an invalid one gets, and one more for a model that answered with several calls at once
+# (each call it makes meanwhile is refused and counts). Likewise the last tenth of the tokens,
+# seconds and dollars: a tenth of 1.5 M tokens is a few more requests of a long conversation
+# mostly read from the cache, a tenth of 600 s a minute for the answer to be written.
+FINISH_CALLS = 3
+FINISH_SHARE = 0.1
 
 Origin = tuple[int | None, str | None]  # the PR comment a message came from: id and source
 
@@ -60,6 +70,9 @@ class TurnResult:
     tool_calls: int
     usage: dict[str, Usage] = field(default_factory=dict)
     cost_usd: float | None = None
+    # The budget, as people are told, that made the turn finish early (its answer says so)
+    # or end with `final.short`'s answer: None for a turn within its budgets.
+    cut_short: str | None = None
 
     @property
     def draft(self) -> ReviewDraft | None:
@@ -81,6 +94,9 @@ class AgentRun:
     final: FinalAnswer = SUBMIT_REVIEW
     subkind: str | None = None
     metrics: Metrics | None = None
+    # A spent budget ends the turn with `final.short`'s answer (a review: a draft of what was
+    # submitted, if anything, saying what was covered) instead of failing it.
+    answer_when_spent: bool = False
 
     async def turn(
         self, user_text: str | None, *, comment_id: int | None = None, source: str | None = None
@@ -94,6 +110,18 @@ class AgentRun:
         except asyncio.CancelledError:
             await self._finish(run_id, usage, RunStatus.CANCELLED, "cancelled", 0)
             raise
+        except BudgetExceeded as exc:
+            short = self.final.short
+            if not (self.answer_when_spent and short is not None):
+                await self._finish(run_id, usage, RunStatus.FAILED, str(exc), self.toolbox.calls)
+                raise
+            answer = short(None, str(exc), self.toolbox.coverage())
+            result = TurnResult(run_id, "", answer, self.toolbox.calls, cut_short=str(exc))
+            # done, with the budget it spent said where the operator reads a run's end
+            status, error = RunStatus.DONE, str(exc)
+            result.cost_usd = await self._finish(run_id, usage, status, error, result.tool_calls)
+            result.usage = usage
+            return result
         except AgentError as exc:
             await self._finish(run_id, usage, RunStatus.FAILED, str(exc), self.toolbox.calls)
             raise
@@ -129,25 +157,33 @@ class AgentRun:
         started: float,
     ) -> TurnResult:
         final = self.final
+        required = self.answer is Answer.REQUIRED
         repaired = False
+        tool_calls = 0  # made by the model: run, or refused once the budget is nearly spent
+        nearly = self._nearly(tool_calls, usage, started)
         last = next(reversed(await self._conversation(settle=True)), None)
         if user_text is not None:
+            if required:  # the model plans its turn knowing what it may spend
+                user_text += "\n\n" + self._left(tool_calls, usage, started, nearly)
             await self._store(self.provider.user_message(user_text), origin)
         elif last is not None and last.get("role") == "assistant":
             # Resumed after the model's answer was stored and before the next step was (the
             # process died): take that step now; a request never ends with the model's text.
-            if self.answer is not Answer.REQUIRED:
+            if not required:
                 return TurnResult(run_id, answer_text(last), None, 0)
             await self._store(self.provider.user_message(fragment(final.nudge)))
             repaired = True
         offered = [final.tool] if self.answer is not Answer.NONE else []
         tools = [*self.toolbox.definitions, *offered]
-        tool_calls = 0
         broken = False  # the last reply had a call whose arguments were not a JSON object
+        short: str | None = None  # the budget that made the turn finish early (for people)
         while True:
+            finishing = nearly is not None
+            short = nearly or short
             request = ProviderRequest(
                 system=self.system,
-                tools=tools,
+                # near the end of a budget only the finishing tool is offered
+                tools=[final.tool] if finishing and required else tools,
                 messages=await self._conversation(),
                 cache_key=f"pr-cockpit-session-{self.session.id}",
             )
@@ -155,8 +191,12 @@ class AgentRun:
             self._count(reply, usage)
             if reply.items:
                 await self._store(reply.items)
+            over = self._over(usage)  # a final answer in this reply still counts
+            short = over or short
             if not reply.tool_calls:
-                if self.answer is not Answer.REQUIRED:
+                if over is not None:
+                    raise BudgetExceeded(over)
+                if not required:
                     return TurnResult(run_id, reply.text, None, tool_calls)
                 if repaired:
                     raise AgentError(say(PEOPLE, "no_final_answer", tool=final.name))
@@ -165,6 +205,8 @@ class AgentRun:
                 continue
             results: list[tuple[ToolCall, str, bool]] = []
             answer = None
+            spent = over  # a budget this reply found spent (for people)
+            finish = final.name if required else None
             problems = [arguments_problem(c.arguments) for c in reply.tool_calls]
             if broken and any(problems):
                 raise AgentError(say(PEOPLE, "arguments_again"))
@@ -177,7 +219,7 @@ class AgentRun:
                         )
                         results.append((call, why.strip(), True))
                         continue
-                    if call.name == final.name and self.answer is not Answer.REQUIRED:
+                    if call.name == final.name and not required:
                         results.append((call, fragment("not_now"), True))
                         continue
                     if call.name == final.name:
@@ -193,11 +235,17 @@ class AgentRun:
                             why = render("prompts/invalid_answer.md.j2", tool=final.name, error=exc)
                             results.append((call, why.strip(), True))
                         continue
+                    if over is not None or tool_calls >= self.budget.max_tool_calls:
+                        limit = self.budget.max_tool_calls
+                        spent = spent or say(PEOPLE, "budget_tool_calls", limit=limit)
+                        refused = say(MODEL, "budget", why="spent", tool=finish)
+                        results.append((call, refused, True))
+                        continue
                     tool_calls += 1
-                    if tool_calls > self.budget.max_tool_calls:
-                        raise BudgetExceeded(
-                            say(PEOPLE, "budget_tool_calls", limit=self.budget.max_tool_calls)
-                        )
+                    if finishing:  # it counts: a model that keeps exploring runs out
+                        refused = say(MODEL, "budget", why="finish", tool=finish)
+                        results.append((call, refused, True))
+                        continue
                     output = await self.toolbox.call(call.name, arguments_object(call.arguments))
                     results.append((call, output, False))
             except BaseException:  # stopped or failed mid-call: every call still gets a result
@@ -205,9 +253,18 @@ class AgentRun:
                 rest = [(c, interrupted(), True) for c in reply.tool_calls if c.id not in done]
                 await asyncio.shield(self._store(self.provider.tool_results([*results, *rest])))
                 raise
-            await self._store(self.provider.tool_results(results))
             if answer is not None:
-                return TurnResult(run_id, reply.text, answer, tool_calls)
+                await self._store(self.provider.tool_results(results))
+                if short is not None and final.short is not None:
+                    answer = final.short(answer, short, self.toolbox.coverage())
+                return TurnResult(run_id, reply.text, answer, tool_calls, cut_short=short)
+            nearly = self._nearly(tool_calls, usage, started)
+            call, output, is_error = results[-1]  # each turn tells the model what is left
+            note = self._left(tool_calls, usage, started, nearly)
+            results[-1] = (call, f"{output}\n\n{note}", is_error)
+            await self._store(self.provider.tool_results(results))
+            if spent is not None and (finishing or over is not None):
+                raise BudgetExceeded(spent)
 
     async def _store(self, items: list[dict[str, Any]], origin: Origin = (None, None)) -> None:
         comment_id, source = origin
@@ -239,8 +296,8 @@ class AgentRun:
             raise AgentError(_describe(self.provider.name, exc)) from exc
 
     def _count(self, reply: ModelReply, usage: dict[str, Usage]) -> None:
-        """Adds the reply to `usage` and the metrics; BudgetExceeded once the run spent too much."""
-        budget, rate = self.budget, self.provider.fallback_rate
+        """Adds the reply to `usage` and the metrics."""
+        rate = self.provider.fallback_rate
         model = reply.model
         usage.setdefault(model, Usage()).add(reply.usage)
         if self.metrics:
@@ -250,14 +307,67 @@ class AgentRun:
             cost = cost_usd(model, reply.usage, rate)
             if cost:
                 self.metrics.model_cost.labels(**labels).inc(cost)
-        tokens = sum(u.total for u in usage.values())
+
+    def _tokens(self, usage: dict[str, Usage]) -> float:
+        rate = self.provider.fallback_rate
+        return sum(budget_tokens(model, u, rate) for model, u in usage.items())
+
+    def _usd(self, usage: dict[str, Usage]) -> float:
+        rate = self.provider.fallback_rate
+        return sum(cost_usd(model, u, rate) or 0.0 for model, u in usage.items())
+
+    def _over(self, usage: dict[str, Usage]) -> str | None:
+        """The token or dollar budget the run has spent, as people are told; None if neither."""
+        budget = self.budget
+        tokens = self._tokens(usage)
         if tokens > budget.max_tokens:
-            raise BudgetExceeded(
-                say(PEOPLE, "budget_tokens", tokens=tokens, limit=budget.max_tokens)
-            )
-        spent = sum(cost_usd(m, u, rate) or 0.0 for m, u in usage.items())
+            return say(PEOPLE, "budget_tokens", tokens=round(tokens), limit=budget.max_tokens)
+        spent = self._usd(usage)
         if budget.max_usd is not None and spent > budget.max_usd:
-            raise BudgetExceeded(say(PEOPLE, "budget_usd", spent=spent, limit=budget.max_usd))
+            return say(PEOPLE, "budget_usd", spent=spent, limit=budget.max_usd)
+        return None
+
+    def _nearly(self, tool_calls: int, usage: dict[str, Usage], started: float) -> str | None:
+        """The budget nearly spent, as people are told (None: none is): from then on the turn
+        only finishes."""
+        budget, left = self.budget, 1 - FINISH_SHARE
+
+        def said(why: str, used: float, limit: float) -> str:
+            return say(PEOPLE, "budget_nearly", why=why, used=used, limit=limit)
+
+        if budget.max_tool_calls - tool_calls <= FINISH_CALLS:
+            return said("tool_calls", tool_calls, budget.max_tool_calls)
+        tokens = self._tokens(usage)
+        if tokens >= budget.max_tokens * left:
+            return said("tokens", round(tokens), budget.max_tokens)
+        elapsed = time.monotonic() - started
+        if elapsed >= budget.max_seconds * left:
+            return said("wall_clock", elapsed, budget.max_seconds)
+        spent = self._usd(usage)
+        if budget.max_usd is not None and spent >= budget.max_usd * left:
+            return said("usd", spent, budget.max_usd)
+        return None
+
+    def _left(
+        self, tool_calls: int, usage: dict[str, Usage], started: float, nearly: str | None
+    ) -> str:
+        """The model's line on what it may still spend."""
+        budget = self.budget
+        return say(
+            MODEL,
+            "budget",
+            why="left",
+            calls=max(budget.max_tool_calls - tool_calls, 0),
+            max_calls=budget.max_tool_calls,
+            tokens=max(budget.max_tokens - round(self._tokens(usage)), 0),
+            max_tokens=budget.max_tokens,
+            seconds=max(budget.max_seconds - (time.monotonic() - started), 0),
+            max_seconds=budget.max_seconds,
+            usd=max((budget.max_usd or 0) - self._usd(usage), 0),
+            max_usd=budget.max_usd,
+            finishing=nearly is not None,
+            tool=self.final.name if self.answer is Answer.REQUIRED else None,
+        )
 
     def _out_of_time(self) -> str:
         return say(PEOPLE, "budget_wall_clock", seconds=self.budget.max_seconds)

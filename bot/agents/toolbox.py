@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
@@ -31,6 +31,8 @@ RAW_DIFF_BYTES = 64 << 20  # `git diff --raw` of a PR (about 130 bytes a file)
 # for its notes under MAX_OUTPUT_CHARS); git stops after MAX_PAGED_BYTES (about 200 pages).
 PAGE_CHARS = 20_000
 MAX_PAGED_BYTES = 4 << 20
+_DIFF_PATH = re.compile(r"^(?:\+\+\+ b/|--- a/)(.+)$", re.M)
+_DIFF_HEADER = re.compile(r"^diff --git a/(.+)$", re.M)
 
 
 class ToolError(Exception):
@@ -131,7 +133,8 @@ def _tree_entries(out: bytes) -> Iterator[TreeEntry]:
 class Toolbox:
     """The read-only tools for one review. `left_out`: changed files the review leaves out
     (path → why): `git_diff` does not show them, `read_file` says so; `since`: a re-review's
-    last reviewed commit, where `git_diff` starts."""
+    last reviewed commit, where `git_diff` starts; `reviewed`: the files under review, of which
+    `coverage` counts those the model has seen."""
 
     definitions = TOOL_DEFINITIONS
 
@@ -142,8 +145,11 @@ class Toolbox:
         on_call: Callable[[str], Awaitable[None]] | None = None,
         left_out: Mapping[str, str] | None = None,
         since: str | None = None,
+        reviewed: Iterable[str] = (),
     ) -> None:
         self.tree = tree
+        self.reviewed = frozenset(reviewed)
+        self.seen: set[str] = set()  # paths shown by `git_diff` or `read_file`
         self.on_call = on_call
         self.left_out = dict(left_out or {})
         self.calls = 0
@@ -162,9 +168,16 @@ class Toolbox:
         if found:
             return say(MODEL, "tool", why="error", error=told(found))
         try:
-            return cap(await getattr(self, f"_tool_{name}")(decode(arguments, shape)))
+            answer = cap(await getattr(self, f"_tool_{name}")(decode(arguments, shape)))
         except (ToolError, GitError) as exc:
             return say(MODEL, "tool", why="error", error=exc)
+        if name == "git_diff":  # what the answer shows, cut to its cap
+            self.seen.update(diff_paths(answer))
+        return answer
+
+    def coverage(self) -> tuple[int, int]:
+        """(files under review the model has seen, files under review)."""
+        return len(self.seen & self.reviewed), len(self.reviewed)
 
     async def _entry(self, path: str) -> TreeEntry | None:
         out = await self.tree.git("ls-tree", "-z", "--full-tree", self.tree.head_sha, "--", path)
@@ -194,6 +207,7 @@ class Toolbox:
             return say(MODEL, "tool", why="symlink", path=path, target=shown)
         size = int((await self.tree.git("cat-file", "-s", entry.oid)).decode().strip())
         data = await self.tree.git("cat-file", "blob", entry.oid, limit=MAX_READ_BYTES)
+        self.seen.add(path)
         if b"\x00" in data[:8192]:
             return say(MODEL, "tool", why="binary", path=path, size=size)
         clipped = size > MAX_READ_BYTES
@@ -356,6 +370,17 @@ def paged(text: str, size: int = PAGE_CHARS) -> list[str]:
     if page:
         pages.append("".join(page))
     return [p for p in pages if p]
+
+
+def diff_paths(diff: str) -> set[str]:
+    """The paths a unified diff shows: both sides of a change, and a header's path when it has
+    no `---`/`+++` lines (a binary file, a mode change) and names one path twice."""
+    paths = set(_DIFF_PATH.findall(diff))
+    for header in _DIFF_HEADER.findall(diff):
+        half = (len(header) - 3) // 2
+        if header[half : half + 3] == " b/" and header[:half] == header[half + 3 :]:
+            paths.add(header[:half])
+    return paths
 
 
 def _text(out: bytes, limit: int = MAX_GIT_BYTES) -> str:

@@ -11,7 +11,17 @@ from msgspec import UNSET, UnsetType
 
 from bot.evals.golden import Case, Golden
 from bot.evals.judges import EvalFinding, Judge
-from bot.evals.scoring import ALL, VERIFIED, Benchmark, CaseBenchmark, Counts, Strict, add_usd
+from bot.evals.scoring import (
+    ALL,
+    VARIANTS,
+    VERIFIED,
+    Benchmark,
+    CaseBenchmark,
+    Counts,
+    Strict,
+    add_usd,
+)
+from bot.records.types import DraftRules
 from bot.records.vocab import VerifyStatus
 
 
@@ -49,6 +59,8 @@ class CaseScores(msgspec.Struct, kw_only=True):
     verify_tokens: int = 0
     verify_usd: float | None = 0.0
     verify_error: str | None = None
+    rules: DraftRules | None = None  # the repository's settings the draft was made under
+    in_diff: tuple[int, ...] = ()  # findings (by ordinal) on the diff's lines: inline comments
 
     def spent(self) -> tuple[Cost, Cost]:
         return Cost(self.review_tokens, self.review_usd), Cost(self.verify_tokens, self.verify_usd)
@@ -87,6 +99,11 @@ class ModelRun:
 
     def total(self, variant: str) -> Counts:
         return sum((c.counts[variant] for c in self.cases if not c.error), Counts())
+
+    def scored(self, variant: str) -> bool:
+        """Every case that ran has counts for it (cases stored by an older version have no
+        rules to decide what they would publish)."""
+        return all(variant in c.counts for c in self.cases if not c.error)
 
 
 @dataclass
@@ -147,6 +164,24 @@ class CaseFigures(msgspec.Struct, kw_only=True):
     notes: tuple[str, ...]
     refuted: int | UnsetType = UNSET  # with the verify pass only
     verify_error: str | UnsetType | None = UNSET
+    variants: dict[str, CaseVariant] | UnsetType = UNSET  # by `Variant.name`
+
+
+class CaseVariant(msgspec.Struct, kw_only=True):
+    findings: int
+    summarised: int
+    tp: int
+    fp: int
+    fn: int
+
+
+class VariantFigures(msgspec.Struct, kw_only=True):
+    """The findings a variant scores (`bot.evals.scoring.VARIANTS`), summed over the cases."""
+
+    findings: int
+    summarised: int  # past `max_findings`: one line in the review body each, not scored
+    strict: Strict
+    benchmark: Benchmark
 
 
 class RunFigures(msgspec.Struct, kw_only=True):
@@ -167,6 +202,7 @@ class RunFigures(msgspec.Struct, kw_only=True):
     batch: int
     failed_cases: int
     cases: list[CaseFigures]
+    variants: dict[str, VariantFigures] = {}  # by `Variant.name`: what each would publish
 
 
 class JudgeFigures(msgspec.Struct):
@@ -226,6 +262,14 @@ def case_figures(case: CaseResult, verify: bool) -> CaseFigures:
     if verify:
         figures.refuted = sum(1 for f in case.findings if f.verify_status == VerifyStatus.REFUTED)
         figures.verify_error = case.verify_error
+    if counts is not None:
+        figures.variants = {
+            v.name: CaseVariant(
+                findings=c.findings, summarised=c.summarised, tp=c.tp, fp=c.fp, fn=c.fn
+            )
+            for v in VARIANTS
+            if v.scores(verify) and (c := case.counts.get(v.key(verify))) is not None
+        }
     return figures
 
 
@@ -252,4 +296,18 @@ def run_figures(result: EvalResult, run: ModelRun, verify: bool) -> RunFigures:
         batch=result.batch,
         failed_cases=len(run.failed),
         cases=[case_figures(case, verify) for case in run.cases],
+        variants={
+            v.name: variant_figures(run.total(v.key(verify)))
+            for v in VARIANTS
+            if v.scores(verify) and run.scored(v.key(verify))
+        },
+    )
+
+
+def variant_figures(total: Counts) -> VariantFigures:
+    return VariantFigures(
+        findings=total.findings,
+        summarised=total.summarised,
+        strict=total.strict,
+        benchmark=total.benchmark,
     )

@@ -28,7 +28,7 @@ from bot.evals.results import (
     case_figures,
     run_figures,
 )
-from bot.evals.scoring import ALL, VERIFIED, Counts, score_case
+from bot.evals.scoring import ALL, VARIANTS, VERIFIED, Counts, Drafted, score_case
 from bot.evals.sources import Sources, display_name, fingerprint
 from bot.records import evals
 from bot.records.runs import session_spend as ledger_spend
@@ -102,6 +102,8 @@ class Runner:
                 result.verify_error = verification.error
                 rows = apply_verification(rows, verification)
             result.findings = [EvalFinding.of(n, r) for n, r in enumerate(rows, start=1)]
+            result.rules = draft.rules
+            result.in_diff = tuple(n for n, r in enumerate(rows, start=1) if r.in_diff)
         except (AgentError, GitError, OSError) as exc:
             result.error = str(exc) or exc.__class__.__name__
         finally:
@@ -114,7 +116,7 @@ class Runner:
         result.wall_seconds = time.monotonic() - started
         return result
 
-    async def score(self, result: CaseResult) -> None:
+    async def score(self, run: ModelRun, result: CaseResult) -> None:
         case = result.case
         scores = await self.judge.scores(result.findings, case.labels)
         known = None
@@ -122,11 +124,24 @@ class Runner:
             fp_scores = await self.judge.scores(result.findings, case.known_false_positives)
             known = [any(s > 0 for s in row) for row in fp_scores]
         labels = len(case.labels)
-        result.counts[ALL] = score_case(scores, labels, known_fp=known)[0]
+        result.counts = {ALL: score_case(scores, labels, known_fp=known)[0]}  # stored counts go
         kept = [f.verify_status != VerifyStatus.REFUTED for f in result.findings]
         result.counts[VERIFIED], result.pairs = score_case(
             scores, labels, kept=kept, known_fp=known
         )
+        if result.rules is None:  # stored by a version that did not keep them
+            return
+        drafted = [
+            Drafted(f.ordinal, f.severity, f.verify_status, f.ordinal in result.in_diff)
+            for f in result.findings
+        ]
+        for variant in VARIANTS:
+            for verified in variant.entries(run.verify):
+                chosen, summarised = variant.chosen(drafted, result.rules, verified)
+                counts = score_case(scores, labels, kept=chosen, known_fp=known)[0]
+                result.counts[variant.key(verified)] = msgspec.structs.replace(
+                    counts, summarised=summarised
+                )
 
     async def store_case(self, run: ModelRun, result: CaseResult) -> CaseFigures:
         figures = case_figures(result, run.verify)
@@ -175,7 +190,7 @@ class Runner:
                     result.add_spend(*_scores(failed).spent())
                 if result.error is None:
                     try:
-                        await self.score(result)
+                        await self.score(run, result)
                     except AgentError as exc:
                         result.error = say(OPERATOR, "eval.judging_failed", error=exc)
                 self.progress.case_done(run, result, await self.store_case(run, result))
@@ -191,7 +206,9 @@ def _scores(text: str | None) -> CaseScores:
 
 async def finish_run(db: SqliteDatabase, result: EvalResult, run: ModelRun) -> None:
     figures = run_figures(result, run, run.verify)
-    scores = msgspec.json.encode({name: run.total(name) for name in (ALL, VERIFIED)}).decode()
+    keys = [ALL, VERIFIED, *(v.key(w) for v in VARIANTS for w in v.entries(run.verify))]
+    totals_by = {name: run.total(name) for name in keys if run.scored(name)}
+    scores = msgspec.json.encode(totals_by).decode()
     totals = _totals(figures, figures.strict, run.failed, run.wall_seconds)
     await evals.finish_run(db, run.id, scores=scores, **totals)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TypedDict
 
 import msgspec
 from msgspec.structs import astuple
+
+from bot.records.types import DraftRules
+from bot.records.vocab import FindingState
 
 ALL, VERIFIED = "all", "verified"  # the findings scored: every one, or those not refuted
 
@@ -40,6 +44,7 @@ class Counts(msgspec.Struct, frozen=True):
     matched_findings: int = 0  # benchmark: findings that match any label
     labels_hit: int = 0  # benchmark: labels that any finding matches
     known_fp: int = 0  # findings matching a known false positive of the golden file
+    summarised: int = 0  # past `max_findings`: one line in the review's body, not scored
 
     def __add__(self, other: Counts) -> Counts:
         return Counts(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
@@ -120,3 +125,62 @@ def score_case(
 
 def add_usd(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a + b
+
+
+# -- what `approve` would publish -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """What production's `DraftRules` read of a finding (the names of `records.types.Finding`)."""
+
+    ordinal: int
+    severity: str
+    verify_status: str | None
+    in_diff: bool
+    state: str = FindingState.KEPT
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A choice of the findings scored, side by side in the report and `--json`: a new one is
+    one entry of `VARIANTS`. `rules` turns the draft's rules (the repository's settings as
+    production stored them) into the ones this variant publishes under; None scores every
+    finding. `verify`: None scores it with and without the verify pass, True only with it."""
+
+    name: str
+    rules: Callable[[DraftRules], DraftRules] | None
+    verify: bool | None = None
+
+    def entries(self, verified: bool) -> tuple[bool, ...]:
+        """The entries it is scored in: without the verify pass, and with it when it ran."""
+        return tuple(v for v in ((False, True) if verified else (False,)) if self.scores(v))
+
+    def scores(self, verified: bool) -> bool:
+        return self.verify is None or self.verify == verified
+
+    def key(self, verified: bool) -> str:
+        """Its name in a case's stored counts."""
+        return f"{self.name}+verify" if verified else self.name
+
+    def chosen(
+        self, findings: Sequence[Drafted], rules: DraftRules, verified: bool
+    ) -> tuple[list[bool], int]:
+        """Which findings it scores, and how many a pending review summarises past the cap.
+        The decision is production's (`DraftRules.approvable`, `over_cap`), not made again
+        here; without the verify pass no verify status counts."""
+        if self.rules is None:
+            return [True] * len(findings), 0
+        seen = [f if verified else replace(f, verify_status=None) for f in findings]
+        rules = self.rules(rules)
+        published = rules.approvable(seen)
+        capped = rules.over_cap(published)
+        shown = {f.ordinal for f in published} - capped
+        return [f.ordinal in shown for f in findings], len(capped)
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("everything", None),
+    Variant("published", lambda rules: rules),  # the repository's settings as configured
+    Variant("confirmed-only", lambda rules: replace(rules, verify_publish="confirmed"), True),
+)

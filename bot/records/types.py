@@ -101,17 +101,22 @@ class DraftRules:
     noise_dropped: int = 0  # findings the reviewer placed on them, dropped
     ignored: tuple[str, ...] = ()  # changed files matching an `ignore` glob
     ignored_dropped: int = 0  # findings the reviewer placed on them, dropped
+    verify_publish: str = "not_refuted"  # or "confirmed": only what the verify pass confirmed
 
     def approvable(self, findings: list[Finding]) -> list[Finding]:
         """What a plain `approve` publishes and the pending review shows: kept findings the
-        verify pass did not refute, at or above `min_severity` (the others only when listed)."""
+        verify pass let through, at or above `min_severity` (the others only when listed)."""
         return [
             f
             for f in findings
-            if f.state == FindingState.KEPT
-            and f.verify_status != VerifyStatus.REFUTED
-            and not self.folds(f)
+            if f.state == FindingState.KEPT and self.verified(f) and not self.folds(f)
         ]
+
+    def verified(self, finding: Finding) -> bool:
+        """Not refuted; or, with `verify_publish = "confirmed"`, confirmed."""
+        if self.verify_publish == "confirmed":
+            return finding.verify_status == VerifyStatus.CONFIRMED
+        return finding.verify_status != VerifyStatus.REFUTED
 
     def folds(self, finding: Finding) -> bool:
         """Below `min_severity`: in the status comment's "minor" section, out of the pending

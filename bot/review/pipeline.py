@@ -112,6 +112,7 @@ class Reviewer:
         subkind: str | None = None,
         final: FinalAnswer = SUBMIT_REVIEW,
         answer: Answer = Answer.REQUIRED,
+        answer_when_spent: bool = False,
     ) -> AgentRun:
         """A turn of `session` (on its provider and model) with the `skill` prompt as its
         system prompt, charged to the session's review, under this reviewer's budgets."""
@@ -130,6 +131,7 @@ class Reviewer:
             answer=answer,
             final=final,
             metrics=self.metrics,
+            answer_when_spent=answer_when_spent,
         )
 
 
@@ -237,8 +239,18 @@ async def review_worktree(
             ledger=request.ledger,
             excerpt=excerpt,
         )
-        toolbox = Toolbox(tree, on_call=on_tool_call, left_out=plan.left_out, since=request.since)
-        draft = await _submitted(reviewer, toolbox, session, diff, prompt, skipped=plan.skipped)
+        toolbox = Toolbox(
+            tree,
+            on_call=on_tool_call,
+            left_out=plan.left_out,
+            since=request.since,
+            reviewed=plan.reviewed,
+        )
+        toolbox.seen.update(excerpt.shown)  # the model has their diff in its first request
+        # a budget spent ends in a draft of what was submitted, saying what was covered
+        draft = await _submitted(
+            reviewer, toolbox, session, diff, prompt, skipped=plan.skipped, answer_when_spent=True
+        )
         draft, rules = without_left_out(draft, rules, plan.left_out)
     return replace(draft, rules=rules, changed=changed, diff=diff, left_out=plan.left_out)
 
@@ -291,13 +303,16 @@ async def _submitted(
     skipped: tuple[tuple[str, str], ...] = (),
     origin: tuple[int | None, str | None] = (None, None),
     subkind: str | None = None,
+    answer_when_spent: bool = False,
 ) -> Draft:
     """The reviewer's submission placed on the diff: the turn's, or one `stored` already."""
     run_id = skill_id = None
     if stored is not None:
         submitted = parse_submission(stored)
     else:
-        run = await reviewer.agent(session, toolbox, kind="review", subkind=subkind)
+        run = await reviewer.agent(
+            session, toolbox, kind="review", subkind=subkind, answer_when_spent=answer_when_spent
+        )
         result = await run.turn(message, comment_id=origin[0], source=origin[1])
         assert result.draft is not None
         submitted, run_id, skill_id = result.draft, result.run_id, run.skill_version_id

@@ -278,3 +278,33 @@ def _line_text(result: str) -> str:
         if match := _NUMBERED.match(line):
             return match.group(1).strip()
     return ""
+
+
+_TO_REVIEW = re.compile(r"^Files to review \(\d+\):\n((?:- .*\n?)*)", re.M)
+
+
+def careful_reviewer(conversation: Conversation, *, heeds_budget: bool = True) -> Action:
+    """A careful model on a large PR, as a frontier model reviews one: the diff of each file
+    under review, a call each, then each file whole, a call each, then its review of the diffs
+    it read. When only `submit_review` is offered (the budget nearly spent) it submits what it
+    has found so far; `heeds_budget=False` keeps exploring regardless. Its other turns (a
+    verify pass, a critique, a question) are the scripted reviewer's."""
+    if "submit_review" not in conversation.tools or any(
+        name == "submit_review" for name, _ in conversation.tool_calls
+    ):
+        return scripted_reviewer(conversation)
+    section = _TO_REVIEW.search(conversation.user_texts[0] if conversation.user_texts else "")
+    files = [line[2:] for line in (section.group(1) if section else "").splitlines()]
+    made = list(zip(conversation.tool_calls, conversation.tool_results, strict=False))
+    diffs = {args.get("path"): result for (name, args), result in made if name == "git_diff"}
+    read = {args.get("path") for (name, args), _ in made if name == "read_file"}
+    findings = [finding for diff in diffs.values() for finding in scan_diff(diff)]
+    if conversation.tools == ["submit_review"] and heeds_budget:
+        return call("submit_review", **_review(findings))
+    for path in files:
+        if path not in diffs:
+            return call("git_diff", path=path)
+    for path in files:
+        if path not in read:
+            return call("read_file", path=path)
+    return call("submit_review", **_review(findings))
