@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import re
 from dataclasses import dataclass, field
 
 import unidiff
@@ -84,3 +85,29 @@ def parse_diff(text: str) -> DiffModel:
                     diff.lines["LEFT"][line.source_line_no] = index
         files[path] = diff
     return DiffModel(files)
+
+
+_HUNK = re.compile(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+def numbered(patch: str) -> str:
+    """One file's patch with each line's number in the head version in a gutter before it
+    (blank for removed lines, headers and `\\ No newline` notes), so a reviewer can point at
+    a line without reading the file."""
+    lines = patch.removesuffix("\n").split("\n")
+    numbers: list[int | None] = []
+    head: int | None = None
+    for line in lines:
+        hunk = _HUNK.match(line)
+        if hunk:
+            head = int(hunk.group(1))
+            numbers.append(None)
+        elif head is not None and line[:1] in (" ", "+"):
+            numbers.append(head)
+            head += 1
+        else:
+            numbers.append(None)
+    width = len(str(max((n for n in numbers if n is not None), default=0)))
+    return "\n".join(
+        f"{'' if n is None else n:>{width}} {line}" for n, line in zip(numbers, lines, strict=True)
+    )

@@ -45,7 +45,7 @@ _NESTED_FENCE = re.compile(r"^([ \t>*+\-0-9.)]*?)(?=`{3}|~{3})")
 # Our prompts' delimiters (templates/prompts/): text from a PR or a repository placed
 # between them can neither open nor close one.
 _DELIMITER = re.compile(
-    r"<(?=\s*/?\s*(?:team_rules|rules|pr_title|pr_description|finding_ledger)\b)", re.I
+    r"<(?=\s*/?\s*(?:team_rules|rules|pr_title|pr_description|pr_diff|finding_ledger)\b)", re.I
 )
 
 _strict = False

@@ -241,6 +241,7 @@ def request(title: str, body: str, paths: list[str], rules: str) -> str:
         total_chars=24_000,
         since=None,
         ledger=(),
+        excerpt=None,
     )
 
 

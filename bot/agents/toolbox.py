@@ -27,6 +27,10 @@ MAX_PATTERN_CHARS = 300
 SEARCH_TIMEOUT = 5.0
 MAX_GIT_BYTES = MAX_OUTPUT_CHARS * 2  # git stops after this much (the answer is cut further)
 RAW_DIFF_BYTES = 64 << 20  # `git diff --raw` of a PR (about 130 bytes a file)
+# `git_diff` answers a page at a time: whole lines, at most this many characters (room is left
+# for its notes under MAX_OUTPUT_CHARS); git stops after MAX_PAGED_BYTES (about 200 pages).
+PAGE_CHARS = 20_000
+MAX_PAGED_BYTES = 4 << 20
 _DIFF_PATH = re.compile(r"^(?:\+\+\+ b/|--- a/)(.+)$", re.M)
 _DIFF_HEADER = re.compile(r"^diff --git a/(.+)$", re.M)
 
@@ -62,9 +66,11 @@ class SearchCode(msgspec.Struct, forbid_unknown_fields=True):
 
 class GitDiff(msgspec.Struct, forbid_unknown_fields=True):
     """Unified diff of the pull request (merge-base of base and head → head), for the whole
-    PR or one path."""
+    PR or one path. A long diff comes in pages of whole lines (about 20,000 characters
+    each); optional 1-based page picks one, and each page says whether more follow."""
 
     path: str | None = None
+    page: Positive | None = None
 
 
 class GitLog(msgspec.Struct, forbid_unknown_fields=True):
@@ -279,13 +285,27 @@ class Toolbox:
             await self._shown_tree() if hidden else self.tree.head_sha,
             "--",
             *([path] if path else []),
-            limit=MAX_GIT_BYTES,
+            limit=MAX_PAGED_BYTES,
         )
-        text = _text(out)
-        if not hidden:
-            return text or say(MODEL, "tool", why="no_changes")
-        note = say(MODEL, "tool", why="left_out", count=hidden)  # first: a long diff is cut
-        return note + "\n" + text if text else note
+        cut = truncated(out, MAX_PAGED_BYTES)
+        text = out[:MAX_PAGED_BYTES].decode("utf-8", errors="replace")
+        if cut:  # the last line may be cut mid-way
+            text = text.rpartition("\n")[0] + "\n"
+        pages = paged(text)
+        number = args.page or 1
+        notes = [say(MODEL, "tool", why="left_out", count=hidden)] if hidden else []
+        if not pages:
+            return "\n".join(notes) or say(MODEL, "tool", why="no_changes")
+        if number > len(pages):
+            return say(MODEL, "tool", why="past_pages", page=number, pages=len(pages), more=cut)
+        page = pages[number - 1]
+        body = page.removesuffix("\n")
+        if len(pages) == 1 and not cut:
+            return "\n".join([*notes, body])
+        facts = {"page": number, "pages": len(pages), "more": cut, "path": path}
+        split = body == page and number < len(pages)  # a line longer than a page goes on
+        more = say(MODEL, "tool", why="diff_page", split=split, **facts)
+        return "\n".join([*notes, body, more])  # the left-out note first, as ever
 
     async def _shown_tree(self) -> str:
         """The head's tree with every left-out file as the diff's start has it: diffed with the
@@ -327,6 +347,29 @@ class Toolbox:
             limit=MAX_GIT_BYTES,
         )
         return _text(out) or say(MODEL, "tool", why="no_commits")
+
+
+def paged(text: str, size: int = PAGE_CHARS) -> list[str]:
+    """`text` in pages of whole lines of at most `size` characters (a longer line is cut
+    across pages); joined again they are `text`."""
+    pages: list[str] = []
+    page: list[str] = []
+    length = 0
+    for line in re.findall(r"[^\n]*\n|[^\n]+$", text):
+        while len(line) > size:  # a line longer than a page fills pages of its own
+            if page:
+                pages.append("".join(page))
+                page, length = [], 0
+            pages.append(line[:size])
+            line = line[size:]
+        if length + len(line) > size:
+            pages.append("".join(page))
+            page, length = [], 0
+        page.append(line)
+        length += len(line)
+    if page:
+        pages.append("".join(page))
+    return [p for p in pages if p]
 
 
 def diff_paths(diff: str) -> set[str]:

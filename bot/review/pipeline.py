@@ -20,6 +20,7 @@ from bot.records.types import DraftFinding, DraftRules, Pull, Review, Session, U
 from bot.records.vocab import Verdict
 from bot.repo_config import RepoConfig
 from bot.review.default_branch import read_default_branch
+from bot.review.excerpt import diff_excerpt
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
 from bot.review.noise import noise_files
 from bot.review.plan import placed, plan_files
@@ -222,6 +223,8 @@ async def review_worktree(
         )
         if on_session is not None:
             await on_session(session.id)
+        start = request.since or tree.merge_base  # where the toolbox's `git_diff` starts
+        excerpt = await diff_excerpt(tree, diff, plan.reviewed, start=start)
         prompt = render(
             "prompts/review_request.md.j2",
             request=request,
@@ -235,6 +238,7 @@ async def review_worktree(
             total_chars=TOTAL_CHARS,
             since=request.since,
             ledger=request.ledger,
+            excerpt=excerpt,
         )
         toolbox = Toolbox(
             tree,
@@ -243,6 +247,7 @@ async def review_worktree(
             since=request.since,
             reviewed=plan.reviewed,
         )
+        toolbox.seen.update(excerpt.shown)  # the model has their diff in its first request
         # a budget spent ends in a draft of what was submitted, saying what was covered
         draft = await _submitted(
             reviewer, toolbox, session, diff, prompt, skipped=plan.skipped, answer_when_spent=True

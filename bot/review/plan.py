@@ -25,8 +25,12 @@ class FilePlan:
     left_out: Mapping[str, str] = field(default_factory=dict)
 
 
+def is_test(path: str) -> bool:
+    return bool(_TESTS.search(path))
+
+
 def _priority(path: str) -> int:
-    if _TESTS.search(path):
+    if is_test(path):
         return 1
     if _DOCS.search(path):
         return 2
