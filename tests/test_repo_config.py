@@ -338,6 +338,7 @@ GOOD_BY_KEY = {
     "outside_prs": st.sampled_from(["review", "on-command"]),
     "instructions": GOOD_VALUES["text"],
     "min_severity": st.sampled_from(["critical", "major", "minor", "nit"]),
+    "min_confidence": st.integers(min_value=0, max_value=100),
 }
 
 

@@ -19,6 +19,7 @@ from bot.texts import MODEL, PEOPLE, say
 
 NON_BLANK = r"\S"
 MAX_EVIDENCE = 1000
+MAX_FOUND_EVIDENCE = 2000  # a finding's: quoted lines and the input that fails
 MAX_PROBLEMS = 20
 _REF = re.compile(r"\s*F?(\d+)\s*", re.I)
 FIXED = (
@@ -26,9 +27,19 @@ FIXED = (
     "no longer apply"
 )
 EVIDENCE = "What you read, as path:line, and why it confirms or refutes the finding"
+FOUND_EVIDENCE = (
+    "The line(s) you point at, quoted from the code, and the concrete input, call or path "
+    "through the code that makes them go wrong"
+)
+CONFIDENCE = (
+    "How sure you are that this is a real defect the pull request introduces, from 0 to 100: "
+    "90 or more when you traced the trigger to the wrong result in the code, below 50 when "
+    "it is a suspicion you could not confirm"
+)
 
 NonBlank = Annotated[str, Meta(pattern=NON_BLANK)]
 Positive = Annotated[int, Meta(ge=1)]
+Percent = Annotated[int, Meta(ge=0, le=100)]
 FNumber = Annotated[str, Meta(pattern="^F[0-9]+$")]
 
 
@@ -41,6 +52,8 @@ class SubmittedFinding(msgspec.Struct, forbid_unknown_fields=True):
     severity: Severity
     title: NonBlank
     body: NonBlank
+    evidence: Annotated[str, Meta(pattern=NON_BLANK, description=FOUND_EVIDENCE)]
+    confidence: Annotated[Percent, Meta(description=CONFIDENCE)]
     line: Positive | None = None
     end_line: Positive | None = None
     side: Literal["LEFT", "RIGHT"] = "RIGHT"
@@ -124,6 +137,8 @@ def _draft(found: SubmittedFinding) -> DraftFinding:
         end_line=None if end_line == line else end_line,
         side=found.side,
         suggestion=found.suggestion or None,
+        evidence=found.evidence.strip()[:MAX_FOUND_EVIDENCE],
+        confidence=found.confidence,
     )
 
 

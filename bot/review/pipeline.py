@@ -203,6 +203,7 @@ async def review_worktree(
         edited=instructions.edited,
         min_severity=request.config.min_severity,
         max_findings=request.config.max_findings,
+        min_confidence=request.config.min_confidence,
         noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
         ignored=plan.ignored,
     )
