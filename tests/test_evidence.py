@@ -105,6 +105,9 @@ async def test_a_finding_without_evidence_or_confidence_is_refused_and_the_revie
     assert "**Evidence:** calc.py:2 reads `return eval(text)`" in comment["body"]
     assert "| F1 | critical | [`calc.py:2`]" in world.status_body()
     assert "| 95 |" in world.status_body()  # its confidence, where the draft is vetted
+    [check] = world.github.check_runs.values()
+    [annotation] = check["annotations"]
+    assert "Evidence: calc.py:2 reads `return eval(text)`" in annotation["message"]
 
 
 # -- min_confidence folds the guesses ---------------------------------------------------------
