@@ -290,3 +290,27 @@ def test_a_hostile_description_stays_inside_its_fence(body):
     # all of it, inside: only a delimiter's `<` is escaped, nothing is deleted
     assert inside.replace("&lt;", "<") == (body.replace("&lt;", "<") or "(empty)")
     assert prompt.index("the author's stated intent") < start
+
+
+@given(body=hostile)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_hostile_description_stays_inside_its_fence_for_the_critic_too(body):
+    prompt = render(
+        "prompts/cross_review.md.j2",
+        pull={"number": 7, "repo": "o/r", "title": "t", "body": body},
+        review={"head_sha": "h" * 40, "verdict": "comment", "summary": "s"},
+        parent={"provider": "claude"},
+        findings=[],
+        omitted=0,
+        shown=0,
+        max_messages=0,
+        max_bytes=0,
+        conversation="",
+        instructions="Critique it.",
+    )
+    assert [m.group(0).lower() for m in DELIMITER.finditer(prompt)] == [
+        "<pr_title",
+        "</pr_title",
+        "<pr_description",
+        "</pr_description",
+    ]
