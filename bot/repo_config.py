@@ -136,6 +136,17 @@ class Keys(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
             "and the critical ones drown"
         ),
     ] = 10
+    min_confidence: Annotated[
+        int,
+        key(
+            "findings the reviewer drafted with a lower confidence (0-100) are folded like "
+            "those below `min_severity`. 50 by default: below it the reviewer is told it has a "
+            "suspicion it could not confirm, a guess a human should not have to read first; "
+            "folded it stays one click away. 0 folds none",
+            ge=0,
+            le=100,
+        ),
+    ] = 50
 
 
 KEYS = {f.name: f for f in msgspec.structs.fields(Keys)}

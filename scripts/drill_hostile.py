@@ -53,9 +53,9 @@ def hostile_reviewer(conversation: Conversation) -> Action:
     findings = [
         {"path": path, "line": 2, "side": "RIGHT", "severity": "critical",
          "title": "eval " + HOSTILE.replace("\n", " "), "body": HOSTILE,
-         "suggestion": "```\n~~~\n@octocat"},
+         "suggestion": "```\n~~~\n@octocat", "evidence": HOSTILE, "confidence": 90},
         {"path": "café@octocat.py", "line": 1, "side": "RIGHT", "severity": "nit",
-         "title": "<img src=x> @octocat", "body": HOSTILE},
+         "title": "<img src=x> @octocat", "body": HOSTILE, "evidence": HOSTILE, "confidence": 60},
     ]  # fmt: skip
     return call("submit_review", summary=HOSTILE, verdict="request_changes", findings=findings)
 

@@ -34,6 +34,8 @@ VALID = {
             "severity": "critical",
             "title": "eval on input",
             "body": "Use int().",
+            "evidence": "calc.py:2 reads `return eval(text)`: parse('1+1') runs code",
+            "confidence": 95,
         }
     ],
 }

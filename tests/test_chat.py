@@ -239,12 +239,12 @@ def reads(*ranges):
 
 
 async def test_a_long_conversation_is_trimmed_to_the_context_with_a_note(env, caplog):
-    env["standin"].context_tokens = 7500  # each answer also says what is left of the budget
+    env["standin"].context_tokens = 8500
     env["standin"].policy = Scripted(
         *reads(*[(n * 50 + 1, n * 50 + 50) for n in range(8)]),
         call("submit_review", summary="ok", verdict="comment", findings=[]),
     )
-    models = clients(env, context_tokens=7500)
+    models = clients(env, context_tokens=8500)
     run = await run_chat(env, models=models)
     with caplog.at_level(logging.WARNING):
         assert (await run.turn("Review.")).draft is not None

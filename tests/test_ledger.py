@@ -723,6 +723,8 @@ PAST_THE_END = {
     "severity": "major",
     "title": "Rates are magic numbers",
     "body": "Name where they come from.",
+    "evidence": "rates.py:10 reads `RATE_10 = 70`: no source for 70",
+    "confidence": 60,
 }
 
 

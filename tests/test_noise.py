@@ -95,6 +95,23 @@ class F:
     ordinal: int
     severity: str
     in_diff: bool = True
+    confidence: int | None = None
+
+
+@pytest.mark.parametrize(
+    ("confidence", "min_confidence", "expected"),
+    [
+        (49, 50, True),
+        (50, 50, False),
+        (0, 0, False),
+        (None, 100, False),  # drafted before confidences were asked: folded by severity only
+        (100, 100, False),
+    ],
+)
+def test_findings_below_min_confidence_fold_like_minor_ones(confidence, min_confidence, expected):
+    rules = DraftRules(min_severity="nit", min_confidence=min_confidence)
+    assert rules.folds(F(1, "critical", confidence=confidence)) is expected
+    assert rules.folds(F(1, "nit", confidence=confidence)) is expected
 
 
 @pytest.mark.parametrize(
@@ -164,7 +181,7 @@ async def test_a_review_reads_its_stored_json_once_and_writes_it_back_the_same(d
     [row] = await db.fetchall(
         "SELECT rules, not_reviewed, revision_note, ledger FROM reviews WHERE id = ?", (review_id,)
     )
-    assert row["rules"] == RULES[:-1] + ', "verify_publish": "not_refuted"}'
+    assert row["rules"] == RULES[:-1] + ', "verify_publish": "not_refuted", "min_confidence": 0}'  # older rules fold none
     assert row["not_reviewed"] == NOT_REVIEWED
     assert row["revision_note"] == REVISION[:-1] + ', "dropped": [4]}'
     assert row["ledger"] == LEDGER[:-1] + ', "unconfirmed": [], "not_open": [],' + (

@@ -53,6 +53,7 @@ async def test_a_revision_submitted_before_a_restart_is_placed_without_a_model_r
     )
     session = Session(7, "claude", "m", "primary", "busy", 1, 2, None)
     finding = {"path": "a.py", "line": 2, "severity": "minor", "title": "T", "body": "B"}
+    finding |= {"evidence": "a.py:2", "confidence": 70}
     stored = {"summary": "S", "verdict": "comment", "findings": [finding], "resolved": ["F1"]}
     # no database and no models: a model run would fail at once
     reviewer = Reviewer(db=None, models=None, budget=None)  # type: ignore[arg-type]

@@ -57,7 +57,8 @@ def _after_user(conversation: Conversation) -> bool:
 
 
 def finding(path: str, line: int | None, title: str, **extra) -> dict:
-    found = {"path": path, "severity": "minor", "title": title, "body": title, **extra}
+    found = {"path": path, "severity": "minor", "title": title, "body": title,
+             "evidence": f"{path} shows it", "confidence": 80, **extra}  # fmt: skip
     return found | ({"line": line} if line is not None else {})
 
 

@@ -71,7 +71,8 @@ async def test_a_local_servers_dummy_key_leaves_the_words_it_spells_alone(
     "add a *** for this" on the status comment and the check run."""
     chat_standin.api_key = "test"
     said = "Nothing checks parse(); add a test for this."
-    found = {"path": "calc.py", "line": 2, "severity": "major", "title": said, "body": said}
+    found = {"path": "calc.py", "line": 2, "severity": "major", "title": said, "body": said,
+             "evidence": said, "confidence": 80}  # fmt: skip
     chat_standin.policy = Scripted(
         call("git_diff"), call("submit_review", summary=said, verdict="comment", findings=[found])
     )

@@ -7,7 +7,16 @@ import pytest
 
 from bot.agents.answers import InvalidAnswer, parse_submission
 
-F = {"path": "a.py", "line": 3, "severity": "major", "title": "Off by one", "body": "Use <=."}
+F = {
+    "path": "a.py",
+    "line": 3,
+    "severity": "major",
+    "title": "Off by one",
+    "body": "Use <=.",
+    "evidence": "a.py:3 reads `for i in range(n - 1)`: with n = 1 the loop never runs",
+    "confidence": 80,
+}
+BARE = {k: v for k, v in F.items() if k not in ("evidence", "confidence")}
 
 
 def review(*findings, **extra):
@@ -28,7 +37,10 @@ def review(*findings, **extra):
         (review({**F, "line": True}), "line must be a positive integer"),
         (review({**F, "title": " "}), "title must be a non-empty string"),
         (review({**F, "side": "BOTH"}), "side"),
-        (review({**F, "confidence": 0.9}), "unexpected keys: confidence"),
+        (review({**F, "confidence": 0.9}), r"findings\[0\].confidence must be an integer from 0"),
+        (review({**F, "confidence": 101}), "confidence must be an integer from 0 to 100"),
+        (review({**F, "evidence": " "}), r"findings\[0\].evidence must be a non-empty string"),
+        (review(BARE), r"missing findings\[0\].evidence; missing findings\[0\].confidence"),
         ({"summary": 1, "verdict": "comment", "findings": []}, "summary"),
         ({"summary": "s", "verdict": "comment", "findings": {}}, "findings` must be an array"),
     ],
@@ -45,6 +57,7 @@ def test_valid_review_is_normalised():
     finding = draft.findings[0]
     assert (finding.path, finding.line, finding.end_line) == ("a.py", 1, 3)
     assert finding.title == "Off by one" and finding.side == "RIGHT"
+    assert (finding.evidence, finding.confidence) == (F["evidence"], 80)
 
 
 def test_duplicates_merge_keeping_the_most_severe():

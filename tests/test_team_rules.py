@@ -163,7 +163,15 @@ def also_on_noise(conversation):
     if "submit_review" not in conversation.tools or diff is None:
         return scripted_reviewer(conversation)
     extra = [
-        {"path": path, "line": 1, "severity": "critical", "title": f"eval in {path}", "body": "b"}
+        {
+            "path": path,
+            "line": 1,
+            "severity": "critical",
+            "title": f"eval in {path}",
+            "body": "b",
+            "evidence": f"{path}:1 calls eval",
+            "confidence": 90,
+        }
         for path in ("gen/schema.py", "vendor/lib.py")
     ]
     return call("submit_review", summary="s", verdict="comment", findings=scan_diff(diff) + extra)
@@ -211,7 +219,7 @@ def on_an_ignored_file(conversation):
     if len(asked) == 2:
         return call("read_file", path=IGNORED)
     extra = {"path": IGNORED, "line": 1, "severity": "critical", "title": "eval in the design",
-             "body": "b"}  # fmt: skip
+             "body": "b", "evidence": "design:1", "confidence": 90}  # fmt: skip
     findings = [*scan_diff(conversation.tool_results[0]), extra]
     return call("submit_review", summary="s", verdict="request_changes", findings=findings)
 
@@ -260,7 +268,7 @@ def many_findings(conversation):
         return scripted_reviewer(conversation)
     findings = [
         {"path": "calc.py", "line": n % 8 + 1, "severity": severity, "title": f"issue {n + 1}",
-         "body": f"body of issue {n + 1}"}
+         "body": f"body of issue {n + 1}", "evidence": f"calc.py:{n % 8 + 1}", "confidence": 80}
         for n, severity in enumerate(SEVERITIES)
     ]  # fmt: skip
     return call("submit_review", summary="s", verdict="request_changes", findings=findings)

@@ -187,7 +187,7 @@ def test_verify_notes_stay_inside_their_status_table_cell(note, title):
         capped="none",
     )
     [row] = [line for line in body.splitlines() if line.startswith("| F1 |")]
-    assert row.replace("\\|", "").count("|") == 6  # five cells, whatever the model wrote
+    assert row.replace("\\|", "").count("|") == 7  # six cells, whatever the model wrote
     assert "<!--" not in body.replace("<!-- pr-cockpit:status -->", "")
     assert "@octocat" not in body.replace("@\u2060", "")
 
@@ -310,14 +310,18 @@ def submits(findings: list[dict]):
 
 EVERY_SHAPE = [  # each optional field of `submit_review` absent in one finding, present in another
     {"path": "calc.py", "line": 2, "severity": "critical", "title": "eval on input",
-     "body": "eval runs input.", "suggestion": "    return int(text)"},
+     "body": "eval runs input.", "suggestion": "    return int(text)", "evidence": "calc.py:2",
+     "confidence": 95},
     {"path": "calc.py", "line": 1, "end_line": 2, "side": "RIGHT", "severity": "major",
-     "title": "parse is unsafe", "body": "the whole function."},
+     "title": "parse is unsafe", "body": "the whole function.", "evidence": "calc.py:1-2",
+     "confidence": 80},
     {"path": "calc.py", "line": 2, "side": "LEFT", "severity": "minor",
-     "title": "int() was safer", "body": "the removed line.", "suggestion": "unused"},
-    {"path": "calc.py", "severity": "minor", "title": "no tests for parse", "body": "add some."},
+     "title": "int() was safer", "body": "the removed line.", "suggestion": "unused",
+     "evidence": "calc.py:2 (base)", "confidence": 70},
+    {"path": "calc.py", "severity": "minor", "title": "no tests for parse", "body": "add some.",
+     "evidence": "no test names parse", "confidence": 60},
     {"path": "README.md", "line": 1, "severity": "nit", "title": "README says nothing",
-     "body": "describe parse."},
+     "body": "describe parse.", "evidence": "README.md:1", "confidence": 60},
 ]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from bot.texts import MODEL, PEOPLE, say
 
 NON_BLANK = r"\S"
 MAX_EVIDENCE = 1000
+MAX_FOUND_EVIDENCE = 2000  # a finding's: quoted lines and the input that fails
 MAX_PROBLEMS = 20
 FIXED = (
     'F numbers (e.g. "F3") of earlier findings you were shown that this head fixes or that '
@@ -33,9 +34,19 @@ LOWER = (
     "Only to lower the finding's severity when it is real but less serious than it says; "
     "never higher. Leave it out to keep the severity"
 )
+FOUND_EVIDENCE = (
+    "The line(s) you point at, quoted from the code, and the concrete input, call or path "
+    "through the code that makes them go wrong"
+)
+CONFIDENCE = (
+    "How sure you are that this is a real defect the pull request introduces, from 0 to 100: "
+    "90 or more when you traced the trigger to the wrong result in the code, below 50 when "
+    "it is a suspicion you could not confirm"
+)
 
 NonBlank = Annotated[str, Meta(pattern=NON_BLANK)]
 Positive = Annotated[int, Meta(ge=1)]
+Percent = Annotated[int, Meta(ge=0, le=100)]
 FNumber = Annotated[str, Meta(pattern="^F[0-9]+$")]
 
 
@@ -48,6 +59,8 @@ class SubmittedFinding(msgspec.Struct, forbid_unknown_fields=True):
     severity: Severity
     title: NonBlank
     body: NonBlank
+    evidence: Annotated[str, Meta(pattern=NON_BLANK, description=FOUND_EVIDENCE)]
+    confidence: Annotated[Percent, Meta(description=CONFIDENCE)]
     line: Positive | None = None
     end_line: Positive | None = None
     side: Literal["LEFT", "RIGHT"] = "RIGHT"
@@ -160,6 +173,8 @@ def _draft(found: SubmittedFinding) -> DraftFinding:
         end_line=None if end_line == line else end_line,
         side=found.side,
         suggestion=found.suggestion or None,
+        evidence=found.evidence.strip()[:MAX_FOUND_EVIDENCE],
+        confidence=found.confidence,
     )
 
 

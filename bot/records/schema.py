@@ -547,6 +547,11 @@ CREATE INDEX IF NOT EXISTS sessions_review ON sessions(review_id, role, id);
         sqlite=FIGURE_TRIGGERS,
         postgres=PG_FIGURE_TRIGGERS,
     ),
+    Step(
+        7,
+        "a finding's evidence and the reviewer's confidence (NULL: drafted before they were asked)",
+        columns=(("findings", "evidence", "TEXT"), ("findings", "confidence", "BIGINT")),
+    ),
 )
 SCHEMA_VERSION = STEPS[-1].version
 # Which steps a database has, and when they came (both backends).

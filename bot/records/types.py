@@ -102,6 +102,7 @@ class DraftRules:
     ignored: tuple[str, ...] = ()  # changed files matching an `ignore` glob
     ignored_dropped: int = 0  # findings the reviewer placed on them, dropped
     verify_publish: str = "not_refuted"  # or "confirmed" (the repository's `verify_publish`)
+    min_confidence: int = 0  # a finding the reviewer is less sure of is folded (0: none)
 
     def approvable(self, findings: list[Finding]) -> list[Finding]:
         """What a plain `approve` publishes and the pending review shows: kept findings the
@@ -120,9 +121,11 @@ class DraftRules:
         return finding.verify_status != VerifyStatus.REFUTED
 
     def folds(self, finding: Finding) -> bool:
-        """Below `min_severity`: in the status comment's "minor" section, out of the pending
-        review unless listed at `approve`."""
-        return Severity.rank(finding.severity) > Severity.rank(self.min_severity)
+        """Below `min_severity`, or drafted with a confidence below `min_confidence`: in the
+        status comment's "minor" section, out of the pending review unless listed at
+        `approve` (a finding drafted before confidences were asked is folded by severity)."""
+        unsure = finding.confidence is not None and finding.confidence < self.min_confidence
+        return unsure or Severity.rank(finding.severity) > Severity.rank(self.min_severity)
 
     def over_cap(self, findings: Sequence[Finding]) -> set[int]:
         """Of the findings going into a pending review, those past `max_findings` inline
@@ -228,6 +231,8 @@ class DraftFinding:
     in_diff: bool = False
     verify_status: str | None = None
     verify_note: str | None = None
+    evidence: str | None = None  # the quoted line(s) and the input that fails (None: older)
+    confidence: int | None = None  # the reviewer's, 0-100 (None: drafted before it was asked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,6 +255,8 @@ class Finding(Record):
     checked_by: str | None  # a CheckedBy, or the provider that withdrew it
     why: str | None = None  # a person's reason for dropping it (`drop F2 <why>`)
     dropped_by: str | None = None  # the login of the person who dropped it
+    evidence: str | None = None  # the quoted line(s) and the input that fails (None: older)
+    confidence: int | None = None  # the reviewer's, 0-100 (None: drafted before it was asked)
 
     @property
     def dropped_by_person(self) -> bool:

@@ -405,6 +405,8 @@ def carry(item: Item, start: int | None) -> DraftFinding:
         suggestion=f.suggestion,
         verify_status=f.verify_status if same else None,
         verify_note=f.verify_note if same else None,
+        evidence=f.evidence,
+        confidence=f.confidence,
     )
 
 

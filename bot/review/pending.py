@@ -86,7 +86,7 @@ def _review_payload(
             comments.append(_inline_comment(target, f))
         else:
             reason = say(PEOPLE, "not_inline", in_diff=f.in_diff)
-            other.append({**listed, "body": f.body, "reason": reason})
+            other.append({**listed, "body": f.body, "evidence": f.evidence, "reason": reason})
     body = fit(
         render(
             "review_body.md.j2",

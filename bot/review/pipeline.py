@@ -207,6 +207,7 @@ async def review_worktree(
         min_severity=request.config.min_severity,
         max_findings=request.config.max_findings,
         verify_publish=request.config.verify_publish,  # the review job's when verify ran
+        min_confidence=request.config.min_confidence,
         noise=tuple(p for p, why in plan.skipped if noise.get(p) == why),
         ignored=plan.ignored,
     )

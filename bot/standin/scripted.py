@@ -20,6 +20,10 @@ _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 _FINDING = re.compile(r"^### Finding · \w+ · `([^`:]+)(?::(\d+))?", re.M)
 _NUMBERED = re.compile(r"^\s*\d+\| ?(.*)$")
 _TEST_CODE = re.compile(r"(^|/)(tests?/|test_[^/]*$)")
+# how sure the scripted reviewer says it is, by severity: a pattern match on an added line is
+# sure of a defect, less of its weight (every one at or above the default `min_confidence`)
+CONFIDENCE = {"critical": 90, "major": 85, "minor": 70, "nit": 60}
+TRIGGER = "any caller that reaches this line runs it"
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ def scan_diff(diff: str) -> list[dict]:
                         "severity": pattern.severity,
                         "title": pattern.title,
                         "body": pattern.body,
+                        "evidence": _evidence(pattern, path, line_no, line[1:]),
+                        "confidence": CONFIDENCE[pattern.severity],
                     }
                     findings.append(finding)
                     break
@@ -108,6 +114,13 @@ def scan_diff(diff: str) -> list[dict]:
         elif path and line.startswith(" "):
             line_no += 1
     return findings
+
+
+def _evidence(pattern: Pattern, path: str, line_no: int, code: str) -> str:
+    """The added line quoted (a credential's value never is) and what makes it fail."""
+    if pattern.title == "Hard-coded credential":
+        return f"{path}:{line_no} assigns a literal string to a credential name; {TRIGGER}"
+    return f"{path}:{line_no} adds `{code.strip()[:160]}`; {TRIGGER}"
 
 
 def scripted_reviewer(conversation: Conversation) -> Action:
