@@ -254,11 +254,17 @@ async def test_what_approve_would_publish_is_scored_beside_every_finding(
     fixture token; the report shows both side by side, and re-scoring asks no model."""
     result = await run_eval(settings, options(planted, verify=True), ProgressSink())
     without, with_verify = results_json(result)["runs"]
-    assert variant_counts(without) == {"everything": (8, 5, 3, 6), "published": (7, 5, 2, 6)}
+    # the scripted reviewer is at least 60 % sure of each finding: min_confidence (50) folds none
+    assert variant_counts(without) == {
+        "everything": (8, 5, 3, 6),
+        "published": (7, 5, 2, 6),
+        "no-min-confidence": (7, 5, 2, 6),
+    }
     assert variant_counts(with_verify) == {
         "everything": (8, 5, 3, 6),
         "published": (6, 5, 1, 6),
         "confirmed-only": (6, 5, 1, 6),  # the scripted verifier confirms every other one
+        "no-min-confidence": (6, 5, 1, 6),
     }
     assert without["variants"]["published"]["strict"]["precision"] == 5 / 7
     assert with_verify["variants"]["published"]["benchmark"]["precision"] == 1.0
@@ -396,8 +402,8 @@ async def test_the_eval_command_never_writes_to_github_or_the_repository(
             assert {"id", "tp", "fp", "fn", "findings", "labels"} <= set(case)
     assert [e["verify"] for e in data["runs"]] == [False, True]
     assert [list(e["variants"]) for e in data["runs"]] == [
-        ["everything", "published"],
-        ["everything", "published", "confirmed-only"],
+        ["everything", "published", "no-min-confidence"],
+        ["everything", "published", "confirmed-only", "no-min-confidence"],
     ]
 
 

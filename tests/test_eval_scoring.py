@@ -200,11 +200,12 @@ def test_report_tables_hold_any_golden_or_model_text(tmp_path_factory, title, pr
 # -- what `approve` would publish: production's rules decide, each variant one entry -------------
 
 RULES = DraftRules(min_severity="minor", max_findings=2)
+UNSURE = DraftRules(min_severity="nit", min_confidence=50)  # F4 is a guess (30)
 DRAFTED = (  # ordinal, severity, verify status, on the diff's lines
     Drafted(1, "minor", "confirmed", True),
     Drafted(2, "nit", "confirmed", True),  # below min_severity: folded
     Drafted(3, "critical", "refuted", True),  # left out with the verify pass only
-    Drafted(4, "major", "uncertain", True),
+    Drafted(4, "major", "uncertain", True, confidence=30),
     Drafted(5, "critical", "confirmed", True),
     Drafted(6, "major", None, False),  # not on the diff: in the body, never capped
 )
@@ -224,6 +225,9 @@ VARIANT = {v.name: v for v in VARIANTS}
         ("published", False, DraftRules(min_severity="critical"), {3, 5}, 0),
         ("confirmed-only", True, RULES, {1, 5}, 0),  # 4 uncertain, 6 never verified
         ("confirmed-only", True, DraftRules(min_severity="nit"), {1, 2, 5}, 0),
+        # min_confidence folds a guess like a minor finding; the variant without it keeps it
+        ("published", False, UNSURE, {1, 2, 3, 5, 6}, 0),
+        ("no-min-confidence", False, UNSURE, {1, 2, 3, 4, 5, 6}, 0),
     ],
 )
 def test_a_variant_scores_what_production_rules_publish(

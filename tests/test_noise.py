@@ -181,7 +181,8 @@ async def test_a_review_reads_its_stored_json_once_and_writes_it_back_the_same(d
     [row] = await db.fetchall(
         "SELECT rules, not_reviewed, revision_note, ledger FROM reviews WHERE id = ?", (review_id,)
     )
-    assert row["rules"] == RULES[:-1] + ', "verify_publish": "not_refuted", "min_confidence": 0}'  # older rules fold none
+    # older rules fold none by confidence
+    assert row["rules"] == RULES[:-1] + ', "verify_publish": "not_refuted", "min_confidence": 0}'
     assert row["not_reviewed"] == NOT_REVIEWED
     assert row["revision_note"] == REVISION[:-1] + ', "dropped": [4]}'
     assert row["ledger"] == LEDGER[:-1] + ', "unconfirmed": [], "not_open": [],' + (

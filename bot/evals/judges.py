@@ -36,6 +36,7 @@ class EvalFinding:
     end_line: int | None = None
     verify_status: str | None = None
     verify_note: str | None = None
+    confidence: int | None = None
 
     @classmethod
     def of(cls, ordinal: int, finding: Any) -> EvalFinding:

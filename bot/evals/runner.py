@@ -132,7 +132,9 @@ class Runner:
         if result.rules is None:  # stored by a version that did not keep them
             return
         drafted = [
-            Drafted(f.ordinal, f.severity, f.verify_status, f.ordinal in result.in_diff)
+            Drafted(
+                f.ordinal, f.severity, f.verify_status, f.ordinal in result.in_diff, f.confidence
+            )
             for f in result.findings
         ]
         for variant in VARIANTS:

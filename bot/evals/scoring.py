@@ -138,6 +138,7 @@ class Drafted:
     severity: str
     verify_status: str | None
     in_diff: bool
+    confidence: int | None = None
     state: str = FindingState.KEPT
 
 
@@ -183,4 +184,5 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("everything", None),
     Variant("published", lambda rules: rules),  # the repository's settings as configured
     Variant("confirmed-only", lambda rules: replace(rules, verify_publish="confirmed"), True),
+    Variant("no-min-confidence", lambda rules: replace(rules, min_confidence=0)),
 )

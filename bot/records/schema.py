@@ -552,6 +552,11 @@ CREATE INDEX IF NOT EXISTS sessions_review ON sessions(review_id, role, id);
         "a finding's evidence and the reviewer's confidence (NULL: drafted before they were asked)",
         columns=(("findings", "evidence", "TEXT"), ("findings", "confidence", "BIGINT")),
     ),
+    Step(
+        8,
+        "an eval finding's confidence, so a resumed eval folds by min_confidence as production did",
+        columns=(("eval_findings", "confidence", "BIGINT"),),
+    ),
 )
 SCHEMA_VERSION = STEPS[-1].version
 # Which steps a database has, and when they came (both backends).

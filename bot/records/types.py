@@ -385,3 +385,4 @@ class StoredEvalFinding(Record):
     body: str | None
     verify_status: str | None
     verify_note: str | None
+    confidence: int | None = None  # NULL: stored before confidences were asked
