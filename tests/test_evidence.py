@@ -278,6 +278,7 @@ def test_a_hostile_description_stays_inside_its_fence(body):
         total_chars=24_000,
         since=None,
         ledger=(),
+        excerpt=None,
     )
     assert [m.group(0).lower() for m in DELIMITER.finditer(prompt)] == [
         "<pr_title",
