@@ -41,9 +41,10 @@ from bot.records.types import Session
 from bot.records.vocab import RunStatus
 from bot.redaction import redact
 from bot.skills import prompt_text
-from bot.texts import PEOPLE, render, say
+from bot.texts import MODEL, PEOPLE, render, say
 
 Origin = tuple[int | None, str | None]  # the PR comment a message came from: id and source
+CUT_OFF_RETRIES = 2  # answers cut off at the output limit that are asked again, shorter
 
 
 class Answer(Enum):
@@ -143,6 +144,7 @@ class AgentRun:
         offered = [final.tool] if self.answer is not Answer.NONE else []
         tools = [*self.toolbox.definitions, *offered]
         tool_calls = 0
+        cut_offs = 0  # replies whose last call was cut off at the output limit
         broken = False  # the last reply had a call whose arguments were not a JSON object
         while True:
             request = ProviderRequest(
@@ -165,12 +167,25 @@ class AgentRun:
                 continue
             results: list[tuple[ToolCall, str, bool]] = []
             answer = None
-            problems = [arguments_problem(c.arguments) for c in reply.tool_calls]
+            # The last call of a reply cut off at the output limit may be incomplete: it is
+            # neither run nor taken as the answer; the model is asked for a shorter one.
+            cut = reply.tool_calls[-1] if reply.cut_off else None
+            if cut is not None:
+                cut_offs += 1
+                if cut_offs > CUT_OFF_RETRIES:
+                    raise AgentError(say(PEOPLE, "answer_cut_off", tool=cut.name, times=cut_offs))
+            problems = [
+                arguments_problem(c.arguments) if c is not cut else None for c in reply.tool_calls
+            ]
             if broken and any(problems):
                 raise AgentError(say(PEOPLE, "arguments_again"))
             broken = any(problems)
             try:
                 for call, problem in zip(reply.tool_calls, problems, strict=True):
+                    if call is cut:
+                        note = say(MODEL, "cut_off", tool=call.name, final=call.name == final.name)
+                        results.append((call, note, True))
+                        continue
                     if problem:  # one corrective turn: the next reply's arguments must be valid
                         why = render(
                             "prompts/tool_arguments_invalid.md.j2", tool=call.name, problem=problem
