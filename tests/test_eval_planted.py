@@ -27,6 +27,7 @@ from bot.evals.report import chart_spec, draw_chart, results_json, write_report
 from bot.evals.results import EvalOptions, ProgressSink
 from bot.evals.runner import run_eval
 from bot.evals.sources import fingerprint
+from bot.standin.models import DEFAULT_USAGE
 from bot.standin.scripted import MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,11 +149,13 @@ async def test_planted_set_scores_exactly_with_and_without_verify(
         (c["id"], c["tp"], c["fp"], c["fn"], c["tokens"], c["usd"]) for c in with_verify["cases"]
     ]
 
-    # The stand-ins charge fixed tokens per answer (and the scripted model's rate is $0):
-    # 20 review answers from claude, 16 verify answers from codex (a read and a verdict in
-    # one session per finding).
-    assert (without["tokens"], without["usd"]) == (47_100, 0.0)
-    assert (with_verify["tokens"], with_verify["usd"]) == (71_100, 0.0)
+    # The tokens the stand-ins reported (and the scripted model's rate is $0): 20 review
+    # answers from claude (counted from each request), 16 verify answers from codex (fixed; a
+    # read and a verdict in one session per finding).
+    reviewed = sum(sum(usage.values()) for usage in anthropic_standin.usages)
+    assert (without["tokens"], without["usd"]) == (reviewed, 0.0)
+    verified = 16 * sum(DEFAULT_USAGE)
+    assert (with_verify["tokens"], with_verify["usd"]) == (reviewed + verified, 0.0)
     assert with_verify["usd_per_tp"] == 0.0
     assert len(anthropic_standin.requests) == 20 and len(openai_standin.requests) == 16
 
@@ -192,7 +195,8 @@ async def test_eval_results_and_runs_are_stored(planted, settings, anthropic_sta
         "lexical",
         0,
     )
-    assert run["precision"] == 5 / 8 and run["tokens"] == 47_100
+    reported = sum(sum(usage.values()) for usage in anthropic_standin.usages)
+    assert run["precision"] == 5 / 8 and run["tokens"] == reported
     cases = await db.fetchall("SELECT * FROM eval_cases ORDER BY case_id")
     assert [c["case_id"] for c in cases] == sorted(EXPECTED_CASES)
     assert all(c["status"] == "done" and len(c["head_sha"]) == 40 for c in cases)

@@ -152,12 +152,14 @@ def arguments_problem(arguments: Any) -> str | None:
 
 @dataclass
 class ModelReply:
-    """`items` are the native messages to store and resend."""
+    """`items` are the native messages to store and resend; `cut_off`: the answer stopped at
+    the output limit, so its last tool call may be incomplete."""
 
     text: str
     usage: Usage
     items: list[dict[str, Any]]
     model: str
+    cut_off: bool = False
 
     @cached_property
     def tool_calls(self) -> list[ToolCall]:

@@ -119,6 +119,7 @@ class ChatProvider:
             # Recorded under the configured name (an Azure deployment, an Ollama tag): servers
             # answer with another (llama.cpp's file name, Azure's dated model), or none.
             model=self.model,
+            cut_off=answer.cut_off,
         )
 
     async def _create(
@@ -199,6 +200,7 @@ class Completion:
     text: str
     calls: list[dict[str, Any]]  # as stored: ids unique in the reply, arguments as JSON text
     usage: Usage | None
+    cut_off: bool = False  # `finish_reason: "length"`: stopped at the output limit
 
 
 _JSON_TYPES = {type(None): "null", bool: "boolean", int: "number", float: "number"}
@@ -264,9 +266,10 @@ def read_completion(content_type: str, body: str) -> Completion:
             arguments = json.dumps(arguments)
         function = {"name": str(function.get("name") or ""), "arguments": arguments}
         calls.append({"id": call_id, "type": "function", "function": function})
+    cut_off = choices[0].get("finish_reason") == "length"
     usage = data.get("usage")
     if usage is None:
-        return Completion(content or "", calls, None)
+        return Completion(content or "", calls, None, cut_off)
     if not isinstance(usage, dict):
         raise wrong("usage", usage)
 
@@ -286,7 +289,7 @@ def read_completion(content_type: str, body: str) -> Completion:
     cached = min(count("prompt_tokens_details", "cached_tokens"), prompt)
     completion = count("completion_tokens")
     reported = Usage(prompt - cached, completion, cache_read_tokens=cached) if prompt else None
-    return Completion(content or "", calls, reported)
+    return Completion(content or "", calls, reported, cut_off)
 
 
 def outgoing(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,9 @@ from bot.agents.base import ModelReply, ProviderRequest, ToolCall, Usage
 
 MAX_OUTPUT_TOKENS = 8192
 REQUEST_TIMEOUT = 180.0
+CACHED = {"type": "ephemeral"}
+# `stop_reason`s of an answer cut off before its end (its last tool call may be incomplete).
+CUT_OFF = ("max_tokens", "model_context_window_exceeded")
 
 
 @dataclass
@@ -27,15 +30,13 @@ class ClaudeProvider:
             for t in request.tools
         ]
         if tools:  # cache the long, stable prefix: system prompt and tool definitions
-            tools[-1] = {**tools[-1], "cache_control": {"type": "ephemeral"}}
+            tools[-1] = {**tools[-1], "cache_control": CACHED}
         response = await self.client.messages.create(
             model=self.model,
             max_tokens=MAX_OUTPUT_TOKENS,
-            system=[
-                {"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}
-            ],
+            system=[{"type": "text", "text": request.system, "cache_control": CACHED}],
             tools=tools,
-            messages=merge_roles(request.messages),
+            messages=rolling_breakpoints(merge_roles(request.messages)),
             timeout=self.timeout or REQUEST_TIMEOUT,
         )
         blocks = [block.to_dict() for block in response.content]
@@ -51,6 +52,7 @@ class ClaudeProvider:
             # An empty answer is not stored: the API refuses an empty message (or text block).
             items=[{"role": "assistant", "content": blocks}] if blocks else [],
             model=response.model or self.model,
+            cut_off=response.stop_reason in CUT_OFF,
         )
 
     def user_message(self, text: str) -> list[dict[str, Any]]:
@@ -84,3 +86,19 @@ def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             merged.append({"role": message["role"], "content": list(blocks)})
     return merged
+
+
+def rolling_breakpoints(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cache breakpoints on the last block of the newest user turn (written now, so the next
+    request reads the whole conversation so far from the cache) and of the user turn before
+    it (what the previous request wrote: read now, however many blocks the model's reply
+    added). With the system prompt's and the tools' that is 4, the API's maximum."""
+    marked = list(messages)
+    users = [n for n, message in enumerate(marked) if message["role"] == "user"][-2:]
+    for n in users:
+        content = marked[n]["content"]
+        marked[n] = {
+            **marked[n],
+            "content": [*content[:-1], {**content[-1], "cache_control": CACHED}],
+        }
+    return marked

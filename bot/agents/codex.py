@@ -49,6 +49,8 @@ class CodexProvider:
             ),
             items=items,
             model=response.model or self.model,
+            cut_off=response.status == "incomplete"
+            and getattr(response.incomplete_details, "reason", None) == "max_output_tokens",
         )
 
     def user_message(self, text: str) -> list[dict[str, Any]]:

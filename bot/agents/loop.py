@@ -54,6 +54,7 @@ FINISH_CALLS = 3
 FINISH_SHARE = 0.1
 
 Origin = tuple[int | None, str | None]  # the PR comment a message came from: id and source
+CUT_OFF_RETRIES = 2  # answers cut off at the output limit that are asked again, shorter
 
 
 class Answer(Enum):
@@ -175,6 +176,7 @@ class AgentRun:
             repaired = True
         offered = [final.tool] if self.answer is not Answer.NONE else []
         tools = [*self.toolbox.definitions, *offered]
+        cut_offs = 0  # replies whose last call was cut off at the output limit
         broken = False  # the last reply had a call whose arguments were not a JSON object
         short: str | None = None  # the budget that made the turn finish early (for people)
         while True:
@@ -207,12 +209,25 @@ class AgentRun:
             answer = None
             spent = over  # a budget this reply found spent (for people)
             finish = final.name if required else None
-            problems = [arguments_problem(c.arguments) for c in reply.tool_calls]
+            # The last call of a reply cut off at the output limit may be incomplete: it is
+            # neither run nor taken as the answer; the model is asked for a shorter one.
+            cut = reply.tool_calls[-1] if reply.cut_off else None
+            if cut is not None:
+                cut_offs += 1
+                if cut_offs > CUT_OFF_RETRIES:
+                    raise AgentError(say(PEOPLE, "answer_cut_off", tool=cut.name, times=cut_offs))
+            problems = [
+                arguments_problem(c.arguments) if c is not cut else None for c in reply.tool_calls
+            ]
             if broken and any(problems):
                 raise AgentError(say(PEOPLE, "arguments_again"))
             broken = any(problems)
             try:
                 for call, problem in zip(reply.tool_calls, problems, strict=True):
+                    if call is cut:
+                        note = say(MODEL, "cut_off", tool=call.name, final=call.name == final.name)
+                        results.append((call, note, True))
+                        continue
                     if problem:  # one corrective turn: the next reply's arguments must be valid
                         why = render(
                             "prompts/tool_arguments_invalid.md.j2", tool=call.name, problem=problem

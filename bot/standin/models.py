@@ -65,20 +65,23 @@ class Action:
     sends an HTTP error in the API's shape, saying `error_message` (`{key}` in it: the key the
     request carried, as some gateways echo it); `raw` answers with that body and content type
     instead of the API's answer (a proxy's page, a stream nobody asked for); `delay` holds
-    the answer that long (a slow or hanging model)."""
+    the answer that long (a slow or hanging model). `usage` (input, output tokens) is reported
+    as given; None: the stand-in counts them (the Anthropic one from the request, its prompt
+    cache and its answer; the others report `DEFAULT_USAGE`)."""
 
     tools: list[tuple[str, dict]] = field(default_factory=list)
     text: str = ""
     status: int = 200
     error_type: str = ""
     headers: dict[str, str] = field(default_factory=dict)
-    usage: tuple[int, int] = (1200, 300)
+    usage: tuple[int, int] | None = None
     delay: float = 0.0
     error_message: str = "stand-in error"
     raw: tuple[str, str] | None = None
 
 
 Policy = Callable[[Conversation], Action]
+DEFAULT_USAGE = (1200, 300)
 
 
 def call(name: str, **arguments: Any) -> Action:
@@ -638,7 +641,15 @@ class AnthropicStandin(_Standin):
                     conversation.events.append(("result", result or ""))
         return conversation
 
+    def __init__(self, policy: Policy) -> None:
+        super().__init__(policy)
+        self.cached: set[str] = set()  # the prompt cache: digests of the prefixes written
+        self.usages: list[dict[str, int]] = []  # the usage of each answer, as reported
+
     def render(self, body: dict[str, Any], action: Action) -> dict[str, Any]:
+        """The answer, cut off at the request's `max_tokens` as the API does (`stop_reason:
+        max_tokens`; a call cut mid-way keeps the part of its input written so far, as a
+        streaming client's partial JSON). Usage as the API reports it (see `prompt_usage`)."""
         content: list[dict[str, Any]] = []
         if action.text:
             content.append({"type": "text", "text": action.text})
@@ -651,21 +662,71 @@ class AnthropicStandin(_Standin):
                     "input": arguments,
                 }
             )
+        stop_reason = "tool_use" if action.tools else "end_turn"
+        if action.usage is None:
+            uncached, written, read = self.prompt_usage(body)
+            output = _tokens(content)
+            if output > body["max_tokens"]:
+                content = _cut_answer(content, body["max_tokens"] * CHARS_PER_TOKEN)
+                output, stop_reason = body["max_tokens"], "max_tokens"
+        else:
+            (uncached, output), written, read = action.usage, 0, 0
+        usage = {
+            "input_tokens": uncached,
+            "output_tokens": output,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+        }
+        self.usages.append(usage)
         return {
             "id": f"msg_{next(self._ids):04d}",
             "type": "message",
             "role": "assistant",
             "model": body["model"],
             "content": content,
-            "stop_reason": "tool_use" if action.tools else "end_turn",
+            "stop_reason": stop_reason,
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": action.usage[0],
-                "output_tokens": action.usage[1],
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0 if len(self.requests) == 1 else 900,
-            },
+            "usage": usage,
         }
+
+    def prompt_usage(self, body: dict[str, Any]) -> tuple[int, int, int]:
+        """(input, cache write, cache read) tokens of a request, as the Messages API counts
+        them: the prompt is tools, then system, then messages, block by block; at each
+        `cache_control` breakpoint the longest prefix written by an earlier request is looked
+        up, at the breakpoint and up to `CACHE_LOOKBACK` blocks before it; it is read from the
+        cache; the prefix up to each breakpoint is written (if at least the model's minimum
+        cacheable length), the part past what was read paid as a write; what follows the
+        last breakpoint is input, with the few tokens that open the model's turn (never
+        cached). Tokens are counted as 4 characters each."""
+        system = body.get("system") or []
+        system = [{"type": "text", "text": system}] if isinstance(system, str) else system
+        blocks = [("tools", tool) for tool in body.get("tools") or []]
+        blocks += [("system", block) for block in system]
+        for message in body["messages"]:
+            blocks += [(message["role"], block) for block in _blocks(message["content"])]
+        digest = hashlib.sha256(body["model"].encode())
+        prefixes: list[tuple[str, int]] = []  # (digest, tokens) of the prompt up to each block
+        tokens = 0
+        for where, block in blocks:
+            plain = {k: v for k, v in block.items() if k != "cache_control"}
+            digest.update(json.dumps([where, plain], sort_keys=True).encode())
+            tokens += _tokens(plain)
+            prefixes.append((digest.hexdigest(), tokens))
+        breakpoints = [n for n, (_, block) in enumerate(blocks) if block.get("cache_control")]
+        read = 0
+        for n in breakpoints:
+            for k in range(n, max(n - CACHE_LOOKBACK, -1), -1):
+                if prefixes[k][0] in self.cached:
+                    read = max(read, prefixes[k][1])
+                    break
+        written = 0
+        minimum = min_cacheable_tokens(body["model"])
+        for n in breakpoints:
+            key, length = prefixes[n]
+            if length >= minimum:
+                self.cached.add(key)
+                written = max(written, length - read)
+        return tokens - read - written + TURN_TOKENS, written, read
 
     def _error(
         self, status: int, error_type: str, headers: dict[str, str], said: str = "stand-in error"
@@ -675,6 +736,61 @@ class AnthropicStandin(_Standin):
             status=status,
             headers=headers,
         )
+
+
+CHARS_PER_TOKEN = 4
+TURN_TOKENS = 3  # what opens the model's turn, after the prompt
+CACHE_LOOKBACK = 20  # blocks before a breakpoint where the API looks for an earlier write
+# The minimum cacheable prompt by model (shorter prefixes are neither written nor read).
+MIN_CACHEABLE = (("opus-5", 512), ("haiku-4-5", 4096), ("opus-4-5", 4096), ("opus-4-6", 4096))
+
+
+def min_cacheable_tokens(model: str) -> int:
+    return next((tokens for part, tokens in MIN_CACHEABLE if part in model), 1024)
+
+
+def _tokens(value: Any) -> int:
+    return math.ceil(len(json.dumps(value)) / CHARS_PER_TOKEN)
+
+
+def _cut_answer(content: list[dict[str, Any]], chars: int) -> list[dict[str, Any]]:
+    """The blocks of an answer that fit in `chars`; the one being written when the limit came
+    keeps the part of its text, or of its call's input, written so far."""
+    kept = []
+    for block in content:
+        size = len(json.dumps(block))
+        if size <= chars:
+            kept.append(block)
+            chars -= size
+            continue
+        field = "text" if block["type"] == "text" else "input"
+        overhead = size - len(json.dumps(block[field]))
+        kept.append({**block, field: _cut(block[field], chars - overhead)})
+        break
+    return kept
+
+
+def _cut(value: Any, chars: int) -> Any:
+    """`value` cut to about `chars` characters of JSON: the items, keys and text that fit
+    (a partial JSON parser's reading of an answer stopped mid-way)."""
+    if isinstance(value, str):
+        return value[: max(chars, 0)]
+    if isinstance(value, list | dict):
+        items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+        kept: list[tuple[Any, Any]] = []
+        for key, item in items:
+            size = len(json.dumps(item)) + (
+                len(json.dumps(key)) + 2 if isinstance(value, dict) else 1
+            )
+            if size <= chars:
+                kept.append((key, item))
+                chars -= size
+                continue
+            if isinstance(item, str | list | dict) and chars > 0:
+                kept.append((key, _cut(item, chars)))
+            break
+        return dict(kept) if isinstance(value, dict) else [item for _, item in kept]
+    return value
 
 
 class OpenAIStandin(_Standin):
@@ -745,6 +861,7 @@ class OpenAIStandin(_Standin):
                 }
             )
         cached = 0 if len(self.requests) == 1 else 800
+        usage = action.usage or DEFAULT_USAGE
         return {
             "id": f"resp_{next(self._ids):04d}",
             "object": "response",
@@ -758,11 +875,11 @@ class OpenAIStandin(_Standin):
             "error": None,
             "incomplete_details": None,
             "usage": {
-                "input_tokens": action.usage[0],
+                "input_tokens": usage[0],
                 "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-                "output_tokens": action.usage[1],
+                "output_tokens": usage[1],
                 "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": sum(action.usage),
+                "total_tokens": sum(usage),
             },
         }
 
@@ -1013,10 +1130,11 @@ class ChatStandin(_Standin):
             ],
         }
         if "no_usage" not in self.quirks:
+            usage = action.usage or DEFAULT_USAGE
             response["usage"] = {
-                "prompt_tokens": action.usage[0],
-                "completion_tokens": action.usage[1],
-                "total_tokens": sum(action.usage),
+                "prompt_tokens": usage[0],
+                "completion_tokens": usage[1],
+                "total_tokens": sum(usage),
             }
         return response
 
