@@ -242,8 +242,17 @@ async def test_each_turn_tells_the_model_what_is_left_of_its_budget(env, anthrop
         "[budget left: 8 of 10",
         "[budget left: 7 of 10",
     ]
-    # 1200 input, 300 output, then 900 read from the cache at a tenth: 1500 + 1590 a turn
-    assert "1,496,910 of 1,500,000 tokens" in told[1]
+    # what the first two answers reported, cached input at its price (a tenth to read, 1.25 to
+    # write, Claude's multipliers)
+    spent = sum(
+        u["input_tokens"]
+        + u["output_tokens"]
+        + 0.1 * u["cache_read_input_tokens"]
+        + 1.25 * u["cache_creation_input_tokens"]
+        for u in anthropic_standin.usages[:2]
+    )
+    assert anthropic_standin.usages[1]["cache_read_input_tokens"] > 0
+    assert f"{1_500_000 - round(spent):,} of 1,500,000 tokens" in told[1]
 
 
 @pytest.mark.parametrize("provider", ["claude", "codex"])
@@ -316,8 +325,9 @@ async def test_cache_reads_count_at_their_price_in_the_token_budget(env, anthrop
     """Each turn reads 900 tokens from the cache: at full weight 9 turns pass 3,000 tokens,
     at Claude's price (a tenth of input) they do not. What is recorded and charged is as
     before."""
-    cheap = Action(tools=[("list_files", {})], usage=(0, 10))
-    anthropic_standin.policy = Scripted(*[cheap] * 8, call("submit_review", **VALID))
+    cheap = Action(tools=[("list_files", {})], usage=(0, 10, 900))
+    submit = Action(tools=[("submit_review", VALID)], usage=(1200, 300))
+    anthropic_standin.policy = Scripted(*[cheap] * 8, submit)
     run = await make_run(env, "claude", budget=Budget(max_tokens=3000))
     result = await run.turn("Review.")
     assert result.draft is not None and result.cut_short is None

@@ -23,7 +23,7 @@ from bot.agents.chat import (
     request_tokens,
     server_said,
 )
-from bot.agents.transcript import answer_text, to_lines, tool_call
+from bot.agents.transcript import answer_text, tool_call
 from bot.standin.models import chat_rejection
 
 
@@ -228,25 +228,6 @@ def test_a_refusal_says_what_to_change(status, said, expected):
 def test_a_refusal_quotes_the_server_on_one_short_line(said):
     text = explain(400, said, "m")
     assert "\n" not in text and len(text) < 700
-
-
-# -- Chat Completions messages in a cross-review's transcript --------------------------------
-
-
-def test_chat_messages_read_as_lines_for_the_critic():
-    stored = [
-        ("msg-0", "user", user("Review.")),
-        ("msg-1", "assistant", calls(("a", '{"path": "calc.py"}'), content="Reading.")),
-        ("msg-2", "tool", result("a", "1| eval(x)")),
-        ("msg-3", "assistant", {"role": "assistant", "content": "It uses eval."}),
-    ]
-    lines = to_lines(stored)
-    assert [line.text for line in lines] == [
-        "Review.",
-        'Reading.\n[called read_file {"path": "calc.py"}]',
-        "[tool result] 1| eval(x)",
-        "It uses eval.",
-    ]
 
 
 @pytest.mark.parametrize(

@@ -65,8 +65,8 @@ class Action:
     sends an HTTP error in the API's shape, saying `error_message` (`{key}` in it: the key the
     request carried, as some gateways echo it); `raw` answers with that body and content type
     instead of the API's answer (a proxy's page, a stream nobody asked for); `delay` holds
-    the answer that long (a slow or hanging model). `usage` (input, output tokens) is reported
-    as given; None: the stand-in counts them (the Anthropic one from the request, its prompt
+    the answer that long (a slow or hanging model). `usage` (input, output tokens[, cache-read
+    tokens: the Anthropic stand-in only]) is reported as given; None: the stand-in counts them (the Anthropic one from the request, its prompt
     cache and its answer; the others report `DEFAULT_USAGE`)."""
 
     tools: list[tuple[str, dict]] = field(default_factory=list)
@@ -74,7 +74,7 @@ class Action:
     status: int = 200
     error_type: str = ""
     headers: dict[str, str] = field(default_factory=dict)
-    usage: tuple[int, int] | None = None
+    usage: tuple[int, ...] | None = None
     delay: float = 0.0
     error_message: str = "stand-in error"
     raw: tuple[str, str] | None = None
@@ -670,7 +670,8 @@ class AnthropicStandin(_Standin):
                 content = _cut_answer(content, body["max_tokens"] * CHARS_PER_TOKEN)
                 output, stop_reason = body["max_tokens"], "max_tokens"
         else:
-            (uncached, output), written, read = action.usage, 0, 0
+            uncached, output, *more = action.usage
+            written, read = 0, (more[0] if more else 0)
         usage = {
             "input_tokens": uncached,
             "output_tokens": output,
