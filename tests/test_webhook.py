@@ -243,7 +243,8 @@ async def test_a_failing_commit_answers_503_and_health_recovers(aiohttp_client, 
     inbox.commits.busy_timeout_ms = 100
     await inbox.stop()
     await inbox.start()  # reopened with a short wait for the write lock
-    other = sqlite3.connect(settings.db_path, isolation_level=None)
+    # the app's start-up housekeeping may hold the lock for a moment: wait for it
+    other = sqlite3.connect(settings.db_path, isolation_level=None, timeout=60)
     other.execute("BEGIN IMMEDIATE")  # someone holds the write lock past the inbox's patience
     try:
         response = await client.post(
