@@ -73,9 +73,13 @@ async def test_earlier_turns_are_read_from_the_cache(env, anthropic_standin):
     assert result.draft is not None
     bodies = anthropic_standin.requests
     assert len(bodies) == 6  # the diff, four files, the review
+    # the newest user turn is marked, and from the second request the one before it too (with
+    # the system's and the tools' marks: the API's four)
+    marked = [
+        sum("cache_control" in b for m in body["messages"] for b in m["content"]) for body in bodies
+    ]
+    assert marked == [1] + [MAX_CACHE_BREAKPOINTS - 2] * 5
     for body in bodies:
-        marked = [b for m in body["messages"] for b in m["content"] if "cache_control" in b]
-        assert 1 <= len(marked) <= MAX_CACHE_BREAKPOINTS - 2  # with the system's and tools'
         assert "cache_control" in body["messages"][-1]["content"][-1]
     usages = anthropic_standin.usages
     for before, after in itertools.pairwise(usages):
