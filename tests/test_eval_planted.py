@@ -326,6 +326,31 @@ async def test_cases_stored_without_their_rules_are_rescored_without_the_publish
     assert entry["variants"] == {} and entry["strict"] == results_json(first)["runs"][0]["strict"]
 
 
+async def test_a_resumed_eval_folds_by_the_confidence_the_database_kept(
+    planted, settings, anthropic_standin
+):
+    """`--resume` re-scores from the stored findings: a confidence read back from
+    `eval_findings` below the stored `min_confidence` (50) folds that finding out of
+    `published`, and `no-min-confidence` keeps it."""
+    first = await run_eval(settings, options(planted), ProgressSink())
+    [before] = results_json(first)["runs"]
+    assert before["variants"]["published"] == before["variants"]["no-min-confidence"]
+    from bot.records.sqlite import SqliteDatabase
+
+    db = await SqliteDatabase.open(settings.db_path)
+    await db.execute(
+        "UPDATE eval_findings SET confidence = 10 WHERE id = (SELECT min(f.id) FROM eval_findings"
+        " f JOIN eval_cases c ON c.id = f.eval_case_id WHERE f.severity != 'nit')"
+    )
+    await db.close()
+    requests = len(anthropic_standin.requests)
+    again = await run_eval(settings, None, ProgressSink(), resume=first.batch)
+    assert len(anthropic_standin.requests) == requests
+    [entry] = results_json(again)["runs"]
+    published, kept = (entry["variants"][n]["findings"] for n in ("published", "no-min-confidence"))
+    assert (published, kept) == (before["variants"]["published"]["findings"] - 1, published + 1)
+
+
 async def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
