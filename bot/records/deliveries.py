@@ -19,9 +19,9 @@ _CHUNK = 500  # ids per statement
 def connect(path: Path | str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
     """The SQLite inbox's own connection: every commit reaches the disk before the ack."""
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    conn.execute("PRAGMA journal_mode=WAL")  # already WAL: `SqliteDatabase.open` made it so
+    conn.execute("PRAGMA synchronous=FULL")
     return conn
 
 

@@ -19,6 +19,23 @@ from bot.records.schema import SQLITE, STEPS, VERSIONS, Migrated, behind, ddl, s
 BUSY_TIMEOUT_MS = 5000  # how long a statement waits for the inbox's write lock
 
 
+async def _use_wal(conn: aiosqlite.Connection, wait: float) -> None:
+    """`PRAGMA journal_mode=WAL` answers "database is locked" at once, without the busy
+    timeout, while another connection holds the file's write lock in rollback mode: another
+    process turning the same new file to WAL. Asked again until `wait` seconds have passed."""
+    deadline, pause = time.monotonic() + wait, 0.005
+    while True:
+        try:
+            await conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
 class SqliteDatabase:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
@@ -55,7 +72,7 @@ class SqliteDatabase:
             await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             await conn.execute("PRAGMA foreign_keys=ON")
             if migrate:
-                await conn.execute("PRAGMA journal_mode=WAL")
+                await _use_wal(conn, busy_timeout_ms / 1000)
                 await conn.execute("PRAGMA synchronous=NORMAL")
                 db.migrated = await db.migrate()
             else:
