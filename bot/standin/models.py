@@ -66,8 +66,9 @@ class Action:
     request carried, as some gateways echo it); `raw` answers with that body and content type
     instead of the API's answer (a proxy's page, a stream nobody asked for); `delay` holds
     the answer that long (a slow or hanging model). `usage` (input, output tokens[, cache-read
-    tokens: the Anthropic stand-in only]) is reported as given; None: the stand-in counts them (the Anthropic one from the request, its prompt
-    cache and its answer; the others report `DEFAULT_USAGE`)."""
+    tokens: the Anthropic stand-in only]) is reported as given; None: the stand-in counts them
+    (the Anthropic one from the request, its prompt cache and its answer; the others report
+    `DEFAULT_USAGE`)."""
 
     tools: list[tuple[str, dict]] = field(default_factory=list)
     text: str = ""
