@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bot.config import Secret, Settings
 from bot.standin import serve_local
+from bot.standin.github_reviews import PersonReviews
 from bot.standin.openapi import OpenAPIValidator
 from bot.standin.repo import GeneratedPR
 
@@ -138,7 +139,7 @@ class Failure:
     times: int
 
 
-class GitHubStandin:
+class GitHubStandin(PersonReviews):
     def __init__(
         self,
         *,
@@ -647,13 +648,6 @@ class GitHubStandin:
             headers["Link"] = f'<{base}{page + 1}>; rel="next", <{base}{last}>; rel="last"'
         return web.json_response(chunk, headers=headers)
 
-    def _review_json(self, review: dict) -> dict:
-        login = review.get("user", self.bot_login)
-        hidden = ("repo", "number", "comments", "user")
-        return {k: v for k, v in review.items() if k not in hidden} | {
-            "user": {"login": login, "type": "Bot" if login.endswith("[bot]") else "User"}
-        }
-
     def _add_review_comment(
         self, pull: StandinPull, review_id: int, comment: dict, user: str
     ) -> dict:
@@ -703,100 +697,6 @@ class GitHubStandin:
             "html_url": f"{self.web_url}/{comment['repo']}/pull/{comment['number']}"
             f"#issuecomment-{comment['id']}",
         }
-
-    async def _list_reviews(
-        self, request: web.Request, body: dict, owner: str, name: str, number: str
-    ) -> web.Response:
-        found = [
-            self._review_json(r)
-            for r in self.reviews.values()
-            if r["repo"] == f"{owner}/{name}" and r["number"] == int(number)
-        ]
-        return self._paged(request, found, self._repo(owner, name))
-
-    async def _create_review(
-        self, request: web.Request, body: dict, owner: str, name: str, number: str
-    ) -> web.Response:
-        full = f"{owner}/{name}"
-        pull = self.pulls.get((full, int(number)))
-        if pull is None:
-            return _error(404, "Not Found")
-        event = body.get("event")
-        if event is None and any(
-            r["state"] == "PENDING" and r["repo"] == full and r["number"] == int(number)
-            for r in self.reviews.values()
-        ):
-            return _error(
-                422,
-                "Unprocessable Entity",
-                ["User can only have one pending review per pull request"],
-            )
-        lines = pull.lines
-        for comment in body.get("comments") or []:
-            problem = _comment_problem(comment, lines)
-            if problem:
-                return _error(422, "Unprocessable Entity", [problem])
-        review_id = next(self._ids)
-        states = {
-            None: "PENDING",
-            "COMMENT": "COMMENTED",
-            "REQUEST_CHANGES": "CHANGES_REQUESTED",
-            "APPROVE": "APPROVED",
-        }
-        review = {
-            "id": review_id,
-            "repo": full,
-            "number": int(number),
-            "state": states[event],
-            "body": body.get("body", ""),
-            "commit_id": body.get("commit_id", pull.head_sha),
-            "comments": list(body.get("comments") or []),
-            "html_url": f"{self.web_url}/{full}/pull/{number}#review-{review_id}",
-        }
-        self.reviews[review_id] = review
-        for comment in review["comments"]:
-            self._add_review_comment(pull, review_id, comment, self.bot_login)
-        return web.json_response(self._review_json(review))
-
-    async def _get_review(
-        self, request: web.Request, body: dict, owner: str, name: str, number: str, rid: str
-    ) -> web.Response:
-        review = self.reviews.get(int(rid))
-        if review is None:
-            return _error(404, "Not Found")
-        return web.json_response(self._review_json(review))
-
-    async def _delete_review(
-        self, request: web.Request, body: dict, owner: str, name: str, number: str, rid: str
-    ) -> web.Response:
-        review = self.reviews.get(int(rid))
-        if review is None:
-            return _error(404, "Not Found")
-        if review["state"] != "PENDING":
-            return _error(422, "Unprocessable Entity", ["Can not delete a non-pending review"])
-        del self.reviews[int(rid)]
-        for comment in [c for c in self.review_comments.values() if c["review_id"] == int(rid)]:
-            del self.review_comments[comment["id"]]
-            self.review_threads.pop(comment["thread_id"], None)
-        return web.json_response(self._review_json(review))
-
-    async def _submit_review(
-        self, request: web.Request, body: dict, owner: str, name: str, number: str, rid: str
-    ) -> web.Response:
-        review = self.reviews.get(int(rid))
-        if review is None:
-            return _error(404, "Not Found")
-        if review["state"] != "PENDING":
-            return _error(422, "Unprocessable Entity", ["Can not submit a non-pending review"])
-        states = {
-            "COMMENT": "COMMENTED",
-            "REQUEST_CHANGES": "CHANGES_REQUESTED",
-            "APPROVE": "APPROVED",
-        }
-        review["state"] = states[body["event"]]
-        if body.get("body"):
-            review["body"] = body["body"]
-        return web.json_response(self._review_json(review))
 
     async def _list_comments(
         self, request: web.Request, body: dict, owner: str, name: str, number: str
@@ -981,7 +881,9 @@ class GitHubStandin:
             self._graphql = GraphQLEndpoint(self, self.graphql_schema)
         if not isinstance(body, dict):
             return _error(400, "Problems parsing JSON")
-        return web.json_response(self._graphql.answer(body, installation=known[0]))
+        return web.json_response(
+            self._graphql.answer(body, installation=known[0], viewer=self.viewer(request))
+        )
 
     # -- the App manifest flow (web pages, then the code exchange) ------------------------------
 

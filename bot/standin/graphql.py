@@ -37,7 +37,14 @@ class GitHubState(Protocol):
     pulls: dict[tuple[str, int], Any]
     review_comments: dict[int, dict]  # published in reviews, by REST id
     review_threads: dict[str, dict]  # by GraphQL node id
+    reviews: dict[int, dict]  # by REST id (bot/standin/github_reviews.py)
     app_permissions: dict[str, str]  # what the App's installations granted
+
+    def sees(self, review: dict, login: str) -> bool: ...
+
+    def review_author(self, review: dict) -> str: ...
+
+    def add_pending_thread(self, login: str, args: dict) -> dict: ...
 
     @property
     def bot_login(self) -> str: ...
@@ -195,7 +202,13 @@ class GraphQLEndpoint:
         self.github = github
         self.schema = load_schema(Path(schema_path))
 
-    def answer(self, body: dict[str, Any], *, installation: int) -> dict[str, Any]:
+    def answer(
+        self, body: dict[str, Any], *, installation: int | None, viewer: str | None = None
+    ) -> dict[str, Any]:
+        """`installation`: the repositories an installation token sees (None: a person's
+        token, which sees every repository of the stand-in); `viewer`: who asks (None: the
+        App's bot), which decides the pending reviews it sees."""
+        self.viewer = viewer or self.github.bot_login
         query = body.get("query")
         if not isinstance(query, str) or not query.strip():
             return {
@@ -234,12 +247,12 @@ class GraphQLEndpoint:
 
     # -- the objects ------------------------------------------------------------------------------
 
-    def _root(self, installation: int) -> dict[str, Any]:
+    def _root(self, installation: int | None) -> dict[str, Any]:
         github = self.github
 
         def repository(owner: str, name: str, followRenames: bool = True) -> dict:
             repo = github.repos.get(f"{owner}/{name}")
-            if repo is None or repo.installation_id != installation:
+            if repo is None or not self._visible(repo.full_name, installation):
                 raise NotFound(f"Could not resolve to a Repository with the name '{owner}/{name}'.")
             return self._repository(repo.full_name)
 
@@ -263,21 +276,55 @@ class GraphQLEndpoint:
                 "thread": self._thread(thread),
             }
 
+        def add_review_thread(input: dict) -> dict:
+            """A thread in the viewer's own pending review (`pullRequestReviewId`)."""
+            try:
+                comment = github.add_pending_thread(self.viewer, input)
+            except LookupError:
+                raise NotFound(
+                    "Could not resolve to a node with the global id of"
+                    f" '{input.get('pullRequestReviewId')}'"
+                ) from None
+            except ValueError as exc:
+                raise GraphQLError(str(exc), extensions={"type": "UNPROCESSABLE"}) from None
+            return {
+                "clientMutationId": input.get("clientMutationId"),
+                "thread": self._thread(github.review_threads[comment["thread_id"]]),
+            }
+
         return {
             "repository": repository,
             "node": node,
             "resolveReviewThread": resolve_review_thread,
+            "addPullRequestReviewThread": add_review_thread,
         }
 
-    def _visible(self, full_name: str, installation: int) -> bool:
+    def _visible(self, full_name: str, installation: int | None) -> bool:
         repo = self.github.repos.get(full_name)
-        return repo is not None and repo.installation_id == installation
+        return repo is not None and installation in (None, repo.installation_id)
 
-    def _node(self, node_id: str, installation: int) -> dict | None:
+    def _thread_seen(self, thread: dict) -> bool:
+        """A thread of a pending review is seen by that review's author only."""
+        first = self.github.review_comments[thread["comment_ids"][0]]
+        review = self.github.reviews.get(first["review_id"])
+        return review is None or self.github.sees(review, self.viewer)
+
+    def _node(self, node_id: str, installation: int | None) -> dict | None:
         github = self.github
         thread = github.review_threads.get(node_id)
-        if thread is not None and self._visible(thread["repo"], installation):
+        if (
+            thread is not None
+            and self._visible(thread["repo"], installation)
+            and self._thread_seen(thread)
+        ):
             return self._thread(thread)
+        for review in github.reviews.values():
+            if (
+                _review_node_id(review["id"]) == node_id
+                and self._visible(review["repo"], installation)
+                and github.sees(review, self.viewer)
+            ):
+                return self._review(review)
         for comment in github.review_comments.values():
             if comment["node_id"] == node_id and self._visible(comment["repo"], installation):
                 return self._comment(comment)
@@ -308,9 +355,21 @@ class GraphQLEndpoint:
             threads = [
                 self._thread(t)
                 for t in github.review_threads.values()
-                if t["repo"] == full_name and t["number"] == number
+                if t["repo"] == full_name and t["number"] == number and self._thread_seen(t)
             ]
             return connection("reviewThreads", threads, page)
+
+        def reviews(states: list[str] | None = None, author: str | None = None, **page: Any):
+            found = [
+                self._review(r)
+                for r in github.reviews.values()
+                if r["repo"] == full_name
+                and r["number"] == number
+                and github.sees(r, self.viewer)
+                and (states is None or r["state"] in states)
+                and (author is None or github.review_author(r) == author)
+            ]
+            return connection("reviews", found, page)
 
         return {
             "__typename": "PullRequest",
@@ -318,6 +377,33 @@ class GraphQLEndpoint:
             "url": f"{github.web_url}/{full_name}/pull/{number}",
             "repository": lambda: self._repository(full_name),
             "reviewThreads": review_threads,
+            "reviews": reviews,
+        }
+
+    def _review(self, review: dict) -> dict:
+        github = self.github
+        full_name, number = review["repo"], review["number"]
+
+        def review_comments(**page: Any) -> dict:
+            found = [
+                self._comment(c)
+                for c in github.review_comments.values()
+                if c["review_id"] == review["id"]
+            ]
+            return connection("comments", found, page)
+
+        return {
+            "__typename": "PullRequestReview",
+            "id": _review_node_id(review["id"]),
+            "databaseId": review["id"],
+            "fullDatabaseId": str(review["id"]),
+            "state": review["state"],
+            "body": review.get("body") or "",
+            "author": _actor(github.review_author(review)),
+            "viewerDidAuthor": github.review_author(review) == self.viewer,
+            "url": f"{github.web_url}/{full_name}/pull/{number}#pullrequestreview-{review['id']}",
+            "comments": review_comments,
+            "pullRequest": lambda: self._pull(full_name, number),
         }
 
     def _thread(self, thread: dict) -> dict:
@@ -361,6 +447,12 @@ class GraphQLEndpoint:
             f"#discussion_r{comment['id']}",
             "pullRequest": lambda: self._pull(comment["repo"], comment["number"]),
         }
+
+
+def _review_node_id(review_id: int) -> str:
+    from bot.standin.github_reviews import review_node_id
+
+    return review_node_id(review_id)
 
 
 def _actor(login: str) -> dict[str, str]:
