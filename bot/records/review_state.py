@@ -292,3 +292,69 @@ def _values(finding: DraftFinding) -> tuple[object, ...]:
     values = dataclasses.asdict(finding)
     values.update(side=finding.side or "RIGHT", in_diff=int(finding.in_diff))
     return tuple(values.values())
+
+
+# -- the vetter's pending review (`vet`) and what they did with it ----------------------------
+
+
+async def hand_to_vetter(
+    db: Database, review_id: int, vetter: str, vetter_review_id: int, placed: dict[int, str]
+) -> bool:
+    """The draft's findings `placed` (ordinal → the comment put there) are now in `vetter`'s
+    pending review: only while it is a draft (not being revised or published); False, and
+    nothing changed, when it is not. Findings placed before keep what they were given."""
+    async with db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET vetter = ?, vetter_review_id = ?, updated_at = ?"
+            " WHERE id = ? AND state = 'draft'",
+            (vetter, vetter_review_id, time.time(), review_id),
+        )
+        if cursor.rowcount != 1:
+            return False
+        await conn.executemany(
+            "UPDATE findings SET vetted_text = ? WHERE review_id = ? AND ordinal = ?",
+            [(text, review_id, ordinal) for ordinal, text in placed.items()],
+        )
+    return True
+
+
+async def published_by_person(
+    db: Database,
+    review_id: int,
+    by: str,
+    event: str,
+    published: dict[int, tuple[str, bool]],
+    removed: tuple[int, ...],
+    why: str,
+) -> bool:
+    """draft → posted by `by`, who submitted the pending review holding it (`event`: COMMENT,
+    REQUEST_CHANGES or APPROVE, their choice): `published` (ordinal → its text as they
+    published it, and whether they edited it) are a person's yes, `removed` a person's no
+    (`why`), every other kept finding was not published (skipped). False, and nothing
+    changed, unless it is a draft `by` holds."""
+    now = time.time()
+    async with db.transaction() as conn:
+        cursor = await conn.execute(
+            "UPDATE reviews SET state = 'posted', posted_by = ?, posted_event = ?,"
+            " posted_at = ?, pending_review_id = NULL, updated_at = ?"
+            " WHERE id = ? AND state = 'draft' AND vetter = ?",
+            (by, event, now, now, review_id, by),
+        )
+        if cursor.rowcount != 1:
+            return False
+        await conn.executemany(
+            "UPDATE findings SET state = 'kept', checked_by = 'human', published_text = ?,"
+            " edited = ? WHERE review_id = ? AND ordinal = ? AND state = 'kept'",
+            [(text, int(edited), review_id, n) for n, (text, edited) in published.items()],
+        )
+        await conn.executemany(
+            "UPDATE findings SET state = 'dropped', checked_by = 'human', dropped_by = ?,"
+            " why = ? WHERE review_id = ? AND ordinal = ? AND state = 'kept'",
+            [(by, why, review_id, n) for n in removed],
+        )
+        await conn.execute(
+            "UPDATE findings SET state = 'skipped' WHERE review_id = ? AND state = 'kept'"
+            " AND published_text IS NULL",
+            (review_id,),
+        )
+    return True

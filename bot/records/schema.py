@@ -557,6 +557,17 @@ CREATE INDEX IF NOT EXISTS sessions_review ON sessions(review_id, role, id);
         "an eval finding's confidence, so a resumed eval folds by min_confidence as production did",
         columns=(("eval_findings", "confidence", "BIGINT"),),
     ),
+    Step(
+        10,
+        "the vetter's pending review: who holds a draft, what was put in it, what they published",
+        columns=(
+            ("reviews", "vetter", "TEXT"),  # the login whose pending review holds the draft
+            ("reviews", "vetter_review_id", "BIGINT"),  # that pending review (GitHub's id)
+            ("findings", "vetted_text", "TEXT"),  # the comment put in the vetter's review
+            ("findings", "published_text", "TEXT"),  # as that person published it
+            ("findings", "edited", "BIGINT"),  # 1: they changed it before publishing
+        ),
+    ),
 )
 SCHEMA_VERSION = STEPS[-1].version
 # Which steps a database has, and when they came (both backends).

@@ -208,6 +208,8 @@ class Review(Record):
     rules: DraftRules = dataclasses.field(default=DraftRules(), metadata={"json": "rules"})
     ledger: LedgerNote | None = dataclasses.field(default=None, metadata={"json": "ledger"})
     suppressed: int = 0  # findings it raised again after a person dropped them: left out
+    vetter: str | None = None  # whose pending review holds the draft (`vet`)
+    vetter_review_id: int | None = None  # that person's pending review on GitHub
 
     def files_left_out(self) -> dict[str, str]:
         """The changed files its draft left out of the reviewer's diff, path → why: every
@@ -257,6 +259,9 @@ class Finding(Record):
     dropped_by: str | None = None  # the login of the person who dropped it
     evidence: str | None = None  # the quoted line(s) and the input that fails (None: older)
     confidence: int | None = None  # the reviewer's, 0-100 (None: drafted before it was asked)
+    vetted_text: str | None = None  # its comment in the vetter's pending review (None: not put)
+    published_text: str | None = None  # as the vetter published it in their review
+    edited: int | None = None  # 1: the vetter changed its text before publishing
 
     @property
     def dropped_by_person(self) -> bool:
