@@ -557,6 +557,25 @@ CREATE INDEX IF NOT EXISTS sessions_review ON sessions(review_id, role, id);
         "an eval finding's confidence, so a resumed eval folds by min_confidence as production did",
         columns=(("eval_findings", "confidence", "BIGINT"),),
     ),
+    Step(
+        9,
+        "people's GitHub sign-ins: their user tokens (encrypted) and used sign-in states",
+        schema="""
+-- One row per GitHub user who signed in: the access and refresh tokens and their expiry
+-- times, sealed with AES-GCM (bot/auth/seal.py); never a token in plain text.
+CREATE TABLE IF NOT EXISTS user_tokens (
+    user_id {key},
+    login TEXT NOT NULL,
+    sealed {bytes} NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
+);
+-- Sign-in states already used (each works once), kept until they would have expired.
+CREATE TABLE IF NOT EXISTS sign_in_states (
+    nonce TEXT PRIMARY KEY,
+    expires_at DOUBLE PRECISION NOT NULL
+);
+""",
+    ),
 )
 SCHEMA_VERSION = STEPS[-1].version
 # Which steps a database has, and when they came (both backends).
