@@ -35,6 +35,7 @@ MODEL_KEYS = {
 ENV_FILE = "cockpit.env"  # read from the current folder by every command (`--env-file` too)
 NO_LIMIT = ("none", "off")  # spelled out to switch a money limit off
 MIN_METRICS_TOKEN = 16  # characters: not guessed (and long enough to be redacted anywhere)
+MIN_SECRET_KEY = 32  # characters of COCKPIT_SECRET_KEY (e.g. `openssl rand -hex 32`)
 
 
 class ConfigError(Exception):
@@ -221,6 +222,45 @@ def _secret(env: Mapping[str, str], variable: str) -> Secret | None:
     return Secret(raw) if (raw := (env.get(variable) or "").strip()) else None
 
 
+def _web_url(env: Mapping[str, str], variable: str) -> str:
+    """GitHub's web host (its OAuth pages); "" unset (`Settings.github_web_url` then says it
+    from GITHUB_API_URL)."""
+    if not (raw := (env.get(variable) or "").strip()):
+        return ""
+    if not raw.startswith(("https://", "http://")) or not urllib.parse.urlsplit(raw).netloc:
+        raise ConfigError(variable, "not_url", url=repr(shown_url(raw)))
+    return raw.rstrip("/")
+
+
+def web_url_from_api(api_url: str) -> str:
+    """api.github.com → github.com; `https://HOST/api/v3` → `https://HOST`; any other URL →
+    its own origin."""
+    parts = urllib.parse.urlsplit(api_url)
+    if parts.hostname == "api.github.com":
+        return "https://github.com"
+    path = parts.path.rstrip("/")
+    if path.endswith("/api/v3"):
+        return f"{parts.scheme}://{parts.netloc}{path.removesuffix('/api/v3')}"
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _public_url(env: Mapping[str, str], variable: str) -> str | None:
+    if not (raw := (env.get(variable) or "").strip()):
+        return None
+    parts = urllib.parse.urlsplit(raw)
+    if parts.scheme not in ("https", "http") or not parts.hostname or parts.query:
+        raise ConfigError(variable, "not_url", url=repr(shown_url(raw)))
+    return raw.rstrip("/")
+
+
+def _secret_key(env: Mapping[str, str], variable: str) -> Secret | None:
+    if not (key := (env.get(variable) or "").strip()):
+        return None
+    if len(key) < MIN_SECRET_KEY or not key.isascii() or not key.isprintable():
+        raise ConfigError(variable, "secret_key", least=MIN_SECRET_KEY)
+    return Secret(key)
+
+
 def _metrics_token(env: Mapping[str, str], variable: str) -> Secret | None:
     if not (token := (env.get(variable) or "").strip()):
         return None
@@ -294,10 +334,22 @@ class Settings:
     worker_timeout: WholeSeconds = from_env("COCKPIT_WORKER_TIMEOUT", 20)
     migrate_on_start: OneOrZero = from_env("COCKPIT_MIGRATE_ON_START", 0)
     metrics_token: Secret | None = from_env("COCKPIT_METRICS_TOKEN", None, _metrics_token)
+    # "Sign in with GitHub" (bot/auth/): the App's OAuth client, GitHub's web host, this
+    # server's public URL, and the key that encrypts user tokens and signs sign-in state.
+    client_id: str | None = from_env("GITHUB_CLIENT_ID", None)
+    client_secret: Secret | None = from_env("GITHUB_CLIENT_SECRET", None, _secret)
+    web_url: str = from_env("GITHUB_WEB_URL", "", _web_url)
+    public_url: str | None = from_env("COCKPIT_PUBLIC_URL", None, _public_url)
+    secret_key: Secret | None = from_env("COCKPIT_SECRET_KEY", None, _secret_key)
 
     @property
     def db_path(self) -> Path:
         return self.data_dir / "cockpit.sqlite3"
+
+    @property
+    def github_web_url(self) -> str:
+        """GITHUB_WEB_URL, or what GITHUB_API_URL says it is."""
+        return self.web_url or web_url_from_api(self.api_url)
 
     def model(self, provider: str) -> str:
         """The model `provider` reviews with ("" for `chat` when it is not set up)."""
@@ -309,6 +361,7 @@ class Settings:
         """Every secret value these settings hold, for `bot.redaction` (the database URL's
         password too, wherever it appears)."""
         secrets = [self.private_key, self.webhook_secret, self.database_url, self.metrics_token]
+        secrets += [self.client_secret, self.secret_key]
         urls = [self.database_url.reveal()] if self.database_url is not None else []
         if self.chat is not None:
             secrets.append(self.chat.api_key)
@@ -324,7 +377,15 @@ ROLE_GITHUB = {
     "web": ("webhook_secret",),
     "worker": ("app_id", "private_key"),
 }
-SECRETS = ("private_key", "webhook_secret", "database_url", "metrics_token", "chat")
+SECRETS = (
+    "private_key",
+    "webhook_secret",
+    "database_url",
+    "metrics_token",
+    "chat",
+    "client_secret",
+    "secret_key",
+)
 
 
 def _read(
@@ -414,6 +475,9 @@ def _settings(
     app = ROLE_GITHUB[role] if github else ()
     names = [f.name for f in fields(Settings) if f.name in app or f.name not in ROLE_GITHUB["all"]]
     values, found = _read(env, Settings, names)
+    if role != "all" and values.get("client_id") and values.get("secret_key") is None:
+        # A generated key lives in one process's data directory: each role would have its own.
+        found.append(ConfigError("COCKPIT_SECRET_KEY", "secret_key_unset", role=role))
     return values, problems + found
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from bot.agents.providers import ModelClients
+from bot.auth.tokens import UserTokens
 from bot.config import Settings
 from bot.github import GitHubApp
 from bot.metrics import Metrics
@@ -27,3 +28,4 @@ class Context:
     mirrors: Mirrors
     models: ModelClients
     limits: CommandLimits = field(default_factory=CommandLimits)
+    user_tokens: UserTokens | None = None  # people's sign-ins (bot/auth/)

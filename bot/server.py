@@ -19,6 +19,7 @@ from aiohttp import web
 from gidgethub import routing
 
 from bot.agents.providers import ModelClients
+from bot.auth.tokens import UserTokens
 from bot.backend import open_backend
 from bot.config import Secret, Settings
 from bot.context import Context
@@ -328,6 +329,7 @@ async def _lifecycle(
         http=http,
         mirrors=Mirrors(settings.data_dir),
         models=ModelClients(settings),
+        user_tokens=UserTokens(backend.db, settings, http),
     )
     app[CONTEXT] = ctx
     app[INBOX] = inbox

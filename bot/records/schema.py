@@ -558,6 +558,25 @@ CREATE INDEX IF NOT EXISTS sessions_review ON sessions(review_id, role, id);
         columns=(("eval_findings", "confidence", "BIGINT"),),
     ),
     Step(
+        9,
+        "people's GitHub sign-ins: their user tokens (encrypted) and used sign-in states",
+        schema="""
+-- One row per GitHub user who signed in: the access and refresh tokens and their expiry
+-- times, sealed with AES-GCM (bot/auth/seal.py); never a token in plain text.
+CREATE TABLE IF NOT EXISTS user_tokens (
+    user_id {key},
+    login TEXT NOT NULL,
+    sealed {bytes} NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
+);
+-- Sign-in states already used (each works once), kept until they would have expired.
+CREATE TABLE IF NOT EXISTS sign_in_states (
+    nonce TEXT PRIMARY KEY,
+    expires_at DOUBLE PRECISION NOT NULL
+);
+""",
+    ),
+    Step(
         10,
         "the vetter's pending review: who holds a draft, what was put in it, what they published",
         columns=(

@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bot.config import Secret, Settings
 from bot.standin import serve_local
+from bot.standin.github_oauth import OAuthStandin
 from bot.standin.github_reviews import PersonReviews
 from bot.standin.openapi import OpenAPIValidator
 from bot.standin.repo import GeneratedPR
@@ -194,6 +195,9 @@ class GitHubStandin(PersonReviews):
         self.created_apps: list[dict] = []
         self.manifest_codes: dict[str, tuple[dict, float]] = {}
         self.manifest_code_ttl = 3600.0
+        self.oauth = OAuthStandin(self)  # "Sign in with GitHub" (bot/standin/github_oauth.py)
+        self.user_token_for = self.oauth.user_token_for
+        self.user_of = self.oauth.user_of
 
     def settings(self, data_dir: Path, webhook_secret: str, **overrides: Any) -> Settings:
         """Bot settings that point at this stand-in as its GitHub App."""
@@ -375,7 +379,7 @@ class GitHubStandin(PersonReviews):
                 "clone_url": repo.clone_url,
                 "default_branch": repo.default_branch,
             },
-            "sender": {"login": sender, "type": "User"},
+            "sender": {"login": sender, "id": self.oauth.user_id(sender), "type": "User"},
         }
 
     def pull_request_opened(
@@ -409,7 +413,11 @@ class GitHubStandin(PersonReviews):
                 "title": pull.title,
                 "pull_request": {"url": f"{self.web_url}/{pull.repo.full_name}/pull/{pull.number}"},
             },
-            "comment": {"id": next(self._ids), "body": body, "user": {"login": by, "type": "User"}},
+            "comment": {
+                "id": next(self._ids),
+                "body": body,
+                "user": {"login": by, "id": self.oauth.user_id(by), "type": "User"},
+            },
         }
 
     def status_comments(self, repo: str, number: int) -> list[dict]:
@@ -433,6 +441,7 @@ class GitHubStandin(PersonReviews):
             app.router.add_post(owner + "/settings/apps/new", self._new_app_form)
             app.router.add_post(owner + "/settings/apps", self._create_app)
         app.router.add_post(self.graphql_path, self._graphql_request)
+        self.oauth.add_routes(app)
         app.router.add_route("GET", "/{owner}/{name}.git/{tail:.+}", self._git)
         app.router.add_route("POST", "/{owner}/{name}.git/{tail:.+}", self._git)
         app.router.add_route("*", "/{tail:.*}", self._handle)
@@ -521,6 +530,7 @@ class GitHubStandin(PersonReviews):
         table = [
             ("POST", r"^/app/installations/(?P<installation>\d+)/access_tokens$", self._token),
             ("GET", r"^/app$", self._app),
+            ("GET", r"^/user$", self.oauth.get_user),
             ("POST", r"^/app-manifests/(?P<code>[^/]+)/conversions$", self._convert_manifest),
             ("GET", repo + r"$", self._get_repo),
             ("GET", repo + r"/pulls/(?P<number>\d+)$", self._get_pull),
@@ -550,8 +560,11 @@ class GitHubStandin(PersonReviews):
     ) -> web.Response | None:
         header = request.headers.get("Authorization", "")
         scheme, _, credential = header.partition(" ")
-        if handler == self._convert_manifest:  # the code is the credential
+        if handler in (self._convert_manifest, self.oauth.get_user):  # the code; the user's
             return None
+        if self.user_of(request) is not None:  # a user token: the repository must be installed
+            known = self.repos.get(f"{params.get('owner')}/{params.get('name')}")
+            return None if known is not None else _error(404, "Not Found")
         if handler in (self._token, self._app):
             if scheme.lower() != "bearer":
                 return _error(401, "A JSON web token could not be decoded")
@@ -865,6 +878,8 @@ class GitHubStandin(PersonReviews):
             return failed
         scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
         known = self.tokens.get(credential) if scheme.lower() in ("token", "bearer") else None
+        if self.user_of(request) is not None:  # a person's token: sees as that person
+            known = (None, time.time() + 60)
         if known is None or known[1] < time.time():
             return web.json_response(
                 {

@@ -41,9 +41,7 @@ class PersonReviews:
     def viewer(self: GitHubStandin, request: web.Request) -> str:
         """Who the request is authenticated as: a person's login for a user token, else the
         App's bot (an installation token)."""
-        user_of = getattr(self, "user_of", None)
-        login = user_of(request) if user_of is not None else None
-        return login or self.bot_login
+        return self.user_of(request) or self.bot_login
 
     def review_author(self: GitHubStandin, review: dict) -> str:
         return review.get("user") or self.bot_login
@@ -73,7 +71,7 @@ class PersonReviews:
             "node_id": review_node_id(review["id"]),
             "user": {
                 "login": login,
-                "id": _user_id(login),
+                "id": self.oauth.user_id(login),
                 "type": "Bot" if login.endswith("[bot]") else "User",
             },
         }
@@ -252,7 +250,7 @@ class PersonReviews:
         api = (self.hostname_url or self.url) + self.api_prefix
         pull_url = f"{api}/repos/{pull.repo.full_name}/pulls/{pull.number}"
         html = f"{self.web_url}/{pull.repo.full_name}/pull/{pull.number}"
-        user = _user(login)
+        user = _user(login, self.oauth.user_id(login))
         return {
             "action": "submitted",
             "review": {
@@ -280,7 +278,7 @@ class PersonReviews:
                 "draft": False,
                 "title": pull.title,
                 "body": "",
-                "user": _user("contributor"),
+                "user": _user("contributor", self.oauth.user_id("contributor")),
                 "head": {"sha": pull.head_sha, "ref": f"pr-{pull.number}"},
                 "base": {"sha": pull.base_sha, "ref": pull.repo.default_branch},
             },
@@ -289,16 +287,11 @@ class PersonReviews:
         }
 
 
-def _user_id(login: str) -> int:
-    """A stable id per login (GitHub's `user.id`)."""
-    return 10_000 + int.from_bytes(login.encode()[:6].ljust(6, b"\0"), "big") % 9_000_000
-
-
-def _user(login: str) -> dict[str, Any]:
+def _user(login: str, user_id: int) -> dict[str, Any]:
     return {
         "login": login,
-        "id": _user_id(login),
-        "node_id": f"U_{_user_id(login)}",
+        "id": user_id,
+        "node_id": f"U_{user_id}",
         "type": "Bot" if login.endswith("[bot]") else "User",
         "site_admin": False,
     }
