@@ -230,6 +230,14 @@ class GitHubApp:
             token_source=lambda: self.installation_token(installation_id), cache=cache
         )
 
+    def user_api(self, token: str) -> CockpitGitHubAPI:
+        """A person's GitHub, with their user access token (`vet`: their pending review)."""
+
+        async def source() -> str:
+            return token
+
+        return self._client(token_source=source)
+
     async def installation_token(self, installation_id: int) -> str:
         cached = self._tokens.get(installation_id)
         if cached is not None:

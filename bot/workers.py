@@ -28,6 +28,7 @@ from bot.review.approve import queue_interrupted, recover_posting_job
 from bot.review.checkout import cleanup_pull_job
 from bot.review.job import report_failure_job, review_gave_up, run_review_job
 from bot.review.status import refresh_status_job
+from bot.review.vet import vet_job
 from bot.sessions.turns import session_turn_job
 
 log = logging.getLogger(__name__)
@@ -194,6 +195,7 @@ async def setup_workers(ctx: Context, router: routing.Router) -> None:
         "recover_posting": recover_posting_job,
         "report_failure": report_failure_job,
         "session_turn": session_turn_job,
+        "vet": vet_job,
     }.items():
         ctx.jobs.handlers[kind] = functools.partial(handler, ctx)
     ctx.jobs.on_gave_up["delivery"] = functools.partial(delivery_gave_up, ctx)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from gidgethub import routing, sansio
 
 from bot.context import Context
-from bot.review import lifecycle
+from bot.review import lifecycle, vet
 
+log = logging.getLogger(__name__)
 router = routing.Router()
 
 
@@ -29,3 +31,12 @@ async def clean_up_closed(
 ) -> None:
     pull_id = await lifecycle.record_pull(ctx, event.data)
     await lifecycle.close_pull(ctx, pull_id)
+
+
+@router.register("pull_request_review", action="submitted")
+async def reconcile_submitted(
+    event: sansio.Event, gh: Any, *args: Any, ctx: Context, **kwargs: Any
+) -> None:
+    """A vetter submitted the pending review holding a draft: read it back by `F` number."""
+    outcome = await vet.on_submitted(ctx, gh, event.data)
+    log.info("submitted review read", extra={"fields": {"outcome": outcome}})

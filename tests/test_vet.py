@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bot.review.reconcile import number_of, reconcile
+from bot.standin.github_reviews import review_node_id
 
 F1 = "**F1 · major** · Division by zero\n\nThe divisor can be 0."
 F2 = "**F2 · minor** · Unused import\n\n`os` is never used."
@@ -144,3 +145,213 @@ async def test_an_upgrade_adds_the_vetters_columns_and_older_rows_still_read(
         assert (older.vetted_text, older.published_text, older.edited) == (None, None, None)
     finally:
         await db.close()
+
+
+# -- `/cockpit vet` through the real server, the GitHub stand-in and a scripted model ---------
+
+
+@pytest.fixture
+def vet_settings(settings, github):
+    import dataclasses
+
+    from bot.config import Secret
+
+    github.oauth.callback_urls = ["http://cockpit.test/auth/github/callback"]
+    return dataclasses.replace(
+        settings,
+        client_id=github.oauth.client_id,
+        client_secret=Secret(github.oauth.client_secret),
+        public_url="http://cockpit.test",
+    )
+
+
+@pytest.fixture
+async def world(github, vet_settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin):
+    from bot.server import make_app
+    from handlers import router
+    from tests.world import NOTHING_FOLDED, build_world
+
+    people = {"octocat": "admin", "alice": "write", "reader": "read"}
+    world = build_world(github, tmp_path, permissions=people, files=NOTHING_FOLDED)
+    world.client = await aiohttp_client(make_app(vet_settings, router))
+    world.settings = vet_settings
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    return world
+
+
+async def signed_in(world, login: str) -> str:
+    """`login` signs in (a real code exchange with the stand-in, stored as the callback
+    stores it); their access token."""
+    from tests.test_signin_tokens import _signed_in
+
+    _, access = await _signed_in(world.github, world.ctx.user_tokens, login)
+    return access
+
+
+async def vet_comment(world, body="/cockpit vet", *, user="alice", comment_id=9001):
+    from tests.world import comment_payload
+
+    data = comment_payload(world, body, user=user, comment_id=comment_id)
+    data["comment"]["user"]["id"] = data["sender"]["id"] = world.github.oauth.user_id(user)
+    await world.send("issue_comment", data)
+    await world.wait_idle()
+
+
+def pending_of(world, login: str) -> list[dict]:
+    return [r for r in world.pending_reviews() if world.github.review_author(r) == login]
+
+
+def comments_of(world, review: dict) -> dict[int, dict]:
+    """F number → the review's comment (None key: the person's own)."""
+    return {number_of(c["body"]): c for c in world.github.review_comments_of(review["id"])}
+
+
+def submitted(world, review_id: int) -> dict:
+    """The person presses Submit review: GitHub's `pull_request_review` `submitted`, about
+    the world's repository as its other deliveries name it."""
+    data = world.github.submit_as_person(review_id)
+    opened = world.pull_request_payload("opened")
+    data.update(repository=opened["repository"], installation=opened["installation"])
+    return data
+
+
+def replies(world) -> list[str]:
+    return [
+        c["body"]
+        for c in world.github.issue_comments.values()
+        if "<!-- pr-cockpit:status -->" not in c["body"]
+    ]
+
+
+async def findings_by_number(world) -> dict:
+    from bot.records.reviews import load_findings
+
+    [review] = await world.review_rows()
+    return {f.ordinal: f for f in await load_findings(world.ctx.db, review["id"])}
+
+
+@pytest.mark.backends
+async def test_vet_then_edit_one_delete_one_and_submit(world):
+    from bot.records.stats import model_figures
+
+    token = await signed_in(world, "alice")
+    [bots] = world.pending_reviews()
+    await vet_comment(world)
+    [theirs] = pending_of(world, "alice")
+    assert theirs["commit_id"] == world.pr.head_sha
+    held = comments_of(world, theirs)
+    assert sorted(held) == [1, 2]
+    assert held[1]["body"].startswith("**F1 · ") and held[2]["body"].startswith("**F2 · ")
+    [created] = world.github.calls("POST", r"/pulls/1/reviews$")[-1:]
+    assert created["headers"]["Authorization"].endswith(token)  # as alice, never submitted
+    assert "event" not in created["body"]
+    assert world.github.calls("POST", r"/reviews/\d+/events$") == []
+    assert bots["id"] not in world.github.reviews  # the bot's own pending review is gone
+    status = world.status_body()
+    assert (
+        "The draft is @alice's pending review**: in Files changed, edit or delete comments,"
+        " add your own, then Submit review." in status
+    )
+    assert any("The draft is your pending review now: added F1, F2" in r for r in replies(world))
+    [row] = await world.review_rows()
+    assert (row["vetter"], row["vetter_review_id"]) == ("alice", theirs["id"])
+
+    # In Files changed: alice rewords F1, deletes F2, adds a comment of her own, submits.
+    world.github.edit_pending_comment(held[1]["id"], held[1]["body"] + "\n\nAlso add a test.")
+    world.github.delete_pending_comment(held[2]["id"])
+    own = {"pullRequestReviewId": review_node_id(theirs["id"]), "path": "calc.py"}
+    world.github.add_pending_thread("alice", {**own, "line": 2, "body": "Nice catch."})
+    await world.send("pull_request_review", submitted(world, theirs["id"]))
+    await world.wait_idle()
+
+    [row] = await world.review_rows()
+    assert (row["state"], row["posted_by"], row["posted_event"]) == ("posted", "alice", "COMMENT")
+    found = await findings_by_number(world)
+    assert (found[1].state, found[1].checked_by, found[1].edited) == ("kept", "human", 1)
+    assert found[1].published_text.endswith("Also add a test.")
+    assert (found[2].state, found[2].dropped_by, found[2].why) == (
+        "dropped",
+        "alice",
+        "removed from their review",
+    )
+    assert (
+        "Published by @alice in their review**: F1 (F1 edited) · removed: F2" in world.status_body()
+    )
+    [figures] = await model_figures(world.ctx.db)
+    assert (figures.published, figures.dropped_by_people) == (1, 1)
+    assert world.github.reviews[theirs["id"]]["state"] == "COMMENTED"  # as she submitted it
+    assert world.github.calls("POST", r"/reviews/\d+/events$") == []  # the bot never submits
+
+
+async def test_a_vetter_with_their_own_pending_review_keeps_their_comment(world):
+    await signed_in(world, "alice")
+    pull = world.github.pulls[(world.full_name, world.pr.number)]
+    # alice had started a review of her own in Files changed
+    mine = {"id": 4242, "repo": world.full_name, "number": world.pr.number, "state": "PENDING"}
+    world.github.reviews[4242] = {**mine, "body": "", "commit_id": pull.head_sha, "user": "alice"}
+    world.github.reviews[4242]["comments"] = []
+    world.github.reviews[4242]["html_url"] = ""
+    world.github._add_review_comment(
+        pull, 4242, {"path": "calc.py", "line": 2, "body": "My own note."}, "alice"
+    )
+    await vet_comment(world)
+    [theirs] = pending_of(world, "alice")
+    assert theirs["id"] == 4242  # added to, never replaced
+    held = comments_of(world, theirs)
+    assert held[None]["body"] == "My own note."  # untouched
+    assert sorted(n for n in held if n) == [1, 2]
+    added = world.github.calls("POST", r"graphql$")
+    assert any("addPullRequestReviewThread" in c["body"]["query"] for c in added)
+    assert "The draft is @alice's pending review" in world.status_body()
+    assert world.github.violations == []
+
+
+async def test_without_a_token_the_reply_is_a_sign_in_link_and_the_vet_goes_on_after(world):
+    from urllib.parse import parse_qs, urlsplit
+
+    from bot.auth.state import read_state
+
+    await vet_comment(world)
+    [reply] = replies(world)
+    assert "[Sign in with GitHub](http://cockpit.test/auth/github/login?state=" in reply
+    state_text = parse_qs(urlsplit(reply.split("](")[1].split(")")[0]).query)["state"][0]
+    state = read_state(world.settings, state_text)
+    assert state.user_id == world.github.oauth.user_id("alice")
+    assert state.then["job"] == "vet"
+    assert pending_of(world, "alice") == []
+    # alice completes the link: the callback stores her token and enqueues `then`
+    await signed_in(world, "alice")
+    then = state.then
+    await world.ctx.jobs.enqueue(then["job"], then["key"], then["args"], queue="reviews")
+    await world.wait_idle()
+    [theirs] = pending_of(world, "alice")
+    assert sorted(n for n in comments_of(world, theirs) if n) == [1, 2]
+    [reply] = replies(world)  # the same reply, edited
+    assert "The draft is your pending review now: added F1, F2" in reply
+
+
+async def test_vet_without_sign_in_set_up_says_what_to_set(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    from bot.server import make_app
+    from handlers import router
+    from tests.world import NOTHING_FOLDED, build_world
+
+    world = build_world(github, tmp_path, permissions={"alice": "write"}, files=NOTHING_FOLDED)
+    world.client = await aiohttp_client(make_app(settings, router))
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    await vet_comment(world)
+    [reply] = replies(world)
+    assert "GITHUB_CLIENT_ID, GITHUB_CLIENT_SECRET, COCKPIT_PUBLIC_URL" in reply
+
+
+async def test_vet_needs_approve_permission(world):
+    world.github.repos[world.full_name].files[".github/cockpit.toml"] += (
+        'approve_permission = "admin"\n'
+    )
+    await signed_in(world, "alice")
+    await vet_comment(world)
+    assert pending_of(world, "alice") == []
+    assert any("needs `admin` permission" in r for r in replies(world))

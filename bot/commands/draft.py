@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from bot.auth import SignInUnavailable, missing_settings, sign_in_link
+from bot.auth.tokens import TokenUnavailable
 from bot.commands import gate
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
-from bot.commands.reply import text
+from bot.commands.reply import post, text
 from bot.records import review_state
 from bot.records.reviews import get_review, latest_draft, load_findings
 from bot.records.types import Finding, Review
@@ -14,6 +16,7 @@ from bot.review.approve import PublishFailed, approve, publishing_key
 from bot.review.lifecycle import queue_status_refresh
 from bot.review.pending import redraft
 from bot.review.status import show_status
+from bot.review.vet import vet, vet_args
 from bot.texts import PEOPLE, say
 
 
@@ -102,3 +105,53 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
             raise CommandFailed(say(PEOPLE, "revising"))
         return text(pr, "already_posted", state=current.state)
     return text(pr, "approved", event=event, count=len(chosen))
+
+
+async def cmd_vet(pr: PullRequest, cmd: Command) -> str | None:
+    """The draft becomes the commenter's own pending review (their GitHub user token); with
+    no token, a sign-in link whose completion goes on with the vet by itself."""
+    review = await current_draft(pr)
+    if review.state != ReviewState.DRAFT:
+        raise _not_a_draft(review)
+    live = await pr.refresh()
+    if live.head_sha != review.head_sha and await review_state.mark_stale(
+        pr.ctx.db, live.id, live.head_sha
+    ):
+        await queue_status_refresh(pr.ctx, live.id)
+        review = await get_review(pr.ctx.db, review.id)
+    if review.stale:
+        raise CommandFailed(say(PEOPLE, "stale_draft", prefix=pr.prefix))
+    await gate.may_decide(pr, "vet")  # vetting decides what is published
+    tokens = pr.ctx.user_tokens
+    if tokens is None or pr.actor_id is None:
+        raise CommandFailed(say(PEOPLE, "internal_error"))
+    try:
+        token = await tokens.token_for(pr.actor_id)
+    except TokenUnavailable as exc:
+        raise CommandFailed(
+            say(PEOPLE, "vet.github_unreachable", reason=str(exc), prefix=pr.prefix)
+        ) from exc
+    if token is None:
+        await _sign_in_first(pr, review)
+        return None
+    vetted = await vet(pr.ctx, pr.target(), review, pr.actor, token)
+    return text(
+        pr,
+        "vetted",
+        added=[f"F{n}" for n in vetted.added],
+        held=[f"F{n}" for n in vetted.held],
+        left_out=[f"F{n}" for n in vetted.left_out],
+    )
+
+
+async def _sign_in_first(pr: PullRequest, review: Review) -> None:
+    """A reply with a sign-in link bound to the commenter and this draft; the `vet` job its
+    completion enqueues edits the reply when it is done."""
+    if missing := missing_settings(pr.ctx.settings):
+        raise CommandFailed(str(SignInUnavailable(missing)))
+    assert pr.pull is not None and pr.actor_id is not None
+    reply_id = await post(pr, text(pr, "sign_in_first", link=None))
+    args = vet_args(pr.pull.id, review.id, pr.actor_id, pr.actor, reply_id)
+    then = {"job": "vet", "args": args, "key": f"vet:{pr.pull.id}:{pr.actor_id}"}
+    link = sign_in_link(pr.ctx.settings, pr.actor_id, then)
+    await pr.target().edit_comment(reply_id, text(pr, "sign_in_first", link=link))

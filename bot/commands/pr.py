@@ -27,6 +27,7 @@ class PullRequest:
     actor: str
     installation_id: int | None = None
     comment_id: int | None = None  # the comment the commands came in
+    actor_id: int | None = None  # the commenter's GitHub user id
 
     @property
     def owner(self) -> str:

@@ -19,13 +19,15 @@ def text(pr: PullRequest, kind: str, **context: Any) -> str:
     return render("reply.md.j2", kind=kind, prefix=pr.prefix, repo_url=repo_url, **context)
 
 
-async def post(pr: PullRequest, body: str) -> None:
-    """A comment on the PR; what it quotes (a failure's reason) never shows a secret."""
-    await pr.gh.post(
+async def post(pr: PullRequest, body: str) -> int:
+    """A comment on the PR (its id); what it quotes (a failure's reason) never shows a
+    secret."""
+    created = await pr.gh.post(
         "/repos/{owner}/{repo}/issues/{number}/comments",
         pr.owner_repo,
         data={"body": redact(body)},
     )
+    return int(created["id"])
 
 
 async def reply(pr: PullRequest, kind: str, **context: Any) -> None:

@@ -27,6 +27,7 @@ HANDLERS: dict[str, CommandFn] = {
     "stop": review.cmd_stop,
     "drop": draft.cmd_drop,
     "approve": draft.cmd_approve,
+    "vet": draft.cmd_vet,
     "codex-review": session.cmd_codex_review,
     "ask": session.cmd_ask,
     "send-back": session.cmd_send_back,
@@ -50,8 +51,9 @@ async def run_comment(ctx: Context, gh: Any, data: dict[str, Any], number: int, 
             extra={"fields": {"stored": pull.installation_id, "now": installation_id}},
         )
         pull = None
+    user = comment["user"]
     pr = PullRequest(
-        ctx, gh, repo, number, pull, comment["user"]["login"], installation_id, comment["id"]
+        ctx, gh, repo, number, pull, user["login"], installation_id, comment["id"], user.get("id")
     )
     if not await gate.may_run(pr):  # answered once an hour at most: a flood costs nothing
         if await gate.first_notice(pr, "not-allowed", gate.NOT_ALLOWED_EVERY):

@@ -36,6 +36,26 @@ async def latest_draft(db: Database, pull_id: int) -> Review | None:
     )
 
 
+async def held_by(db: Database, pull_id: int, login: str) -> Review | None:
+    """The PR's newest review whose draft `login`'s pending review holds (`vet`)."""
+    return await Review.one(
+        db,
+        "SELECT * FROM reviews WHERE pull_id = ? AND vetter = ? ORDER BY id DESC LIMIT 1",
+        (pull_id, login),
+    )
+
+
+async def vetter_before(db: Database, pull_id: int, before: int) -> Review | None:
+    """The newest earlier draft of the PR that a vetter's pending review holds, still
+    unpublished (a push made a new draft: the bot's again)."""
+    return await Review.one(
+        db,
+        "SELECT * FROM reviews WHERE pull_id = ? AND id < ? AND vetter IS NOT NULL"
+        " AND state = 'draft' ORDER BY id DESC LIMIT 1",
+        (pull_id, before),
+    )
+
+
 async def newest_state(db: Database) -> str | None:
     row = await db.fetchone("SELECT state FROM reviews ORDER BY id DESC LIMIT 1")
     return row["state"] if row else None

@@ -83,7 +83,7 @@ def _review_payload(
         if f.ordinal in capped:
             summarised.append(listed)
         elif inline and f.in_diff:
-            comments.append(_inline_comment(target, f))
+            comments.append(inline_comment(target, f))
         else:
             reason = say(PEOPLE, "not_inline", in_diff=f.in_diff)
             other.append({**listed, "body": f.body, "evidence": f.evidence, "reason": reason})
@@ -100,7 +100,7 @@ def _review_payload(
     return {"commit_id": review.head_sha, "body": body, "comments": comments}
 
 
-def _inline_comment(target: Target, f: Finding) -> dict[str, Any]:
+def inline_comment(target: Target, f: Finding) -> dict[str, Any]:
     comment: dict[str, Any] = {
         "path": f.path,
         "line": f.end_line or f.line,

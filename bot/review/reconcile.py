@@ -41,7 +41,8 @@ class Reconciled:
 def reconcile(placed: dict[int, str], comments: list[str], body: str) -> Reconciled:
     """`placed`: ordinal → the text vet put in the review (an inline comment, or the item of
     the review's body for a finding outside the diff); `comments`: the submitted review's
-    inline comments; `body`: its body."""
+    inline comments; `body`: its body. A finding's comment counts first; without one, its
+    number at the start of an item of the body."""
     by_number: dict[int, str] = {}
     own = 0
     for comment in comments:
@@ -56,7 +57,7 @@ def reconcile(placed: dict[int, str], comments: list[str], body: str) -> Reconci
         if n in by_number:
             final = by_number[n]
             published[n] = (final, _words(final) != _words(text))
-        elif number_of(text) is None and in_body(n, body):  # an item of the review's body
+        elif in_body(n, body):  # an item of the review's body (outside the diff, folded)
             kept = _words(text) in _words(body)
             published[n] = (text if kept else body, not kept)
         else:

@@ -15,11 +15,12 @@ from bot.records.reviews import (
     load_findings,
     status_comment_of,
     update_review,
+    vetter_before,
 )
 from bot.records.runs import review_costs
 from bot.records.sessions import has_active_cross_review
 from bot.records.types import Finding, Job, Pull, Review
-from bot.records.vocab import ACTIVE, ReviewState
+from bot.records.vocab import ACTIVE, FindingState, ReviewState
 from bot.redaction import redact
 from bot.review.checkrun import finish_check
 from bot.review.target import Target
@@ -80,6 +81,7 @@ async def render_status(target: Target, review: Review) -> str:
         f"{provider}: {runs} model run(s), {usd(cost)}" for provider, runs, cost in costs
     )
     cross_review = await has_active_cross_review(db, review.id)
+    vetting = await _vetting(target, review, findings)
     return render(
         "status.md.j2",
         review=review,
@@ -98,7 +100,37 @@ async def render_status(target: Target, review: Review) -> str:
         rules=rules,
         minor=[f for f in findings if rules.folds(f)],
         capped=refs(sorted(rules.over_cap(rules.approvable(findings)))),
+        vetting=vetting,
     )
+
+
+async def _vetting(target: Target, review: Review, findings: list[Finding]) -> str | None:
+    """What the status says of a vetter (`vet`): whose pending review holds the draft, what
+    they published, or that a push made the new draft the bot's again."""
+    prefix = target.ctx.settings.command_prefix
+    if review.vetter and review.state == ReviewState.DRAFT:
+        left_out = [
+            f"F{f.ordinal}"
+            for f in findings
+            if f.state == FindingState.KEPT and review.rules.published(f) and not f.vetted_text
+        ]
+        return say(PEOPLE, "vet.holds", vetter=review.vetter, left_out=left_out, prefix=prefix)
+    if review.vetter and review.state == ReviewState.POSTED and review.posted_by == review.vetter:
+        published = [f for f in findings if f.published_text is not None]
+        return say(
+            PEOPLE,
+            "vet.published",
+            vetter=review.vetter,
+            kept=[f"F{f.ordinal}" for f in published],
+            edited=[f"F{f.ordinal}" for f in published if f.edited],
+            removed=[f"F{f.ordinal}" for f in findings if f.dropped_by_person and f.vetted_text],
+        )
+    if review.state == ReviewState.DRAFT:
+        earlier = await vetter_before(target.ctx.db, target.pull.id, review.id)
+        if earlier is not None:
+            sha = earlier.head_sha[:7]
+            return say(PEOPLE, "vet.bots_again", vetter=earlier.vetter, sha=sha, prefix=prefix)
+    return None
 
 
 def _link(pull: Pull, finding: Finding) -> str | None:

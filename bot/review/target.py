@@ -41,6 +41,14 @@ class Target:
         )
         return int(created["id"])
 
+    async def edit_comment(self, comment_id: int, body: str) -> None:
+        """A comment of the bot's edited in place (a sign-in link's reply, once done)."""
+        await self.gh.patch(
+            "/repos/{owner}/{repo}/issues/comments/{id}",
+            {**self.owner_repo, "id": comment_id},
+            data={"body": fit(redact(body))},
+        )
+
     def status_link(self, review: Review) -> str | None:
         if not (self.pull.html_url and review.status_comment_id):
             return None
