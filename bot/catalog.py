@@ -42,5 +42,13 @@ def suggested(state: str | None, stale: bool = False, cross_review: bool = False
     if state == ReviewState.DRAFT and not stale and cross_review:
         return ["ask <message>", "send-back", "end", "approve", "drop F1", "help"]
     if state == ReviewState.DRAFT and not stale:
-        return ["approve", "approve F1 F2 --comment", "drop F1", "codex-review", "review", "help"]
+        return [
+            "approve",
+            "approve F1 F2 --comment",
+            "vet",
+            "drop F1",
+            "codex-review",
+            "review",
+            "help",
+        ]
     return ["review", "help"]

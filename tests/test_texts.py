@@ -133,6 +133,8 @@ def status(text: dict[str, str], state: str) -> str:
             {**findings[2], "ordinal": 6, "severity": "nit"},
         ],
         capped="F7, F8",
+        vetting=None,  # a vetter's login (GitHub's word) and F numbers: no PR text
+        vet_holds=False,
     )
 
 

@@ -355,3 +355,37 @@ async def test_vet_needs_approve_permission(world):
     await vet_comment(world)
     assert pending_of(world, "alice") == []
     assert any("needs `admin` permission" in r for r in replies(world))
+
+
+async def test_a_push_makes_the_new_draft_the_bots_again_and_vet_adds_only_what_is_missing(
+    world,
+):
+    await signed_in(world, "alice")
+    await vet_comment(world)
+    [theirs] = pending_of(world, "alice")
+    before = {n: c["body"] for n, c in comments_of(world, theirs).items()}
+    head = world.push(
+        {"store.py": "def load():\n    try:\n        return 1\n    except:\n        return 0\n"}
+    )
+    await world.send("pull_request", world.pull_request_payload("synchronize", head_sha=head))
+    await world.wait_review("draft", index=1)
+    status = world.status_body()
+    assert f"@alice's pending review holds the findings of `{world.pr.head_sha[:7]}`" in status
+    assert "this new draft is the bot's again" in status
+    assert (
+        len([r for r in world.pending_reviews() if world.github.review_author(r) != "alice"]) == 1
+    )
+    await vet_comment(world, comment_id=9002)
+    [still] = pending_of(world, "alice")
+    assert still["id"] == theirs["id"]
+    now = {n: c["body"] for n, c in comments_of(world, still).items()}
+    assert sorted(now) == [1, 2, 3] and all(now[n] == before[n] for n in (1, 2))
+    assert now[3].startswith("**F3 · minor** · Bare except")
+    assert any("added F3; already in it F1, F2" in r for r in replies(world))
+    await world.send("pull_request_review", submitted(world, theirs["id"]))
+    await world.wait_idle()
+    rows = await world.review_rows()
+    assert (rows[1]["state"], rows[1]["posted_by"]) == ("posted", "alice")
+    assert "Published by @alice in their review**: F1, F2, F3 · removed: none" in (
+        world.status_body()
+    )

@@ -101,6 +101,7 @@ async def render_status(target: Target, review: Review) -> str:
         minor=[f for f in findings if rules.folds(f)],
         capped=refs(sorted(rules.over_cap(rules.approvable(findings)))),
         vetting=vetting,
+        vet_holds=bool(review.vetter) and review.state == ReviewState.DRAFT,
     )
 
 
