@@ -232,8 +232,12 @@ async def findings_by_number(world) -> dict:
 
 
 @pytest.mark.backends
-async def test_vet_then_edit_one_delete_one_and_submit(world):
+async def test_vet_then_edit_one_delete_one_and_submit(world, caplog):
+    import json
+
     from bot.records.stats import model_figures
+
+    caplog.set_level("DEBUG")
 
     token = await signed_in(world, "alice")
     [bots] = world.pending_reviews()
@@ -282,6 +286,11 @@ async def test_vet_then_edit_one_delete_one_and_submit(world):
     assert (figures.published, figures.dropped_by_people) == (1, 1)
     assert world.github.reviews[theirs["id"]]["state"] == "COMMENTED"  # as she submitted it
     assert world.github.calls("POST", r"/reviews/\d+/events$") == []  # the bot never submits
+    # the token: only in the Authorization header of alice's own review's requests
+    assert all(token not in json.dumps(r["body"]) for r in world.github.requests)
+    assert all(token not in c["body"] for c in world.github.issue_comments.values())
+    assert token not in caplog.text
+    assert world.github.violations == []
 
 
 async def test_a_vetter_with_their_own_pending_review_keeps_their_comment(world):
@@ -389,3 +398,51 @@ async def test_a_push_makes_the_new_draft_the_bots_again_and_vet_adds_only_what_
     assert "Published by @alice in their review**: F1, F2, F3 · removed: none" in (
         world.status_body()
     )
+
+
+async def test_findings_outside_the_inline_comments_are_items_of_the_body(
+    github, vet_settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    """With the default `min_severity` the nit of HEAD is folded: it is an item of the
+    vetter's review body; taking it out of the body drops it."""
+    from bot.server import make_app
+    from handlers import router
+    from tests.world import build_world
+
+    world = build_world(github, tmp_path, permissions={"alice": "write"})
+    world.client = await aiohttp_client(make_app(vet_settings, router))
+    world.settings = vet_settings
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft")
+    await signed_in(world, "alice")
+    await vet_comment(world)
+    [theirs] = pending_of(world, "alice")
+    assert sorted(n for n in comments_of(world, theirs) if n) == [1]
+    assert "**F2 · nit** · " in theirs["body"]
+    # alice keeps F1, deletes F2's item from the body and says something of her own
+    body = theirs["body"].split("#### Other findings")[0] + "Thanks!"
+    world.github.reviews[theirs["id"]]["body"] = body
+    await world.send("pull_request_review", submitted(world, theirs["id"]))
+    await world.wait_idle()
+    found = await findings_by_number(world)
+    assert (found[1].state, found[1].edited) == ("kept", 0)
+    assert (found[2].state, found[2].dropped_by) == ("dropped", "alice")
+
+
+async def test_a_review_by_someone_not_holding_the_draft_changes_nothing(world):
+    pull = world.github.pulls[(world.full_name, world.pr.number)]
+    world.github.reviews[4343] = {
+        "id": 4343,
+        "repo": world.full_name,
+        "number": world.pr.number,
+        "state": "PENDING",
+        "body": "LGTM",
+        "commit_id": pull.head_sha,
+        "comments": [],
+        "html_url": "",
+        "user": "octocat",
+    }
+    await world.send("pull_request_review", submitted(world, 4343))
+    await world.wait_idle()
+    [row] = await world.review_rows()
+    assert (row["state"], row["posted_by"]) == ("draft", None)
