@@ -97,9 +97,13 @@ class UserTokens:
         """Delete the user's tokens (revoked, signed out)."""
         await self._delete(user_id, "forgotten")
 
-    async def forget_login(self, login: str) -> None:
+    async def forget_login(self, login: str) -> bool:
+        """Delete the tokens of the person signed in as `login` (`/cockpit signout`); whether
+        there were any."""
         if await rows.delete_token_of(self.db, login):
-            log.info("user token deleted", extra={"fields": {"why": "forgotten"}})
+            log.info("user token deleted", extra={"fields": {"why": "signed out"}})
+            return True
+        return False
 
     async def signed_in(self, user_id: int) -> bool:
         return await rows.sealed_token(self.db, user_id) is not None
