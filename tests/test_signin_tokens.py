@@ -3,7 +3,11 @@ deleted when GitHub refuses the refresh; the sign-in link (bot/auth/)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import os
+import subprocess
+import sys
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -14,6 +18,7 @@ from bot.auth.oauth import GitHubUser, exchange_code
 from bot.auth.state import BadState, read_state
 from bot.auth.tokens import UserTokens
 from bot.config import Secret
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -113,3 +118,83 @@ def test_sign_in_link_needs_the_client_and_the_public_url(settings, signin_setti
     with pytest.raises(BadState) as expired:
         read_state(signin_settings, parse_qs(parts.query)["state"][0], now=state.expires_at + 1)
     assert expired.value.why == "expired"
+
+
+# -- two processes refreshing one user's token at once (Postgres) -----------------------------
+
+REFRESH_SCRIPT = """
+import asyncio, sys
+from bot.auth.tokens import UserTokens
+from bot.config import load_settings
+from bot.records.postgres import PgDatabase
+
+async def main():
+    settings = load_settings(github=False)
+    db = await PgDatabase.open(settings.database_url.reveal())
+    try:
+        print(await UserTokens(db, settings).token_for(int(sys.argv[1])))
+    finally:
+        await db.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.postgres_only
+async def test_two_processes_refreshing_at_once_make_one_refresh(
+    github, db, signin_settings, database_url, tmp_path
+):
+    """Each refresh invalidates the old pair: two workers refreshing the same expired token
+    at once would leave one with a refused refresh (and delete the token). The per-user lock
+    lets one ask GitHub; the other waits, reads the new token and asks nothing."""
+    key = "s" * 40
+    settings = dataclasses.replace(signin_settings, secret_key=Secret(key))
+    tokens = UserTokens(db, settings)
+    user_id, _ = await _signed_in(github, tokens, "alice")
+    await _age(db, tokens, user_id)
+    env = {
+        **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")},
+        "COCKPIT_DATA_DIR": str(tmp_path / "data"),
+        "COCKPIT_DATABASE_URL": database_url,
+        "COCKPIT_SECRET_KEY": key,
+        "GITHUB_API_URL": github.api_url,
+        "GITHUB_CLIENT_ID": settings.client_id,
+        "GITHUB_CLIENT_SECRET": settings.client_secret.reveal(),
+        "COCKPIT_PUBLIC_URL": settings.public_url,
+    }
+    github.gate.clear()  # GitHub holds the first refresh's answer until both are under way
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", REFRESH_SCRIPT, str(user_id)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+
+        async def both_under_way() -> bool:
+            asked = github.calls("POST", r"^/login/oauth/access_token$")
+            waiting = await db.fetchone(
+                "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            )
+            # One asks GitHub and the other waits for the lock (without the lock: both ask).
+            return len(asked) >= 2 or (len(asked) == 1 and waiting["n"] >= 1)
+
+        await wait_for(both_under_way, 60)
+        github.gate.set()
+        answers = [await asyncio.to_thread(w.communicate, timeout=60) for w in workers]
+    finally:
+        github.gate.set()
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(10)
+    assert [w.returncode for w in workers] == [0, 0], answers
+    [first, second] = [out.strip() for out, _ in answers]
+    assert first == second and first.startswith("ghu_")
+    assert github.oauth.refreshes == 1
+    assert github.oauth.access[first].login == "alice"
+    assert await tokens.token_for(user_id) == first

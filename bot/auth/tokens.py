@@ -64,18 +64,18 @@ class UserTokens:
             pair = self._open(stored)
             now = time.time()
             if pair is None:
-                await self._delete(user_id, "unreadable")
+                await self._delete(user_id, "unreadable", stored.updated_at)
                 return None
             if pair.fresh(now):
                 return pair.access
             if pair.refresh is None or (pair.refresh_expires or now + 1) <= now:
-                await self._delete(user_id, "expired")
+                await self._delete(user_id, "expired", stored.updated_at)
                 return None
             try:
                 async with self._session() as http:
                     new = await oauth.refresh(http, self.settings, pair.refresh)
             except oauth.Refused as exc:
-                await self._delete(user_id, f"refresh refused: {exc}")
+                await self._delete(user_id, f"refresh refused: {exc}", stored.updated_at)
                 return None
             except oauth.Unreachable as exc:
                 raise TokenUnavailable(str(exc)) from None
@@ -133,8 +133,8 @@ class UserTokens:
             data["access"], data["access_expires"], data["refresh"], data["refresh_expires"]
         )
 
-    async def _delete(self, user_id: int, why: str) -> None:
-        if await rows.delete_token(self.db, user_id):
+    async def _delete(self, user_id: int, why: str, was: float | None = None) -> None:
+        if await rows.delete_token(self.db, user_id, was):
             log.info("user token deleted", extra={"fields": {"user_id": user_id, "why": why}})
 
     def _session(self) -> _Session:
