@@ -21,6 +21,7 @@ from urllib.parse import SplitResult, urlencode, urlsplit
 import aiohttp
 from aiohttp import web
 
+from bot.auth.oauth import CALLBACK_PATH
 from bot.config import DEFAULT_API_URL
 from bot.texts import OPERATOR, render, say
 
@@ -123,13 +124,20 @@ def shipped_manifest() -> dict[str, Any]:
     return json.loads(resources.files("templates").joinpath(MANIFEST).read_text())
 
 
+def public_base(public_url: str) -> str:
+    """The server's base URL from what a user may type: the base, or its webhook URL."""
+    return webhook_url_for(public_url).removesuffix("/webhooks/github")
+
+
 def manifest_for(base: dict[str, Any], public_url: str | None, redirect_url: str) -> dict[str, Any]:
-    """Without a public URL the webhook is created inactive (GitHub requires a URL for it)."""
+    """Without a public URL the webhook is created inactive (GitHub requires a URL for it).
+    With one, "Sign in with GitHub" comes back to `{public URL}/auth/github/callback`."""
     manifest = copy.deepcopy(base)
     manifest["redirect_url"] = redirect_url
     hook = dict(manifest.get("hook_attributes") or {})
     if public_url:
         hook.update(url=webhook_url_for(public_url), active=True)
+        manifest["callback_urls"] = [f"{public_base(public_url)}{CALLBACK_PATH}"]
     else:
         hook["active"] = False
     manifest["hook_attributes"] = hook
@@ -154,7 +162,9 @@ def write_private(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def write_credentials(conversion: dict[str, Any], env_path: Path, api_url: str) -> Registered:
+def write_credentials(
+    conversion: dict[str, Any], env_path: Path, api_url: str, public_url: str | None = None
+) -> Registered:
     """The key first, then the env file that points at it; nothing is overwritten."""
     env_path = env_path.absolute()
     key_path = key_path_for(env_path)
@@ -172,6 +182,9 @@ def write_credentials(conversion: dict[str, Any], env_path: Path, api_url: str) 
         webhook_secret=secret,
         key_path=str(key_path),
         api_url=api_url if api_url != DEFAULT_API_URL else "",
+        client_id=conversion.get("client_id") or "",
+        client_secret=conversion.get("client_secret") or "",
+        public_url=public_base(public_url) if public_url else "",
     )
     try:
         write_private(key_path, conversion["pem"])
@@ -222,7 +235,8 @@ async def exchange(http: aiohttp.ClientSession, target: Target, code: str) -> di
 def _complete(answer: dict[str, Any]) -> bool:
     """The fields the env file needs, each fit for one `NAME=value` line."""
     needed = [answer.get(key) for key in ("id", "slug", "pem")]
-    lines = [answer.get(key) for key in ("id", "slug", "webhook_secret", "name", "html_url")]
+    fields = ("id", "slug", "webhook_secret", "name", "html_url", "client_id", "client_secret")
+    lines = [answer.get(key) for key in fields]
     return all(needed) and not any("\n" in str(v) or "\r" in str(v) for v in lines if v)
 
 
@@ -283,7 +297,9 @@ class ManifestFlow:
         self._claimed = True  # one exchange per run: a code works once
         try:
             conversion = await exchange(self.http, self.target, code)
-            registered = write_credentials(conversion, self.options.out, self.target.api_url)
+            registered = write_credentials(
+                conversion, self.options.out, self.target.api_url, self.options.public_url
+            )
         except RegisterError as exc:
             failed = _result("failed", message=str(exc))
             await _send(request, failed)

@@ -20,6 +20,7 @@ from gidgethub import routing
 
 from bot.agents.providers import ModelClients
 from bot.auth.tokens import UserTokens
+from bot.auth.web import SignInRoutes
 from bot.backend import open_backend
 from bot.config import Secret, Settings
 from bot.context import Context
@@ -28,8 +29,8 @@ from bot.github import GitHubApp
 from bot.inbox import Inbox, InboxUnavailable
 from bot.logs import log_context
 from bot.metrics import Metrics
-from bot.queue import EVENTS, REVIEWS
-from bot.records.database import Interrupted
+from bot.queue import EVENTS, REVIEWS, JobQueue
+from bot.records.database import Database, Interrupted
 from bot.records.stats import totals
 from bot.records.vocab import JobState
 from bot.redaction import environment_secrets, register_all
@@ -289,12 +290,19 @@ def make_app(settings: Settings, router: routing.Router, *, role: str = "all") -
     app[ROLE] = role
     if role != "worker":
         app.router.add_post("/webhooks/github", webhook)
+        SignInRoutes(settings, functools.partial(_sign_in_context, app)).add_to(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/healthz/live", healthz_live)
     app.router.add_get("/healthz/ready", healthz_ready)
     app.router.add_get("/metrics", metrics_view)
     app.cleanup_ctx.append(functools.partial(_lifecycle, settings, router))
     return app
+
+
+def _sign_in_context(app: web.Application) -> tuple[Database, JobQueue, UserTokens]:
+    ctx = app[CONTEXT]
+    assert ctx.user_tokens is not None
+    return ctx.db, ctx.jobs, ctx.user_tokens
 
 
 async def stop_gracefully(app: web.Application) -> None:

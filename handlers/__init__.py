@@ -2,6 +2,8 @@
 
 from gidgethub import routing
 
-from handlers import comments, installation, pull_request
+from handlers import authorization, comments, installation, pull_request
 
-router = routing.Router(pull_request.router, comments.router, installation.router)
+router = routing.Router(
+    pull_request.router, comments.router, installation.router, authorization.router
+)

@@ -126,6 +126,11 @@ def test_manifest_keeps_the_shipped_permissions_and_points_at_us() -> None:
         "active": True,
     }
     assert manifest["redirect_url"] == "http://127.0.0.1:8725/callback"
+    # "Sign in with GitHub" comes back to the server's callback.
+    assert manifest["callback_urls"] == [f"{PUBLIC_URL}/auth/github/callback"]
+    assert manifest_for(base, f"{PUBLIC_URL}/webhooks/github", "x")["callback_urls"] == [
+        f"{PUBLIC_URL}/auth/github/callback"
+    ]
     assert manifest["default_permissions"] == {
         "contents": "read",
         "metadata": "read",
@@ -251,6 +256,9 @@ def assert_credentials(github: GitHubStandin, env_path: Path) -> dict[str, str]:
     assert env["GITHUB_PRIVATE_KEY_PATH"] == str(key_path)
     assert env["GITHUB_API_URL"] == f"{github.url}/api/v3"  # not github.com: GHES's API path
     assert key_path.read_text() == app["pem"]
+    # "Sign in with GitHub": the App's OAuth client.
+    assert env["GITHUB_CLIENT_ID"] == app["client_id"]
+    assert env["GITHUB_CLIENT_SECRET"] == app["client_secret"]
     assert_private(env_path)
     assert_private(key_path)
     assert check_settings(env) == []  # `cockpit serve` accepts exactly this environment
@@ -568,6 +576,9 @@ async def test_cockpit_register_in_a_real_browser(standin: GitHubStandin, tmp_pa
     assert 'GITHUB_PRIVATE_KEY="$(cat cockpit.private-key.pem)"' in out
     assert env["GITHUB_WEBHOOK_SECRET"] not in out + err
     assert "smee.io" not in out  # it has a public address
+    assert env["COCKPIT_PUBLIC_URL"] == PUBLIC_URL
+    assert standin.created_apps[0]["callback_urls"] == [f"{PUBLIC_URL}/auth/github/callback"]
+    assert env["GITHUB_CLIENT_SECRET"] not in out + err
 
 
 async def test_cockpit_register_on_enterprise_server_with_a_private_ca(tmp_path) -> None:

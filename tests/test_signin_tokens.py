@@ -3,17 +3,22 @@ deleted when GitHub refuses the refresh; the sign-in link (bot/auth/)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import os
+import subprocess
+import sys
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
 
 from bot.auth import SignInUnavailable, sign_in_link
-from bot.auth.oauth import GitHubUser, exchange_code
+from bot.auth.oauth import GitHubUser, TokenPair, exchange_code
 from bot.auth.state import BadState, read_state
 from bot.auth.tokens import UserTokens
 from bot.config import Secret
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.backends
 
@@ -113,3 +118,189 @@ def test_sign_in_link_needs_the_client_and_the_public_url(settings, signin_setti
     with pytest.raises(BadState) as expired:
         read_state(signin_settings, parse_qs(parts.query)["state"][0], now=state.expires_at + 1)
     assert expired.value.why == "expired"
+
+
+# -- two processes refreshing one user's token at once (Postgres) -----------------------------
+
+REFRESH_SCRIPT = """
+import asyncio, sys
+from bot.auth.tokens import UserTokens
+from bot.config import load_settings
+from bot.records.postgres import PgDatabase
+
+async def main():
+    settings = load_settings(github=False)
+    db = await PgDatabase.open(settings.database_url.reveal())
+    try:
+        print(await UserTokens(db, settings).token_for(int(sys.argv[1])))
+    finally:
+        await db.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.postgres_only
+async def test_two_processes_refreshing_at_once_make_one_refresh(
+    github, db, signin_settings, database_url, tmp_path
+):
+    """Each refresh invalidates the old pair: two workers refreshing the same expired token
+    at once would leave one with a refused refresh (and delete the token). The per-user lock
+    lets one ask GitHub; the other waits, reads the new token and asks nothing."""
+    key = "s" * 40
+    settings = dataclasses.replace(signin_settings, secret_key=Secret(key))
+    tokens = UserTokens(db, settings)
+    user_id, _ = await _signed_in(github, tokens, "alice")
+    await _age(db, tokens, user_id)
+    env = {
+        **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")},
+        "COCKPIT_DATA_DIR": str(tmp_path / "data"),
+        "COCKPIT_DATABASE_URL": database_url,
+        "COCKPIT_SECRET_KEY": key,
+        "GITHUB_API_URL": github.api_url,
+        "GITHUB_CLIENT_ID": settings.client_id,
+        "GITHUB_CLIENT_SECRET": settings.client_secret.reveal(),
+        "COCKPIT_PUBLIC_URL": settings.public_url,
+    }
+    github.gate.clear()  # GitHub holds the first refresh's answer until both are under way
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", REFRESH_SCRIPT, str(user_id)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+
+        async def both_under_way() -> bool:
+            asked = github.calls("POST", r"^/login/oauth/access_token$")
+            waiting = await db.fetchone(
+                "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            )
+            # One asks GitHub and the other waits for the lock (without the lock: both ask).
+            return len(asked) >= 2 or (len(asked) == 1 and waiting["n"] >= 1)
+
+        await wait_for(both_under_way, 60)
+        github.gate.set()
+        answers = [await asyncio.to_thread(w.communicate, timeout=60) for w in workers]
+    finally:
+        github.gate.set()
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(10)
+    assert [w.returncode for w in workers] == [0, 0], answers
+    [first, second] = [out.strip() for out, _ in answers]
+    assert first == second and first.startswith("ghu_")
+    assert github.oauth.refreshes == 1
+    assert github.oauth.access[first].login == "alice"
+    assert await tokens.token_for(user_id) == first
+
+
+# -- schema step 9 on a database of the previous release ---------------------------------------
+
+
+async def test_an_upgrade_adds_the_sign_in_tables(backend, tmp_path, request, github, settings):
+    import sqlite3
+
+    import psycopg
+
+    from bot.records import schema
+    from bot.records.postgres import PgDatabase, step_ddl
+    from bot.records.sqlite import SqliteDatabase
+    from tests.schema_steps import apply_sqlite_step
+
+    [step] = [s for s in schema.STEPS if "user_tokens" in s.schema]
+    assert step.version == 9
+    earlier = schema.STEPS[: schema.STEPS.index(step)]
+    if backend == "sqlite":
+        path = tmp_path / "before.sqlite3"
+        with sqlite3.connect(path) as old:
+            old.executescript(schema.VERSIONS)
+            for s in earlier:
+                apply_sqlite_step(old, s)
+                old.execute("INSERT INTO schema_versions VALUES (?, ?, 0)", (s.version, s.name))
+        db = await SqliteDatabase.open(path)
+    else:
+        url = request.getfixturevalue("pg_cluster").create_database()
+        with psycopg.connect(url, autocommit=True) as old:
+            old.execute(schema.VERSIONS)
+            for s in earlier:
+                for statement in step_ddl(s):
+                    old.execute(statement.sql)
+                old.execute("INSERT INTO schema_versions VALUES (%s, %s, 0)", (s.version, s.name))
+        db = await PgDatabase.open(url)
+        assert (await db.migrate()).steps == [s.version for s in schema.STEPS[len(earlier) :]]
+    try:
+        assert await db.schema_version() == schema.SCHEMA_VERSION
+        tokens = UserTokens(db, dataclasses.replace(settings, secret_key=Secret("q" * 32)))
+        token = github.user_token_for("alice")
+        pair = TokenPair(token, 4e9, "ghr_x", 5e9)
+        await tokens.store(GitHubUser(5, "alice"), pair)
+        assert await tokens.token_for(5) == token
+    finally:
+        await db.close()
+
+
+# -- the settings -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("api_url", "web_url"),
+    [
+        ("https://api.github.com", "https://github.com"),
+        ("https://api.github.com/", "https://github.com"),
+        ("https://ghe.example.com/api/v3", "https://ghe.example.com"),
+        ("https://ghe.example.com/api/v3/", "https://ghe.example.com"),
+        ("https://ghe.example.com:8443/api/v3", "https://ghe.example.com:8443"),
+        ("https://example.com/github/api/v3", "https://example.com/github"),
+        ("http://127.0.0.1:9000", "http://127.0.0.1:9000"),
+        ("http://127.0.0.1:9000/some/path", "http://127.0.0.1:9000"),
+    ],
+)
+def test_github_web_url_defaults_from_the_api_url(api_url, web_url):
+    from bot.config import load_settings
+
+    assert load_settings({"GITHUB_API_URL": api_url}, github=False).github_web_url == web_url
+    given = {"GITHUB_API_URL": api_url, "GITHUB_WEB_URL": "https://gh.test/"}
+    assert load_settings(given, github=False).github_web_url == "https://gh.test"
+
+
+def test_sign_in_settings_fail_fast_naming_the_variable():
+    from bot.config import ConfigError, check_settings, load_settings
+
+    short = {"COCKPIT_SECRET_KEY": "too-short-a-key"}
+    with pytest.raises(ConfigError) as raised:
+        load_settings(short, github=False)
+    assert raised.value.variable == "COCKPIT_SECRET_KEY" and "too-short" not in str(raised.value)
+    with pytest.raises(ConfigError, match="COCKPIT_PUBLIC_URL"):
+        load_settings({"COCKPIT_PUBLIC_URL": "cockpit.example.com"}, github=False)
+    # Web and worker processes share stored sign-ins: one key, given to all of them.
+    client = {"GITHUB_CLIENT_ID": "Iv1.abc", "GITHUB_WEBHOOK_SECRET": "s3cret-value"}
+    [problem] = check_settings(client, role="web")
+    assert problem.variable == "COCKPIT_SECRET_KEY"
+    assert check_settings({**client, "COCKPIT_SECRET_KEY": "k" * 32}, role="web") == []
+    assert check_settings({"GITHUB_WEBHOOK_SECRET": "s3cret-value"}, role="web") == []
+    secret = {"GITHUB_CLIENT_SECRET": "c" * 40, "COCKPIT_SECRET_KEY": "k" * 40}
+    settings = load_settings(secret, github=False)
+    assert set(settings.secrets()) >= {"c" * 40, "k" * 40}
+    assert "c" * 40 not in repr(settings) and "k" * 40 not in repr(settings)
+
+
+def test_a_generated_key_is_made_once_mode_0600(tmp_path):
+    import stat
+
+    from bot.auth import seal
+    from bot.config import load_settings
+
+    settings = load_settings({"COCKPIT_DATA_DIR": str(tmp_path / "data")}, github=False)
+    first = seal.master_key(settings)
+    path = seal.key_file(settings)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert seal.master_key(settings) == first and len(first) == 64
+    given = dataclasses.replace(settings, secret_key=Secret("g" * 32))
+    assert seal.master_key(given) == b"g" * 32
+    assert seal.derived(settings, seal.TOKENS) != seal.derived(settings, seal.STATE)

@@ -64,18 +64,18 @@ class UserTokens:
             pair = self._open(stored)
             now = time.time()
             if pair is None:
-                await self._delete(user_id, "unreadable")
+                await self._delete(user_id, "unreadable", stored.updated_at)
                 return None
             if pair.fresh(now):
                 return pair.access
             if pair.refresh is None or (pair.refresh_expires or now + 1) <= now:
-                await self._delete(user_id, "expired")
+                await self._delete(user_id, "expired", stored.updated_at)
                 return None
             try:
                 async with self._session() as http:
                     new = await oauth.refresh(http, self.settings, pair.refresh)
             except oauth.Refused as exc:
-                await self._delete(user_id, f"refresh refused: {exc}")
+                await self._delete(user_id, f"refresh refused: {exc}", stored.updated_at)
                 return None
             except oauth.Unreachable as exc:
                 raise TokenUnavailable(str(exc)) from None
@@ -97,9 +97,13 @@ class UserTokens:
         """Delete the user's tokens (revoked, signed out)."""
         await self._delete(user_id, "forgotten")
 
-    async def forget_login(self, login: str) -> None:
+    async def forget_login(self, login: str) -> bool:
+        """Delete the tokens of the person signed in as `login` (`/cockpit signout`); whether
+        there were any."""
         if await rows.delete_token_of(self.db, login):
-            log.info("user token deleted", extra={"fields": {"why": "forgotten"}})
+            log.info("user token deleted", extra={"fields": {"why": "signed out"}})
+            return True
+        return False
 
     async def signed_in(self, user_id: int) -> bool:
         return await rows.sealed_token(self.db, user_id) is not None
@@ -129,8 +133,8 @@ class UserTokens:
             data["access"], data["access_expires"], data["refresh"], data["refresh_expires"]
         )
 
-    async def _delete(self, user_id: int, why: str) -> None:
-        if await rows.delete_token(self.db, user_id):
+    async def _delete(self, user_id: int, why: str, was: float | None = None) -> None:
+        if await rows.delete_token(self.db, user_id, was):
             log.info("user token deleted", extra={"fields": {"user_id": user_id, "why": why}})
 
     def _session(self) -> _Session:

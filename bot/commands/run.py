@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from bot.catalog import COMMANDS
-from bot.commands import draft, gate, info, review, session
+from bot.commands import draft, gate, info, review, session, signin
 from bot.commands.parse import Command, parse_commands
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import post, react, reply
@@ -33,6 +33,7 @@ HANDLERS: dict[str, CommandFn] = {
     "send-back": session.cmd_send_back,
     "end": session.cmd_end,
     "config": info.cmd_config,
+    "signout": signin.cmd_signout,
 }
 assert HANDLERS.keys() == {spec.name for spec in COMMANDS}, "the catalog lists every command"
 

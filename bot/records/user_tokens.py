@@ -48,8 +48,13 @@ async def replace_token(db: Database, user_id: int, was: float, sealed: bytes, n
     return count == 1
 
 
-async def delete_token(db: Database, user_id: int) -> int:
-    return await db.execute("DELETE FROM user_tokens WHERE user_id = ?", (user_id,))
+async def delete_token(db: Database, user_id: int, was: float | None = None) -> int:
+    """With `was`: only the row read then (not one a new sign-in stored meanwhile)."""
+    if was is None:
+        return await db.execute("DELETE FROM user_tokens WHERE user_id = ?", (user_id,))
+    return await db.execute(
+        "DELETE FROM user_tokens WHERE user_id = ? AND updated_at = ?", (user_id, was)
+    )
 
 
 async def delete_token_of(db: Database, login: str) -> int:

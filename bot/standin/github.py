@@ -958,6 +958,7 @@ class GitHubStandin(PersonReviews):
             "permissions": manifest.get("default_permissions") or {},
             "events": manifest.get("default_events") or [],
             "hook": hook,
+            "callback_urls": list(manifest.get("callback_urls") or []),
             "client_id": f"Iv1.{secrets.token_hex(8)}",
             "client_secret": secrets.token_hex(20),
             "webhook_secret": secrets.token_hex(20) if hook else None,
@@ -976,7 +977,7 @@ class GitHubStandin(PersonReviews):
         found = self.manifest_codes.pop(code, None)
         if found is None or found[1] < time.monotonic():
             return _error(404, "Not Found")
-        answer = {k: v for k, v in found[0].items() if k != "hook"}
+        answer = {k: v for k, v in found[0].items() if k not in ("hook", "callback_urls")}
         return web.json_response(answer, status=201)
 
 
