@@ -446,3 +446,64 @@ async def test_a_review_by_someone_not_holding_the_draft_changes_nothing(world):
     await world.wait_idle()
     [row] = await world.review_rows()
     assert (row["state"], row["posted_by"]) == ("draft", None)
+
+
+# -- the GitHub stand-in, as strict as GitHub about a person's pending review -----------------
+
+
+async def test_the_standin_keeps_pending_reviews_per_user_as_github_does(github, tmp_path):
+    import time
+
+    import aiohttp
+
+    from tests.world import build_world
+
+    world = build_world(github, tmp_path, permissions={"alice": "write", "bob": "write"})
+    installation = "ghs_" + "i" * 36
+    github.tokens[installation] = (world.repo.installation_id, time.time() + 600)
+    alice, bob = github.user_token_for("alice"), github.user_token_for("bob")
+    reviews = f"{github.api_url}/repos/{world.full_name}/pulls/{world.pr.number}/reviews"
+    line = {"path": "calc.py", "line": 2, "side": "RIGHT", "body": "**F1 · major** · x"}
+
+    async def call(token, method, url, body=None):
+        headers = {"Authorization": f"token {token}"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(method, url, json=body, headers=headers) as response,
+        ):
+            return response.status, await response.json()
+
+    async def graphql(token, query, **variables):
+        return (await call(token, "POST", github.graphql_url, {"query": query, **variables}))[1]
+
+    status, mine = await call(alice, "POST", reviews, {"body": "", "comments": [line]})
+    assert status == 200 and mine["state"] == "PENDING" and mine["user"]["login"] == "alice"
+    status, again = await call(alice, "POST", reviews, {"body": "", "comments": []})
+    assert status == 422 and "one pending review" in again["errors"][0]
+    assert (await call(bob, "POST", reviews, {"body": "", "comments": []}))[0] == 200
+    for token, login in ((alice, "alice"), (bob, "bob"), (installation, None)):
+        _, listed = await call(token, "GET", reviews)
+        assert [r["user"]["login"] for r in listed] == ([login] if login else [])
+    assert (await call(bob, "GET", f"{reviews}/{mine['id']}"))[0] == 404
+    assert (await call(installation, "DELETE", f"{reviews}/{mine['id']}"))[0] == 404
+
+    add = (
+        "mutation($input: AddPullRequestReviewThreadInput!) {"
+        " addPullRequestReviewThread(input: $input) { thread { id path line } } }"
+    )
+    thread = {"pullRequestReviewId": mine["node_id"], "path": "calc.py", "body": "b"}
+    added = await graphql(alice, add, variables={"input": {**thread, "line": 2}})
+    assert added["data"]["addPullRequestReviewThread"]["thread"]["line"] == 2
+    refused = await graphql(bob, add, variables={"input": {**thread, "line": 2}})
+    assert refused["errors"][0]["type"] == "NOT_FOUND"  # not bob's review
+    off = await graphql(alice, add, variables={"input": {**thread, "line": 99}})
+    assert "must be part of the diff" in off["errors"][0]["message"]
+    read = (
+        "query($id: ID!) { node(id: $id) { ... on PullRequestReview {"
+        " state comments(first: 10) { nodes { body } } } } }"
+    )
+    seen = await graphql(alice, read, variables={"id": mine["node_id"]})
+    assert len(seen["data"]["node"]["comments"]["nodes"]) == 2
+    hidden = await graphql(installation, read, variables={"id": mine["node_id"]})
+    assert hidden["data"]["node"] is None  # a pending review is its author's alone
+    assert github.violations == []

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gidgethub
+
 from bot.auth import SignInUnavailable, missing_settings, sign_in_link
 from bot.auth.tokens import TokenUnavailable
 from bot.commands import gate
 from bot.commands.parse import Command
 from bot.commands.pr import CommandFailed, PullRequest
 from bot.commands.reply import post, text
+from bot.github import describe_failure
 from bot.records import review_state
 from bot.records.reviews import get_review, latest_draft, load_findings
 from bot.records.types import Finding, Review
@@ -134,7 +137,10 @@ async def cmd_vet(pr: PullRequest, cmd: Command) -> str | None:
     if token is None:
         await _sign_in_first(pr, review)
         return None
-    vetted = await vet(pr.ctx, pr.target(), review, pr.actor, token)
+    try:
+        vetted = await vet(pr.ctx, pr.target(), review, pr.actor, token)
+    except gidgethub.HTTPException as exc:  # GitHub refused the person's request
+        raise CommandFailed(describe_failure(exc)) from exc
     return text(
         pr,
         "vetted",

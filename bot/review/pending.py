@@ -20,9 +20,12 @@ log = logging.getLogger(__name__)
 
 
 async def redraft(target: Target, review_id: int) -> None:
-    """The draft as it now stands on GitHub: its pending review, and a new check run (the
-    old one's annotations cannot be withdrawn)."""
-    await pending_review(target, await get_review(target.ctx.db, review_id))
+    """The draft as it now stands on GitHub: its pending review (unless a vetter's pending
+    review holds it: what is in theirs is theirs to change), and a new check run (the old
+    one's annotations cannot be withdrawn)."""
+    review = await get_review(target.ctx.db, review_id)
+    if review is not None and not review.vetter:  # a vetter's pending review holds it: theirs
+        await pending_review(target, review)
     review = await update_review(target.ctx.db, review_id, check_run_id=None)
     if review is not None:
         await finish_check(target, await start_check(target, review))
