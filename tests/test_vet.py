@@ -507,3 +507,48 @@ async def test_the_standin_keeps_pending_reviews_per_user_as_github_does(github,
     hidden = await graphql(installation, read, variables={"id": mine["node_id"]})
     assert hidden["data"]["node"] is None  # a pending review is its author's alone
     assert github.violations == []
+
+
+async def test_vet_on_github_enterprise_server_goes_under_api_v3(
+    tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    import dataclasses
+
+    from bot.config import Secret
+    from bot.server import make_app
+    from bot.standin.github import GitHubStandin
+    from bot.standin.openapi import OpenAPIValidator
+    from handlers import router
+    from tests import deliveries
+    from tests.conftest import WEBHOOK_SECRET
+    from tests.world import NOTHING_FOLDED, build_world
+
+    ghes = GitHubStandin(
+        validator=OpenAPIValidator.from_file(deliveries.OPENAPI),
+        graphql_schema=deliveries.GRAPHQL_SCHEMA,
+    )
+    await ghes.start(enterprise=True)
+    try:
+        settings = dataclasses.replace(
+            ghes.settings(tmp_path / "data", WEBHOOK_SECRET),
+            client_id=ghes.oauth.client_id,
+            client_secret=Secret(ghes.oauth.client_secret),
+            public_url="http://cockpit.test",
+        )
+        world = build_world(ghes, tmp_path, permissions={"alice": "write"}, files=NOTHING_FOLDED)
+        world.client = await aiohttp_client(make_app(settings, router))
+        world.settings = settings
+        await world.send("pull_request", world.pull_request_payload("opened"))
+        await world.wait_review("draft")
+        await signed_in(world, "alice")
+        await vet_comment(world)
+        [theirs] = pending_of(world, "alice")
+        assert sorted(n for n in comments_of(world, theirs) if n) == [1, 2]
+        await world.send("pull_request_review", submitted(world, theirs["id"]))
+        await world.wait_idle()
+        assert "Published by @alice in their review**: F1, F2" in world.status_body()
+        assert all(r["url_path"].startswith(("/api/v3/", "/api/graphql", "/login/oauth/"))
+                   for r in ghes.requests)  # fmt: skip
+        assert ghes.violations == []
+    finally:
+        await ghes.stop()
