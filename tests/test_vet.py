@@ -552,3 +552,29 @@ async def test_vet_on_github_enterprise_server_goes_under_api_v3(
         assert ghes.violations == []
     finally:
         await ghes.stop()
+
+
+async def test_a_vetter_who_cancelled_and_submitted_another_review_publishes_nothing_of_ours(
+    world,
+):
+    await signed_in(world, "alice")
+    await vet_comment(world)
+    [theirs] = pending_of(world, "alice")
+    world.github.reviews.pop(theirs["id"])  # "Cancel review" in Files changed …
+    pull = world.github.pulls[(world.full_name, world.pr.number)]
+    world.github.reviews[4444] = {  # … then a review of her own
+        "id": 4444,
+        "repo": world.full_name,
+        "number": world.pr.number,
+        "state": "PENDING",
+        "body": "Needs tests.",
+        "commit_id": pull.head_sha,
+        "comments": [],
+        "html_url": "",
+        "user": "alice",
+    }
+    await world.send("pull_request_review", submitted(world, 4444))
+    await world.wait_idle()
+    [row] = await world.review_rows()
+    assert (row["state"], row["posted_by"]) == ("draft", None)
+    assert {f.state for f in (await findings_by_number(world)).values()} == {"kept"}

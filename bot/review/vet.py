@@ -217,6 +217,8 @@ async def on_submitted(ctx: Context, gh: Any, data: dict[str, Any]) -> str:
     review = await held_by(ctx.db, pull.id, login)
     if review is None or review.state != ReviewState.DRAFT:
         return "no draft held by its author"
+    if review.vetter_review_id != submitted.get("id"):  # they cancelled it and wrote another
+        return "another review of theirs"
     body, comments = await _submitted(gh, submitted["node_id"])
     findings = await load_findings(ctx.db, review.id)
     placed = {f.ordinal: f.vetted_text for f in findings if f.vetted_text is not None}
@@ -279,7 +281,12 @@ async def vet_job(ctx: Context, job: Job) -> None:
         return
     review = await latest_draft(ctx.db, pull.id)
     if review is None or review.state != ReviewState.DRAFT or review.stale:
-        reason = say(PEOPLE, "already_published" if review else "no_draft_yet", prefix=prefix)
+        if review is None:
+            reason = say(PEOPLE, "no_draft_yet", prefix=prefix)
+        elif review.stale:
+            reason = say(PEOPLE, "stale_draft", prefix=prefix)
+        else:
+            reason = say(PEOPLE, "revising" if review.state == "revising" else "already_published")
         await answer("vet_not_done", reason=reason)
         return
     vetted = await vet(ctx, target, review, args["login"], token)
