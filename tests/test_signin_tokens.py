@@ -74,6 +74,17 @@ async def test_an_expired_token_is_refreshed_once(github, db, signin_settings):
     assert github.oauth.refreshes == 1
 
 
+async def test_jobs_of_one_process_needing_an_expired_token_at_once_refresh_it_once(
+    github, db, signin_settings
+):
+    tokens = UserTokens(db, signin_settings)
+    user_id, _ = await _signed_in(github, tokens, "alice")
+    await _age(db, tokens, user_id)
+    found = await asyncio.gather(*(tokens.token_for(user_id) for _ in range(4)))
+    assert len(set(found)) == 1 and found[0].startswith("ghu_")
+    assert github.oauth.refreshes == 1
+
+
 async def test_a_refused_refresh_deletes_the_token(github, db, signin_settings):
     tokens = UserTokens(db, signin_settings)
     user_id, _ = await _signed_in(github, tokens, "alice")
