@@ -429,3 +429,38 @@ async def test_the_signout_command_deletes_the_commenters_token(cockpit: Cockpit
 
     await wait_for(replied, 30)
     assert await cockpit.token_rows() == []
+
+
+# -- cockpit check-config ------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite_only
+async def test_check_config_asks_github_whether_it_accepts_the_oauth_client(github, tmp_path):
+    from tests.test_check_config import app_env
+    from tests.test_check_config import cockpit as run
+
+    env = {
+        **app_env(github, tmp_path),
+        "GITHUB_CLIENT_ID": github.oauth.client_id,
+        "GITHUB_CLIENT_SECRET": github.oauth.client_secret,
+        "COCKPIT_PUBLIC_URL": "https://cockpit.example.test",
+    }
+    _, out, err = await run("check-config", env=env, cwd=tmp_path)
+    assert (
+        f"✓ sign-in: the App's OAuth client {github.oauth.client_id} is accepted at {github.url};"
+        " people come back to https://cockpit.example.test/auth/github/callback"
+    ) in out.splitlines(), out + err
+    wrong = {**env, "GITHUB_CLIENT_SECRET": "0" * 40}
+    code, out, err = await run("check-config", env=wrong, cwd=tmp_path)
+    assert code == 2
+    assert (
+        f"✗ sign-in: {github.url} does not accept GITHUB_CLIENT_ID with GITHUB_CLIENT_SECRET"
+        " → copy the Client ID from the App's settings on GitHub and generate a new client"
+        " secret there"
+    ) in out.splitlines(), out + err
+    assert "0" * 40 not in out + err and github.oauth.client_secret not in out + err
+    unset = {k: v for k, v in env.items() if k != "COCKPIT_PUBLIC_URL"}
+    _, out, _ = await run("check-config", env=unset, cwd=tmp_path)
+    assert '✗ sign-in: "Sign in with GitHub" also needs COCKPIT_PUBLIC_URL' in out
+    _, out, _ = await run("check-config", env=app_env(github, tmp_path), cwd=tmp_path)
+    assert "sign-in" not in out  # not set up: nothing to check

@@ -74,6 +74,17 @@ async def test_an_expired_token_is_refreshed_once(github, db, signin_settings):
     assert github.oauth.refreshes == 1
 
 
+async def test_jobs_of_one_process_needing_an_expired_token_at_once_refresh_it_once(
+    github, db, signin_settings
+):
+    tokens = UserTokens(db, signin_settings)
+    user_id, _ = await _signed_in(github, tokens, "alice")
+    await _age(db, tokens, user_id)
+    found = await asyncio.gather(*(tokens.token_for(user_id) for _ in range(4)))
+    assert len(set(found)) == 1 and found[0].startswith("ghu_")
+    assert github.oauth.refreshes == 1
+
+
 async def test_a_refused_refresh_deletes_the_token(github, db, signin_settings):
     tokens = UserTokens(db, signin_settings)
     user_id, _ = await _signed_in(github, tokens, "alice")
@@ -82,6 +93,21 @@ async def test_a_refused_refresh_deletes_the_token(github, db, signin_settings):
     assert await tokens.token_for(user_id) is None
     assert github.oauth.refreshes == 1
     assert await db.fetchone("SELECT 1 FROM user_tokens WHERE user_id = ?", (user_id,)) is None
+
+
+async def test_github_unreachable_keeps_the_token_and_says_try_later(github, db, signin_settings):
+    from bot.auth.tokens import TokenUnavailable
+
+    tokens = UserTokens(db, signin_settings)
+    user_id, _ = await _signed_in(github, tokens, "alice")
+    await _age(db, tokens, user_id)
+    github.fail_next("POST", r"^/login/oauth/access_token$", 502)
+    with pytest.raises(TokenUnavailable) as raised:
+        await tokens.token_for(user_id)
+    assert "ghr_" not in str(raised.value) and "ghu_" not in str(raised.value)
+    assert await tokens.signed_in(user_id)
+    fresh = await tokens.token_for(user_id)  # GitHub answers again: the kept refresh token works
+    assert fresh and fresh.startswith("ghu_")
 
 
 async def test_forget_deletes(github, db, signin_settings):
