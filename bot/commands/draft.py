@@ -19,7 +19,7 @@ from bot.review.approve import PublishFailed, approve, publishing_key
 from bot.review.lifecycle import queue_status_refresh
 from bot.review.pending import redraft
 from bot.review.status import show_status
-from bot.review.vet import vet, vet_args
+from bot.review.vet import NotADraft, vet, vet_args
 from bot.texts import PEOPLE, say
 
 
@@ -141,6 +141,8 @@ async def cmd_vet(pr: PullRequest, cmd: Command) -> str | None:
         vetted = await vet(pr.ctx, pr.target(), review, pr.actor, token)
     except gidgethub.HTTPException as exc:  # GitHub refused the person's request
         raise CommandFailed(describe_failure(exc)) from exc
+    except NotADraft as exc:
+        raise _not_a_draft(await get_review(pr.ctx.db, review.id)) from exc
     return text(
         pr,
         "vetted",

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import gidgethub
 
+from bot.github import describe_failure
 from bot.records import review_state
 from bot.records.pulls import find_pull, pull_by_id
 from bot.records.reviews import get_review, held_by, latest_draft, load_findings, update_review
 from bot.records.types import Finding, Job, Review
 from bot.records.vocab import FindingState, ReviewState
+from bot.review.approve import publishing_key
 from bot.review.pending import inline_comment
 from bot.review.reconcile import in_body, number_of, reconcile
 from bot.review.status import show_status
@@ -101,9 +103,23 @@ def _body(target: Target, review: Review, items: list[str]) -> str:
     return fit(render("vet_body.md.j2", review=review, items=items, repo_url=target.repo_url))
 
 
+class NotADraft(Exception):
+    """The draft was published, revised or replaced before it could be vetted."""
+
+
 async def vet(ctx: Context, target: Target, review: Review, login: str, token: str) -> Vetted:
     """Put the draft's findings in `login`'s pending review (their `token`) and hand the
-    draft to them; then the bot's own pending review goes and the status comment says so."""
+    draft to them; then the bot's own pending review goes and the status comment says so.
+    Holding the publishing lock: an approve (or another vet) of the draft waits, and one
+    that got there first leaves nothing to vet (NotADraft)."""
+    async with ctx.db.hold(publishing_key(review.id)):
+        current = await get_review(ctx.db, review.id)
+        if current is None or current.state != ReviewState.DRAFT:
+            raise NotADraft(review.id)
+        return await _vet(ctx, target, current, login, token)
+
+
+async def _vet(ctx: Context, target: Target, review: Review, login: str, token: str) -> Vetted:
     user = ctx.github.user_api(token)
     inline, other = chosen(review, await load_findings(ctx.db, review.id))
     comments = {f.ordinal: inline_comment(target, f) for f in inline}
@@ -289,7 +305,14 @@ async def vet_job(ctx: Context, job: Job) -> None:
             reason = say(PEOPLE, "revising" if review.state == "revising" else "already_published")
         await answer("vet_not_done", reason=reason)
         return
-    vetted = await vet(ctx, target, review, args["login"], token)
+    try:
+        vetted = await vet(ctx, target, review, args["login"], token)
+    except NotADraft:
+        await answer("vet_not_done", reason=say(PEOPLE, "already_published"))
+        return
+    except gidgethub.HTTPException as exc:  # GitHub refused the person's request
+        await answer("vet_not_done", reason=describe_failure(exc))
+        return
     await answer(
         "vetted",
         added=[f"F{n}" for n in vetted.added],
