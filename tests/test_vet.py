@@ -208,11 +208,21 @@ def comments_of(world, review: dict) -> dict[int, dict]:
 
 
 def submitted(world, review_id: int) -> dict:
-    """The person presses Submit review: GitHub's `pull_request_review` `submitted`, about
-    the world's repository as its other deliveries name it."""
-    data = world.github.submit_as_person(review_id)
-    opened = world.pull_request_payload("opened")
-    data.update(repository=opened["repository"], installation=opened["installation"])
+    """The person presses Submit review: GitHub's published `pull_request_review`
+    `submitted` example, pointed at the world's repository and installation, carrying the
+    stand-in's review (its id, node id, author and state) as GitHub would."""
+    from tests import deliveries
+    from tests.world import INSTALLATION, NAME, OWNER
+
+    sent = world.github.submit_as_person(review_id)
+    data = deliveries.payload("pull_request_review.submitted")
+    deliveries.retarget(
+        data, owner=OWNER, name=NAME, clone_url=world.pr.clone_url, installation_id=INSTALLATION
+    )
+    data["pull_request"]["number"] = world.pr.number
+    for key in ("id", "node_id", "user", "state", "body", "commit_id"):
+        data["review"][key] = sent["review"][key]
+    data["sender"] = sent["sender"]
     return data
 
 
