@@ -588,3 +588,19 @@ async def test_a_vetter_who_cancelled_and_submitted_another_review_publishes_not
     [row] = await world.review_rows()
     assert (row["state"], row["posted_by"]) == ("draft", None)
     assert {f.state for f in (await findings_by_number(world)).values()} == {"kept"}
+
+
+async def test_approve_still_publishes_a_vetted_draft_as_the_bot(world):
+    await signed_in(world, "alice")
+    await vet_comment(world)
+    [theirs] = pending_of(world, "alice")
+    await vet_comment(world, "/cockpit approve", user="octocat", comment_id=9003)
+    [row] = await world.review_rows()
+    assert (row["state"], row["posted_by"]) == ("posted", "octocat")
+    [published] = [r for r in world.github.reviews.values() if r["state"] != "PENDING"]
+    assert world.github.review_author(published) == world.github.bot_login
+    assert pending_of(world, "alice") == [theirs]  # hers stays hers
+    await world.send("pull_request_review", submitted(world, theirs["id"]))
+    await world.wait_idle()
+    [row] = await world.review_rows()
+    assert (row["state"], row["posted_by"]) == ("posted", "octocat")  # unchanged
