@@ -18,6 +18,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from bot.auth.oauth import GitHubUser, TokenPair
+from bot.backend import open_database
 from bot.config import Secret
 from bot.records import pages
 from bot.records.reviews import load_findings
@@ -304,3 +305,60 @@ async def test_an_operator_sees_every_repository_and_the_eval_runs(page_world):
     status, page, _ = await get(world, "/", carol)
     assert "octo/secret#2" in page
     assert not [r for r in world.github.requests if r["path"].startswith("/user/installations")]
+
+
+# -- a real `cockpit serve` -------------------------------------------------------------------
+
+
+@pytest.fixture
+async def cockpit(github, tmp_path, database_url):
+    from tests.test_signin import SECRET_KEY, Cockpit
+
+    extra = {"COCKPIT_SECRET_KEY": SECRET_KEY} if database_url else {}
+    running = Cockpit(github, tmp_path, database_url, COCKPIT_OPERATORS="carol", **extra)
+    await running.server.start()
+    db = await open_database(running.settings)
+    try:
+        await seed(db)
+    finally:
+        await db.close()
+    yield running
+    running.server.terminate()
+
+
+async def test_sign_in_from_the_page_then_inbox_draft_figures_and_sign_out(cockpit, github):
+    from tests.test_signin import access_tokens, assert_secret_nowhere, browser, follow, forms_of
+
+    github.add_repo("octo", "widgets", clone_url="https://example.test/w.git", installation_id=1)
+    github.add_repo("octo", "secret", clone_url="https://example.test/s.git", installation_id=2)
+    github.user_access.grant("alice", "octo/widgets")
+    github.web_user = "alice"
+    seen = []
+    async with browser() as http:
+        status, page, _ = await follow(http, cockpit.url + "/")
+        assert status == 401 and 'id="signin" href="/auth/github/login"' in page
+        status, page, _ = await follow(http, cockpit.url + "/auth/github/login")
+        assert status == 200 and "Signed in as @alice" in page, page
+        for path, expected in (
+            ("/", 200),
+            ("/r/octo/widgets/pull/1", 200),
+            ("/r/octo/secret/pull/2", 404),
+            ("/stats", 200),
+        ):
+            async with http.get(cockpit.url + path) as response:
+                page = await response.text()
+                assert response.status == expected, (path, page)
+                assert response.headers["Content-Security-Policy"] == CSP
+                assert "octo/secret" not in page
+                assert_inert(page)
+                seen.append(page)
+        assert "octo/widgets#1" in seen[0] and "&lt;script&gt;" in seen[0]
+        assert "<svg" in seen[3] and "Eval runs" not in seen[3]
+        [signout] = [f for f in forms_of(seen[0]) if f["action"] == "/auth/logout"]
+        async with http.post(cockpit.url + "/auth/logout", data=signout["fields"]) as response:
+            assert response.status == 200
+        async with http.get(cockpit.url + "/") as response:
+            assert response.status == 401
+    assert_secret_nowhere(cockpit, access_tokens(github, "alice"), seen)
+    lists = [r for r in github.requests if r["path"].startswith("/user/installations")]
+    assert lists and all(r["headers"]["Authorization"].startswith("Bearer ghu_") for r in lists)
