@@ -420,37 +420,39 @@ async def models_of(db: Database, repos: Collection[str]) -> list[Any]:
 
 
 async def run_list(
-    db: Database,
-    repos: Collection[str] | None,
-    installations: Collection[int] | None = None,
-    offset: int = 0,
-    limit: int = 50,
+    db: Database, repos: Collection[str] | None, offset: int = 0, limit: int = 50
 ) -> tuple[list[RunLine], int]:
     """Model runs, newest first, a page of them (limit ≤ PAGE_LIMIT), and how many there
-    are. For a viewer's repositories, `installations` (theirs) narrows the runs first by the
-    runs' own installation index."""
+    are. For a viewer's repositories the runs are found from their PRs' reviews and sessions
+    (indexes all the way), never by reading every run."""
     offset, limit = clamp(offset, limit)
     source = (
         " FROM runs u LEFT JOIN reviews r ON r.id = u.review_id"
         " LEFT JOIN sessions s ON s.id = u.session_id"
         " LEFT JOIN pulls p ON p.id = COALESCE(r.pull_id, s.pull_id)"
     )
-    where, names = _repo_filter("p.repo", repos)
-    narrow, ids = "", ()
-    if repos is not None and installations is not None:
-        ids = tuple(sorted(installations))
-        narrow = f" AND u.installation_id IN ({marks(ids)})"
-    rows = await db.fetchall(
-        _RUN + ", p.repo, p.number" + source + f" WHERE 1 = 1{narrow}{where}"
-        " ORDER BY u.id DESC LIMIT ? OFFSET ?",
-        (*ids, *names, limit, offset),
-    )
     if repos is None:
-        total = await db.fetchone("SELECT COUNT(*) AS n FROM runs")
-    else:
-        total = await db.fetchone(
-            "SELECT COUNT(*) AS n" + source + f" WHERE 1 = 1{narrow}{where}", (*ids, *names)
+        rows = await db.fetchall(
+            _RUN + ", p.repo, p.number" + source + " ORDER BY u.id DESC LIMIT ? OFFSET ?",
+            (limit, offset),
         )
+        total = await db.fetchone("SELECT COUNT(*) AS n FROM runs")
+        return [_run(row, with_pull=True) for row in rows], int(total["n"])
+    names = tuple(sorted(repos))
+    # A run is its review's, or (a cross-review's, with no review) its session's.
+    among = f"p.repo IN ({marks(names)})"
+    ids = (
+        "SELECT u.id FROM runs u JOIN reviews r ON r.id = u.review_id"
+        f" JOIN pulls p ON p.id = r.pull_id WHERE {among}"
+        " UNION ALL SELECT u.id FROM runs u JOIN sessions s ON s.id = u.session_id"
+        f" JOIN pulls p ON p.id = s.pull_id WHERE u.review_id IS NULL AND {among}"
+    )
+    rows = await db.fetchall(
+        _RUN + ", p.repo, p.number" + source + " WHERE u.id IN (SELECT id FROM"
+        f" ({ids}) v ORDER BY id DESC LIMIT ? OFFSET ?) ORDER BY u.id DESC",
+        (*names, *names, limit, offset),
+    )
+    total = await db.fetchone(f"SELECT COUNT(*) AS n FROM ({ids}) v", (*names, *names))
     return [_run(row, with_pull=True) for row in rows], int(total["n"])
 
 

@@ -160,9 +160,7 @@ class PageRoutes:
         else:
             figures = await pages.models_of(db, viewer.repos)
         weeks = await pages.weekly(db, viewer.repos)
-        runs, runs_total = await pages.run_list(
-            db, viewer.repos, viewer.installations, offset, limit
-        )
+        runs, runs_total = await pages.run_list(db, viewer.repos, offset, limit)
         evals = await pages.eval_runs(db) if viewer.operator else []
         labels = [dt.datetime.fromtimestamp(w.start, dt.UTC).strftime("%m-%d") for w in weeks]
         charts = [
