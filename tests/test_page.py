@@ -160,6 +160,7 @@ def test_every_pr_and_model_text_is_escaped(text):
     )
     assert_inert(page)
     tags = parsed(page)
+
     def lines(found: str) -> str:
         return found.replace("\r\n", "\n").replace("\r", "\n")
 
