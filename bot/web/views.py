@@ -48,6 +48,7 @@ DRAFT_PATH = "/r/{owner}/{repo}/pull/{number:[0-9]{1,9}}"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 STYLESHEET = resources.files("bot.web").joinpath("static/cockpit.css").read_bytes()
 FIGURES_SECONDS = 1.8  # counting what changed into the figures, at most (as /metrics)
+RECOUNT = 200  # changes counted per view at most (the rest: the next view, a scrape)
 
 
 class PageRoutes:
@@ -150,14 +151,14 @@ class PageRoutes:
         db = ctx.db
         offset = _int(request.query.get("offset"), 0)
         limit = min(max(_int(request.query.get("limit"), 50), 1), pages.PAGE_LIMIT)
-        if viewer.repos is None:
-            # Count what changed since (bounded, as a /metrics scrape does), then every model.
-            try:
-                figures = await totals(db, recount=200, timeout=FIGURES_SECONDS)
-            except Exception:
-                log.warning("figures could not be counted", exc_info=True)
-                figures = await pages.models_of(db, None)
-        else:
+        # Count what changed since the last count (bounded, as a /metrics scrape does); then
+        # every model's figures for an operator, the viewer's repositories' for others.
+        try:
+            figures = await totals(db, recount=RECOUNT, timeout=FIGURES_SECONDS)
+        except Exception:
+            log.warning("figures could not be counted", exc_info=True)
+            figures = await pages.models_of(db, None)
+        if viewer.repos is not None:
             figures = await pages.models_of(db, viewer.repos)
         weeks = await pages.weekly(db, viewer.repos)
         runs, runs_total = await pages.run_list(db, viewer.repos, offset, limit)
@@ -184,7 +185,7 @@ class PageRoutes:
                     "withdrawn": [float(w.withdrawn) for w in weeks],
                     "suppressed": [float(w.suppressed) for w in weeks],
                 },
-                lambda v: f"{v:.0f}",
+                lambda v: f"{v:g}",
             ),
             line_chart(
                 "USD per accepted finding, per week",
@@ -198,6 +199,12 @@ class PageRoutes:
             viewer=viewer,
             models=[ModelStats(f) for f in figures],
             charts=charts,
+            chart_titles=[
+                "Acceptance per week",
+                "Findings per review",
+                "Refuted, withdrawn, suppressed",
+                "USD per accepted finding",
+            ],
             runs=runs,
             runs_total=runs_total,
             offset=offset,
