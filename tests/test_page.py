@@ -366,3 +366,21 @@ async def test_sign_in_from_the_page_then_inbox_draft_figures_and_sign_out(cockp
     assert_secret_nowhere(cockpit, access_tokens(github, "alice"), seen)
     lists = [r for r in github.requests if r["path"].startswith("/user/installations")]
     assert lists and all(r["headers"]["Authorization"].startswith("Bearer ghu_") for r in lists)
+
+
+async def test_a_drafts_history_says_new_carried_fixed_and_who_dropped_why(db):
+    from tests.test_stats import make_history
+
+    await make_history(db)
+    page = await pages.draft_page(db, "octo/widgets", 1)
+    assert page is not None
+    lines = {(line.head_sha[0], line.ordinal): line for line in page.ledger}
+    assert lines[("a", 1)].new and lines[("a", 1)].fixed_in == "b" * 40
+    assert (lines[("a", 2)].finding.dropped_by, lines[("a", 2)].finding.why) == (
+        "maint",
+        "a style choice",
+    )
+    assert lines[("b", 6)].new and lines[("b", 6)].fixed_in is None
+    # The failed review of octo/gadgets is in the inbox's last 24 hours, for its viewers only.
+    assert [f.repo for f in await pages.failed_reviews(db, None)] == ["octo/gadgets"]
+    assert await pages.failed_reviews(db, {"octo/widgets"}) == []

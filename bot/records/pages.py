@@ -184,6 +184,8 @@ class LedgerLine:
     head_sha: str
     review_state: str
     finding: Finding
+    new: bool = True  # first raised by this review (else carried from an earlier push)
+    fixed_in: str | None = None  # the head that fixed it (the ledger's)
 
 
 @dataclass(frozen=True)
@@ -276,15 +278,22 @@ async def draft_page(db: Database, repo: str, number: int) -> DraftPage | None:
     )
     findings = await load_findings(db, review.id) if review else []
     rows = await db.fetchall(
-        "SELECT f.*, r.state AS review_state, r.head_sha AS review_head FROM findings f"
+        "SELECT f.*, r.state AS review_state, r.head_sha AS review_head,"
+        " l.first_review_id, l.fixed_in FROM findings f"
         " JOIN reviews r ON r.id = f.review_id"
+        " LEFT JOIN ledger l ON l.pull_id = r.pull_id AND l.ordinal = f.ordinal"
         f" WHERE r.pull_id = ? AND r.state IN ({marks(DRAFTED)})"
         " ORDER BY r.id, f.ordinal LIMIT ?",
         (pull.id, *DRAFTED, LEDGER_SHOWN),
     )
     ledger = [
         LedgerLine(
-            int(row["ordinal"]), row["review_head"], row["review_state"], Finding.from_row(row)
+            int(row["ordinal"]),
+            row["review_head"],
+            row["review_state"],
+            Finding.from_row(row),
+            new=row["first_review_id"] is None or row["first_review_id"] == row["review_id"],
+            fixed_in=row["fixed_in"],
         )
         for row in rows
     ]
