@@ -292,6 +292,30 @@ async def github_check(settings: Settings) -> Check:
     return ok(name, "app_ok", slug=slug, app_id=settings.app_id, where=where)
 
 
+async def sign_in_check(settings: Settings) -> Check:
+    """ "Sign in with GitHub" (only when GITHUB_CLIENT_ID or GITHUB_CLIENT_SECRET is set): the
+    settings it needs, then GitHub accepting the App's OAuth client."""
+    import aiohttp
+
+    from bot.auth import missing_settings, oauth
+
+    name, where = "sign-in", settings.github_web_url
+    if missing := missing_settings(settings):
+        return problem(name, "sign_in_unset", "sign_in_unset_fix", missing=missing)
+    try:
+        async with (
+            asyncio.timeout(PROBE_WAIT),
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_WAIT)) as http,
+        ):
+            accepted = await oauth.client_accepted(http, settings)
+    except (oauth.Unreachable, TimeoutError) as exc:
+        return unanswered(name, "github_unreachable", "github_fix", where=where, reason=str(exc))
+    if not accepted:
+        return problem(name, "client_refused", "client_fix", where=where)
+    callback = oauth.callback_url(settings)
+    return ok(name, "sign_in_ok", client_id=settings.client_id, where=where, callback=callback)
+
+
 # -- together ---------------------------------------------------------------------------------
 
 
@@ -336,4 +360,6 @@ async def preflight(
         # Without the App's settings (listed above) GitHub cannot be asked.
         with contextlib.suppress(ConfigError):
             live.append(github_check(load_settings(env)))
+        if settings.client_id or settings.client_secret:
+            live.append(sign_in_check(settings))
     return found + list(await asyncio.gather(*live))

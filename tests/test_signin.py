@@ -23,6 +23,7 @@ from bot.auth import seal, sign_in_link
 from bot.auth.state import CONTEXT as STATE_CONTEXT
 from bot.config import load_settings
 from bot.standin.github import GitHubStandin
+from bot.standin.openapi import OpenAPIValidator
 from tests import deliveries
 from tests.conftest import WEBHOOK_SECRET, wait_for
 from tests.serverproc import ServerProcess
@@ -294,7 +295,11 @@ async def test_sign_out_revocation_and_the_signout_command_delete_the_token(
     async with browser() as http:
         status, page, _ = await follow(http, f"{cockpit.url}/auth/github/login")
     assert status == 200 and len(await cockpit.token_rows()) == 1
-    body = json.dumps(github.oauth.revoke("alice")).encode()
+    revoked = github.oauth.revoke("alice")
+    data = deliveries.payload("github_app_authorization.revoked")  # GitHub's published shape
+    assert revoked["action"] == data["action"] and set(revoked["sender"]) <= set(data["sender"])
+    data["sender"].update(login="alice", id=github.oauth.user_id("alice"))
+    body = json.dumps(data).encode()
     headers = deliveries.headers("github_app_authorization", body, WEBHOOK_SECRET)
     webhook = f"{cockpit.url}/webhooks/github"
     async with aiohttp.ClientSession() as http, http.post(webhook, data=body, headers=headers) as r:
@@ -321,3 +326,141 @@ async def test_sign_in_not_set_up_says_what_to_set(github, tmp_path, database_ur
     assert response.status == 503
     for name in ("GITHUB_CLIENT_ID", "GITHUB_CLIENT_SECRET", "COCKPIT_PUBLIC_URL"):
         assert name in page
+
+
+# -- in a real browser -------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite_only
+async def test_sign_in_from_a_link_in_headless_chromium(cockpit: Cockpit, github, tmp_path):
+    """A person opens the bot's link, clicks "Authorize" on GitHub's page, lands on the
+    server's page signed in; then signs out from that page."""
+    from tests.test_register import Chromium, chromium_path
+
+    chromium_path()
+    github.web_user = "alice"
+    then = {**THEN, "back": f"{github.web_url}/acme/widgets/pull/3"}
+    link = cockpit.link("alice", then)
+    browser = Chromium(tmp_path / "profile")
+    pages = []
+    try:
+        await browser.open(link)
+
+        async def on_githubs_page() -> bool:
+            return await browser.evaluate("!!document.getElementById('authorize')") is True
+
+        await wait_for(on_githubs_page, 30)
+        await browser.evaluate("document.getElementById('authorize').click()")
+
+        async def page_says(words: str) -> bool:
+            text = await browser.evaluate("document.body ? document.body.innerText : ''")
+            if words in (text or ""):
+                pages.append(await browser.evaluate("document.documentElement.outerHTML"))
+                return True
+            return False
+
+        await wait_for(lambda: page_says("Signed in as @alice"), 30)
+        assert await browser.evaluate("location.origin") == cockpit.url
+        assert await browser.evaluate("location.pathname") == "/auth/github/callback"
+        [(user_id, login, _)] = await cockpit.token_rows()
+        assert (user_id, login) == (github.oauth.user_id("alice"), "alice")
+        assert await cockpit.jobs_of("refresh_status") == [
+            {"key": "sign-in-test", "payload": {"pull_id": 987654}}
+        ]
+        await browser.evaluate("document.getElementById('signout').click()")
+        await wait_for(lambda: page_says("Signed out"), 30)
+    finally:
+        await browser.close()
+    assert await cockpit.token_rows() == []
+    assert_secret_nowhere(
+        cockpit, [github.oauth.client_secret, *access_tokens(github, "alice")], pages
+    )
+
+
+# -- GitHub Enterprise Server ------------------------------------------------------------------
+
+
+@pytest.mark.sqlite_only
+async def test_sign_in_on_enterprise_server_uses_the_web_host_and_api_v3(tmp_path):
+    """GITHUB_API_URL=https://HOST/api/v3: the authorize page and the token endpoint are on
+    the web host (GITHUB_WEB_URL defaults to it), `GET /user` under /api/v3."""
+    ghes = GitHubStandin(
+        validator=OpenAPIValidator.from_file(deliveries.OPENAPI),
+        graphql_schema=deliveries.GRAPHQL_SCHEMA,
+    )
+    await ghes.start(enterprise=True)
+    cockpit = Cockpit(ghes, tmp_path, None)
+    assert "GITHUB_WEB_URL" not in cockpit.env
+    assert cockpit.settings.github_web_url == ghes.url
+    await cockpit.server.start()
+    try:
+        ghes.web_user = "alice"
+        async with browser() as http:
+            status, page, _ = await follow(http, cockpit.link("alice"))
+    finally:
+        cockpit.server.terminate()
+        await ghes.stop()
+    assert status == 200 and "Signed in as @alice" in page
+    assert [(r["method"], r["url_path"]) for r in ghes.requests] == [
+        ("POST", "/login/oauth/access_token"),
+        ("GET", "/api/v3/user"),
+    ]
+    assert ghes.violations == []
+    [(user_id, login, _)] = await cockpit.token_rows()
+    assert (user_id, login) == (ghes.oauth.user_id("alice"), "alice")
+
+
+async def test_the_signout_command_deletes_the_commenters_token(cockpit: Cockpit, github):
+    github.web_user = "alice"
+    async with browser() as http:
+        status, _, _ = await follow(http, f"{cockpit.url}/auth/github/login")
+    assert status == 200 and len(await cockpit.token_rows()) == 1
+    clone_url = f"{github.url}/acme/widgets.git"
+    repo = github.add_repo("acme", "widgets", clone_url=clone_url, permissions={"alice": "write"})
+    pull = github.add_pull(repo, 3, head_sha="a" * 40, base_sha="b" * 40, diff="")
+    body = json.dumps(github.pull_request_comment(pull, "/cockpit signout", by="alice")).encode()
+    headers = deliveries.headers("issue_comment", body, WEBHOOK_SECRET)
+    webhook = f"{cockpit.url}/webhooks/github"
+    async with aiohttp.ClientSession() as http, http.post(webhook, data=body, headers=headers) as r:
+        assert r.status == 202
+
+    def replied() -> bool:
+        return any("Signed out" in c["body"] for c in github.issue_comments.values())
+
+    await wait_for(replied, 30)
+    assert await cockpit.token_rows() == []
+
+
+# -- cockpit check-config ------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite_only
+async def test_check_config_asks_github_whether_it_accepts_the_oauth_client(github, tmp_path):
+    from tests.test_check_config import app_env
+    from tests.test_check_config import cockpit as run
+
+    env = {
+        **app_env(github, tmp_path),
+        "GITHUB_CLIENT_ID": github.oauth.client_id,
+        "GITHUB_CLIENT_SECRET": github.oauth.client_secret,
+        "COCKPIT_PUBLIC_URL": "https://cockpit.example.test",
+    }
+    _, out, err = await run("check-config", env=env, cwd=tmp_path)
+    assert (
+        f"✓ sign-in: the App's OAuth client {github.oauth.client_id} is accepted at {github.url};"
+        " people come back to https://cockpit.example.test/auth/github/callback"
+    ) in out.splitlines(), out + err
+    wrong = {**env, "GITHUB_CLIENT_SECRET": "0" * 40}
+    code, out, err = await run("check-config", env=wrong, cwd=tmp_path)
+    assert code == 2
+    assert (
+        f"✗ sign-in: {github.url} does not accept GITHUB_CLIENT_ID with GITHUB_CLIENT_SECRET"
+        " → copy the Client ID from the App's settings on GitHub and generate a new client"
+        " secret there"
+    ) in out.splitlines(), out + err
+    assert "0" * 40 not in out + err and github.oauth.client_secret not in out + err
+    unset = {k: v for k, v in env.items() if k != "COCKPIT_PUBLIC_URL"}
+    _, out, _ = await run("check-config", env=unset, cwd=tmp_path)
+    assert '✗ sign-in: "Sign in with GitHub" also needs COCKPIT_PUBLIC_URL' in out
+    _, out, _ = await run("check-config", env=app_env(github, tmp_path), cwd=tmp_path)
+    assert "sign-in" not in out  # not set up: nothing to check

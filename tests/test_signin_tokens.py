@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from bot.auth import SignInUnavailable, sign_in_link
-from bot.auth.oauth import GitHubUser, exchange_code
+from bot.auth.oauth import GitHubUser, TokenPair, exchange_code
 from bot.auth.state import BadState, read_state
 from bot.auth.tokens import UserTokens
 from bot.config import Secret
@@ -74,6 +74,17 @@ async def test_an_expired_token_is_refreshed_once(github, db, signin_settings):
     assert github.oauth.refreshes == 1
 
 
+async def test_jobs_of_one_process_needing_an_expired_token_at_once_refresh_it_once(
+    github, db, signin_settings
+):
+    tokens = UserTokens(db, signin_settings)
+    user_id, _ = await _signed_in(github, tokens, "alice")
+    await _age(db, tokens, user_id)
+    found = await asyncio.gather(*(tokens.token_for(user_id) for _ in range(4)))
+    assert len(set(found)) == 1 and found[0].startswith("ghu_")
+    assert github.oauth.refreshes == 1
+
+
 async def test_a_refused_refresh_deletes_the_token(github, db, signin_settings):
     tokens = UserTokens(db, signin_settings)
     user_id, _ = await _signed_in(github, tokens, "alice")
@@ -82,6 +93,21 @@ async def test_a_refused_refresh_deletes_the_token(github, db, signin_settings):
     assert await tokens.token_for(user_id) is None
     assert github.oauth.refreshes == 1
     assert await db.fetchone("SELECT 1 FROM user_tokens WHERE user_id = ?", (user_id,)) is None
+
+
+async def test_github_unreachable_keeps_the_token_and_says_try_later(github, db, signin_settings):
+    from bot.auth.tokens import TokenUnavailable
+
+    tokens = UserTokens(db, signin_settings)
+    user_id, _ = await _signed_in(github, tokens, "alice")
+    await _age(db, tokens, user_id)
+    github.fail_next("POST", r"^/login/oauth/access_token$", 502)
+    with pytest.raises(TokenUnavailable) as raised:
+        await tokens.token_for(user_id)
+    assert "ghr_" not in str(raised.value) and "ghu_" not in str(raised.value)
+    assert await tokens.signed_in(user_id)
+    fresh = await tokens.token_for(user_id)  # GitHub answers again: the kept refresh token works
+    assert fresh and fresh.startswith("ghu_")
 
 
 async def test_forget_deletes(github, db, signin_settings):
@@ -198,3 +224,109 @@ async def test_two_processes_refreshing_at_once_make_one_refresh(
     assert github.oauth.refreshes == 1
     assert github.oauth.access[first].login == "alice"
     assert await tokens.token_for(user_id) == first
+
+
+# -- schema step 9 on a database of the previous release ---------------------------------------
+
+
+async def test_an_upgrade_adds_the_sign_in_tables(backend, tmp_path, request, github, settings):
+    import sqlite3
+
+    import psycopg
+
+    from bot.records import schema
+    from bot.records.postgres import PgDatabase, step_ddl
+    from bot.records.sqlite import SqliteDatabase
+    from tests.schema_steps import apply_sqlite_step
+
+    [step] = [s for s in schema.STEPS if "user_tokens" in s.schema]
+    assert step.version == 9
+    earlier = schema.STEPS[: schema.STEPS.index(step)]
+    if backend == "sqlite":
+        path = tmp_path / "before.sqlite3"
+        with sqlite3.connect(path) as old:
+            old.executescript(schema.VERSIONS)
+            for s in earlier:
+                apply_sqlite_step(old, s)
+                old.execute("INSERT INTO schema_versions VALUES (?, ?, 0)", (s.version, s.name))
+        db = await SqliteDatabase.open(path)
+    else:
+        url = request.getfixturevalue("pg_cluster").create_database()
+        with psycopg.connect(url, autocommit=True) as old:
+            old.execute(schema.VERSIONS)
+            for s in earlier:
+                for statement in step_ddl(s):
+                    old.execute(statement.sql)
+                old.execute("INSERT INTO schema_versions VALUES (%s, %s, 0)", (s.version, s.name))
+        db = await PgDatabase.open(url)
+        assert (await db.migrate()).steps == [s.version for s in schema.STEPS[len(earlier) :]]
+    try:
+        assert await db.schema_version() == schema.SCHEMA_VERSION
+        tokens = UserTokens(db, dataclasses.replace(settings, secret_key=Secret("q" * 32)))
+        token = github.user_token_for("alice")
+        pair = TokenPair(token, 4e9, "ghr_x", 5e9)
+        await tokens.store(GitHubUser(5, "alice"), pair)
+        assert await tokens.token_for(5) == token
+    finally:
+        await db.close()
+
+
+# -- the settings -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("api_url", "web_url"),
+    [
+        ("https://api.github.com", "https://github.com"),
+        ("https://api.github.com/", "https://github.com"),
+        ("https://ghe.example.com/api/v3", "https://ghe.example.com"),
+        ("https://ghe.example.com/api/v3/", "https://ghe.example.com"),
+        ("https://ghe.example.com:8443/api/v3", "https://ghe.example.com:8443"),
+        ("https://example.com/github/api/v3", "https://example.com/github"),
+        ("http://127.0.0.1:9000", "http://127.0.0.1:9000"),
+        ("http://127.0.0.1:9000/some/path", "http://127.0.0.1:9000"),
+    ],
+)
+def test_github_web_url_defaults_from_the_api_url(api_url, web_url):
+    from bot.config import load_settings
+
+    assert load_settings({"GITHUB_API_URL": api_url}, github=False).github_web_url == web_url
+    given = {"GITHUB_API_URL": api_url, "GITHUB_WEB_URL": "https://gh.test/"}
+    assert load_settings(given, github=False).github_web_url == "https://gh.test"
+
+
+def test_sign_in_settings_fail_fast_naming_the_variable():
+    from bot.config import ConfigError, check_settings, load_settings
+
+    short = {"COCKPIT_SECRET_KEY": "too-short-a-key"}
+    with pytest.raises(ConfigError) as raised:
+        load_settings(short, github=False)
+    assert raised.value.variable == "COCKPIT_SECRET_KEY" and "too-short" not in str(raised.value)
+    with pytest.raises(ConfigError, match="COCKPIT_PUBLIC_URL"):
+        load_settings({"COCKPIT_PUBLIC_URL": "cockpit.example.com"}, github=False)
+    # Web and worker processes share stored sign-ins: one key, given to all of them.
+    client = {"GITHUB_CLIENT_ID": "Iv1.abc", "GITHUB_WEBHOOK_SECRET": "s3cret-value"}
+    [problem] = check_settings(client, role="web")
+    assert problem.variable == "COCKPIT_SECRET_KEY"
+    assert check_settings({**client, "COCKPIT_SECRET_KEY": "k" * 32}, role="web") == []
+    assert check_settings({"GITHUB_WEBHOOK_SECRET": "s3cret-value"}, role="web") == []
+    secret = {"GITHUB_CLIENT_SECRET": "c" * 40, "COCKPIT_SECRET_KEY": "k" * 40}
+    settings = load_settings(secret, github=False)
+    assert set(settings.secrets()) >= {"c" * 40, "k" * 40}
+    assert "c" * 40 not in repr(settings) and "k" * 40 not in repr(settings)
+
+
+def test_a_generated_key_is_made_once_mode_0600(tmp_path):
+    import stat
+
+    from bot.auth import seal
+    from bot.config import load_settings
+
+    settings = load_settings({"COCKPIT_DATA_DIR": str(tmp_path / "data")}, github=False)
+    first = seal.master_key(settings)
+    path = seal.key_file(settings)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert seal.master_key(settings) == first and len(first) == 64
+    given = dataclasses.replace(settings, secret_key=Secret("g" * 32))
+    assert seal.master_key(given) == b"g" * 32
+    assert seal.derived(settings, seal.TOKENS) != seal.derived(settings, seal.STATE)

@@ -108,6 +108,18 @@ async def _token_request(
     return _pair(answer, now)
 
 
+async def client_accepted(http: aiohttp.ClientSession, settings: Settings) -> bool:
+    """Whether GitHub accepts the App's OAuth client (`cockpit check-config`): a code
+    exchange with a code that is no code is refused as `bad_verification_code` when the
+    client id and secret are right, `incorrect_client_credentials` when not. Unreachable
+    when GitHub cannot be asked."""
+    try:
+        await _token_request(http, settings, {"code": "cockpit-check-config"})
+    except Refused as exc:
+        return str(exc) != "incorrect_client_credentials"
+    return True  # not expected: a code that is no code cannot be exchanged
+
+
 def _pair(answer: dict[str, Any], now: float) -> TokenPair:
     def seconds(key: str) -> float | None:
         value = answer.get(key)
