@@ -23,6 +23,7 @@ from bot.config import Secret
 from bot.records import pages
 from bot.records.reviews import load_findings
 from bot.records.stats import recount_stale
+from bot.records.types import Finding, Pull, Review
 from bot.server import make_app
 from bot.texts import render
 from bot.web.charts import line_chart
@@ -167,6 +168,79 @@ def test_every_pr_and_model_text_is_escaped(text):
     assert lines(text) in lines("".join(tags.text))  # shown as written
     chart = line_chart(text, [text, text], {text: [1.0, None]})
     assert_inert(str(chart))
+
+
+@hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(min_size=1, max_size=60) | st.sampled_from([HOSTILE, "javascript:alert(1)"]))
+def test_a_drafts_page_escapes_every_model_and_pr_text(text):
+    pull = Pull(
+        1, 7, "o/r", 1, "a" * 40, "main", None, text, text, text, text, "open", False, None, 3
+    )
+    finding = Finding(
+        1,
+        1,
+        1,
+        text,
+        3,
+        None,
+        "RIGHT",
+        "major",
+        text,
+        text,
+        text,
+        True,
+        "confirmed",
+        text,
+        "kept",
+        None,
+        text,
+        text,
+        text,
+    )
+    review = Review.from_row(
+        {
+            **{f.name: None for f in dataclasses.fields(Review)},
+            **{"id": 1, "pull_id": 1, "head_sha": "a" * 40, "state": "draft", "stale": 0},
+            **{"created_at": 0.0, "updated_at": 0.0, "revision": 1, "summary": text},
+            **{"not_reviewed": "[]", "rules": None, "ledger": None, "suppressed": 0},
+            "revision_note": None,
+        }
+    )
+    run = pages.RunLine(1, "review", None, "claude", text, "done", 1, None, 0.0, None, 1, 1, 1)
+    line = pages.SessionLine(1, "child", "codex", text, 0, "assistant", {})
+    page = pages.DraftPage(
+        pull, review, [finding], [pages.LedgerLine(1, "a" * 40, "draft", finding)], [line], [run]
+    )
+    html = render(
+        "web/draft.html.j2",
+        viewer=_Viewer(),
+        repo="o/r",
+        page=page,
+        messages=[(line, text)],
+        can_decide=True,
+        notice=text,
+        open_draft=True,
+        kept="kept",
+        age=lambda t: "now",
+        money=lambda v: "n/a",
+        link=lambda url: url if url and url.startswith("https://") else None,
+    )
+    assert_inert(html)
+    shown = "".join(parsed(html).text).replace("\r", "\n")
+    assert text.replace("\r\n", "\n").replace("\r", "\n") in shown
+
+
+def test_the_session_cookie_is_httponly_lax_expires_and_secure_behind_https(settings):
+    for public, secure in (("http://127.0.0.1:8080", False), ("https://cockpit.example", True)):
+        response = web.Response()
+        csrf = start_session(
+            response, dataclasses.replace(settings, public_url=public), 7001, "alice"
+        )
+        morsel = response.cookies[COOKIE]
+        assert morsel["httponly"] is True and morsel["samesite"] == "Lax"
+        assert bool(morsel["secure"]) is secure and int(morsel["max-age"]) == 7 * 86400
+        assert morsel["path"] == "/" and len(csrf) == 64
+        assert "alice" not in morsel.value  # sealed, not readable
 
 
 # -- through the server -----------------------------------------------------------------------

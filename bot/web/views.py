@@ -340,7 +340,12 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
-_HELPERS = {"age": _age, "money": _money, "ratio": _ratio, "percent": _percent}
+def _link(url: str | None) -> str | None:
+    """A link to GitHub only when it is one (http or https): never `javascript:` or the like."""
+    return url if url and url.startswith(("https://", "http://")) else None
+
+
+_HELPERS = {"age": _age, "money": _money, "ratio": _ratio, "percent": _percent, "link": _link}
 
 
 def _page(name: str, status: int = 200, **context: Any) -> web.Response:
