@@ -158,6 +158,7 @@ def test_every_pr_and_model_text_is_escaped(text):
         sessions=[],
         now=time.time(),
         age=lambda t: "now",
+        link=lambda url: url,
     )
     assert_inert(page)
     tags = parsed(page)
