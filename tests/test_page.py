@@ -459,3 +459,19 @@ async def test_a_drafts_history_says_new_carried_fixed_and_who_dropped_why(db):
     # The failed review of octo/gadgets is in the inbox's last 24 hours, for its viewers only.
     assert [f.repo for f in await pages.failed_reviews(db, None)] == ["octo/gadgets"]
     assert await pages.failed_reviews(db, {"octo/widgets"}) == []
+
+
+async def test_unset_sign_in_and_github_down_say_so(page_world, github, settings, aiohttp_client):
+    # Sign-in not set up: the page says which variables to set.
+    client = await aiohttp_client(make_app(settings, router))
+    async with client.get("/") as response:
+        assert response.status == 503
+        page = await response.text()
+        assert "GITHUB_CLIENT_ID" in page and "COCKPIT_PUBLIC_URL" in page
+    # GitHub cannot say what a person may see: a page that says so, nothing shown.
+    alice = await signed_in(page_world, "alice")
+    github.fail_next("GET", r"^/user/installations", 502)
+    status, page, _ = await get(page_world, "/", alice)
+    assert status == 502 and "did not answer" in page and "octo/widgets" not in page
+    status, page, _ = await get(page_world, "/", alice)  # it answers again
+    assert status == 200 and "octo/widgets#1" in page
