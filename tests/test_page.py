@@ -375,6 +375,18 @@ async def test_drop_from_the_page_goes_through_the_command_and_its_checks(page_w
     status, page, _ = await get(world, "/r/octo/widgets/pull/1?done=drop", alice)
     assert 'id="drop-1"' not in page and 'id="notice"' in page
 
+    # Approve: what `/cockpit approve` publishes, as the person who clicked.
+    approve = "/r/octo/widgets/pull/1/approve"
+    data = {"csrf": csrf_of(page)}
+    async with world.client.post(approve, data=data, cookies=alice, allow_redirects=False) as r:
+        assert r.status == 303
+    [row] = [r for r in await world.review_rows() if r["id"] == review["id"]]
+    assert (row["state"], row["posted_by"]) == ("posted", "alice")
+    submitted = [r for r in world.github.reviews.values() if r["state"] != "PENDING"]
+    assert len(submitted) == 1 and "F1" not in str(submitted[0].get("comments"))
+    status, page, _ = await get(world, "/r/octo/widgets/pull/1", alice)
+    assert 'id="approve"' not in page  # published: nothing left to decide
+
 
 async def test_an_operator_sees_every_repository_and_the_eval_runs(page_world):
     world = page_world
