@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import socket
 import tomllib
 import typing
@@ -253,6 +254,18 @@ def _public_url(env: Mapping[str, str], variable: str) -> str | None:
     return raw.rstrip("/")
 
 
+def _logins(env: Mapping[str, str], variable: str) -> frozenset[str]:
+    """GitHub logins, separated by commas or spaces, compared without case."""
+    raw = (env.get(variable) or "").replace(",", " ").split()
+    for login in raw:
+        if not _LOGIN.fullmatch(login):
+            raise ConfigError(variable, "not_login", login=repr(login[:40]))
+    return frozenset(login.casefold() for login in raw)
+
+
+_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})")
+
+
 def _secret_key(env: Mapping[str, str], variable: str) -> Secret | None:
     if not (key := (env.get(variable) or "").strip()):
         return None
@@ -341,6 +354,8 @@ class Settings:
     web_url: str = from_env("GITHUB_WEB_URL", "", _web_url)
     public_url: str | None = from_env("COCKPIT_PUBLIC_URL", None, _public_url)
     secret_key: Secret | None = from_env("COCKPIT_SECRET_KEY", None, _secret_key)
+    # The cockpit page (bot/web/): GitHub logins who see every repository.
+    operators: frozenset[str] = from_env("COCKPIT_OPERATORS", frozenset(), _logins)
 
     @property
     def db_path(self) -> Path:

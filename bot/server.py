@@ -36,6 +36,7 @@ from bot.records.vocab import JobState
 from bot.redaction import environment_secrets, register_all
 from bot.stats import gauges, summarise
 from bot.texts import PEOPLE, say
+from bot.web import add_page
 from bot.worktrees import Mirrors, disk
 
 log = logging.getLogger(__name__)
@@ -291,6 +292,7 @@ def make_app(settings: Settings, router: routing.Router, *, role: str = "all") -
     if role != "worker":
         app.router.add_post("/webhooks/github", webhook)
         SignInRoutes(settings, functools.partial(_sign_in_context, app)).add_to(app)
+        add_page(app, lambda: app[CONTEXT])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/healthz/live", healthz_live)
     app.router.add_get("/healthz/ready", healthz_ready)

@@ -64,6 +64,8 @@ def test_wheel_ships_every_file_of_the_packages(wheel_names: set[str]) -> None:
         "templates/prompts/review.md",
         "templates/status.md.j2",
         "bot/agents/rates.json",
+        "bot/web/static/cockpit.css",
+        "templates/web/inbox.html.j2",
     ],
 )
 def test_wheel_holds_the_files_reviews_and_registration_read(

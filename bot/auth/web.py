@@ -24,6 +24,7 @@ from bot.queue import REVIEWS, JobQueue
 from bot.records.database import Database
 from bot.records.user_tokens import use_state
 from bot.texts import PEOPLE, render, say
+from bot.web.session import start_session
 
 log = logging.getLogger(__name__)
 
@@ -121,22 +122,15 @@ class SignInRoutes:
             return self._page("other_user", 403, login=user.login)
         await self._keep(jobs, tokens, user, pair, state)
         log.info("signed in", extra={"fields": {"user_id": user.id, "then": _job(state)}})
-        page = self._page(
+        page = web.Response(status=200, content_type="text/html", headers=HEADERS)
+        csrf = start_session(page, self.settings, user.id, user.login)  # the page's session
+        page.text = self._page(
             "signed_in",
             login=user.login,
             going_ahead=state.then is not None,
             back=self._back(state),
-            csrf=self._csrf(session := self._session(user)),
-        )
-        page.set_cookie(
-            SESSION_COOKIE,
-            session,
-            max_age=SESSION_SECONDS,
-            path="/",
-            httponly=True,
-            samesite="Lax",
-            secure=self._secure,
-        )
+            csrf=csrf,
+        ).text
         page.del_cookie(FLOW_COOKIE, path="/auth/github")
         return page
 

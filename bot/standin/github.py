@@ -45,6 +45,7 @@ from bot.config import Secret, Settings
 from bot.standin import serve_local
 from bot.standin.github_oauth import OAuthStandin
 from bot.standin.github_reviews import PersonReviews
+from bot.standin.github_user import UserAccessStandin
 from bot.standin.openapi import OpenAPIValidator
 from bot.standin.repo import GeneratedPR
 
@@ -198,6 +199,7 @@ class GitHubStandin(PersonReviews):
         self.oauth = OAuthStandin(self)  # "Sign in with GitHub" (bot/standin/github_oauth.py)
         self.user_token_for = self.oauth.user_token_for
         self.user_of = self.oauth.user_of
+        self.user_access = UserAccessStandin(self)  # the page's lists (github_user.py)
 
     def settings(self, data_dir: Path, webhook_secret: str, **overrides: Any) -> Settings:
         """Bot settings that point at this stand-in as its GitHub App."""
@@ -531,6 +533,12 @@ class GitHubStandin(PersonReviews):
             ("POST", r"^/app/installations/(?P<installation>\d+)/access_tokens$", self._token),
             ("GET", r"^/app$", self._app),
             ("GET", r"^/user$", self.oauth.get_user),
+            ("GET", r"^/user/installations$", self.user_access.installations),
+            (
+                "GET",
+                r"^/user/installations/(?P<installation>\d+)/repositories$",
+                self.user_access.repositories,
+            ),
             ("POST", r"^/app-manifests/(?P<code>[^/]+)/conversions$", self._convert_manifest),
             ("GET", repo + r"$", self._get_repo),
             ("GET", repo + r"/pulls/(?P<number>\d+)$", self._get_pull),
@@ -560,7 +568,10 @@ class GitHubStandin(PersonReviews):
     ) -> web.Response | None:
         header = request.headers.get("Authorization", "")
         scheme, _, credential = header.partition(" ")
-        if handler in (self._convert_manifest, self.oauth.get_user):  # the code; the user's
+        if (
+            handler in (self._convert_manifest, self.oauth.get_user)
+            or getattr(handler, "__self__", None) is self.user_access
+        ):  # the code; the user's
             return None
         if self.user_of(request) is not None:  # a user token: the repository must be installed
             known = self.repos.get(f"{params.get('owner')}/{params.get('name')}")
