@@ -138,6 +138,7 @@ def test_every_pr_and_model_text_is_escaped(text):
         "draft",
         False,
         time.time(),
+        text,  # the vetter's login: GitHub's word, shown escaped like any other
         1,
         0,
         0,
@@ -151,6 +152,8 @@ def test_every_pr_and_model_text_is_escaped(text):
         "web/inbox.html.j2",
         viewer=_Viewer(),
         drafts=[draft],
+        held=[draft],
+        prefix="/cockpit",
         total=1,
         offset=0,
         limit=25,
@@ -487,3 +490,36 @@ async def test_unset_sign_in_and_github_down_say_so(page_world, github, settings
     assert status == 502 and "did not answer" in page and "octo/widgets" not in page
     status, page, _ = await get(page_world, "/", alice)  # it answers again
     assert status == 200 and "octo/widgets#1" in page
+
+
+async def test_vet_from_the_page_makes_the_draft_the_persons_pending_review(page_world):
+    """The page's Vet is `/cockpit vet` by the person who clicked: their pending review holds
+    the findings, the inbox lists it as theirs (and as someone's to the others), and a person
+    without the approve permission neither sees the form nor gets anything from a forged one."""
+    world = page_world
+    review = (await world.review_rows())[0]
+    path = "/r/octo/widgets/pull/1/vet"
+    reader = await signed_in(world, "reader")
+    status, page, _ = await get(world, "/r/octo/widgets/pull/1", reader)
+    assert status == 200 and 'id="vet"' not in page
+    async with world.client.post(path, data={"csrf": csrf_of(page)}, cookies=reader) as response:
+        assert response.status == 409
+    assert world.github.pending_of("octo/widgets", 1, "reader") is None
+
+    alice = await signed_in(world, "alice")
+    status, page, _ = await get(world, "/r/octo/widgets/pull/1", alice)
+    assert 'id="vet"' in page
+    data = {"csrf": csrf_of(page)}
+    async with world.client.post(path, data=data, cookies=alice, allow_redirects=False) as r:
+        assert r.status == 303 and r.headers["Location"] == "/r/octo/widgets/pull/1?done=vet"
+    held = world.github.pending_of("octo/widgets", 1, "alice")
+    assert held is not None and "**F1" in str(held.get("comments"))
+    [row] = [r for r in await world.review_rows() if r["id"] == review["id"]]
+    assert (row["state"], row["vetter"]) == ("draft", "alice")
+
+    status, page, _ = await get(world, "/", alice)
+    mine = page.split('<ul id="held">', 1)
+    assert len(mine) == 2 and "octo/widgets#1" in mine[1].split("</ul>", 1)[0]
+    bob = await signed_in(world, "bob")
+    status, page, _ = await get(world, "/", bob)
+    assert '<ul id="held">' not in page and "<td>in @alice's pending review</td>" in page

@@ -49,6 +49,7 @@ class InboxDraft:
     state: str
     stale: bool
     created_at: float
+    vetter: str | None  # whose pending review holds it (`/cockpit vet`), not submitted yet
     critical: int
     major: int
     minor: int
@@ -60,7 +61,7 @@ class InboxDraft:
 
 _DRAFTS = """
 SELECT r.id AS review_id, p.repo, p.number, p.title, p.html_url, r.head_sha, r.state, r.stale,
-    r.created_at,
+    r.created_at, r.vetter,
     SUM(CASE WHEN f.state = 'kept' AND f.severity = 'critical' THEN 1 ELSE 0 END) AS critical,
     SUM(CASE WHEN f.state = 'kept' AND f.severity = 'major' THEN 1 ELSE 0 END) AS major,
     SUM(CASE WHEN f.state = 'kept' AND f.severity = 'minor' THEN 1 ELSE 0 END) AS minor,
@@ -75,7 +76,8 @@ FROM (SELECT r.* FROM reviews r JOIN pulls p ON p.id = r.pull_id
     ORDER BY r.created_at DESC, r.id DESC LIMIT ? OFFSET ?) r
 JOIN pulls p ON p.id = r.pull_id
 LEFT JOIN findings f ON f.review_id = r.id
-GROUP BY r.id, r.head_sha, r.state, r.stale, r.created_at, p.repo, p.number, p.title, p.html_url
+GROUP BY r.id, r.head_sha, r.state, r.stale, r.created_at, r.vetter, p.repo, p.number, p.title,
+    p.html_url
 ORDER BY r.created_at DESC, r.id DESC
 """
 _WAITING = (ReviewState.DRAFT, ReviewState.REVISING)
@@ -94,21 +96,31 @@ async def inbox_drafts(
         f" WHERE r.state IN (?, ?) AND p.state = 'open'{where}",
         (*_WAITING, *names),
     )
-    drafts = [
-        InboxDraft(
-            **{k: row[k] for k in ("review_id", "repo", "number", "title", "html_url")},
-            head_sha=row["head_sha"],
-            state=row["state"],
-            stale=bool(row["stale"]),
-            created_at=float(row["created_at"]),
-            **{
-                k: int(row[k] or 0)
-                for k in ("critical", "major", "minor", "nit", "confirmed", "refuted", "uncertain")
-            },
-        )
-        for row in rows
+    return [_inbox_draft(row) for row in rows], int(total["n"])
+
+
+async def held_by(db: Database, login: str, repos: Collection[str] | None) -> list[InboxDraft]:
+    """The drafts `login` holds as their pending review and has not submitted yet (the newest
+    RECENT)."""
+    where, names = _repo_filter("p.repo", repos)
+    sql = _DRAFTS.format(where=" AND r.vetter = ?" + where)
+    return [
+        _inbox_draft(row) for row in await db.fetchall(sql, (*_WAITING, login, *names, RECENT, 0))
     ]
-    return drafts, int(total["n"])
+
+
+def _inbox_draft(row: Any) -> InboxDraft:
+    return InboxDraft(
+        **{k: row[k] for k in ("review_id", "repo", "number", "title", "html_url", "vetter")},
+        head_sha=row["head_sha"],
+        state=row["state"],
+        stale=bool(row["stale"]),
+        created_at=float(row["created_at"]),
+        **{
+            k: int(row[k] or 0)
+            for k in ("critical", "major", "minor", "nit", "confirmed", "refuted", "uncertain")
+        },
+    )
 
 
 @dataclass(frozen=True)

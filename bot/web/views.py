@@ -1,5 +1,5 @@
 """The cockpit page's routes: `GET /` (inbox), `GET /r/{owner}/{repo}/pull/{n}` (a draft) and
-its POST actions (drop, approve: the slash commands' own functions and permission checks),
+its POST actions (drop, approve, vet: the slash commands' own functions and permission checks),
 `GET /stats` (figures), `GET /static/cockpit.css`. Pages read: no model is called on a GET,
 each view runs a fixed number of statements."""
 
@@ -50,6 +50,13 @@ STYLESHEET = resources.files("bot.web").joinpath("static/cockpit.css").read_byte
 FIGURES_SECONDS = 1.8  # counting what changed into the figures, at most (as /metrics)
 RECOUNT = 200  # changes counted per view at most (the rest: the next view, a scrape)
 
+# The page's actions: the slash commands' own functions (their checks come with them).
+ACTIONS = {
+    "drop": draft_commands.cmd_drop,
+    "approve": draft_commands.cmd_approve,
+    "vet": draft_commands.cmd_vet,
+}
+
 
 class PageRoutes:
     """`context` gives the process's Context once the app has started."""
@@ -69,6 +76,7 @@ class PageRoutes:
         app.router.add_get(DRAFT_PATH, self.draft)
         app.router.add_post(DRAFT_PATH + "/drop", self.drop)
         app.router.add_post(DRAFT_PATH + "/approve", self.approve)
+        app.router.add_post(DRAFT_PATH + "/vet", self.vet)
         app.router.add_get("/stats", self.stats)
         app.router.add_get("/static/cockpit.css", self.stylesheet)
 
@@ -104,12 +112,15 @@ class PageRoutes:
         db = self.context().db
         offset = _int(request.query.get("offset"), 0)
         drafts, total = await pages.inbox_drafts(db, viewer.repos, offset, 25)
+        held = await pages.held_by(db, viewer.login, viewer.repos)
         failed = await pages.failed_reviews(db, viewer.repos)
         sessions = await pages.waiting_sessions(db, viewer.repos)
         return _page(
             "web/inbox.html.j2",
             viewer=viewer,
             drafts=drafts,
+            held=held,
+            prefix=self.context().settings.command_prefix,
             total=total,
             offset=offset,
             limit=25,
@@ -227,6 +238,9 @@ class PageRoutes:
     async def approve(self, request: web.Request) -> web.Response:
         return await self._act(request, "approve")
 
+    async def vet(self, request: web.Request) -> web.Response:
+        return await self._act(request, "vet")
+
     async def _act(self, request: web.Request, command: str) -> web.Response:
         """A POST form: the session's CSRF token, then the slash command's own function (its
         checks: the draft's state, the person's `approve_permission`)."""
@@ -255,8 +269,7 @@ class PageRoutes:
         try:
             if not await gate.may_run(pr):
                 raise CommandFailed(say(PEOPLE, "web.not_allowed"))
-            handler = draft_commands.cmd_drop if command == "drop" else draft_commands.cmd_approve
-            await handler(pr, Command(command, findings=findings, words=words))
+            await ACTIONS[command](pr, Command(command, findings=findings, words=words))
         except CommandFailed as exc:
             return await self.draft(request, str(exc), 409)
         log.info(
@@ -292,7 +305,16 @@ class PageRoutes:
             "id": pull.repo_id,
         }
         gh = ctx.github.installation_api(pull.installation_id)
-        return PullRequest(ctx, gh, data, pull.number, pull, viewer.login, pull.installation_id)
+        return PullRequest(
+            ctx,
+            gh,
+            data,
+            pull.number,
+            pull,
+            viewer.login,
+            pull.installation_id,
+            actor_id=viewer.user_id,
+        )
 
     async def _may_decide(self, page: pages.DraftPage, viewer: Viewer, repo: str) -> bool:
         """Whether to show the actions: the person has the repository's approve permission
@@ -317,7 +339,7 @@ def _int(text: str | None, default: int) -> int:
 
 
 def _done(word: str | None) -> str:
-    return say(PEOPLE, f"web.done_{word}") if word in ("drop", "approve") else ""
+    return say(PEOPLE, f"web.done_{word}") if word in ACTIONS else ""
 
 
 def _age(when: float) -> str:
