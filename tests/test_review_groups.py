@@ -215,4 +215,4 @@ def test_merged_keeps_one_of_a_finding_several_parts_raise_with_their_count():
     a = DraftFinding("x.py", "minor", "Leaks the file handle", "b", line=3)
     a2 = DraftFinding("x.py", "major", "File handle leaks", "b", line=4)
     other = DraftFinding("x.py", "minor", "Leaks the file handle", "b", line=40)
-    assert merged([[a], [a2, other], []]) == [(a2, 2), (other, 1)]
+    assert merged([[a], [a2, other], []]) == [(a2, (1, 2)), (other, (2,))]

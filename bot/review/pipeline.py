@@ -84,13 +84,21 @@ class Draft:
     session_id: int | None = None
     rules: DraftRules | None = None  # what it was made under (None: a revision's draft)
     resolved: tuple[int, ...] = ()  # earlier findings (F numbers) the reviewer says are fixed
-    # `passes` > 1: the findings one pass only raised (they stay when verify confirms them)
-    once: frozenset[DraftFinding] = frozenset()
+    # `passes` > 1: the passes that raised each finding (one pass only: it stays when the
+    # verify pass confirms it); empty for a review in one pass
+    raised: Mapping[DraftFinding, tuple[int, ...]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     changed: frozenset[str] = frozenset()  # in a re-review: the paths the push changed
     diff: DiffModel | None = field(default=None, repr=False, compare=False)  # the PR's
     # path → why: the changed files the reviewer's diff left out (noise, `ignore` globs); a
     # later turn on the draft (the verify pass, a revision) leaves them out too
     left_out: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def once(self) -> frozenset[DraftFinding]:
+        """Of a review in several passes, the findings one pass only raised."""
+        return frozenset(f for f, passes in self.raised.items() if len(passes) < 2)
 
 
 @dataclass
@@ -363,15 +371,15 @@ async def _in_parts(
     if passes == 1:
         return first
     kept = merged([d.findings for d in by_pass])
-    once = frozenset(f for f, raised in kept if raised < 2)
-    note = say(PEOPLE, "passes_note", passes=passes, twice=len(kept) - len(once), once=len(once))
+    once = sum(1 for _, raised in kept if len(raised) < 2)
+    note = say(PEOPLE, "passes_note", passes=passes, twice=len(kept) - once, once=once)
     return replace(
         first,
         summary=f"{note}\n\n{first.summary}",
         verdict=_verdict(d.verdict for d in by_pass),
         findings=[f for f, _ in kept],
         resolved=tuple(sorted({n for d in by_pass for n in d.resolved})),
-        once=once,
+        raised=dict(kept),
     )
 
 
@@ -408,21 +416,21 @@ def _verdict(verdicts: Iterable[str]) -> str:
     return Verdict.REQUEST_CHANGES if Verdict.REQUEST_CHANGES in said else Verdict.COMMENT
 
 
-def merged(parts: Sequence[Sequence[DraftFinding]]) -> list[tuple[DraftFinding, int]]:
-    """The findings of a review's parts as one list, each with the number of parts that
-    raised it: the same finding (`identity.matched`) is kept once, in its most severe
-    wording."""
+def merged(parts: Sequence[Sequence[DraftFinding]]) -> list[tuple[DraftFinding, tuple[int, ...]]]:
+    """The findings of a review's parts as one list, each with the parts that raised it
+    (numbered from 1): the same finding (`identity.matched`) is kept once, in its most
+    severe wording."""
     kept: list[DraftFinding] = []
-    raised: list[int] = []
-    for findings in parts:
+    raised: list[tuple[int, ...]] = []
+    for number, findings in enumerate(parts, start=1):
         pairs = matched(kept, findings)
         for n, finding in enumerate(findings):
             o = pairs.get(n)
             if o is None:
                 kept.append(finding)
-                raised.append(1)
+                raised.append((number,))
                 continue
-            raised[o] += 1
+            raised[o] += (number,)
             if Severity.rank(finding.severity) < Severity.rank(kept[o].severity):
                 kept[o] = finding
     return list(zip(kept, raised, strict=True))

@@ -241,19 +241,19 @@ async def settle_passes(
     """A review in several passes (`passes`): a finding one pass only raised is verified and
     stays when it is confirmed (those two passes raised stay as they are); the summary says
     how many went. And the verify pass's error (None: it ran, or had nothing to do)."""
-    todo = [n for n, f in enumerate(draft.findings) if f in draft.once]
+    once = draft.once
+    todo = [n for n, f in enumerate(draft.findings) if f in once]
     if not todo:
-        return replace(draft, once=frozenset()), None
+        return replace(draft, raised={}), None
     findings, error = await verify_unverified(
         reviewer, tree, request, draft, provider=provider, todo=todo, on_tool_call=on_tool_call
     )
-    once = set(todo)
     kept = [
         f
         for n, f in enumerate(findings)
-        if n not in once or f.verify_status == VerifyStatus.CONFIRMED
+        if n not in todo or f.verify_status == VerifyStatus.CONFIRMED
     ]
     summary, gone = draft.summary, len(findings) - len(kept)
     if gone:
         summary += "\n\n" + say(PEOPLE, "passes_dropped", count=gone)
-    return replace(draft, findings=kept, summary=summary, once=frozenset()), error
+    return replace(draft, findings=kept, summary=summary, raised={}), error
