@@ -258,9 +258,9 @@ def parts_of(reviewed: Sequence[str], sizes: Mapping[str, int], passes: int) -> 
     pass's own order, their files too (`plan.in_order`)."""
     groups = grouped(reviewed, sizes, DIFF_BUDGET_CHARS)
     return [
-        Part(number, n, len(groups), in_order(groups[g], number))
+        Part(number, n, len(groups), in_order(groups[g], number, passes))
         for number in range(1, passes + 1)
-        for n, g in enumerate(in_order(range(len(groups)), number), start=1)
+        for n, g in enumerate(in_order(range(len(groups)), number, passes), start=1)
     ]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import posixpath
-import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -141,9 +140,9 @@ def grouped(
     return tuple(tuple(sorted(group, key=order.__getitem__)) for group in groups)
 
 
-def in_order(items: Sequence[Any], number: int) -> tuple[Any, ...]:
-    """The files (or groups) as pass `number` reads them: the first pass in review order,
-    each later one in another order of its own (the same for a pass every time)."""
-    if number <= 1:
-        return tuple(items)
-    return tuple(random.Random(number).sample(list(items), len(items)))
+def in_order(items: Sequence[Any], number: int, passes: int) -> tuple[Any, ...]:
+    """The files (or groups) as pass `number` of `passes` reads them: review order turned
+    round by its share of them, so each pass starts elsewhere (with as many items as passes,
+    no two passes start with the same one) and reads what others read first later."""
+    start = (number - 1) * len(items) // max(passes, 1)
+    return (*items[start:], *items[:start])
