@@ -17,6 +17,7 @@ from bot.standin.models import call
 from bot.standin.scripted import careful_reviewer, scan_diff, scripted_reviewer
 from handlers import router
 from tests.test_big_prs import opened
+from tests.test_sessions import say_on_pr, start_world
 from tests.world import BASE, HEAD, build_world
 
 CONFIG = ".github/cockpit.toml"
@@ -216,3 +217,45 @@ def test_merged_keeps_one_of_a_finding_several_parts_raise_with_their_count():
     a2 = DraftFinding("x.py", "major", "File handle leaks", "b", line=4)
     other = DraftFinding("x.py", "minor", "Leaks the file handle", "b", line=40)
     assert merged([[a], [a2, other], []]) == [(a2, (1, 2)), (other, (2,))]
+
+
+async def test_a_revision_of_a_draft_merged_from_passes_is_told_every_finding_in_it(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    """`send-back` continues the first pass's session, which wrote only part of the draft: the
+    reviser is given the draft's findings (the other passes' too), since its revision
+    replaces the whole draft."""
+    anthropic_standin.policy = by_order
+    config = 'min_severity = "nit"\npasses = 3\n'
+    world = await start_world(
+        github,
+        settings,
+        tmp_path,
+        aiohttp_client,
+        anthropic_standin,
+        openai_standin,
+        head=PASSES_HEAD,
+        files={CONFIG: config},
+    )
+    await world.wait_idle()
+    [review] = await world.review_rows()
+    kept = await world.ctx.db.fetchall(
+        "SELECT ordinal, title FROM findings WHERE review_id = ?", (review["id"],)
+    )
+    first_pass = set(sessions_told(anthropic_standin)[0][:2])
+    assert any(  # a finding the first pass's session never raised
+        not title.startswith("Hunch") and path not in first_pass
+        for path, title in {
+            (r["path"], r["title"])
+            for r in await world.ctx.db.fetchall(
+                "SELECT path, title FROM findings WHERE review_id = ?", (review["id"],)
+            )
+        }
+    )
+    await say_on_pr(world, "/cockpit codex-review")
+    await say_on_pr(world, "/cockpit send-back")
+    seen = [anthropic_standin.normalise(r).last_user_text for r in anthropic_standin.requests]
+    [told] = dict.fromkeys(t for t in seen if t.startswith("[Review feedback from"))
+    assert "The draft was merged from 3 review sessions" in told
+    for row in kept:
+        assert f"F{row['ordinal']} · " in told and row["title"] in told

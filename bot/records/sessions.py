@@ -131,6 +131,14 @@ async def open_sessions(db: Database, pull_id: int) -> list[Session]:
     )
 
 
+async def part_sessions(db: Database, review_id: int) -> int:
+    """How many sessions besides its primary one drafted the review (groups, passes)."""
+    row = await db.fetchone(
+        "SELECT COUNT(*) AS n FROM sessions WHERE review_id = ? AND role = 'part'", (review_id,)
+    )
+    return int(row["n"]) if row else 0
+
+
 async def end_review_sessions(db: Database, review_id: int) -> None:
     await _end(db, "review_id = ?", (review_id,))
 

@@ -247,10 +247,18 @@ class Turn:
         findings = await load_findings(self.ctx.db, self.review.id)
         dropped = [f for f in findings if f.state == FindingState.DROPPED]
         withdrawn = [f for f in findings if f.state == FindingState.WITHDRAWN]
-        if not dropped and not withdrawn:
+        # a draft merged from several sessions (groups, passes): this one saw only its part,
+        # and a revision replaces the whole draft, so it is told what the others found
+        parts = await sessions.part_sessions(self.ctx.db, self.review.id)
+        kept = [f for f in findings if f.state == FindingState.KEPT] if parts else []
+        if not dropped and not withdrawn and not kept:
             return ""
         return "\n\n" + render_text(
-            "prompts/revision_decisions.md.j2", dropped=dropped, withdrawn=withdrawn
+            "prompts/revision_decisions.md.j2",
+            dropped=dropped,
+            withdrawn=withdrawn,
+            merged=kept,
+            parts=parts + 1,
         )
 
     async def _not_run(self, reason: str) -> None:
