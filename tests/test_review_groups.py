@@ -13,7 +13,7 @@ import pytest
 from bot.review.pipeline import merged
 from bot.review.plan import grouped
 from bot.server import make_app
-from bot.standin.models import call
+from bot.standin.models import Action, call
 from bot.standin.scripted import careful_reviewer, scan_diff, scripted_reviewer
 from handlers import router
 from tests.test_big_prs import opened
@@ -259,3 +259,28 @@ async def test_a_revision_of_a_draft_merged_from_passes_is_told_every_finding_in
     assert "The draft was merged from 3 review sessions" in told
     for row in kept:
         assert f"F{row['ordinal']} · " in told and row["title"] in told
+
+
+async def test_a_group_whose_session_fails_is_named_and_the_others_findings_stand(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin
+):
+    """One group's model request is refused (400: never retried): the draft says which group
+    was not reviewed and why, and holds what the other groups found."""
+
+    def one_group_refused(conversation):
+        if "pkg/part_2/module_20.py" in listed(conversation.user_texts[0]):
+            return Action(status=400, error_message="this group is refused")
+        return every_group_reports_the_eval(conversation)
+
+    anthropic_standin.policy = one_group_refused
+    world = await opened(
+        github, settings, tmp_path, aiohttp_client, anthropic_standin, base=BASE, head=large_head()
+    )
+    status = world.status_body()
+    assert "Draft ready" in status and "review failed" not in status
+    [refused] = re.findall(
+        r"\*\*Group \d+ of \d+\*\* \(\d+ files\) was not reviewed: [^\n]*", status
+    )
+    assert "this group is refused" in refused
+    [pending] = world.pending_reviews()
+    assert [c["path"] for c in pending["comments"]] == ["calc.py"]
