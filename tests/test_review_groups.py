@@ -242,7 +242,7 @@ async def test_a_revision_of_a_draft_merged_from_passes_is_told_every_finding_in
     kept = await world.ctx.db.fetchall(
         "SELECT ordinal, title FROM findings WHERE review_id = ?", (review["id"],)
     )
-    first_pass = set(sessions_told(anthropic_standin)[0][:2])
+    [first_pass] = [set(f[:2]) for f in sessions_told(anthropic_standin) if f[0] == "calc.py"]
     assert any(  # a finding the first pass's session never raised
         not title.startswith("Hunch") and path not in first_pass
         for path, title in {
@@ -284,3 +284,38 @@ async def test_a_group_whose_session_fails_is_named_and_the_others_findings_stan
     assert "this group is refused" in refused
     [pending] = world.pending_reviews()
     assert [c["path"] for c in pending["comments"]] == ["calc.py"]
+
+
+async def test_a_pass_whose_session_fails_leaves_the_other_passes_draft_saying_why(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin
+):
+    """`passes = 2` and the first pass's request refused: the draft is the second pass's, its
+    findings each raised by one pass (verified: the patterns are confirmed), and it says
+    why the first pass gave none."""
+
+    def first_pass_refused(conversation):
+        if listed(conversation.user_texts[0])[:1] == ["calc.py"]:  # the first pass's order
+            return Action(status=400, error_message="the first pass is refused")
+        return by_order(conversation)
+
+    anthropic_standin.policy = first_pass_refused
+    world = build_world(
+        github, tmp_path, head=PASSES_HEAD, files={CONFIG: 'min_severity = "nit"\npasses = 2\n'}
+    )
+    world.client = await aiohttp_client(make_app(settings, router))
+    world.model = anthropic_standin
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft", timeout=60)
+    await world.wait_idle(60)
+    status = world.status_body()
+    assert "Reviewed in 2 independent passes" in status
+    assert "was not reviewed: " in status and "the first pass is refused" in status
+    [review] = await world.review_rows()
+    rows = await world.ctx.db.fetchall(
+        "SELECT path, title, verify_status FROM findings WHERE review_id = ?", (review["id"],)
+    )
+    [second] = [files for files in sessions_told(anthropic_standin) if files[0] != "calc.py"]
+    patterns = {(f["path"], f["title"]) for f in scan_diff_of(PASSES_HEAD)}
+    expected = {k for k in patterns if k[0] in second[:2]}
+    assert {(r["path"], r["title"]) for r in rows} == expected and expected
+    assert {r["verify_status"] for r in rows} == {"confirmed"}

@@ -187,7 +187,8 @@ class ReviewJob:
         settled: dict[str, Any] = {}
         if draft.once:  # `passes`: what one pass only raised stays when verify confirms it
             provider = self._verifier(request)
-            await self._verifying(progress, len(draft.once), provider)
+            once = draft.once
+            await self._verifying(progress, sum(f in once for f in draft.findings), provider)
             draft, error = await settle_passes(
                 reviewer, tree, request, draft, provider=provider, on_tool_call=progress
             )

@@ -359,14 +359,10 @@ async def _in_parts(
             raise outcome  # cancelled
     if all(isinstance(outcome, BaseException) for outcome in outcomes):
         raise next(o for o in outcomes if isinstance(o, BaseException))
-    seen: set[str] = set()
     by_pass: list[Draft] = []
     for number in range(1, passes + 1):
         mine = [(p, o) for p, o in zip(parts, outcomes, strict=True) if p.number == number]
-        for _part, outcome in mine:
-            if not isinstance(outcome, BaseException):
-                seen |= outcome[1]
-        by_pass.append(_pass_draft(mine, len(plan.reviewed), seen))
+        by_pass.append(_pass_draft(mine, plan, sessions[0].id))
     first = by_pass[0]
     if passes == 1:
         return first
@@ -384,14 +380,22 @@ async def _in_parts(
 
 
 def _pass_draft(
-    parts: list[tuple[Part, tuple[Draft, set[str]] | BaseException]], of: int, seen: set[str]
+    parts: list[tuple[Part, tuple[Draft, set[str]] | BaseException]],
+    plan: FilePlan,
+    session_id: int,
 ) -> Draft:
     """One pass's draft: its one session's, or its groups' merged, their summaries each under
-    its group's heading after the coverage of them all."""
+    its group's heading after the coverage of them all. A pass whose every session failed
+    (another pass did not) is a draft without findings saying why."""
     drafts = [o[0] for _p, o in parts if not isinstance(o, BaseException)]
-    if len(parts) == 1:
+    if len(parts) == 1 and drafts:
         return drafts[0]
-    lines = [say(PEOPLE, "grouped", count=len(parts), seen=len(seen), of=of)]
+    seen = {path for _p, o in parts if not isinstance(o, BaseException) for path in o[1]}
+    lines = []
+    if len(parts) > 1:  # a pass in one session that failed says only why
+        lines.append(
+            say(PEOPLE, "grouped", count=len(parts), seen=len(seen), of=len(plan.reviewed))
+        )
     for part, outcome in parts:
         what = {"n": part.group, "count": part.groups, "files": len(part.files)}
         if isinstance(outcome, BaseException):
@@ -401,7 +405,11 @@ def _pass_draft(
         else:
             lines.append(say(PEOPLE, "group_part", summary=outcome[0].summary, **what))
     found = merged([d.findings for d in drafts])
-    head = drafts[0]
+    head = (
+        drafts[0]
+        if drafts
+        else Draft("", Verdict.COMMENT, [], plan.skipped, None, None, session_id)
+    )
     return replace(
         head,
         summary="\n\n".join(lines),
