@@ -102,9 +102,12 @@ async def test_a_pr_over_the_size_budget_is_reviewed_in_groups_merged_into_one_d
     assert [c["path"] for c in pending["comments"]] == ["calc.py"]
     assert review["verdict"] == "request_changes"
     sessions = await world.ctx.db.fetchall(
-        "SELECT id, role FROM sessions WHERE review_id = ? ORDER BY id", (review["id"],)
+        "SELECT id, role, parent_session_id FROM sessions WHERE review_id = ? ORDER BY id",
+        (review["id"],),
     )
     assert [s["role"] for s in sessions] == ["primary"] + ["part"] * (groups - 1)
+    primary = sessions[0]["id"]  # the groups are started from it (they end with it)
+    assert [s["parent_session_id"] for s in sessions] == [None] + [primary] * (groups - 1)
     runs = await world.ctx.db.fetchall(
         "SELECT session_id, status FROM runs WHERE review_id = ? ORDER BY id", (review["id"],)
     )

@@ -27,7 +27,8 @@ async def create_session(
     parent_session_id: int | None = None,
 ) -> Session:
     """A reviewer's conversation, or (`role` VERIFY) the verify pass's, linked to the draft's
-    session as its parent, which ends with its one turn."""
+    session as its parent, which ends with its one turn; or (`role` PART) a review's group or
+    later pass, linked to the review's primary session."""
     async with db.transaction() as conn:
         session_id = await _insert(
             conn, provider, model, role, pull_id, review_id, parent_session_id

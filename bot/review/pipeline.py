@@ -194,8 +194,9 @@ async def review_worktree(
     on_plan: Callable[[tuple[tuple[str, str], ...]], Awaitable[None]] | None = None,
     on_session: Callable[[int], Awaitable[None]] | None = None,
 ) -> Draft:
-    """Review the worktree; `on_session` hears the reviewer's session id as soon as it
-    exists (an eval counts what a failed review spent from the runs of that session)."""
+    """Review the worktree; `on_session` hears the reviewer's (primary) session id as soon as
+    it exists (an eval counts what a failed review spent from the runs of that session and
+    of those started from it: its groups and passes, a verify pass)."""
     diff = await pr_diff(tree)
     paths = (path for f in diff.files.values() for path in (f.path, f.old_path))
     touched = sorted({path for path in paths if path is not None})
@@ -285,7 +286,9 @@ async def _in_parts(
     parts = parts_of(plan.reviewed, sizes, request.config.passes)
     provider = reviewer.models.provider(request.provider, request.model)
     sessions = []
-    for _ in parts:  # the first is the review's primary session (a revision continues it)
+    # The first is the review's primary session (`ask`, a cross-review and a revision continue
+    # it); the others are started from it: they end with it, and its spend counts theirs.
+    for _ in parts:
         session = await create_session(
             reviewer.db,
             provider=provider.name,
@@ -293,10 +296,11 @@ async def _in_parts(
             pull_id=request.pull_id,
             review_id=request.review_id,
             role=SessionRole.PRIMARY if not sessions else SessionRole.PART,
+            parent_session_id=sessions[0].id if sessions else None,
         )
         sessions.append(session)
-        if on_session is not None:
-            await on_session(session.id)
+    if on_session is not None:
+        await on_session(sessions[0].id)
     budget = reviewer.budget
     allowance = None
     if len(parts) > 1:
