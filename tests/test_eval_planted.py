@@ -740,7 +740,7 @@ def hunch_first(conversation):
 
 
 async def test_passes_are_scored_beside_the_first_pass_and_rescored_without_a_model(
-    planted, settings, anthropic_standin, openai_standin
+    planted, settings, anthropic_standin, openai_standin, tmp_path
 ):
     """`--passes 2`: each case reviewed twice in different file orders; `one-pass` scores what
     the first pass drafted, `passes` what the rule keeps (the verifier confirms no hunch, so a
@@ -754,6 +754,12 @@ async def test_passes_are_scored_beside_the_first_pass_and_rescored_without_a_mo
     assert published[1] == one[1] == kept[1] == 5  # every planted catch, in both passes
     # a hunch one pass raised: the first pass's in `one-pass`, neither in `passes`
     assert one[0] > kept[0] and published[0] - kept[0] == 2 * (one[0] - kept[0])
+    resume = resume_hint(result.batch, tmp_path / "data", cwd=tmp_path)
+    report, _ = write_report(result, tmp_path / "reports", resume=resume)
+    text = report.read_text()
+    for name in ("one-pass", "passes"):
+        assert f"| claude | scripted-reviewer | no | {name} | {counts[name][0]} |" in text
+    assert "`one-pass` is what the first pass alone would publish" in text
     requests = len(anthropic_standin.requests), len(openai_standin.requests)
     sessions = {openai_standin.normalise(r).user_texts[0] for r in openai_standin.requests}
     assert len(sessions) == published[0] - kept[0]  # a verify session per hunch raised once
