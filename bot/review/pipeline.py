@@ -23,7 +23,7 @@ from bot.repo_config import RepoConfig
 from bot.review.default_branch import read_default_branch
 from bot.review.excerpt import DIFF_BUDGET_CHARS, diff_excerpt
 from bot.review.identity import matched
-from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, assemble
+from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, Instructions, assemble
 from bot.review.noise import noise_files
 from bot.review.plan import FilePlan, grouped, in_order, placed, plan_files
 from bot.skills import load_skill
@@ -272,15 +272,15 @@ async def _in_parts(
     diff: DiffModel,
     plan: FilePlan,
     changed: frozenset[str],
-    rules: tuple[Any, str],
+    rules: tuple[Instructions, str],
     *,
     on_tool_call: Callable[[str], Awaitable[None]] | None,
     on_session: Callable[[int], Awaitable[None]] | None,
 ) -> Draft:
     """The review's sessions (a group of files each, in each pass), PARALLEL_PARTS at a time
     within the one budget (`Allowance` shares when there are several), merged into one
-    draft by the one finding identity. A group whose session failed is said in the summary;
-    when every one failed, the first failure is the review's."""
+    draft by the one finding identity. A group whose model run or git failed is said in the
+    summary; when every one failed, the first failure is the review's."""
     instructions, commit = rules
     sizes = {path: diff.files[path].patch_bytes for path in plan.reviewed}
     parts = parts_of(plan.reviewed, sizes, request.config.passes)
@@ -358,9 +358,10 @@ async def _in_parts(
         *(one(part, session) for part, session in zip(parts, sessions, strict=True)),
         return_exceptions=True,
     )
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-            raise outcome  # cancelled
+    for outcome in outcomes:  # a group's model or git failure is said in the draft; a crash,
+        # a database error (retried by the job) or a cancellation is the review's, as before
+        if isinstance(outcome, BaseException) and not isinstance(outcome, AgentError | GitError):
+            raise outcome
     if all(isinstance(outcome, BaseException) for outcome in outcomes):
         raise next(o for o in outcomes if isinstance(o, BaseException))
     by_pass: list[Draft] = []
@@ -403,9 +404,7 @@ def _pass_draft(
     for part, outcome in parts:
         what = {"n": part.group, "count": part.groups, "files": len(part.files)}
         if isinstance(outcome, BaseException):
-            reason = str(outcome) if isinstance(outcome, AgentError | GitError) else None
-            reason = reason or say(PEOPLE, "internal_error")
-            lines.append(say(PEOPLE, "group_failed", reason=reason, **what))
+            lines.append(say(PEOPLE, "group_failed", reason=str(outcome), **what))
         else:
             lines.append(say(PEOPLE, "group_part", summary=outcome[0].summary, **what))
     found = merged([d.findings for d in drafts])
