@@ -322,3 +322,25 @@ async def test_a_pass_whose_session_fails_leaves_the_other_passes_draft_saying_w
     expected = {k for k in patterns if k[0] in second[:2]}
     assert {(r["path"], r["title"]) for r in rows} == expected and expected
     assert {r["verify_status"] for r in rows} == {"confirmed"}
+
+
+async def test_a_careful_model_on_a_200_file_pr_over_the_budget_ends_in_a_draft_of_groups(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin
+):
+    """200 files of about 2.4 kB of diff each: the 60 under review (`max_files`) go in groups,
+    the careful model reads each group's diffs and files, and the draft says what the groups
+    read together and what was not reviewed."""
+    anthropic_standin.policy = careful_reviewer
+    head = {**HEAD, **{f"pkg/part_{n // 10:02d}/module_{n:03d}.py": module(n) for n in range(199)}}
+    world = await opened(
+        github, settings, tmp_path, aiohttp_client, anthropic_standin, base=BASE, head=head
+    )
+    told = sessions_told(anthropic_standin)
+    assert sum(len(files) for files in told) == 60 and all(len(f) <= 10 for f in told)
+    status = world.status_body()
+    assert "Draft ready" in status and "review failed" not in status
+    assert f"Reviewed in {len(told)} groups of related files" in status
+    assert "together they read 60 of 60 files" in status
+    assert "140 file(s) not reviewed" in status
+    [pending] = world.pending_reviews()
+    assert {c["path"] for c in pending["comments"]} == {"calc.py"}
