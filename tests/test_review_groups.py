@@ -344,3 +344,32 @@ async def test_a_careful_model_on_a_200_file_pr_over_the_budget_ends_in_a_draft_
     assert "140 file(s) not reviewed" in status
     [pending] = world.pending_reviews()
     assert {c["path"] for c in pending["comments"]} == {"calc.py"}
+
+
+async def test_a_question_on_a_draft_merged_from_passes_comes_with_every_finding_in_it(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    anthropic_standin.policy = by_order
+    config = 'min_severity = "nit"\npasses = 2\n'
+    world = await start_world(
+        github,
+        settings,
+        tmp_path,
+        aiohttp_client,
+        anthropic_standin,
+        openai_standin,
+        head=PASSES_HEAD,
+        files={CONFIG: config},
+    )
+    await world.wait_idle()
+    [review] = await world.review_rows()
+    kept = await world.ctx.db.fetchall(
+        "SELECT ordinal, title FROM findings WHERE review_id = ?", (review["id"],)
+    )
+    await say_on_pr(world, "/cockpit ask why these findings?")
+    seen = [anthropic_standin.normalise(r).last_user_text for r in anthropic_standin.requests]
+    [asked] = [t for t in dict.fromkeys(seen) if t.startswith("why these findings?")]
+    assert "The draft was merged from 2 review sessions" in asked
+    assert "Answer about the whole draft" in asked
+    for row in kept:
+        assert f"F{row['ordinal']} · " in asked and row["title"] in asked
