@@ -308,7 +308,7 @@ async def review_local(
     from bot.records.sqlite import SqliteDatabase
     from bot.repo_config import RepoConfig, parse_repo_config
     from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
-    from bot.review.verify import choose_provider, verify_unverified
+    from bot.review.verify import choose_provider, settle_passes, verify_unverified
 
     mirrors = Mirrors(work, offline=True)
     revisions = await resolve(options, mirrors)
@@ -374,6 +374,10 @@ async def review_local(
         print(progress, file=sys.stderr, flush=True)
         reviewer = Reviewer(db, models, Budget.from_settings(settings))
         draft = await review_worktree(reviewer, tree, request)
+        if draft.once:  # `passes`: what one pass only raised stays when verify confirms it
+            chosen = verify_with or choose_provider(provider, config.verify_provider, available)
+            draft, error = await settle_passes(reviewer, tree, request, draft, provider=chosen)
+            review["verify"] = {"provider": chosen, "error": error}
         findings = draft.findings
         if verify_with is not None and findings:
             findings, error = await verify_unverified(

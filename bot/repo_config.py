@@ -147,6 +147,17 @@ class Keys(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
             le=100,
         ),
     ] = 50
+    passes: Annotated[
+        int,
+        key(
+            "independent reviews of each PR, each reading the files in a different order; with "
+            "2 or more a finding stays when two passes raise it, or when one does and a verify "
+            "session confirms it (run for those even with `verify` off). Each pass costs about "
+            "a review, shown per pass in the status comment. 1 by default: one review",
+            ge=1,
+            le=5,
+        ),
+    ] = 1
 
 
 KEYS = {f.name: f for f in msgspec.structs.fields(Keys)}

@@ -55,24 +55,52 @@ async def test_the_first_request_carries_the_diff_with_head_line_numbers(
 
 
 @pytest.mark.backends
-async def test_a_diff_over_the_budget_names_the_rest_with_their_sizes(
+async def test_a_diff_over_the_budget_goes_in_groups_each_carrying_its_files_diffs(
     github, settings, tmp_path, aiohttp_client, anthropic_standin
 ):
+    """Above the budget the files go in groups of related ones, a session each: each group's
+    first request carries its files' diffs whole (more of the diff than one request holds)."""
     body = "".join(f"value_{n} = {n}  # {'x' * 60}\n" for n in range(120))  # ~10 kB a file
     head = {**HEAD, **{f"pkg/mod_{n:02d}.py": body for n in range(12)}}  # ~120 kB in all
     world = await review(
         github, settings, tmp_path, aiohttp_client, anthropic_standin, base=BASE, head=head
     )
-    request = first_request(world)
-    [shown] = DIFF.findall(request)
-    files = re.findall(r"^ *\+\+\+ b/(\S+)$", shown, re.M)
-    assert files[0] == "calc.py" and 3 <= len(files) < 13
-    listed = dict(re.findall(r'^- "(pkg/mod_\d\d\.py)": (\d+)$', request, re.M))
-    assert set(listed) | set(files) == {"calc.py", *(f"pkg/mod_{n:02d}.py" for n in range(12))}
-    assert not set(listed) & set(files)
-    assert all(int(size) > len(body) for size in listed.values())
-    assert "past what this request carries (60000 characters)" in request
-    assert sum(len(line) for line in shown.split("\n")) < DIFF_BUDGET_CHARS * 1.2
+    firsts = {world.model.normalise(r).user_texts[0] for r in world.model.requests}
+    groups = [re.findall(r"^ *\+\+\+ b/(\S+)$", DIFF.findall(text)[0], re.M) for text in firsts]
+    assert len(groups) >= 2 and all(len(group) <= 10 for group in groups)
+    shown = [path for group in groups for path in group]
+    assert sorted(shown) == sorted({"calc.py", *(f"pkg/mod_{n:02d}.py" for n in range(12))})
+    for text in firsts:
+        assert f"it is reviewed in {len(groups)} groups of related files" in text
+        assert "past what this request carries" not in text
+        [diff] = DIFF.findall(text)
+        assert sum(len(line) for line in diff.split("\n")) < DIFF_BUDGET_CHARS * 1.2
+
+
+@pytest.mark.backends
+async def test_a_file_diff_over_the_budget_is_named_with_its_size(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin
+):
+    """A file whose diff alone is past the budget is its own group, named with its size for
+    `git_diff` (which pages) instead of shown."""
+    long = "".join(f"value_{n} = {n}  # {'x' * 60}\n" for n in range(1000))  # ~90 kB
+    world = await review(
+        github,
+        settings,
+        tmp_path,
+        aiohttp_client,
+        anthropic_standin,
+        base=BASE,
+        head={**HEAD, "pkg/long.py": long},
+    )
+    firsts = {world.model.normalise(r).user_texts[0] for r in world.model.requests}
+    [alone] = [text for text in firsts if '- "pkg/long.py": ' in text]
+    [size] = re.findall(r'^- "pkg/long\.py": (\d+)$', alone, re.M)
+    assert int(size) > len(long)
+    assert "past what this request carries (60000 characters)" in alone
+    assert not DIFF.findall(alone)
+    [other] = firsts - {alone}
+    assert "+++ b/calc.py" in DIFF.findall(other)[0]
 
 
 @pytest.fixture

@@ -713,3 +713,56 @@ async def test_two_local_models_compare_in_one_run_on_a_chat_server(
         assert report_file.with_name(f"{report_file.stem}-f1-cost.png").exists()
     models = {r["model"] for r in chat_standin.requests}
     assert models == {MODEL, "local-llama"}
+
+
+def hunch_first(conversation):
+    """The scripted reviewer, adding a hunch about the file it is told first: a finding that
+    depends on the order a pass reads the files in, which no verifier can confirm."""
+    from bot.standin.scripted import scripted_reviewer
+
+    action = scripted_reviewer(conversation)
+    if [name for name, _ in action.tools] == ["submit_review"]:
+        told = re.search(r"^Files to review \(\d+\):\n- (.*)$", conversation.user_texts[0], re.M)
+        path = told.group(1)
+        action.tools[0][1]["findings"].append(
+            {
+                "path": path,
+                "line": 1,
+                "side": "RIGHT",
+                "severity": "major",
+                "title": f"Hunch that {path} is read first",
+                "body": "Nothing reproduces it.",
+                "evidence": f"{path}:1",
+                "confidence": 60,
+            }
+        )
+    return action
+
+
+async def test_passes_are_scored_beside_the_first_pass_and_rescored_without_a_model(
+    planted, settings, anthropic_standin, openai_standin, tmp_path
+):
+    """`--passes 2`: each case reviewed twice in different file orders; `one-pass` scores what
+    the first pass drafted, `passes` what the rule keeps (the verifier confirms no hunch, so a
+    hunch one pass raised goes); `--resume` re-scores them with no model request."""
+    anthropic_standin.policy = hunch_first
+    result = await run_eval(settings, options(planted, passes=2), ProgressSink())
+    [entry] = results_json(result)["runs"]
+    counts = variant_counts(entry)
+    assert list(counts) == ["everything", "published", "no-min-confidence", "one-pass", "passes"]
+    published, one, kept = counts["published"], counts["one-pass"], counts["passes"]
+    assert published[1] == one[1] == kept[1] == 5  # every planted catch, in both passes
+    # a hunch one pass raised: the first pass's in `one-pass`, neither in `passes`
+    assert one[0] > kept[0] and published[0] - kept[0] == 2 * (one[0] - kept[0])
+    resume = resume_hint(result.batch, tmp_path / "data", cwd=tmp_path)
+    report, _ = write_report(result, tmp_path / "reports", resume=resume)
+    text = report.read_text()
+    for name in ("one-pass", "passes"):
+        assert f"| claude | scripted-reviewer | no | {name} | {counts[name][0]} |" in text
+    assert "`one-pass` is what the first pass alone would publish" in text
+    requests = len(anthropic_standin.requests), len(openai_standin.requests)
+    sessions = {openai_standin.normalise(r).user_texts[0] for r in openai_standin.requests}
+    assert len(sessions) == published[0] - kept[0]  # a verify session per hunch raised once
+    again = await run_eval(settings, None, ProgressSink(), resume=result.batch)
+    assert variant_counts(results_json(again)["runs"][0]) == counts
+    assert (len(anthropic_standin.requests), len(openai_standin.requests)) == requests

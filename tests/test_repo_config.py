@@ -340,6 +340,7 @@ GOOD_BY_KEY = {
     "min_severity": st.sampled_from(["critical", "major", "minor", "nit"]),
     "verify_publish": st.sampled_from(["not_refuted", "confirmed"]),
     "min_confidence": st.integers(min_value=0, max_value=100),
+    "passes": st.integers(min_value=1, max_value=5),
 }
 
 

@@ -600,3 +600,36 @@ async def test_a_fifo_the_untracked_listing_would_read_does_not_stall_the_review
         assert "uncommitted change(s)" not in out
     else:
         assert "1 uncommitted change(s) in the working tree are not reviewed" in out
+
+
+async def test_passes_keep_what_two_raise_or_the_verify_pass_confirms(
+    repo, elsewhere, env, anthropic_standin, openai_standin
+):
+    """`passes = 2` in the base's `.github/cockpit.toml`: review-local reviews twice, in two
+    file orders (a model whose findings depend on the order), keeps what both passes raised,
+    and has the other provider verify what one raised: kept when confirmed (the eval() and
+    the bare except), left out when refuted (the test fixture's token) or uncertain (the
+    hunches)."""
+    from tests.test_review_groups import by_order
+
+    git(repo, "checkout", "-q", "main")
+    write_files(repo, {".github/cockpit.toml": 'min_severity = "nit"\npasses = 2\n'})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "two passes")
+    git(repo, "update-ref", "refs/remotes/origin/main", "HEAD")
+    git(repo, "checkout", "-q", "feature")
+    git(repo, "rebase", "-q", "main")
+    anthropic_standin.policy = by_order
+    code, out, err = await cockpit("review-local", str(repo), "--json", env=env, cwd=elsewhere)
+    assert code == 0, err
+    draft = json.loads(out)
+    assert "Reviewed in 2 independent passes" in draft["summary"]
+    assert "3 findings raised by one pass only" in draft["summary"]  # left out
+    assert draft["verify"] == {"provider": "codex", "error": None}
+    found = {(f["path"], f["title"], f["verify_status"]) for f in draft["findings"]}
+    assert found == {
+        ("app/db.py", "Hard-coded credential", None),  # both passes
+        ("app/db.py", "SQL query built with an f-string", None),
+        ("app/calc.py", "eval() runs untrusted input", "confirmed"),  # one, confirmed
+        ("app/calc.py", "Bare except hides errors", "confirmed"),
+    }

@@ -35,7 +35,7 @@ STORED = [
     (Verdict, "comment request_changes"),
     (VerifyStatus, "confirmed refuted uncertain"),
     (SessionStatus, "active busy ended failed"),
-    (SessionRole, "primary child verify"),
+    (SessionRole, "primary child verify part"),
     (JobState, "queued waiting running done failed cancelled"),
     (DeliveryStatus, "queued done ignored failed"),
     (RunStatus, "running done failed cancelled"),

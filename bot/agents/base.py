@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,6 +51,40 @@ class Budget:
             daily_max_runs=settings.daily_max_runs,
             daily_max_usd=settings.daily_max_usd,
         )
+
+
+@dataclass
+class Allowance:
+    """One run's budget shared by several sessions (a verify pass's, a review's groups): each
+    starts with an equal share of what is left (tokens, dollars) and gives back what it did
+    not spend; all end by the one deadline."""
+
+    tokens: int
+    usd: float | None
+    deadline: float
+    waiting: int  # sessions not started yet
+
+    def take(self, budget: Budget, calls: int) -> Budget | None:
+        """The next session's budget, with at most `calls` tool calls; None when the time is
+        up."""
+        seconds = self.deadline - time.monotonic()
+        share = self.tokens // self.waiting
+        usd = None if self.usd is None else self.usd / self.waiting
+        self.waiting -= 1
+        if seconds <= 0:
+            return None
+        self.tokens -= share
+        if usd is not None:
+            self.usd -= usd
+        calls = min(calls, budget.max_tool_calls)
+        return replace(
+            budget, max_tool_calls=calls, max_tokens=share, max_usd=usd, max_seconds=seconds
+        )
+
+    def give_back(self, share: Budget, tokens: int, usd: float | None) -> None:
+        self.tokens += max(share.max_tokens - tokens, 0)
+        if self.usd is not None and share.max_usd is not None:
+            self.usd += max(share.max_usd - (usd or 0.0), 0.0)
 
 
 @dataclass

@@ -36,6 +36,7 @@ class EvalOptions(msgspec.Struct, frozen=True):
     repo: str | None = None
     jobs: int = 1
     judge_model: str | None = None
+    passes: int = 1  # reviews of each case in different file orders (`passes`)
 
 
 class Cost(msgspec.Struct, frozen=True):
@@ -61,6 +62,7 @@ class CaseScores(msgspec.Struct, kw_only=True):
     verify_error: str | None = None
     rules: DraftRules | None = None  # the repository's settings the draft was made under
     in_diff: tuple[int, ...] = ()  # findings (by ordinal) on the diff's lines: inline comments
+    passes: dict[int, tuple[int, ...]] = {}  # finding (by ordinal) → the passes that raised it
 
     def spent(self) -> tuple[Cost, Cost]:
         return Cost(self.review_tokens, self.review_usd), Cost(self.verify_tokens, self.verify_usd)

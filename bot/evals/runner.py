@@ -36,7 +36,7 @@ from bot.records.sessions import end_session, prune_detached_sessions
 from bot.records.sqlite import SqliteDatabase
 from bot.records.vocab import RunStatus, VerifyStatus
 from bot.review.pipeline import Reviewer, ReviewRequest, review_worktree
-from bot.review.verify import apply_verification, choose_provider, verify_draft
+from bot.review.verify import apply_verification, choose_provider, verify_draft, verify_unverified
 from bot.texts import OPERATOR, say
 from bot.workers import CONVERSATION_TTL, PRUNE_CHUNK
 from bot.worktrees import GitError, Mirrors
@@ -65,6 +65,7 @@ class Runner:
     sources: Sources
     judge: Judge
     progress: ProgressSink
+    passes: int = 1  # `eval run --passes`
 
     async def run_case(self, run: ModelRun, case: Case, index: int) -> CaseResult:
         """What it spent comes from its runs: a case that fails half-way still counts it."""
@@ -80,6 +81,7 @@ class Runner:
             prepared = await self.sources.prepare(case, f"eval-{run.id}-{index}")
             result.head_sha, result.notes = prepared.tree.head_sha, prepared.notes
             reviewer = Reviewer(self.db, self.models, Budget(max_usd=self.settings.review_max_usd))
+            config = await self.sources.repo_config(prepared.key)
             request = ReviewRequest(
                 repo=display_name(case.repository),
                 number=case.pr or 0,
@@ -87,20 +89,31 @@ class Runner:
                 body=case.body,
                 base_ref=case.base_ref or say(OPERATOR, "eval.default_branch"),
                 provider=run.provider,
-                config=await self.sources.repo_config(prepared.key),
+                config=msgspec.structs.replace(config, passes=self.passes),
                 model=run.model,
             )
             draft = await review_worktree(reviewer, prepared.tree, request, on_session=opened)
             rows = draft.findings
+            result.passes = {n: draft.raised[f] for n, f in enumerate(rows, 1) if f in draft.raised}
+            verify_started = time.monotonic()
             if run.verify and rows:
                 assert run.verify_provider is not None
-                verify_started = time.monotonic()
                 verification = await verify_draft(
                     reviewer, prepared.tree, request, draft, provider=run.verify_provider
                 )
-                result.verify_seconds = time.monotonic() - verify_started
                 result.verify_error = verification.error
                 rows = apply_verification(rows, verification)
+            elif draft.once:  # as production: what one pass only raised is verified anyway
+                provider = choose_provider(run.provider, None, self.models.available())
+                rows, result.verify_error = await verify_unverified(
+                    reviewer,
+                    prepared.tree,
+                    request,
+                    draft,
+                    provider=provider,
+                    todo=[n for n, f in enumerate(rows) if f in draft.once],
+                )
+            result.verify_seconds = time.monotonic() - verify_started
             result.findings = [EvalFinding.of(n, r) for n, r in enumerate(rows, start=1)]
             result.rules = draft.rules
             result.in_diff = tuple(n for n, r in enumerate(rows, start=1) if r.in_diff)
@@ -133,11 +146,18 @@ class Runner:
             return
         drafted = [
             Drafted(
-                f.ordinal, f.severity, f.verify_status, f.ordinal in result.in_diff, f.confidence
+                f.ordinal,
+                f.severity,
+                f.verify_status,
+                f.ordinal in result.in_diff,
+                f.confidence,
+                passes=result.passes.get(f.ordinal, ()),
             )
             for f in result.findings
         ]
         for variant in VARIANTS:
+            if variant.several_passes and self.passes < 2:
+                continue
             for verified in variant.entries(run.verify):
                 chosen, summarised = variant.chosen(drafted, result.rules, verified)
                 counts = score_case(scores, labels, kept=chosen, known_fp=known)[0]
@@ -300,7 +320,13 @@ async def run_eval(
         before = {repo: await fingerprint(repo) for repo in repositories}
         progress.start(result, len(cases) * len(runs), resumed=resume is not None)
         runner = Runner(
-            settings, db, models, Sources(Mirrors(settings.data_dir / "eval")), judge, progress
+            settings,
+            db,
+            models,
+            Sources(Mirrors(settings.data_dir / "eval")),
+            judge,
+            progress,
+            max(1, options.passes),
         )
         try:
             for run in runs:

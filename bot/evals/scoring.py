@@ -10,7 +10,7 @@ import msgspec
 from msgspec.structs import astuple
 
 from bot.records.types import DraftRules
-from bot.records.vocab import FindingState
+from bot.records.vocab import FindingState, VerifyStatus
 
 ALL, VERIFIED = "all", "verified"  # the findings scored: every one, or those not refuted
 
@@ -140,6 +140,7 @@ class Drafted:
     in_diff: bool
     confidence: int | None = None
     state: str = FindingState.KEPT
+    passes: tuple[int, ...] = ()  # the passes that raised it (empty: a review in one pass)
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,10 @@ class Variant:
     name: str
     rules: Callable[[DraftRules], DraftRules] | None
     verify: bool | None = None
+    # which findings production drafts at all, read before the verify status is set aside:
+    # `passes`' rule (a pass's verify session runs with or without `verify`); None: every one
+    drafts: Callable[[Drafted], bool] | None = None
+    several_passes: bool = False  # scored only in a run of several passes (`--passes`)
 
     def entries(self, verified: bool) -> tuple[bool, ...]:
         """The entries it is scored in: without the verify pass, and with it when it ran."""
@@ -172,7 +177,9 @@ class Variant:
         here; without the verify pass no verify status counts."""
         if self.rules is None:
             return [True] * len(findings), 0
+        drafted = [self.drafts is None or self.drafts(f) for f in findings]
         seen = [f if verified else replace(f, verify_status=None) for f in findings]
+        seen = [f for f, kept in zip(seen, drafted, strict=True) if kept]
         rules = self.rules(rules)
         published = rules.approvable(seen)
         capped = rules.over_cap(published)
@@ -185,4 +192,13 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("published", lambda rules: rules),  # the repository's settings as configured
     Variant("confirmed-only", lambda rules: replace(rules, verify_publish="confirmed"), True),
     Variant("no-min-confidence", lambda rules: replace(rules, min_confidence=0)),
+    # `eval run --passes N`: what the first pass alone would have drafted, and what N passes
+    # keep (two raised it, or one did and its verify session confirmed it)
+    Variant("one-pass", lambda rules: rules, drafts=lambda f: 1 in f.passes, several_passes=True),
+    Variant(
+        "passes",
+        lambda rules: rules,
+        drafts=lambda f: len(f.passes) != 1 or f.verify_status == VerifyStatus.CONFIRMED,
+        several_passes=True,
+    ),
 )

@@ -122,6 +122,23 @@ async def review_costs(db: Database, review_id: int) -> list[tuple[str, int, flo
     ]
 
 
+async def pass_costs(db: Database, review_id: int) -> list[tuple[int, int, float | None]]:
+    """A review in several passes (`passes`): per pass, its model runs (`subkind` `pass-N`)
+    and their USD (None when any run's cost is unknown); empty for a review of one pass."""
+    rows = await db.fetchall(
+        "SELECT subkind, cost_usd FROM runs WHERE review_id = ? AND subkind LIKE 'pass-%'"
+        " ORDER BY id",
+        (review_id,),
+    )
+    by_pass: dict[int, list[float | None]] = {}
+    for row in rows:
+        by_pass.setdefault(int(row["subkind"].removeprefix("pass-")), []).append(row["cost_usd"])
+    return [
+        (number, len(costs), None if None in costs else sum(c for c in costs if c is not None))
+        for number, costs in sorted(by_pass.items())
+    ]
+
+
 async def session_cost(db: Database, session_id: int) -> float | None:
     """USD of the session's runs; None when any run's cost is unknown."""
     rows = await db.fetchall("SELECT cost_usd FROM runs WHERE session_id = ?", (session_id,))

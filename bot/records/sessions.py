@@ -27,7 +27,8 @@ async def create_session(
     parent_session_id: int | None = None,
 ) -> Session:
     """A reviewer's conversation, or (`role` VERIFY) the verify pass's, linked to the draft's
-    session as its parent, which ends with its one turn."""
+    session as its parent, which ends with its one turn; or (`role` PART) a review's group or
+    later pass, linked to the review's primary session."""
     async with db.transaction() as conn:
         session_id = await _insert(
             conn, provider, model, role, pull_id, review_id, parent_session_id
@@ -129,6 +130,14 @@ async def open_sessions(db: Database, pull_id: int) -> list[Session]:
         f"SELECT * FROM sessions WHERE pull_id = ? AND status IN {sql_in(OPEN_SESSION)}",
         (pull_id,),
     )
+
+
+async def part_sessions(db: Database, review_id: int) -> int:
+    """How many sessions besides its primary one drafted the review (groups, passes)."""
+    row = await db.fetchone(
+        "SELECT COUNT(*) AS n FROM sessions WHERE review_id = ? AND role = 'part'", (review_id,)
+    )
+    return int(row["n"]) if row else 0
 
 
 async def end_review_sessions(db: Database, review_id: int) -> None:

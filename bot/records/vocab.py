@@ -78,6 +78,7 @@ class SessionRole(StrEnum):
     PRIMARY = "primary"  # a reviewer's conversation
     CHILD = "child"  # a cross-review
     VERIFY = "verify"  # the verify pass's one turn
+    PART = "part"  # a review's group or later pass besides its first (the primary) session
 
 
 class JobState(StrEnum):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Protocol
 
 # Words that do not tell two findings apart (the eval judge's list; it holds the ledger's).
 _STOP = """a an and are as at be been but by can could do does for from has have how if in into
@@ -81,3 +82,51 @@ def pair(
                 if o not in shared:
                     used.add(o)
     return taken
+
+
+class Claim(Protocol):
+    """What tells findings of one head apart: a stored `Finding` or a drafted one."""
+
+    path: str
+    line: int | None
+    title: str
+    body: str
+
+
+def matched(
+    old: Sequence[Claim], new: Sequence[Claim], *, pinned: Callable[[int], bool] = lambda o: False
+) -> dict[int, int]:
+    """Which old claim each new one of the same head is (index → index), one to one: the same
+    title on its file, nearest first (a `pinned` old one only where it was: a person's drop),
+    then a rewording at the same place (`same`, by its title or by its title and body). The
+    reviser pairs a revision with the draft by it, and a review in groups or passes merges
+    its parts' findings by it."""
+    titles = [words(f.title) for f in old], [words(f.title) for f in new]
+    texts = [words(f"{f.title} {f.body}") for f in old], [words(f"{f.title} {f.body}") for f in new]
+
+    def apart(o: int, n: int) -> int | None:
+        if old[o].path != new[n].path:
+            return None
+        if old[o].line is None or new[n].line is None:
+            return NEAR_LINES
+        return abs(old[o].line - new[n].line)
+
+    def exact(o: int, n: int) -> float | None:
+        lines = apart(o, n)
+        if lines is None or titles[0][o] != titles[1][n]:
+            return None
+        if pinned(o) and lines > NEAR_LINES:
+            return None
+        return lines
+
+    def reworded(o: int, n: int) -> float | None:
+        lines = apart(o, n)
+        if lines is None:
+            return None
+        # the title alone, or title and body: a claim restated keeps one of the two
+        placed = lines <= NEAR_LINES
+        alike = [same(claims[0][o], claims[1][n], placed=placed) for claims in (titles, texts)]
+        best = max((a for a in alike if a is not None), default=None)
+        return None if best is None else lines - best
+
+    return pair(len(old), len(new), (exact, reworded))

@@ -33,7 +33,7 @@ from bot.review.pipeline import Draft, Reviewer, ReviewRequest, review_worktree
 from bot.review.status import show_status
 from bot.review.target import Target
 from bot.review.threads import resolve_threads, thread_replies
-from bot.review.verify import choose_provider, verify_unverified
+from bot.review.verify import choose_provider, settle_passes, verify_unverified
 from bot.texts import PEOPLE, say
 from bot.worktrees import GitError, Worktree, disk
 
@@ -184,9 +184,19 @@ class ReviewJob:
         draft = await review_worktree(
             reviewer, tree, request, on_tool_call=progress, on_plan=self._planned
         )
+        settled: dict[str, Any] = {}
+        if draft.once:  # `passes`: what one pass only raised stays when verify confirms it
+            provider = self._verifier(request)
+            once = draft.once
+            await self._verifying(progress, sum(f in once for f in draft.findings), provider)
+            draft, error = await settle_passes(
+                reviewer, tree, request, draft, provider=provider, on_tool_call=progress
+            )
+            settled = {"verify_provider": provider, "verify_error": error}
         numbered, writes, note, verified = await self._numbered(
             reviewer, tree, request, items, draft, progress
         )
+        verified = verified or settled
         current = await get_review(ctx.db, review_id)
         if current is None or current.run_owner != self.owner:
             return Ended.TAKEN_OVER
@@ -202,7 +212,9 @@ class ReviewJob:
             skill_version_id=draft.skill_version_id,
             progress=say(PEOPLE, "progress", step="publishing"),
             # `verify_publish` applies when the verify pass ran
-            rules=draft.rules if verified else replace(draft.rules, verify_publish="not_refuted"),
+            rules=draft.rules
+            if self.verify and verified
+            else replace(draft.rules, verify_publish="not_refuted"),
             ledger=note,
             suppressed=note.suppressed,
             **verified,
@@ -257,15 +269,12 @@ class ReviewJob:
         )
         if not (self.verify and numbered):
             return numbered, writes, note, {}
-        provider = choose_provider(
-            request.provider, request.config.verify_provider, ctx.models.available()
-        )
+        provider = self._verifier(request)
         # A finding carried from the last draft with its code as it was keeps its verdict;
         # the rest (new, said again, or moved on) are verified.
         todo = sum(1 for _, f in numbered if f.verify_status is None)
         if todo:
-            progress.phase = say(PEOPLE, "progress_verifying", count=todo, provider=provider)
-            await update_review(ctx.db, self.review_id, progress=progress.phase)
+            await self._verifying(progress, todo, provider)
         findings, error = await verify_unverified(
             reviewer,
             tree,
@@ -278,6 +287,14 @@ class ReviewJob:
             log.warning("verify pass failed", extra={"fields": {"reason": error}})
         numbered = [(n, f) for (n, _), f in zip(numbered, findings, strict=True)]
         return numbered, writes, note, {"verify_provider": provider, "verify_error": error}
+
+    def _verifier(self, request: ReviewRequest) -> str:
+        available = self.ctx.models.available()
+        return choose_provider(request.provider, request.config.verify_provider, available)
+
+    async def _verifying(self, progress: StatusTicker, count: int, provider: str) -> None:
+        progress.phase = say(PEOPLE, "progress_verifying", count=count, provider=provider)
+        await update_review(self.ctx.db, self.review_id, progress=progress.phase)
 
     async def _why_not_now(self) -> str | None:
         """Why no review may start now, whoever asked: disk below its watermark, or the

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from bot.diff import DiffModel
 from bot.records.types import DraftFinding
@@ -13,6 +15,15 @@ from bot.texts import PEOPLE, say
 
 _TESTS = re.compile(r"(^|/)(tests?|spec|__tests__)/|(^|/)test_[^/]+$|_test\.[a-z]+$")
 _DOCS = re.compile(r"\.(md|rst|txt|adoc)$|(^|/)docs?/")
+# What a test file's name says it tests: `test_calc.py`, `calc_test.go`, `calc.test.ts`,
+# `calc.spec.js`, `CalcTest.java` all test `calc`.
+_TESTED = re.compile(r"^test_|(?:[._-](?:test|spec)|Tests?)$")
+
+# Above the first request's size budget a PR is reviewed in groups of related files, each in a
+# session of its own: about 8-10 files, a group closing at a folder's end once it has 8, never
+# past 10 (a file and its tests stay together), nor, with more than one file, past the budget.
+GROUP_MAX = 10
+GROUP_MIN = 8
 
 
 @dataclass(frozen=True)
@@ -89,3 +100,49 @@ def placed(found: DraftFinding, diff: DiffModel) -> DraftFinding:
     if end and file.commentable(end, side):
         return replace(found, in_diff=True, line=end, end_line=None)
     return replace(found, in_diff=False)
+
+
+def _stem(path: str) -> str:
+    return posixpath.basename(path).split(".", 1)[0]
+
+
+def grouped(
+    reviewed: Sequence[str], sizes: Mapping[str, int], budget: int
+) -> tuple[tuple[str, ...], ...]:
+    """The files under review in groups of related ones (the same folder, a file and its
+    tests), each in review order; one group when their diffs fit the `budget` together.
+    Folders come in path order, so a package's subfolders follow it."""
+    if sum(sizes[p] for p in reviewed) <= budget:
+        return (tuple(reviewed),)
+    order = {path: n for n, path in enumerate(reviewed)}
+    sources: dict[str, str] = {}  # stem → the first source file of that name
+    for path in reviewed:
+        if not is_test(path):
+            sources.setdefault(_stem(path).casefold(), path)
+    units: dict[str, list[str]] = {}  # a source file (or a test of none) → its files
+    for path in reviewed:
+        subject = _TESTED.sub("", _stem(path)).casefold() if is_test(path) else None
+        anchor = sources.get(subject, path) if subject else path
+        units.setdefault(anchor, []).append(path)
+    ranked = sorted(units.items(), key=lambda unit: (posixpath.dirname(unit[0]), unit[0]))
+    groups: list[list[str]] = []
+    folder, size = None, 0
+    for anchor, files in ranked:
+        here, more = posixpath.dirname(anchor), sum(sizes[p] for p in files)
+        group = groups[-1] if groups else []
+        full = len(group) + len(files) > GROUP_MAX or size + more > budget
+        turn = len(group) >= GROUP_MIN and here != folder
+        if not groups or (group and (full or turn)):
+            groups.append([])
+            size = 0
+        groups[-1].extend(files)
+        folder, size = here, size + more
+    return tuple(tuple(sorted(group, key=order.__getitem__)) for group in groups)
+
+
+def in_order(items: Sequence[Any], number: int, passes: int) -> tuple[Any, ...]:
+    """The files (or groups) as pass `number` of `passes` reads them: review order turned
+    round by its share of them, so each pass starts elsewhere (with as many items as passes,
+    no two passes start with the same one) and reads what others read first later."""
+    start = (number - 1) * len(items) // max(passes, 1)
+    return (*items[start:], *items[:start])

@@ -14,7 +14,7 @@ from bot.records.vocab import FindingState
 from bot.repo_config import RepoConfig
 from bot.review import ledger
 from bot.review.approve import publishing_key
-from bot.review.identity import NEAR_LINES, pair, same, words
+from bot.review.identity import matched
 from bot.review.pending import redraft
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest, without_left_out
 from bot.review.status import show_status
@@ -37,38 +37,10 @@ class Renumbered:
 
 
 def match(old: Sequence[Finding], new: Sequence[DraftFinding]) -> dict[int, Finding]:
-    """Which old finding each revised one is (by index into `new`), one to one: the same
-    title on its file, nearest first (a person's drop only where it was), then a rewording
-    at the same place (`identity.same`, by its title or by its title and body)."""
-    titles = [words(f.title) for f in old], [words(f.title) for f in new]
-    texts = [words(f"{f.title} {f.body}") for f in old], [words(f"{f.title} {f.body}") for f in new]
-
-    def apart(o: int, n: int) -> int | None:
-        if old[o].path != new[n].path:
-            return None
-        if old[o].line is None or new[n].line is None:
-            return NEAR_LINES
-        return abs(old[o].line - new[n].line)
-
-    def exact(o: int, n: int) -> float | None:
-        lines = apart(o, n)
-        if lines is None or titles[0][o] != titles[1][n]:
-            return None
-        if old[o].state == FindingState.DROPPED and lines > NEAR_LINES:
-            return None
-        return lines
-
-    def reworded(o: int, n: int) -> float | None:
-        lines = apart(o, n)
-        if lines is None:
-            return None
-        # the title alone, or title and body: a claim restated keeps one of the two
-        placed = lines <= NEAR_LINES
-        alike = [same(claims[0][o], claims[1][n], placed=placed) for claims in (titles, texts)]
-        best = max((a for a in alike if a is not None), default=None)
-        return None if best is None else lines - best
-
-    return {n: old[o] for n, o in pair(len(old), len(new), (exact, reworded)).items()}
+    """Which old finding each revised one is (by index into `new`), one to one
+    (`identity.matched`; a person's drop only where it was)."""
+    dropped = [f.state == FindingState.DROPPED for f in old]
+    return {n: old[o] for n, o in matched(old, new, pinned=dropped.__getitem__).items()}
 
 
 def _claim(f: Finding | DraftFinding) -> tuple[object, ...]:

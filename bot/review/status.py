@@ -17,7 +17,7 @@ from bot.records.reviews import (
     update_review,
     vetter_before,
 )
-from bot.records.runs import review_costs
+from bot.records.runs import pass_costs, review_costs
 from bot.records.sessions import has_active_cross_review
 from bot.records.types import Finding, Job, Pull, Review
 from bot.records.vocab import ACTIVE, FindingState, ReviewState
@@ -80,6 +80,9 @@ async def render_status(target: Target, review: Review) -> str:
     cost_line = " · ".join(
         f"{provider}: {runs} model run(s), {usd(cost)}" for provider, runs, cost in costs
     )
+    passes = [(n, runs, usd(cost)) for n, runs, cost in await pass_costs(db, review.id)]
+    if passes:
+        cost_line += f" ({say(PEOPLE, 'pass_costs', passes=passes)})"
     cross_review = await has_active_cross_review(db, review.id)
     vetting = await _vetting(target, review, findings)
     return render(

@@ -9,13 +9,13 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from bot.agents.answers import Verdict, submit_verification
-from bot.agents.base import AgentError, Budget, Provider
+from bot.agents.base import AgentError, Allowance, Provider
 from bot.agents.loop import TurnResult
 from bot.agents.providers import other_provider
 from bot.agents.toolbox import Toolbox
 from bot.records.sessions import create_session, end_session
 from bot.records.types import DraftFinding
-from bot.records.vocab import SessionRole
+from bot.records.vocab import SessionRole, VerifyStatus
 from bot.review.default_branch import read_default_branch
 from bot.review.instructions import FILE_CHARS, TOTAL_CHARS, Instructions, assemble
 from bot.review.pipeline import Draft, Reviewer, ReviewRequest
@@ -67,39 +67,6 @@ def apply_verification(
     return result
 
 
-@dataclass
-class Allowance:
-    """The verify pass's one run budget, shared by its sessions: each starts with an equal
-    share of what is left (tokens, dollars) and gives back what it did not spend; all end by
-    the pass's deadline."""
-
-    tokens: int
-    usd: float | None
-    deadline: float
-    waiting: int  # sessions not started yet
-
-    def take(self, budget: Budget) -> Budget | None:
-        """The next session's budget; None when the pass's time is up."""
-        seconds = self.deadline - time.monotonic()
-        share = self.tokens // self.waiting
-        usd = None if self.usd is None else self.usd / self.waiting
-        self.waiting -= 1
-        if seconds <= 0:
-            return None
-        self.tokens -= share
-        if usd is not None:
-            self.usd -= usd
-        calls = min(CALLS_PER_FINDING, budget.max_tool_calls)
-        return replace(
-            budget, max_tool_calls=calls, max_tokens=share, max_usd=usd, max_seconds=seconds
-        )
-
-    def give_back(self, share: Budget, tokens: int, usd: float | None) -> None:
-        self.tokens += max(share.max_tokens - tokens, 0)
-        if self.usd is not None and share.max_usd is not None:
-            self.usd += max(share.max_usd - (usd or 0.0), 0.0)
-
-
 async def verify_draft(
     reviewer: Reviewer,
     tree: Worktree,
@@ -132,7 +99,7 @@ async def verify_draft(
 
     async def one(ordinal: int, finding: DraftFinding) -> Verdict | str:
         async with gate:
-            share = allowance.take(budget)
+            share = allowance.take(budget, CALLS_PER_FINDING)
             if share is None:
                 return say(PEOPLE, "budget_wall_clock", seconds=budget.max_seconds)
             try:
@@ -260,3 +227,33 @@ async def verify_unverified(
     for n, finding in zip(todo, apply_verification(subset, verification), strict=True):
         findings[n] = finding
     return findings, verification.error
+
+
+async def settle_passes(
+    reviewer: Reviewer,
+    tree: Worktree,
+    request: ReviewRequest,
+    draft: Draft,
+    *,
+    provider: str,
+    on_tool_call: Callable[[str], Awaitable[None]] | None = None,
+) -> tuple[Draft, str | None]:
+    """A review in several passes (`passes`): a finding one pass only raised is verified and
+    stays when it is confirmed (those two passes raised stay as they are); the summary says
+    how many went. And the verify pass's error (None: it ran, or had nothing to do)."""
+    once = draft.once
+    todo = [n for n, f in enumerate(draft.findings) if f in once]
+    if not todo:
+        return replace(draft, raised={}), None
+    findings, error = await verify_unverified(
+        reviewer, tree, request, draft, provider=provider, todo=todo, on_tool_call=on_tool_call
+    )
+    kept = [
+        f
+        for n, f in enumerate(findings)
+        if n not in todo or f.verify_status == VerifyStatus.CONFIRMED
+    ]
+    summary, gone = draft.summary, len(findings) - len(kept)
+    if gone:
+        summary += "\n\n" + say(PEOPLE, "passes_dropped", count=gone)
+    return replace(draft, findings=kept, summary=summary, raised={}), error

@@ -155,6 +155,8 @@ class Turn:
                 answered = answer_text(last) or None
         if answered is None:
             message = None if done is not None else self.text
+            if message is not None and self.mode == ASK and not self.child:
+                message += await self._merged_draft()
             if message is not None and self.mode == CRITIQUE:
                 parent = await sessions.get_session(ctx.db, self.session.parent_session_id or 0)
                 message = await cross_review_context(ctx, parent, self.review, self.pull, message)
@@ -241,16 +243,39 @@ class Turn:
         )
         await self._link(reply)
 
+    async def _merged_draft(self) -> str:
+        """A question to a primary session that wrote only part of its draft (groups,
+        passes): the draft's findings, so it answers about all of them."""
+        parts = await sessions.part_sessions(self.ctx.db, self.review.id)
+        if not parts:
+            return ""
+        findings = await load_findings(self.ctx.db, self.review.id)
+        kept = [f for f in findings if f.state == FindingState.KEPT]
+        if not kept:
+            return ""
+        merged = render_text(
+            "prompts/merged_draft.md.j2", merged=kept, parts=parts + 1, revising=False
+        )
+        return "\n\n" + merged
+
     async def _decisions(self) -> str:
         """What the reviser must know besides the feedback: the findings people dropped and
         those it withdrew itself (so it neither brings them back nor rewords them in)."""
         findings = await load_findings(self.ctx.db, self.review.id)
         dropped = [f for f in findings if f.state == FindingState.DROPPED]
         withdrawn = [f for f in findings if f.state == FindingState.WITHDRAWN]
-        if not dropped and not withdrawn:
+        # a draft merged from several sessions (groups, passes): this one saw only its part,
+        # and a revision replaces the whole draft, so it is told what the others found
+        parts = await sessions.part_sessions(self.ctx.db, self.review.id)
+        kept = [f for f in findings if f.state == FindingState.KEPT] if parts else []
+        if not dropped and not withdrawn and not kept:
             return ""
         return "\n\n" + render_text(
-            "prompts/revision_decisions.md.j2", dropped=dropped, withdrawn=withdrawn
+            "prompts/revision_decisions.md.j2",
+            dropped=dropped,
+            withdrawn=withdrawn,
+            merged=kept,
+            parts=parts + 1,
         )
 
     async def _not_run(self, reason: str) -> None:
