@@ -185,6 +185,8 @@ def test_verify_notes_stay_inside_their_status_table_cell(note, title):
         rules=DraftRules(),
         minor=[],
         capped="none",
+        vetting=None,
+        vet_holds=False,
     )
     [row] = [line for line in body.splitlines() if line.startswith("| F1 |")]
     assert row.replace("\\|", "").count("|") == 7  # six cells, whatever the model wrote
