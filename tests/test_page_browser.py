@@ -1,7 +1,8 @@
 """The cockpit page end to end in headless Chromium: a real `cockpit serve` reviews a PR (the
 scripted model), a person signs in from the page with GitHub (the stand-in's authorize page),
 sees the inbox with two repositories of which they may see one, opens the draft, drops a
-finding with a reason (read back from the database), opens the figures; a PR title made of
+finding with a reason (read back from the database), vets the draft (her pending review holds
+it, the inbox lists it as hers), opens the figures; a PR title made of
 script and event-handler markup shows as text and runs nothing. Screenshots of each page go
 to $COCKPIT_ARTIFACTS (default: the test's temporary folder)."""
 
@@ -141,6 +142,18 @@ async def test_sign_in_inbox_draft_drop_and_figures_in_chromium(tmp_path, github
         assert not await browser.evaluate("!!document.getElementById('drop-1')")
         assert await browser.evaluate("window.pwned === undefined")
         await browser.screenshot(shots / "page-dropped.png")
+
+        # Vet: the draft becomes alice's own pending review (as `/cockpit vet` from her).
+        await browser.go(cockpit.url + "/r/octo/widgets/pull/1", "#vet")
+        await browser.evaluate("document.getElementById('vet').click()")
+        await browser.until("#notice")
+        assert "is your pending review" in await browser.text()
+        held = github.pending_of("octo/widgets", 1, "alice")
+        assert held is not None and "**F1" not in str(held.get("comments"))  # F1 was dropped
+        await browser.go(cockpit.url + "/", "ul#held")
+        assert "octo/widgets#1" in await browser.evaluate(
+            "document.querySelector('ul#held').innerText"
+        )
 
         await browser.go(cockpit.url + "/stats", "svg.chart")
         figures = await browser.text()
