@@ -255,8 +255,8 @@ def _refused(name: str, value: Any) -> str | None:
     problem = found[0]
     if problem.allowed:
         return _said("choice", choices=problem.allowed)
-    if problem.why == "range":
-        return _said("minimum", minimum=problem.limits["ge"])
+    if problem.why == "range":  # a key with both ends says both (`passes = 9`: at most 5)
+        return _said("minimum", minimum=problem.limits.get("ge"), maximum=problem.limits.get("le"))
     if problem.why == "length":
         return _said("long", limit=MAX_TEXT)
     expected = problem.expected.split(" or ")[0]  # "integer or null": an integer
