@@ -415,6 +415,7 @@ def _pass_draft(
     )
     return replace(
         head,
+        session_id=session_id,  # the primary's, when its group failed: its spend counts all
         summary="\n\n".join(lines),
         verdict=_verdict(d.verdict for d in drafts),
         findings=[f for f, _ in found],
