@@ -12,7 +12,16 @@ from bot.standin.models import Action
 from bot.standin.scripted import careful_reviewer
 from handlers import router
 from tests import test_review_local as local
-from tests.test_review_groups import CONFIG, PASSES_HEAD, by_order, listed, module, sessions_told
+from tests.test_review_groups import (
+    CONFIG,
+    PASSES_HEAD,
+    by_order,
+    hunch,
+    listed,
+    module,
+    scan_diff_of,
+    sessions_told,
+)
 from tests.world import build_world
 
 repo, elsewhere, env = local.repo, local.elsewhere, local.env  # its fixtures
@@ -61,3 +70,35 @@ async def test_review_local_counts_every_group_when_the_first_group_fails(
     assert groups >= 4
     spent = sum(sum(usage.values()) for usage in anthropic_standin.usages)
     assert draft["tokens"] == spent  # every group's runs, not the second group's alone
+
+
+@pytest.mark.backends
+async def test_passes_with_the_verifier_down_keep_what_one_pass_raised_unverified(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    """`passes = 2` and every verify request refused: what one pass raised had no verdict, yet
+    was left out "not confirmed by the verify pass", and the draft was empty under a status
+    saying "the findings above are unverified; the draft stands". They stay, unverified."""
+    anthropic_standin.policy = by_order
+    openai_standin.policy = lambda conversation: Action(status=400, error_message="verifier down")
+    config = 'min_severity = "nit"\npasses = 2\n'
+    world = build_world(github, tmp_path, head=PASSES_HEAD, files={CONFIG: config})
+    world.client = await aiohttp_client(make_app(settings, router))
+    world.model = anthropic_standin
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft", timeout=60)
+    await world.wait_idle(60)
+    status = world.status_body()
+    assert "verifier down" in status and "left out of the draft" not in status
+    [review] = await world.review_rows()
+    rows = await world.ctx.db.fetchall(
+        "SELECT path, title, verify_status FROM findings WHERE review_id = ?", (review["id"],)
+    )
+    patterns = {(f["path"], f["title"]) for f in scan_diff_of(PASSES_HEAD)}
+    raised = {
+        key
+        for files in sessions_told(anthropic_standin)
+        for key in {k for k in patterns if k[0] in files[:2]} | {hunch(files[0])}
+    }
+    assert raised and {(r["path"], r["title"]) for r in rows} == raised
+    assert {r["verify_status"] for r in rows} == {None}

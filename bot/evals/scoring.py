@@ -198,7 +198,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant(
         "passes",
         lambda rules: rules,
-        drafts=lambda f: len(f.passes) != 1 or f.verify_status == VerifyStatus.CONFIRMED,
+        drafts=lambda f: len(f.passes) != 1 or f.verify_status in (VerifyStatus.CONFIRMED, None),
         several_passes=True,
     ),
 )

@@ -248,10 +248,13 @@ async def settle_passes(
     findings, error = await verify_unverified(
         reviewer, tree, request, draft, provider=provider, todo=todo, on_tool_call=on_tool_call
     )
+    # one the verifier gave no verdict on (its session failed, the budget ran out) stays,
+    # unverified (the status comment says the verify pass did not run): an outage of the
+    # verifier never empties a draft
     kept = [
         f
         for n, f in enumerate(findings)
-        if n not in todo or f.verify_status == VerifyStatus.CONFIRMED
+        if n not in todo or f.verify_status in (VerifyStatus.CONFIRMED, None)
     ]
     summary, gone = draft.summary, len(findings) - len(kept)
     if gone:
