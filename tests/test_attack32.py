@@ -14,6 +14,7 @@ from handlers import router
 from tests import test_review_local as local
 from tests.test_review_groups import (
     CONFIG,
+    EVAL,
     PASSES_HEAD,
     by_order,
     hunch,
@@ -102,3 +103,39 @@ async def test_passes_with_the_verifier_down_keep_what_one_pass_raised_unverifie
     }
     assert raised and {(r["path"], r["title"]) for r in rows} == raised
     assert {r["verify_status"] for r in rows} == {None}
+
+
+@pytest.mark.backends
+async def test_passes_raising_once_only_on_ignored_files_run_no_verify_pass_and_claim_none(
+    github, settings, tmp_path, aiohttp_client, anthropic_standin, openai_standin
+):
+    """`passes = 2`: both passes raise the eval() (kept), and each a finding of its own on an
+    ignored file (dropped). `Draft.once` still counted the dropped ones, so the review went
+    "verifying" and stored a verify provider as if a verify pass had run on the draft (the
+    check run says "Verify pass (codex): 0 confirmed, 0 refuted, 0 uncertain")."""
+
+    def eval_and_a_generated_hunch(conversation):
+        action = by_order(conversation)
+        if [name for name, _ in action.tools] == ["submit_review"]:
+            first = listed(conversation.user_texts[0])[0]
+            said = "Overflow in counter" if first == "calc.py" else "Unicode normalisation skipped"
+            hunch = {**EVAL, "path": "gen/out.py", "line": 1, "title": said, "body": said}
+            action.tools[0][1]["findings"] = [dict(EVAL), hunch]
+        return action
+
+    anthropic_standin.policy = eval_and_a_generated_hunch
+    head = {**PASSES_HEAD, "gen/out.py": "X = 1\n"}
+    config = 'min_severity = "nit"\npasses = 2\nignore = ["gen/**"]\n'
+    world = build_world(github, tmp_path, head=head, files={CONFIG: config})
+    world.client = await aiohttp_client(make_app(settings, router))
+    world.model = anthropic_standin
+    await world.send("pull_request", world.pull_request_payload("opened"))
+    await world.wait_review("draft", timeout=60)
+    await world.wait_idle(60)
+    [review] = await world.review_rows()
+    rows = await world.ctx.db.fetchall(
+        "SELECT path, title FROM findings WHERE review_id = ?", (review["id"],)
+    )
+    assert [tuple(r) for r in rows] == [("calc.py", EVAL["title"])]
+    assert not openai_standin.requests and review["verify_provider"] is None
+    assert "1 finding raised by two passes or more; 0 raised by one" in world.status_body()

@@ -98,7 +98,7 @@ class Draft:
     @property
     def once(self) -> frozenset[DraftFinding]:
         """Of a review in several passes, the findings one pass only raised."""
-        return frozenset(f for f, passes in self.raised.items() if len(passes) < 2)
+        return frozenset(f for f in self.findings if len(self.raised.get(f, (1, 1))) < 2)
 
 
 @dataclass
@@ -372,8 +372,10 @@ async def _in_parts(
     if passes == 1:
         return first
     kept = merged([d.findings for d in by_pass])
-    once = sum(1 for _, raised in kept if len(raised) < 2)
-    note = say(PEOPLE, "passes_note", passes=passes, twice=len(kept) - once, once=once)
+    # counted as drafted: those on a left-out file are dropped (`without_left_out`)
+    said = [raised for f, raised in kept if f.path not in plan.left_out]
+    once = sum(1 for raised in said if len(raised) < 2)
+    note = say(PEOPLE, "passes_note", passes=passes, twice=len(said) - once, once=once)
     return replace(
         first,
         summary=f"{note}\n\n{first.summary}",
