@@ -87,6 +87,28 @@ def port(text: str) -> int:
     return number
 
 
+def passes(text: str) -> int:
+    """`eval run --passes`: what the repository setting `passes` takes (its declaration's
+    range), refused like it."""
+    from bot import inputs
+    from bot.repo_config import KEYS
+
+    try:
+        number = int(text)
+    except ValueError:
+        number = None
+    found = inputs.problems(number, KEYS["passes"].type)
+    if found:
+        limits = found[0].limits
+        raise argparse.ArgumentTypeError(
+            say(
+                OPERATOR, "bad_passes", text=repr(text), low=limits.get("ge"), high=limits.get("le")
+            )
+        )
+    assert number is not None
+    return number
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -400,6 +422,7 @@ def _named() -> dict[str, Any]:
 
     return {
         "port": port,
+        "passes": passes,
         "int": int,
         "float": float,
         "path": Path,

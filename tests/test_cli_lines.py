@@ -177,6 +177,18 @@ def test_a_port_out_of_range_is_refused_before_anything_starts(tmp_path, port):
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("given", ["0", "-2", "9", "two"])
+def test_eval_passes_out_of_the_settings_range_is_refused(tmp_path, given):
+    """Before: `eval run --passes 0` (or -2) ran one pass without a word and `--passes 9`
+    reviewed each case nine times, while the repository setting `passes` takes 1 to 5."""
+    done = cli("eval", "run", "--passes", given, env=app_env(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == (
+        "cockpit eval run: error: argument --passes: expected a number of passes from 1 to 5"
+        f" (the repository setting `passes` takes the same), got {given!r}"
+    )
+
+
 def test_a_host_that_is_not_here_gets_host_advice(tmp_path):
     env = app_env(tmp_path, ANTHROPIC_API_KEY="sk-ant-x")
     done = cli("serve", "--host", "192.0.2.7", "--port", "0", env=env, cwd=tmp_path)

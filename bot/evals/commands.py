@@ -72,7 +72,7 @@ async def eval_run(args: argparse.Namespace, out: TextIO, progress: ConsoleProgr
             repo=str(Path(args.repo).resolve()) if args.repo else None,
             jobs=args.jobs,
             judge_model=args.judge_model,
-            passes=max(1, args.passes),
+            passes=args.passes,
         )
     try:
         result = await run_eval(settings, options, progress, resume=args.resume)
