@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.test_signin import browser, cockpit, follow  # noqa: F401 - the fixture
+from tests.test_vet import vet_settings, world  # noqa: F401 - the fixtures
 
 pytestmark = pytest.mark.backends
 
@@ -23,3 +24,32 @@ async def test_a_link_another_user_completes_still_works_for_its_owner(cockpit, 
         status, page, _ = await follow(http, link)
     assert status == 200 and "Signed in as @alice" in page, page
     assert [row[1] for row in await cockpit.token_rows()] == ["alice"]
+
+
+async def test_an_inline_finding_named_in_the_body_and_deleted_is_removed(world):  # noqa: F811
+    """The review body holds the model's summary (text a PR can steer): a summary that names
+    `**F2 · minor**` must not keep F2 published when the vetter deleted F2's comment."""
+    from tests.test_vet import (
+        comments_of,
+        findings_by_number,
+        pending_of,
+        signed_in,
+        submitted,
+        vet_comment,
+    )
+
+    [row] = await world.review_rows()
+    summary = "Fix **F2 · minor** · Unused import first; the rest can wait."
+    await world.ctx.db.execute("UPDATE reviews SET summary = ? WHERE id = ?", (summary, row["id"]))
+    await signed_in(world, "alice")
+    await vet_comment(world)
+    [theirs] = pending_of(world, "alice")
+    held = comments_of(world, theirs)
+    assert sorted(held) == [1, 2] and "**F2 · minor** · " in theirs["body"]
+    world.github.delete_pending_comment(held[2]["id"])
+    await world.send("pull_request_review", submitted(world, theirs["id"]))
+    await world.wait_idle()
+    found = await findings_by_number(world)
+    assert (found[1].state, found[1].edited) == ("kept", 0)
+    assert (found[2].state, found[2].dropped_by) == ("dropped", "alice")
+    assert "removed: F2" in world.status_body()

@@ -238,7 +238,8 @@ async def on_submitted(ctx: Context, gh: Any, data: dict[str, Any]) -> str:
     body, comments = await _submitted(gh, submitted["node_id"])
     findings = await load_findings(ctx.db, review.id)
     placed = {f.ordinal: f.vetted_text for f in findings if f.vetted_text is not None}
-    outcome = reconcile(placed, comments, body)
+    inline = {f.ordinal for f in chosen(review, findings)[0]}  # as vet placed them
+    outcome = reconcile(placed, comments, body, inline)
     event = SUBMITTED_EVENTS.get(str(submitted.get("state")).lower(), "COMMENT")
     why = say(PEOPLE, "vet.removed_why")
     if not await review_state.published_by_person(
