@@ -53,3 +53,39 @@ async def test_an_inline_finding_named_in_the_body_and_deleted_is_removed(world)
     assert (found[1].state, found[1].edited) == ("kept", 0)
     assert (found[2].state, found[2].dropped_by) == ("dropped", "alice")
     assert "removed: F2" in world.status_body()
+
+
+async def test_a_body_item_deleted_while_the_summary_names_it_is_removed(
+    github,
+    vet_settings,  # noqa: F811
+    tmp_path,
+    aiohttp_client,
+    anthropic_standin,
+    openai_standin,
+):
+    """The folded nit F2 is an item of the vetter's review body, under the model's summary;
+    the summary naming `**F2 · nit**` must not keep F2 once the person took its item out."""
+    from bot.server import make_app
+    from handlers import router
+    from tests.test_vet import findings_by_number, pending_of, signed_in, submitted, vet_comment
+    from tests.world import build_world
+
+    folded = build_world(github, tmp_path, permissions={"alice": "write"})
+    folded.client = await aiohttp_client(make_app(vet_settings, router))
+    folded.settings = vet_settings
+    await folded.send("pull_request", folded.pull_request_payload("opened"))
+    await folded.wait_review("draft")
+    [row] = await folded.review_rows()
+    summary = "**F2 · nit** · first, then the rest."
+    await folded.ctx.db.execute("UPDATE reviews SET summary = ? WHERE id = ?", (summary, row["id"]))
+    await signed_in(folded, "alice")
+    await vet_comment(folded)
+    [theirs] = pending_of(folded, "alice")
+    assert theirs["body"].count("**F2 · nit** · ") == 2  # the summary's and the item's
+    body = theirs["body"].split("#### Other findings")[0] + "Thanks!"
+    folded.github.reviews[theirs["id"]]["body"] = body
+    await folded.send("pull_request_review", submitted(folded, theirs["id"]))
+    await folded.wait_idle()
+    found = await findings_by_number(folded)
+    assert (found[1].state, found[1].edited) == ("kept", 0)
+    assert (found[2].state, found[2].dropped_by) == ("dropped", "alice")
