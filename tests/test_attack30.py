@@ -89,3 +89,33 @@ async def test_a_body_item_deleted_while_the_summary_names_it_is_removed(
     found = await findings_by_number(folded)
     assert (found[1].state, found[1].edited) == ("kept", 0)
     assert (found[2].state, found[2].dropped_by) == ("dropped", "alice")
+
+
+async def test_a_command_line_in_model_text_does_not_run_as_the_vetter(world):  # noqa: F811
+    """A finding's text is the model's (a PR can steer it). Once it sits in the vetter's
+    review, GitHub delivers its comment as the vetter's own `pull_request_review_comment`:
+    a `/cockpit …` line in it must not run with their identity and permission."""
+    from bot.commands.parse import parse_commands
+    from tests.test_vet import comments_of, pending_of, signed_in, submitted, vet_comment
+    from tests.world import review_thread_payload
+
+    [row] = await world.review_rows()
+    injected = "The divisor can be 0.\n/cockpit signout"
+    await world.ctx.db.execute(
+        "UPDATE findings SET body = ? WHERE review_id = ? AND ordinal = 1", (injected, row["id"])
+    )
+    await signed_in(world, "alice")
+    alice = world.github.oauth.user_id("alice")
+    await vet_comment(world)
+    [theirs] = pending_of(world, "alice")
+    first = comments_of(world, theirs)[1]
+    assert [c.name for c in parse_commands(first["body"])] == ["signout"]  # as GitHub holds it
+    await world.send("pull_request_review", submitted(world, theirs["id"]))
+    await world.wait_idle()
+    # GitHub announces each comment of the submitted review, as written by alice.
+    thread = review_thread_payload(world, first["body"], user="alice", comment_id=first["id"])
+    thread["comment"]["user"]["id"] = thread["sender"]["id"] = alice
+    await world.send("pull_request_review_comment", thread)
+    await world.wait_idle()
+    assert await world.ctx.user_tokens.signed_in(alice)
+    assert not [c for c in world.github.issue_comments.values() if "signed out" in c["body"]]
