@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.test_page import page_world  # noqa: F401 - the fixture
 from tests.test_signin import browser, cockpit, follow  # noqa: F401 - the fixture
 from tests.test_vet import vet_settings, world  # noqa: F401 - the fixtures
 
@@ -119,3 +120,23 @@ async def test_a_command_line_in_model_text_does_not_run_as_the_vetter(world):  
     await world.wait_idle()
     assert await world.ctx.user_tokens.signed_in(alice)
     assert not [c for c in world.github.issue_comments.values() if "signed out" in c["body"]]
+
+
+@pytest.mark.xfail(strict=True, reason="not fixed: the page matches repositories by name")
+async def test_a_name_taken_over_after_a_rename_does_not_show_the_old_drafts(page_world):  # noqa: F811
+    """GitHub frees a renamed repository's (or account's) old name: whoever creates a new
+    `octo/old` and installs the App must not see the drafts kept under that name for the
+    repository that had it (GitHub's repository id tells them apart)."""
+    from tests.test_page import get, signed_in
+    from tests.test_stats import History, finding
+
+    old = History(page_world.ctx.db)
+    pull = await old.pull("octo/old", 3, "c")  # the repository that had the name (its own id)
+    await old.draft(pull, "c", [(1, finding(1))], provider="claude", model="claude-x", usd=[0.1])
+    taken = page_world.github.add_repo("octo", "old", clone_url="https://example.test/o.git")
+    row = await page_world.ctx.db.fetchone("SELECT repo_id FROM pulls WHERE repo = 'octo/old'")
+    assert row["repo_id"] != taken.id
+    page_world.github.user_access.grant("mallory", "octo/old")
+    mallory = await signed_in(page_world, "mallory")
+    status, page, _ = await get(page_world, "/r/octo/old/pull/3", mallory)
+    assert status == 404 and "F1" not in page
