@@ -8,6 +8,7 @@ from gidgethub import routing, sansio
 
 from bot.commands.run import run_comment
 from bot.context import Context
+from bot.review.reconcile import number_of
 
 router = routing.Router()
 
@@ -25,4 +26,8 @@ async def on_pr_comment(
 async def on_review_thread_comment(
     event: sansio.Event, gh: Any, *args: Any, ctx: Context, **kwargs: Any
 ) -> None:
+    if number_of(event.data["comment"].get("body") or "") is not None:
+        # A finding `vet` put in a person's review (`**F1 · …`): the model's text, delivered
+        # as theirs when they submit; a command line in it is not theirs to run.
+        return
     await run_comment(ctx, gh, event.data, event.data["pull_request"]["number"], "pulls")

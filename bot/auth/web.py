@@ -22,7 +22,7 @@ from bot.auth.tokens import UserTokens
 from bot.config import Settings
 from bot.queue import REVIEWS, JobQueue
 from bot.records.database import Database
-from bot.records.user_tokens import use_state
+from bot.records.user_tokens import state_used, use_state
 from bot.texts import PEOPLE, render, say
 from bot.web.session import start_session
 
@@ -103,9 +103,7 @@ class SignInRoutes:
         if not _CODE.match(code):
             return self._page("refused", 400, error="no code")
         db, jobs, tokens = self.context()
-        async with db.transaction() as conn:
-            fresh = await use_state(conn, state.nonce, state.expires_at, time.time())
-        if not fresh:
+        if await state_used(db, state.nonce):
             return self._page("used", 400)
         http = tokens.http
         try:
@@ -120,6 +118,12 @@ class SignInRoutes:
             found = {"bound_to": state.user_id, "completed_by": user.id}
             log.warning("a sign-in link was completed by another user", extra={"fields": found})
             return self._page("other_user", 403, login=user.login)
+        # Used up only now: a link is public on the PR, and someone else completing it must
+        # not spend it for the person it was made for (GitHub's codes are single-use anyway).
+        async with db.transaction() as conn:
+            fresh = await use_state(conn, state.nonce, state.expires_at, time.time())
+        if not fresh:
+            return self._page("used", 400)
         await self._keep(jobs, tokens, user, pair, state)
         log.info("signed in", extra={"fields": {"user_id": user.id, "then": _job(state)}})
         page = web.Response(status=200, content_type="text/html", headers=HEADERS)

@@ -61,6 +61,14 @@ async def delete_token_of(db: Database, login: str) -> int:
     return await db.execute("DELETE FROM user_tokens WHERE login = ?", (login,))
 
 
+async def state_used(db: Any, nonce: str) -> bool:
+    """Whether a sign-in state was used already (before GitHub is asked anything)."""
+    return (
+        await db.fetchone("SELECT 1 AS used FROM sign_in_states WHERE nonce = ?", (nonce,))
+        is not None
+    )
+
+
 async def use_state(conn: Any, nonce: str, expires_at: float, now: float) -> bool:
     """Mark a sign-in state used; False when it was used before. States past their expiry
     are forgotten as new ones are used (an expired one is refused before it gets here)."""

@@ -10,6 +10,7 @@ submitted decides: a finding whose comment is still there was **published by tha
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 # A comment that is one of ours starts with its number and severity, as vet wrote it.
@@ -38,11 +39,15 @@ class Reconciled:
     own: int  # the person's own comments (no number of ours)
 
 
-def reconcile(placed: dict[int, str], comments: list[str], body: str) -> Reconciled:
+def reconcile(
+    placed: dict[int, str], comments: list[str], body: str, inline: Collection[int] = ()
+) -> Reconciled:
     """`placed`: ordinal → the text vet put in the review (an inline comment, or the item of
     the review's body for a finding outside the diff); `comments`: the submitted review's
-    inline comments; `body`: its body. A finding's comment counts first; without one, its
-    number at the start of an item of the body."""
+    inline comments; `body`: its body; `inline`: the ordinals vet put in inline comments,
+    never looked for in the body (which holds the model's summary: naming `**F2 · …` there
+    does not keep a comment the person deleted). A finding's comment counts first; without
+    one, its number at the start of an item of the body."""
     by_number: dict[int, str] = {}
     own = 0
     for comment in comments:
@@ -57,7 +62,9 @@ def reconcile(placed: dict[int, str], comments: list[str], body: str) -> Reconci
         if n in by_number:
             final = by_number[n]
             published[n] = (final, _words(final) != _words(text))
-        elif in_body(n, body):  # an item of the review's body (outside the diff, folded)
+        elif n not in inline and in_body(
+            n, body
+        ):  # an item of the review's body (outside the diff, folded)
             kept = _words(text) in _words(body)
             published[n] = (text if kept else body, not kept)
         else:

@@ -238,14 +238,19 @@ async def on_submitted(ctx: Context, gh: Any, data: dict[str, Any]) -> str:
     body, comments = await _submitted(gh, submitted["node_id"])
     findings = await load_findings(ctx.db, review.id)
     placed = {f.ordinal: f.vetted_text for f in findings if f.vetted_text is not None}
-    outcome = reconcile(placed, comments, body)
+    inline = {f.ordinal for f in chosen(review, findings)[0]}  # as vet placed them
+    target = Target(ctx, gh, pull)
+    # The items follow the model's summary: a summary naming `**F2 · …` keeps nothing.
+    summary = _body(target, review, []).strip()
+    unix = body.replace("\r\n", "\n")  # as a browser may send it back
+    items = unix[len(summary) :] if unix.startswith(summary) else body
+    outcome = reconcile(placed, comments, items, inline)
     event = SUBMITTED_EVENTS.get(str(submitted.get("state")).lower(), "COMMENT")
     why = say(PEOPLE, "vet.removed_why")
     if not await review_state.published_by_person(
         ctx.db, review.id, login, event, outcome.published, outcome.removed, why
     ):
         return "the draft changed meanwhile"
-    target = Target(ctx, gh, pull)
     await show_status(target, await get_review(ctx.db, review.id))
     return "reconciled"
 
