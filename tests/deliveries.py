@@ -72,9 +72,13 @@ def retarget(
     clone_url: str,
     installation_id: int,
     default_branch: str = "main",
+    repo_id: int | None = None,
 ) -> dict[str, Any]:
-    """Point a published payload at a stand-in repository and installation."""
+    """Point a published payload at a stand-in repository and installation (`repo_id`: the
+    stand-in's id of it, as GitHub's payloads carry the repository's own id)."""
     repo = data["repository"]
+    if repo_id is not None:
+        repo["id"] = repo_id
     repo["name"] = name
     repo["default_branch"] = default_branch  # the stand-in's repositories' (the examples': master)
     repo["full_name"] = f"{owner}/{name}"

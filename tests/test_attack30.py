@@ -122,7 +122,6 @@ async def test_a_command_line_in_model_text_does_not_run_as_the_vetter(world):  
     assert not [c for c in world.github.issue_comments.values() if "signed out" in c["body"]]
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: the page matches repositories by name")
 async def test_a_name_taken_over_after_a_rename_does_not_show_the_old_drafts(page_world):  # noqa: F811
     """GitHub frees a renamed repository's (or account's) old name: whoever creates a new
     `octo/old` and installs the App must not see the drafts kept under that name for the

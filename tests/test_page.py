@@ -277,7 +277,13 @@ async def page_world(github, settings, tmp_path, aiohttp_client, anthropic_stand
     pull = await secret.pull("octo/secret", 2, "b")
     await secret.draft(pull, "b", [(1, finding(1))], provider="claude", model="claude-x", usd=[0.1])
     await world.ctx.db.execute("UPDATE pulls SET title = ? WHERE repo = 'octo/widgets'", (HOSTILE,))
-    github.add_repo("octo", "secret", clone_url="https://example.test/x.git", installation_id=9)
+    secret = github.add_repo(
+        "octo", "secret", clone_url="https://example.test/x.git", installation_id=9
+    )
+    # Its PR as a delivery would have stored it: with GitHub's id of the repository.
+    await world.ctx.db.execute(
+        "UPDATE pulls SET repo_id = ? WHERE repo = 'octo/secret'", (secret.id,)
+    )
     github.user_access.grant("alice", "octo/widgets")
     github.user_access.grant("reader", "octo/widgets")
     github.user_access.grant("bob", "octo/widgets", "octo/secret")
@@ -423,8 +429,20 @@ async def cockpit(github, tmp_path, database_url):
 async def test_sign_in_from_the_page_then_inbox_draft_figures_and_sign_out(cockpit, github):
     from tests.test_signin import access_tokens, assert_secret_nowhere, browser, follow, forms_of
 
-    github.add_repo("octo", "widgets", clone_url="https://example.test/w.git", installation_id=1)
-    github.add_repo("octo", "secret", clone_url="https://example.test/s.git", installation_id=2)
+    db = await open_database(cockpit.settings)
+    try:  # the seeded PRs carry GitHub's ids of these repositories, as deliveries would
+        for name, installation in (("widgets", 1), ("secret", 2)):
+            repo = github.add_repo(
+                "octo",
+                name,
+                clone_url=f"https://example.test/{name}.git",
+                installation_id=installation,
+            )
+            await db.execute(
+                "UPDATE pulls SET repo_id = ? WHERE repo = ?", (repo.id, repo.full_name)
+            )
+    finally:
+        await db.close()
     github.user_access.grant("alice", "octo/widgets")
     github.web_user = "alice"
     seen = []

@@ -75,7 +75,9 @@ def artifacts(tmp_path: Path) -> Path:
 
 async def test_sign_in_inbox_draft_drop_and_figures_in_chromium(tmp_path, github, model):
     world = build_world(github, tmp_path, permissions={"octocat": "admin", "alice": "admin"})
-    github.add_repo("octo", "secret", clone_url="https://example.test/s.git", installation_id=99)
+    secret = github.add_repo(
+        "octo", "secret", clone_url="https://example.test/s.git", installation_id=99
+    )
     github.user_access.grant("alice", "octo/widgets")
     github.web_user = "alice"
     cockpit = Cockpit(
@@ -97,7 +99,12 @@ async def test_sign_in_inbox_draft_drop_and_figures_in_chromium(tmp_path, github
             data["pull_request"]["title"] = title
             if repo is None:  # the other repository: stored, its review not awaited
                 deliveries.retarget(
-                    data, owner="octo", name="secret", clone_url="x", installation_id=99
+                    data,
+                    owner="octo",
+                    name="secret",
+                    clone_url="x",
+                    installation_id=99,
+                    repo_id=secret.id,
                 )
                 data["number"] = data["pull_request"]["number"] = number
             body = json.dumps(data).encode()

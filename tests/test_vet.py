@@ -217,7 +217,12 @@ def submitted(world, review_id: int) -> dict:
     sent = world.github.submit_as_person(review_id)
     data = deliveries.payload("pull_request_review.submitted")
     deliveries.retarget(
-        data, owner=OWNER, name=NAME, clone_url=world.pr.clone_url, installation_id=INSTALLATION
+        data,
+        owner=OWNER,
+        name=NAME,
+        clone_url=world.pr.clone_url,
+        installation_id=INSTALLATION,
+        repo_id=world.repo.id,
     )
     data["pull_request"]["number"] = world.pr.number
     for key in ("id", "node_id", "user", "state", "body", "commit_id"):

@@ -66,7 +66,12 @@ class World:
         )
         data["action"] = action
         deliveries.retarget(
-            data, owner=OWNER, name=NAME, clone_url=self.pr.clone_url, installation_id=INSTALLATION
+            data,
+            owner=OWNER,
+            name=NAME,
+            clone_url=self.pr.clone_url,
+            installation_id=INSTALLATION,
+            repo_id=self.repo.id,
         )
         pr = data["pull_request"]
         data["number"] = pr["number"] = self.pr.number
@@ -185,7 +190,12 @@ def comment_payload(
     """An `issue_comment` on the world's PR, from GitHub's published example."""
     data = deliveries.payload(f"issue_comment.{action}")
     deliveries.retarget(
-        data, owner=OWNER, name=NAME, clone_url=world.pr.clone_url, installation_id=INSTALLATION
+        data,
+        owner=OWNER,
+        name=NAME,
+        clone_url=world.pr.clone_url,
+        installation_id=INSTALLATION,
+        repo_id=world.repo.id,
     )
     deliveries.as_pr_comment(data, world.pr.number)
     data["comment"]["id"] = comment_id
@@ -200,7 +210,12 @@ def review_thread_payload(
 ) -> dict[str, Any]:
     data = deliveries.payload("pull_request_review_comment.created")
     deliveries.retarget(
-        data, owner=OWNER, name=NAME, clone_url=world.pr.clone_url, installation_id=INSTALLATION
+        data,
+        owner=OWNER,
+        name=NAME,
+        clone_url=world.pr.clone_url,
+        installation_id=INSTALLATION,
+        repo_id=world.repo.id,
     )
     data["pull_request"]["number"] = world.pr.number
     data["comment"]["id"] = comment_id

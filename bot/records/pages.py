@@ -6,8 +6,9 @@ statements per view, never one per row), each narrowed to the repositories a per
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +23,35 @@ DAY = 86400
 RECENT = 50  # failed reviews, waiting sessions: the newest this many
 
 
-def _repo_filter(column: str, repos: Collection[str] | None) -> tuple[str, tuple[str, ...]]:
-    """`AND column IN (…)` for a viewer's repositories (nothing for every repository; a
-    viewer with none matches nothing)."""
+class Reachable(frozenset[str]):
+    """The repositories a person can reach, by name, with GitHub's ids of them: a PR is
+    theirs to see when its repository has one of the names and (when its id is known) one of
+    the ids, so a name taken over after a rename does not show the drafts kept under it for
+    the repository that had it. A plain set of names checks names only."""
+
+    ids: frozenset[int] = frozenset()
+
+    def __new__(cls, names: Iterable[str], ids: Iterable[int] = ()) -> Reachable:
+        made = super().__new__(cls, names)
+        made.ids = frozenset(ids)
+        return made
+
+
+def _repo_filter(column: str, repos: Collection[str] | None) -> tuple[str, tuple[Any, ...]]:
+    """`AND …` for a viewer's repositories (nothing for every repository; a viewer with none
+    matches nothing): `column` is `pulls.repo` (its `repo_id` beside it) or, for a table
+    without the pull's id, its `pull_id` column (`…pull_id`)."""
     if repos is None:
         return "", ()
     names = tuple(sorted(repos))
-    return f" AND {column} IN ({marks(names)})", names
+    ids = tuple(sorted(repos.ids)) if isinstance(repos, Reachable) else ()
+    among = f"repo IN ({marks(names)})"
+    if ids:
+        among += f" AND (repo_id IS NULL OR repo_id IN ({marks(ids)}))"
+    if column.endswith("pull_id"):
+        return f" AND {column} IN (SELECT id FROM pulls WHERE {among})", (*names, *ids)
+    alias = column.removesuffix("repo")  # "p." for "p.repo"
+    return " AND " + re.sub(r"\brepo", alias + "repo", among), (*names, *ids)
 
 
 def clamp(offset: int, limit: int) -> tuple[int, int]:
@@ -372,7 +395,7 @@ async def weekly(
     last `weeks` weeks, oldest first (weeks without a review left out)."""
     now = time.time() if now is None else now
     since = (int(now) // WEEK - weeks + 1) * WEEK
-    where, names = _repo_filter("repo", repos)
+    where, names = _repo_filter("pull_id", repos)
     rows = await db.fetchall(
         f"SELECT CAST(created_at AS BIGINT) / {WEEK} AS week, COUNT(*) AS reviews,"
         " SUM(findings) AS findings, SUM(published) AS published,"
@@ -407,7 +430,7 @@ async def models_of(db: Database, repos: Collection[str]) -> list[Any]:
     """Per provider and model, the review figures of these repositories (`review_figures`)."""
     from bot.records.stats import ModelFigures
 
-    where, names = _repo_filter("repo", repos)
+    where, names = _repo_filter("pull_id", repos)
     rows = await db.fetchall(
         "SELECT provider, model, COUNT(*) AS reviews, SUM(findings) AS findings,"
         " SUM(published) AS published, SUM(dropped_by_people) AS dropped_by_people,"
@@ -459,9 +482,9 @@ async def run_list(
         )
         total = await db.fetchone("SELECT COUNT(*) AS n FROM runs")
         return [_run(row, with_pull=True) for row in rows], int(total["n"])
-    names = tuple(sorted(repos))
+    among, names = _repo_filter("p.repo", repos)
+    among = among.removeprefix(" AND ")
     # A run is its review's, or (a cross-review's, with no review) its session's.
-    among = f"p.repo IN ({marks(names)})"
     ids = (
         "SELECT u.id FROM runs u JOIN reviews r ON r.id = u.review_id"
         f" JOIN pulls p ON p.id = r.pull_id WHERE {among}"

@@ -13,6 +13,8 @@ import aiohttp
 
 from bot.auth.tokens import UserTokens
 from bot.config import Settings
+from bot.records.pages import Reachable
+from bot.records.types import Pull
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +36,24 @@ class Viewer:
     user_id: int
     login: str
     operator: bool
-    repos: frozenset[str] | None  # None: every repository (operators)
+    repos: Reachable | None  # None: every repository (operators)
     installations: frozenset[int] | None
     csrf: str = ""
 
     def sees(self, repo: str) -> bool:
         return self.repos is None or repo in self.repos
 
+    def sees_pull(self, pull: Pull) -> bool:
+        """By name, and by GitHub's id of the repository when the PR has one (a name taken
+        over after a rename is not the repository that had it)."""
+        if self.repos is None:
+            return True
+        return pull.repo in self.repos and (pull.repo_id is None or pull.repo_id in self.repos.ids)
+
 
 @dataclass(frozen=True)
 class Reach:
-    repos: frozenset[str]
+    repos: Reachable
     installations: frozenset[int]
 
 
@@ -100,13 +109,14 @@ class Access:
             int(item["id"])
             for item in await self._list(token, "/user/installations", "installations")
         ]
-        repos: set[str] = set()
+        names: set[str] = set()
+        ids: set[int] = set()
         for installation in installations:
             path = f"/user/installations/{installation}/repositories"
-            repos |= {
-                str(item["full_name"]) for item in await self._list(token, path, "repositories")
-            }
-        return Reach(frozenset(repos), frozenset(installations))
+            for item in await self._list(token, path, "repositories"):
+                names.add(str(item["full_name"]))
+                ids.add(int(item["id"]))
+        return Reach(Reachable(names, ids), frozenset(installations))
 
     async def _list(self, token: str, path: str, key: str) -> list[dict]:
         headers = {

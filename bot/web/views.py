@@ -289,7 +289,7 @@ class PageRoutes:
         if not (_NAME.match(owner) and _NAME.match(name)) or not viewer.sees(repo):
             return _page("web/message.html.j2", 404, viewer=viewer, kind="not_found")
         page = await pages.draft_page(self.context().db, repo, int(request.match_info["number"]))
-        if page is None:
+        if page is None or not viewer.sees_pull(page.pull):
             return _page("web/message.html.j2", 404, viewer=viewer, kind="not_found")
         return repo, page
 
