@@ -50,8 +50,9 @@ MODELS = (("claude", "claude-x"), ("codex", "gpt-y"))
 SEVERITIES = ("critical", "major", "minor", "nit")
 
 
-def fill(path: Path) -> tuple[int, int]:
-    """The history, written in one transaction; (reviews, runs)."""
+def fill(path: Path, ids: dict[str, int]) -> tuple[int, int]:
+    """The history, written in one transaction; (reviews, runs). `ids`: GitHub's (the
+    stand-in's) id of each repository, which every PR row carries."""
     now = time.time()
     conn = sqlite3.connect(path)
     reviews = runs = 0
@@ -60,11 +61,12 @@ def fill(path: Path) -> tuple[int, int]:
             provider, model = MODELS[n % len(MODELS)]
             repo = f"octo/repo{n % REPOS}"
             pull_id = conn.execute(
-                "INSERT INTO pulls (installation_id, repo, number, state, title, html_url,"
-                " updated_at) VALUES (?, ?, ?, 'open', ?, ?, ?)",
+                "INSERT INTO pulls (installation_id, repo, repo_id, number, state, title,"
+                " html_url, updated_at) VALUES (?, ?, ?, ?, 'open', ?, ?, ?)",
                 (
                     1 + n % REPOS,
                     repo,
+                    ids[repo],
                     n + 1,
                     f"Change number {n}",
                     f"https://github.test/{repo}/pull/{n + 1}",
@@ -124,12 +126,12 @@ def fill(path: Path) -> tuple[int, int]:
     return reviews, runs
 
 
-async def prepare(path: Path) -> float:
+async def prepare(path: Path, ids: dict[str, int]) -> float:
     """The schema, the history, its review figures counted; seconds it took."""
     began = time.monotonic()
     db = await SqliteDatabase.open(path)
     await db.close()
-    fill(path)
+    fill(path, ids)
     db = await SqliteDatabase.open(path)
     try:
         await recount_stale(db)
@@ -153,6 +155,20 @@ async def timed(http: aiohttp.ClientSession, url: str, cookie: str | None) -> fl
     return (time.perf_counter() - began) * 1000
 
 
+async def shows_what_each_may_see(http: aiohttp.ClientSession, url: str, cookies: dict) -> None:
+    """The pages timed are the real ones: the operator's inbox lists every repository's
+    drafts, the member's only those of the repositories their token reaches."""
+    shown = {}
+    for who in ("operator", "member"):
+        async with http.get(url + "/", cookies={COOKIE: cookies[who]}) as response:
+            shown[who] = await response.text()
+    newest = f"octo/repo{(PULLS - 1) % REPOS}#{PULLS}"  # an odd repository: the operator's
+    assert newest in shown["operator"], "the operator's inbox lacks the newest draft"
+    assert newest not in shown["member"] and "octo/repo0#" in shown["member"], (
+        "the member's inbox does not show exactly their repositories"
+    )
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=40, help="per page and person")
@@ -167,7 +183,8 @@ async def main() -> int:
     runner = None
     with tempfile.TemporaryDirectory() as name:
         data = Path(name) / "data"
-        prepared = await prepare(data / "cockpit.sqlite3")
+        ids = {name: repo.id for name, repo in github.repos.items()}
+        prepared = await prepare(data / "cockpit.sqlite3", ids)
         settings = dataclasses.replace(
             github.settings(data, "bench-secret"),
             client_id=github.oauth.client_id,
@@ -198,6 +215,7 @@ async def main() -> int:
             async with aiohttp.ClientSession() as http:
                 for _, path, who in pages:  # warm: the access cache, templates
                     await timed(http, url + path, cookies.get(who))
+                await shows_what_each_may_see(http, url, cookies)
                 for _ in range(args.requests):
                     for label, path, who in pages:
                         times[label].append(await timed(http, url + path, cookies.get(who)))

@@ -587,6 +587,13 @@ CREATE TABLE IF NOT EXISTS sign_in_states (
             ("findings", "edited", "BIGINT"),  # 1: they changed it before publishing
         ),
     ),
+    Step(
+        11,
+        "the drafts a person holds as their pending review, found by index (the page's inbox)",
+        schema="""
+CREATE INDEX IF NOT EXISTS reviews_vetter ON reviews(vetter) WHERE vetter IS NOT NULL;
+""",
+    ),
 )
 SCHEMA_VERSION = STEPS[-1].version
 # Which steps a database has, and when they came (both backends).
