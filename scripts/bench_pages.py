@@ -33,13 +33,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bot.auth.oauth import GitHubUser, TokenPair  # noqa: E402
+from bot.auth.session import COOKIE, start_session  # noqa: E402
 from bot.config import Secret  # noqa: E402
 from bot.records.sqlite import SqliteDatabase  # noqa: E402
 from bot.records.stats import recount_stale  # noqa: E402
 from bot.server import CONTEXT, make_app  # noqa: E402
 from bot.standin import serve_local  # noqa: E402
 from bot.standin.github import GitHubStandin  # noqa: E402
-from bot.web.session import COOKIE, start_session  # noqa: E402
 from handlers import router  # noqa: E402
 
 TARGET_MS = 150.0

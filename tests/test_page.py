@@ -18,6 +18,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from bot.auth.oauth import GitHubUser, TokenPair
+from bot.auth.session import COOKIE, start_session
 from bot.backend import open_database
 from bot.config import Secret
 from bot.records import pages
@@ -27,7 +28,6 @@ from bot.records.types import Finding, Pull, Review
 from bot.server import make_app
 from bot.texts import render
 from bot.web.charts import line_chart
-from bot.web.session import COOKIE, start_session
 from bot.web.views import CSP
 from handlers import router
 from tests.test_stats import History, finding

@@ -5,7 +5,6 @@ transaction), `POST /auth/logout`. Pages never show a token, a code or the state
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import re
@@ -13,10 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from aiohttp import web
 
-from bot.auth import LOGIN_PATH, missing_settings, oauth, seal
+from bot.auth import LOGIN_PATH, missing_settings, oauth
+from bot.auth.session import csrf_ok, end_session, read_session, secure, start_session
 from bot.auth.state import STATE_SECONDS, BadState, State, new_state, read_state
 from bot.auth.tokens import UserTokens
 from bot.config import Settings
@@ -24,15 +23,12 @@ from bot.queue import REVIEWS, JobQueue
 from bot.records.database import Database
 from bot.records.user_tokens import state_used, use_state
 from bot.texts import PEOPLE, render, say
-from bot.web.session import start_session
 
 log = logging.getLogger(__name__)
 
 CALLBACK_PATH = oauth.CALLBACK_PATH
 LOGOUT_PATH = "/auth/logout"
 FLOW_COOKIE = "cockpit_signin"  # this browser's sign-in in progress: the state's nonce
-SESSION_COOKIE = "cockpit_session"
-SESSION_SECONDS = 7 * 86400
 _CODE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _ERROR_WORD = re.compile(r"^[a-z_]{1,64}$")
 HEADERS = {
@@ -83,7 +79,7 @@ class SignInRoutes:
             path="/auth/github",
             httponly=True,
             samesite="Lax",  # sent on the top-level redirect back from GitHub
-            secure=self._secure,
+            secure=secure(self.settings),
         )
         return response
 
@@ -141,16 +137,14 @@ class SignInRoutes:
     async def logout(self, request: web.Request) -> web.StreamResponse:
         """Ends the browser's session and deletes the person's stored tokens (as
         `/cockpit signout` does); needs the page's CSRF token."""
-        session = request.cookies.get(SESSION_COOKIE, "")
+        session = read_session(request, self.settings)
         form = await request.post()
-        user_id = self._session_user(session)
-        given = str(form.get("csrf", ""))
-        if user_id is None or not hmac.compare_digest(given.encode(), self._csrf(session).encode()):
+        if session is None or not csrf_ok(self.settings, session, str(form.get("csrf", ""))):
             return self._page("bad_logout", 403)
         _, _, tokens = self.context()
-        await tokens.forget(user_id)
+        await tokens.forget(session.user_id)
         page = self._page("signed_out")
-        page.del_cookie(SESSION_COOKIE, path="/")
+        end_session(page)
         return page
 
     # -- helpers -------------------------------------------------------------------------------
@@ -176,36 +170,12 @@ class SignInRoutes:
             prepare=store,
         )
 
-    @property
-    def _secure(self) -> bool:
-        return (self.settings.public_url or "").startswith("https://")
-
     def _back(self, state: State) -> str | None:
         """The link back the link's job carried (the PR's page; the state is sealed by this
         server, so it is one of ours)."""
         back = (state.then or {}).get("back")
         ok = isinstance(back, str) and back.startswith(("https://", "http://"))
         return back if ok else None
-
-    def _session(self, user: oauth.GitHubUser) -> str:
-        plain = orjson.dumps({"u": user.id, "l": user.login, "e": time.time() + SESSION_SECONDS})
-        return seal.seal_text(seal.derived(self.settings, seal.COOKIE), plain, SESSION_COOKIE)
-
-    def _session_user(self, session: str) -> int | None:
-        key = seal.derived(self.settings, seal.COOKIE)
-        try:
-            plain = seal.unseal_text(key, session, SESSION_COOKIE)
-            data = orjson.loads(plain)
-        except (seal.Unsealable, orjson.JSONDecodeError):
-            return None
-        if not isinstance(data, dict) or data.get("e", 0) < time.time():
-            return None
-        user_id = data.get("u")
-        return user_id if isinstance(user_id, int) else None
-
-    def _csrf(self, session: str) -> str:
-        key = seal.derived(self.settings, seal.COOKIE)
-        return hmac.digest(key, b"csrf:" + session.encode(), hashlib.sha256).hex()
 
     def _page(self, kind: str, status: int = 200, **context: Any) -> web.Response:
         text = render(

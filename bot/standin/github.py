@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from bot.config import Secret, Settings
 from bot.standin import serve_local
 from bot.standin.github_oauth import OAuthStandin
-from bot.standin.github_reviews import PersonReviews
+from bot.standin.github_reviews import PersonReviews, _error
 from bot.standin.github_user import UserAccessStandin
 from bot.standin.openapi import OpenAPIValidator
 from bot.standin.repo import GeneratedPR
@@ -1025,29 +1025,6 @@ def _node_id(kind: str, number: int) -> str:
     return f"{kind}_" + base64.urlsafe_b64encode(
         f"cockpit:{kind}:{number}".encode()
     ).decode().rstrip("=")
-
-
-def _comment_problem(comment: dict, lines: dict[str, dict[str, dict[int, int]]]) -> str | None:
-    sides = lines.get(comment.get("path", ""))
-    if sides is None:
-        return "Path could not be resolved"
-    side = comment.get("side", "RIGHT")
-    line = comment.get("line")
-    if line not in sides.get(side, {}):
-        return "Pull request review thread line must be part of the diff"
-    if "start_line" in comment:
-        start_side = comment.get("start_side", side)
-        start_hunk = sides.get(start_side, {}).get(comment["start_line"])
-        if start_hunk is None or start_hunk != sides[side][line] or comment["start_line"] > line:
-            return "Pull request review thread start line must be part of the same hunk"
-    return None
-
-
-def _error(status: int, message: str, errors: list[str] | None = None) -> web.Response:
-    body: dict[str, Any] = {"message": message, "documentation_url": "https://docs.github.com/rest"}
-    if errors:
-        body["errors"] = errors
-    return web.json_response(body, status=status)
 
 
 GIT_SERVER_CONFIG = {  # what GitHub's git servers allow: partial clones and fetches by id

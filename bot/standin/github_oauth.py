@@ -17,13 +17,10 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
-
-if TYPE_CHECKING:
-    from bot.standin.github import GitHubStandin
 
 CODE_SECONDS = 600
 ACCESS_SECONDS = 8 * 3600
@@ -44,7 +41,7 @@ class Grant:
 
 
 class OAuthStandin:
-    def __init__(self, github: GitHubStandin) -> None:
+    def __init__(self, github: Any) -> None:
         self.github = github
         # The stand-in's own App's OAuth client (Apps created by the manifest flow have theirs).
         self.client_id = "Iv1." + secrets.token_hex(8)

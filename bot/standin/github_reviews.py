@@ -12,14 +12,12 @@ plays the person in the browser: `edit_pending_comment`, `delete_pending_comment
 
 from __future__ import annotations
 
-import base64
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from bot.standin.github import GitHubStandin, StandinPull
+from bot.standin.graphql import review_node_id
 
 _STATES = {
     None: "PENDING",
@@ -29,28 +27,22 @@ _STATES = {
 }
 
 
-def review_node_id(review_id: int) -> str:
-    """A review's GraphQL id, GitHub's current style (`PRR_…`)."""
-    raw = f"cockpit:PRR:{review_id}".encode()
-    return "PRR_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 class PersonReviews:
     """Mixed into `GitHubStandin`: the `…/pulls/{n}/reviews` routes and their state."""
 
-    def viewer(self: GitHubStandin, request: web.Request) -> str:
+    def viewer(self, request: web.Request) -> str:
         """Who the request is authenticated as: a person's login for a user token, else the
         App's bot (an installation token)."""
         return self.user_of(request) or self.bot_login
 
-    def review_author(self: GitHubStandin, review: dict) -> str:
+    def review_author(self, review: dict) -> str:
         return review.get("user") or self.bot_login
 
-    def sees(self: GitHubStandin, review: dict, login: str) -> bool:
+    def sees(self, review: dict, login: str) -> bool:
         """A pending review only by its author."""
         return review["state"] != "PENDING" or self.review_author(review) == login
 
-    def pending_of(self: GitHubStandin, full: str, number: int, login: str) -> dict | None:
+    def pending_of(self, full: str, number: int, login: str) -> dict | None:
         for review in self.reviews.values():
             if (
                 review["repo"] == full
@@ -61,10 +53,10 @@ class PersonReviews:
                 return review
         return None
 
-    def review_comments_of(self: GitHubStandin, review_id: int) -> list[dict]:
+    def review_comments_of(self, review_id: int) -> list[dict]:
         return [c for c in self.review_comments.values() if c["review_id"] == review_id]
 
-    def _review_json(self: GitHubStandin, review: dict) -> dict:
+    def _review_json(self, review: dict) -> dict:
         login = self.review_author(review)
         hidden = ("repo", "number", "comments", "user")
         return {k: v for k, v in review.items() if k not in hidden} | {
@@ -77,7 +69,7 @@ class PersonReviews:
         }
 
     async def _list_reviews(
-        self: GitHubStandin, request: web.Request, body: dict, owner: str, name: str, number: str
+        self, request: web.Request, body: dict, owner: str, name: str, number: str
     ) -> web.Response:
         login = self.viewer(request)
         found = [
@@ -88,7 +80,7 @@ class PersonReviews:
         return self._paged(request, found, self._repo(owner, name))
 
     async def _create_review(
-        self: GitHubStandin, request: web.Request, body: dict, owner: str, name: str, number: str
+        self, request: web.Request, body: dict, owner: str, name: str, number: str
     ) -> web.Response:
         full = f"{owner}/{name}"
         pull = self.pulls.get((full, int(number)))
@@ -124,14 +116,14 @@ class PersonReviews:
             self._add_review_comment(pull, review_id, comment, login)
         return web.json_response(self._review_json(review))
 
-    def _visible_review(self: GitHubStandin, request: web.Request, rid: str) -> dict | None:
+    def _visible_review(self, request: web.Request, rid: str) -> dict | None:
         review = self.reviews.get(int(rid))
         if review is None or not self.sees(review, self.viewer(request)):
             return None
         return review
 
     async def _get_review(
-        self: GitHubStandin,
+        self,
         request: web.Request,
         body: dict,
         owner: str,
@@ -145,7 +137,7 @@ class PersonReviews:
         return web.json_response(self._review_json(review))
 
     async def _delete_review(
-        self: GitHubStandin,
+        self,
         request: web.Request,
         body: dict,
         owner: str,
@@ -165,7 +157,7 @@ class PersonReviews:
         return web.json_response(self._review_json(review))
 
     async def _submit_review(
-        self: GitHubStandin,
+        self,
         request: web.Request,
         body: dict,
         owner: str,
@@ -186,7 +178,7 @@ class PersonReviews:
 
     # -- GraphQL `addPullRequestReviewThread` --------------------------------------------------
 
-    def add_pending_thread(self: GitHubStandin, login: str, args: dict) -> dict:
+    def add_pending_thread(self, login: str, args: dict) -> dict:
         """A new thread in `login`'s own pending review; the stored first comment. Raises
         LookupError (no such pending review of theirs: GitHub's NOT_FOUND) or ValueError
         (a line or path GitHub refuses, in its words)."""
@@ -223,15 +215,15 @@ class PersonReviews:
 
     # -- the person in the browser (tests) -----------------------------------------------------
 
-    def edit_pending_comment(self: GitHubStandin, comment_id: int, body: str) -> None:
+    def edit_pending_comment(self, comment_id: int, body: str) -> None:
         self.review_comments[comment_id]["body"] = body
 
-    def delete_pending_comment(self: GitHubStandin, comment_id: int) -> None:
+    def delete_pending_comment(self, comment_id: int) -> None:
         comment = self.review_comments.pop(comment_id)
         self.review_threads.pop(comment["thread_id"], None)
 
     def submit_as_person(
-        self: GitHubStandin, review_id: int, *, event: str = "COMMENT", body: str | None = None
+        self, review_id: int, *, event: str = "COMMENT", body: str | None = None
     ) -> dict[str, Any]:
         """The person presses "Submit review": their pending review is published, and the
         `pull_request_review` `submitted` delivery GitHub then sends is returned."""
@@ -243,9 +235,9 @@ class PersonReviews:
             review["body"] = body
         return self.review_submitted(review_id)
 
-    def review_submitted(self: GitHubStandin, review_id: int) -> dict[str, Any]:
+    def review_submitted(self, review_id: int) -> dict[str, Any]:
         review = self.reviews[review_id]
-        pull: StandinPull = self.pulls[(review["repo"], review["number"])]
+        pull = self.pulls[(review["repo"], review["number"])]
         login = self.review_author(review)
         api = (self.hostname_url or self.url) + self.api_prefix
         pull_url = f"{api}/repos/{pull.repo.full_name}/pulls/{pull.number}"
@@ -301,13 +293,24 @@ def _stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def _comment_problem(comment: dict, lines: dict[str, dict[str, dict[int, int]]]) -> str | None:
+    sides = lines.get(comment.get("path", ""))
+    if sides is None:
+        return "Path could not be resolved"
+    side = comment.get("side", "RIGHT")
+    line = comment.get("line")
+    if line not in sides.get(side, {}):
+        return "Pull request review thread line must be part of the diff"
+    if "start_line" in comment:
+        start_side = comment.get("start_side", side)
+        start_hunk = sides.get(start_side, {}).get(comment["start_line"])
+        if start_hunk is None or start_hunk != sides[side][line] or comment["start_line"] > line:
+            return "Pull request review thread start line must be part of the same hunk"
+    return None
+
+
 def _error(status: int, message: str, errors: list[str] | None = None) -> web.Response:
-    from bot.standin.github import _error as error
-
-    return error(status, message, errors)
-
-
-def _comment_problem(comment: dict, lines: dict) -> str | None:
-    from bot.standin.github import _comment_problem as problem
-
-    return problem(comment, lines)
+    body: dict[str, Any] = {"message": message, "documentation_url": "https://docs.github.com/rest"}
+    if errors:
+        body["errors"] = errors
+    return web.json_response(body, status=status)

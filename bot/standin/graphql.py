@@ -10,6 +10,7 @@ not resolve is an error saying so, never a silent null. Needs `graphql-core` (a 
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable
 from functools import cache
@@ -320,7 +321,7 @@ class GraphQLEndpoint:
             return self._thread(thread)
         for review in github.reviews.values():
             if (
-                _review_node_id(review["id"]) == node_id
+                review_node_id(review["id"]) == node_id
                 and self._visible(review["repo"], installation)
                 and github.sees(review, self.viewer)
             ):
@@ -394,7 +395,7 @@ class GraphQLEndpoint:
 
         return {
             "__typename": "PullRequestReview",
-            "id": _review_node_id(review["id"]),
+            "id": review_node_id(review["id"]),
             "databaseId": review["id"],
             "fullDatabaseId": str(review["id"]),
             "state": review["state"],
@@ -449,10 +450,10 @@ class GraphQLEndpoint:
         }
 
 
-def _review_node_id(review_id: int) -> str:
-    from bot.standin.github_reviews import review_node_id
-
-    return review_node_id(review_id)
+def review_node_id(review_id: int) -> str:
+    """A review's GraphQL id, GitHub's current style (`PRR_…`)."""
+    raw = f"cockpit:PRR:{review_id}".encode()
+    return "PRR_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def _actor(login: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from bot.agents.transcript import answer_text
 from bot.auth import LOGIN_PATH, missing_settings
+from bot.auth.session import csrf_ok, csrf_token, end_session, read_session
 from bot.commands import draft as draft_commands
 from bot.commands import gate
 from bot.commands.parse import Command
@@ -29,7 +30,6 @@ from bot.stats import ModelStats
 from bot.texts import PEOPLE, render, say
 from bot.web.access import Access, AccessUnavailable, NotSignedIn, Viewer
 from bot.web.charts import line_chart
-from bot.web.session import csrf_ok, csrf_token, end_session, read_session
 
 log = logging.getLogger(__name__)
 
