@@ -71,13 +71,10 @@ def _event(cmd: Command, verdict: str | None) -> str:
     return "REQUEST_CHANGES" if verdict == Verdict.REQUEST_CHANGES else "COMMENT"
 
 
-async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
-    review = await current_draft(pr)
-    if review.state in (ReviewState.POSTING, ReviewState.POSTED):
-        return text(pr, "already_posted", state=review.state)
-    if review.state == ReviewState.REVISING:
-        raise CommandFailed(say(PEOPLE, "revising"))
-    live = await pr.refresh()  # the PR as GitHub has it now, not as the last delivery said
+async def _still_fresh(pr: PullRequest, review: Review) -> Review:
+    """The draft, after checking the PR's head as GitHub has it now (not as the last delivery
+    said): a draft of an older head is marked stale (the status comment says so) and refused."""
+    live = await pr.refresh()
     if live.head_sha != review.head_sha and await review_state.mark_stale(
         pr.ctx.db, live.id, live.head_sha
     ):
@@ -85,6 +82,16 @@ async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
         review = await get_review(pr.ctx.db, review.id)
     if review.stale:
         raise CommandFailed(say(PEOPLE, "stale_draft", prefix=pr.prefix))
+    return review
+
+
+async def cmd_approve(pr: PullRequest, cmd: Command) -> str | None:
+    review = await current_draft(pr)
+    if review.state in (ReviewState.POSTING, ReviewState.POSTED):
+        return text(pr, "already_posted", state=review.state)
+    if review.state == ReviewState.REVISING:
+        raise CommandFailed(say(PEOPLE, "revising"))
+    review = await _still_fresh(pr, review)
     await gate.may_decide(pr, "approve")
     findings = await load_findings(pr.ctx.db, review.id)
     _check_refs(cmd, findings)
@@ -116,14 +123,7 @@ async def cmd_vet(pr: PullRequest, cmd: Command) -> str | None:
     review = await current_draft(pr)
     if review.state != ReviewState.DRAFT:
         raise _not_a_draft(review)
-    live = await pr.refresh()
-    if live.head_sha != review.head_sha and await review_state.mark_stale(
-        pr.ctx.db, live.id, live.head_sha
-    ):
-        await queue_status_refresh(pr.ctx, live.id)
-        review = await get_review(pr.ctx.db, review.id)
-    if review.stale:
-        raise CommandFailed(say(PEOPLE, "stale_draft", prefix=pr.prefix))
+    review = await _still_fresh(pr, review)
     await gate.may_decide(pr, "vet")  # vetting decides what is published
     tokens = pr.ctx.user_tokens
     if tokens is None or pr.actor_id is None:

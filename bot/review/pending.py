@@ -40,15 +40,7 @@ async def pending_review(target: Target, review: Review, *, only: set[int] | Non
         findings = [f for f in stored if f.state == FindingState.KEPT and f.ordinal in only]
     else:
         findings = review.rules.approvable(stored)
-    # GitHub allows one pending review per user and PR: the bot's old one goes
-    async for existing in target.gh.getiter(
-        "/repos/{owner}/{repo}/pulls/{number}/reviews", target.owner_repo
-    ):
-        if existing.get("state") == "PENDING":
-            await target.gh.delete(
-                "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}",
-                {**target.owner_repo, "id": existing["id"]},
-            )
+    await drop_own_pending(target)  # GitHub allows one pending review per user and PR
     url = "/repos/{owner}/{repo}/pulls/{number}/reviews"
     try:
         created = await target.gh.post(
@@ -120,3 +112,16 @@ def inline_comment(target: Target, f: Finding) -> dict[str, Any]:
     if f.end_line:
         comment.update(start_line=f.line, start_side=f.side)
     return comment
+
+
+async def drop_own_pending(target: Target) -> None:
+    """Delete the bot's pending review of the PR (a pending review is seen only by its
+    author, so the one listed is the bot's own)."""
+    async for existing in target.gh.getiter(
+        "/repos/{owner}/{repo}/pulls/{number}/reviews", target.owner_repo
+    ):
+        if existing.get("state") == "PENDING":
+            await target.gh.delete(
+                "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}",
+                {**target.owner_repo, "id": existing["id"]},
+            )

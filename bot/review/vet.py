@@ -28,7 +28,7 @@ from bot.records.reviews import get_review, held_by, latest_draft, load_findings
 from bot.records.types import Finding, Job, Review
 from bot.records.vocab import FindingState, ReviewState
 from bot.review.approve import publishing_key
-from bot.review.pending import inline_comment
+from bot.review.pending import drop_own_pending, inline_comment
 from bot.review.reconcile import in_body, number_of, reconcile
 from bot.review.status import show_status
 from bot.review.target import Target
@@ -154,7 +154,7 @@ async def _vet(ctx: Context, target: Target, review: Review, login: str, token: 
         ctx.db, review.id, login, vetter_review_id, held | placed
     ):
         log.info("the draft changed while it was vetted", extra={"fields": {"id": review.id}})
-    await _drop_bot_pending(target)
+    await drop_own_pending(target)
     await update_review(ctx.db, review.id, pending_review_id=None)
     await show_status(target, await get_review(ctx.db, review.id))
     return Vetted(tuple(sorted(placed)), tuple(sorted(held)), tuple(left_out), vetter_review_id)
@@ -204,18 +204,6 @@ async def _add_to(
             continue
         placed[n] = thread["body"]
     return {"id": theirs["databaseId"]}, held, placed, left_out
-
-
-async def _drop_bot_pending(target: Target) -> None:
-    """The bot's own pending review (a pending review is seen only by its author)."""
-    async for existing in target.gh.getiter(
-        "/repos/{owner}/{repo}/pulls/{number}/reviews", target.owner_repo
-    ):
-        if existing.get("state") == "PENDING":
-            await target.gh.delete(
-                "/repos/{owner}/{repo}/pulls/{number}/reviews/{id}",
-                {**target.owner_repo, "id": existing["id"]},
-            )
 
 
 # -- the vetter submits ---------------------------------------------------------------------
