@@ -12,12 +12,11 @@ plays the person in the browser: `edit_pending_comment`, `delete_pending_comment
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
 from aiohttp import web
-
-from bot.standin.graphql import review_node_id
 
 _STATES = {
     None: "PENDING",
@@ -25,6 +24,12 @@ _STATES = {
     "REQUEST_CHANGES": "CHANGES_REQUESTED",
     "APPROVE": "APPROVED",
 }
+
+
+def review_node_id(review_id: int) -> str:
+    """A review's GraphQL id, GitHub's current style (`PRR_…`)."""
+    raw = f"cockpit:PRR:{review_id}".encode()
+    return "PRR_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 class PersonReviews:

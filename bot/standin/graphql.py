@@ -10,7 +10,6 @@ not resolve is an error saying so, never a silent null. Needs `graphql-core` (a 
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Callable
 from functools import cache
@@ -29,6 +28,8 @@ from graphql import (
     print_ast,
     validate,
 )
+
+from bot.standin.github_reviews import review_node_id
 
 
 class GitHubState(Protocol):
@@ -448,12 +449,6 @@ class GraphQLEndpoint:
             f"#discussion_r{comment['id']}",
             "pullRequest": lambda: self._pull(comment["repo"], comment["number"]),
         }
-
-
-def review_node_id(review_id: int) -> str:
-    """A review's GraphQL id, GitHub's current style (`PRR_…`)."""
-    raw = f"cockpit:PRR:{review_id}".encode()
-    return "PRR_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def _actor(login: str) -> dict[str, str]:
