@@ -6,25 +6,21 @@ what is never a finding and offers the PR's description, fenced, as the author's
 from __future__ import annotations
 
 import re
-import sqlite3
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.records import schema
-from bot.records.postgres import PgDatabase, step_ddl
 from bot.records.review_state import set_findings
 from bot.records.reviews import get_review, load_findings
-from bot.records.sqlite import SqliteDatabase
 from bot.records.types import DraftFinding, DraftRules
 from bot.server import make_app
 from bot.standin.models import call
 from bot.standin.scripted import scripted_reviewer
 from bot.texts import render
 from handlers import router
-from tests.schema_steps import apply_sqlite_step
+from tests.schema_steps import open_from_before
 from tests.world import build_world
 
 pytestmark = pytest.mark.backends
@@ -170,7 +166,6 @@ async def test_an_upgrade_adds_evidence_and_confidence_and_older_findings_still_
     backend, tmp_path, request
 ):
     [step] = [s for s in schema.STEPS if ("findings", "confidence", "BIGINT") in s.columns]
-    earlier = schema.STEPS[: schema.STEPS.index(step)]
     rows = [
         "INSERT INTO pulls (repo, number) VALUES ('octo/widgets', 7)",
         "INSERT INTO reviews (pull_id, head_sha, state, created_at, updated_at)"
@@ -178,28 +173,7 @@ async def test_an_upgrade_adds_evidence_and_confidence_and_older_findings_still_
         "INSERT INTO findings (review_id, ordinal, path, severity, title, state)"
         " VALUES (1, 1, 'a.py', 'critical', 'older', 'kept')",
     ]
-    if backend == "sqlite":
-        path = tmp_path / "before.sqlite3"
-        with sqlite3.connect(path) as old:
-            old.executescript(schema.VERSIONS)
-            for s in earlier:
-                apply_sqlite_step(old, s)
-                old.execute("INSERT INTO schema_versions VALUES (?, ?, 0)", (s.version, s.name))
-            for sql in rows:
-                old.execute(sql)
-        db = await SqliteDatabase.open(path)
-    else:
-        url = request.getfixturevalue("pg_cluster").create_database()
-        with psycopg.connect(url, autocommit=True) as old:
-            old.execute(schema.VERSIONS)
-            for s in earlier:
-                for statement in step_ddl(s):
-                    old.execute(statement.sql)
-                old.execute("INSERT INTO schema_versions VALUES (%s, %s, 0)", (s.version, s.name))
-            for sql in rows:
-                old.execute(sql)
-        db = await PgDatabase.open(url)
-        assert (await db.migrate()).steps == [s.version for s in schema.STEPS[len(earlier) :]]
+    db = await open_from_before(backend, tmp_path, request, step, rows)
     try:
         assert await db.schema_version() == schema.SCHEMA_VERSION
         [older] = await load_findings(db, 1)

@@ -230,36 +230,13 @@ async def test_two_processes_refreshing_at_once_make_one_refresh(
 
 
 async def test_an_upgrade_adds_the_sign_in_tables(backend, tmp_path, request, github, settings):
-    import sqlite3
-
-    import psycopg
 
     from bot.records import schema
-    from bot.records.postgres import PgDatabase, step_ddl
-    from bot.records.sqlite import SqliteDatabase
-    from tests.schema_steps import apply_sqlite_step
+    from tests.schema_steps import open_from_before
 
     [step] = [s for s in schema.STEPS if "user_tokens" in s.schema]
     assert step.version == 9
-    earlier = schema.STEPS[: schema.STEPS.index(step)]
-    if backend == "sqlite":
-        path = tmp_path / "before.sqlite3"
-        with sqlite3.connect(path) as old:
-            old.executescript(schema.VERSIONS)
-            for s in earlier:
-                apply_sqlite_step(old, s)
-                old.execute("INSERT INTO schema_versions VALUES (?, ?, 0)", (s.version, s.name))
-        db = await SqliteDatabase.open(path)
-    else:
-        url = request.getfixturevalue("pg_cluster").create_database()
-        with psycopg.connect(url, autocommit=True) as old:
-            old.execute(schema.VERSIONS)
-            for s in earlier:
-                for statement in step_ddl(s):
-                    old.execute(statement.sql)
-                old.execute("INSERT INTO schema_versions VALUES (%s, %s, 0)", (s.version, s.name))
-        db = await PgDatabase.open(url)
-        assert (await db.migrate()).steps == [s.version for s in schema.STEPS[len(earlier) :]]
+    db = await open_from_before(backend, tmp_path, request, step)
     try:
         assert await db.schema_version() == schema.SCHEMA_VERSION
         tokens = UserTokens(db, dataclasses.replace(settings, secret_key=Secret("q" * 32)))

@@ -96,18 +96,12 @@ async def test_a_vetters_decisions_count_like_approve_and_drop(db):
 async def test_an_upgrade_adds_the_vetters_columns_and_older_rows_still_read(
     backend, tmp_path, request
 ):
-    import sqlite3
-
-    import psycopg
 
     from bot.records import schema
-    from bot.records.postgres import PgDatabase, step_ddl
     from bot.records.reviews import get_review, load_findings
-    from bot.records.sqlite import SqliteDatabase
-    from tests.schema_steps import apply_sqlite_step
+    from tests.schema_steps import open_from_before
 
     [step] = [s for s in schema.STEPS if ("reviews", "vetter", "TEXT") in s.columns]
-    earlier = schema.STEPS[: schema.STEPS.index(step)]
     rows = [
         "INSERT INTO pulls (repo, number) VALUES ('octo/widgets', 7)",
         "INSERT INTO reviews (pull_id, head_sha, state, created_at, updated_at)"
@@ -115,28 +109,7 @@ async def test_an_upgrade_adds_the_vetters_columns_and_older_rows_still_read(
         "INSERT INTO findings (review_id, ordinal, path, severity, title, state)"
         " VALUES (1, 1, 'a.py', 'critical', 'older', 'kept')",
     ]
-    if backend == "sqlite":
-        path = tmp_path / "before.sqlite3"
-        with sqlite3.connect(path) as old:
-            old.executescript(schema.VERSIONS)
-            for s in earlier:
-                apply_sqlite_step(old, s)
-                old.execute("INSERT INTO schema_versions VALUES (?, ?, 0)", (s.version, s.name))
-            for sql in rows:
-                old.execute(sql)
-        db = await SqliteDatabase.open(path)
-    else:
-        url = request.getfixturevalue("pg_cluster").create_database()
-        with psycopg.connect(url, autocommit=True) as old:
-            old.execute(schema.VERSIONS)
-            for s in earlier:
-                for statement in step_ddl(s):
-                    old.execute(statement.sql)
-                old.execute("INSERT INTO schema_versions VALUES (%s, %s, 0)", (s.version, s.name))
-            for sql in rows:
-                old.execute(sql)
-        db = await PgDatabase.open(url)
-        assert (await db.migrate()).steps == [s.version for s in schema.STEPS[len(earlier) :]]
+    db = await open_from_before(backend, tmp_path, request, step, rows)
     try:
         assert await db.schema_version() == schema.SCHEMA_VERSION
         review = await get_review(db, 1)

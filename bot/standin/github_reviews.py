@@ -141,6 +141,15 @@ class PersonReviews:
             return _error(404, "Not Found")
         return web.json_response(self._review_json(review))
 
+    def _pending(self, request: web.Request, rid: str, verb: str) -> dict | web.Response:
+        """The requester's pending review `rid`, or GitHub's answer when it is not one."""
+        review = self._visible_review(request, rid)
+        if review is None:
+            return _error(404, "Not Found")
+        if review["state"] != "PENDING":
+            return _error(422, "Unprocessable Entity", [f"Can not {verb} a non-pending review"])
+        return review
+
     async def _delete_review(
         self,
         request: web.Request,
@@ -150,11 +159,9 @@ class PersonReviews:
         number: str,
         rid: str,
     ) -> web.Response:
-        review = self._visible_review(request, rid)
-        if review is None:
-            return _error(404, "Not Found")
-        if review["state"] != "PENDING":
-            return _error(422, "Unprocessable Entity", ["Can not delete a non-pending review"])
+        review = self._pending(request, rid, "delete")
+        if isinstance(review, web.Response):
+            return review
         del self.reviews[int(rid)]
         for comment in self.review_comments_of(int(rid)):
             del self.review_comments[comment["id"]]
@@ -170,11 +177,9 @@ class PersonReviews:
         number: str,
         rid: str,
     ) -> web.Response:
-        review = self._visible_review(request, rid)
-        if review is None:
-            return _error(404, "Not Found")
-        if review["state"] != "PENDING":
-            return _error(422, "Unprocessable Entity", ["Can not submit a non-pending review"])
+        review = self._pending(request, rid, "submit")
+        if isinstance(review, web.Response):
+            return review
         review["state"] = _STATES[body["event"]]
         review["submitted_at"] = _stamp()
         if body.get("body"):
